@@ -1,0 +1,501 @@
+#include "controller/batch_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace omnilearn {
+namespace controller {
+namespace {
+
+// Observations a worker's time model keeps (distinct batch sizes, newest last).
+constexpr size_t kMaxObservations = 4;
+// Observations at batches spanning less than this fraction are fitted as proportional:
+// closer together, measurement noise swamps the fixed part of the time.
+constexpr double kMinRelativeSpan = 0.25;
+// Reports an observation needs before the memory guard trusts its throughput.
+constexpr double kGuardMinSamples = 3;
+// The fixed part of a worker's time is at most this fraction of its newest time.
+constexpr double kMaxFixedFraction = 0.9;
+// Relative standard error assumed for a mean of fewer than two samples.
+constexpr double kSingleSampleError = 0.1;
+// Standard errors a throughput drop must exceed to be trusted by the memory guard.
+constexpr double kGuardConfidence = 3.0;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+double BatchController::Observation::RelativeError() const {
+  if (samples < 2) return kSingleSampleError;
+  return std::sqrt(m2 / (samples - 1) / samples) / mean_seconds;
+}
+
+BatchController::Observation BatchController::Window::ToObservation(int64_t batch) const {
+  const double mean = sum / count;
+  return Observation{batch, mean, static_cast<double>(count), std::max(0.0, sum_squares - count * mean * mean)};
+}
+
+absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "omnilearn") return Policy::kOmniLearn;
+  if (n == "paper") return Policy::kPaper;
+  if (n == "off") return Policy::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown controller policy '", name, "' (want omnilearn, paper or off)"));
+}
+
+std::string PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kOmniLearn:
+      return "omnilearn";
+    case Policy::kPaper:
+      return "paper";
+    case Policy::kOff:
+      return "off";
+  }
+  return "unknown";
+}
+
+int64_t BatchPlan::batch(WorkerId id) const {
+  auto it = workers.find(id);
+  return it == workers.end() ? 0 : it->second.batch;
+}
+
+absl::StatusOr<BatchController> BatchController::Create(const ControllerOptions& options) {
+  ControllerOptions o = options;
+  if (o.global_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("global batch must be >= 1, got ", o.global_batch));
+  }
+  if (o.max_batch == 0) o.max_batch = o.global_batch;
+  if (o.min_batch < 1 || o.max_batch < o.min_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("batch bounds must satisfy 1 <= min <= max, got [",
+                                                   o.min_batch, ", ", o.max_batch, "]"));
+  }
+  auto bad_fraction = [](double v) { return !(v >= 0 && v < 1); };
+  if (bad_fraction(o.deadband) || bad_fraction(o.paper_deadband) || !(o.change_threshold > 0) ||
+      !(o.confidence >= 0) ||
+      bad_fraction(o.throughput_drop) || !(o.oom_backoff > 0 && o.oom_backoff < 1) ||
+      !(o.history_samples >= 1)) {
+    return absl::InvalidArgumentError("controller fractions out of range");
+  }
+  return BatchController(o);
+}
+
+absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits) {
+  if (workers_.count(id)) return absl::AlreadyExistsError(absl::StrCat("worker ", id, " already added"));
+  Worker w;
+  w.min_batch = limits.min_batch > 0 ? limits.min_batch : options_.min_batch;
+  w.max_batch = limits.max_batch > 0 ? limits.max_batch : options_.max_batch;
+  if (limits.min_batch < 0 || limits.max_batch < 0 || w.max_batch < w.min_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", id, ": bad batch bounds [", w.min_batch, ", ", w.max_batch, "]"));
+  }
+  workers_.emplace(id, std::move(w));
+  Replan();
+  return absl::OkStatus();
+}
+
+absl::Status BatchController::RemoveWorker(WorkerId id) {
+  if (workers_.erase(id) == 0) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  Replan();
+  return absl::OkStatus();
+}
+
+absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  if (report.batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", report.batch));
+  }
+  if (!std::isfinite(report.compute_seconds) || report.compute_seconds <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("compute seconds must be finite and > 0, got ", report.compute_seconds));
+  }
+  Window& win = it->second.window[report.batch];
+  win.sum += report.compute_seconds;
+  win.sum_squares += report.compute_seconds * report.compute_seconds;
+  win.count += 1;
+  return absl::OkStatus();
+}
+
+absl::Status BatchController::ReportOutOfMemory(WorkerId id, int64_t batch) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  if (batch < 1) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 1, got ", batch));
+  Worker& w = it->second;
+  // Bisect between the largest batch known to fit and the one that failed, but give
+  // up at least (1 - oom_backoff) of the failing batch.
+  int64_t known_good = w.min_batch;
+  for (const Observation& o : w.history) {
+    if (o.batch < batch) known_good = std::max(known_good, o.batch);
+  }
+  const int64_t cap = std::max<int64_t>(
+      w.min_batch, std::min<int64_t>({batch - 1, static_cast<int64_t>(std::floor(batch * options_.oom_backoff)),
+                                      std::max(known_good, (known_good + batch) / 2)}));
+  if (w.guard_max == 0 || cap < w.guard_max) w.guard_max = cap;
+  // Measurements at or above the failing batch describe a state that no longer exists.
+  w.history.erase(std::remove_if(w.history.begin(), w.history.end(),
+                                 [&](const Observation& o) { return o.batch > cap; }),
+                  w.history.end());
+  Replan();
+  return absl::OkStatus();
+}
+
+void BatchController::FoldWindow(Worker& w) {
+  double total = 0;
+  int count = 0;
+  for (const auto& [batch, win] : w.window) {
+    const Observation fresh = win.ToObservation(batch);
+    total += win.sum;
+    count += win.count;
+    auto it = std::find_if(w.history.begin(), w.history.end(),
+                           [&](const Observation& o) { return o.batch == batch; });
+    if (it != w.history.end()) {
+      if (std::abs(fresh.mean_seconds - it->mean_seconds) > options_.change_threshold * it->mean_seconds) {
+        // Same batch, different time: the worker's speed changed. Start over.
+        w.history.assign(1, fresh);
+        continue;
+      }
+      // Merge (Chan et al.), then cap the memory so the mean stays adaptive.
+      Observation o = *it;
+      const double n = o.samples + fresh.samples;
+      const double delta = fresh.mean_seconds - o.mean_seconds;
+      o.m2 += fresh.m2 + delta * delta * o.samples * fresh.samples / n;
+      o.mean_seconds += delta * fresh.samples / n;
+      o.samples = n;
+      if (n > options_.history_samples) {
+        o.m2 *= options_.history_samples / n;
+        o.samples = options_.history_samples;
+      }
+      w.history.erase(it);
+      w.history.push_back(o);
+    } else {
+      // A new batch size: keep the history only if it roughly predicts the new time.
+      // A grown batch that is far slower than predicted may be memory thrash rather than
+      // a slower worker: let the guard judge it before the history goes.
+      if (!w.history.empty()) {
+        const TimeModel m = FitModel(w);
+        const double predicted = m.a + m.c * batch;
+        if (std::abs(fresh.mean_seconds - predicted) > 2 * options_.change_threshold * predicted) {
+          ApplyMemoryGuard(w, w.history.back(), fresh);
+          w.history.clear();
+        }
+      }
+      w.history.push_back(fresh);
+      if (w.history.size() > kMaxObservations) w.history.erase(w.history.begin());
+    }
+  }
+  if (count > 0) {
+    w.last_window_seconds = total / count;
+    w.last_window_batch = w.window.size() == 1 ? w.window.begin()->first : 0;
+  }
+  w.window.clear();
+}
+
+void BatchController::ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now) {
+  if (now.batch <= before.batch || now.samples < kGuardMinSamples || before.samples < kGuardMinSamples) {
+    return;
+  }
+  const double x_now = now.batch / now.mean_seconds;
+  const double x_before = before.batch / before.mean_seconds;
+  const double drop = 1 - x_now / x_before;
+  const double noise = std::hypot(now.RelativeError(), before.RelativeError());
+  if (drop > options_.throughput_drop && drop > kGuardConfidence * noise) {
+    if (w.guard_max == 0 || before.batch < w.guard_max) w.guard_max = std::max(before.batch, w.min_batch);
+  }
+}
+
+BatchController::TimeModel BatchController::FitModel(const Worker& w) const {
+  TimeModel m;
+  if (w.history.empty()) return m;
+  m.measured = true;
+  // Pooled over every observation, weighted by samples: t = c * b (batches too close
+  // together to tell a fixed part) or t = a + c * b (weighted least squares).
+  double sw = 0, sb = 0, st = 0, sbb = 0, stb = 0, rel_var = 0, dof = 0;
+  int64_t lo = w.history.front().batch, hi = lo;
+  double min_t = w.history.front().mean_seconds;
+  for (const Observation& o : w.history) {
+    sw += o.samples;
+    sb += o.samples * o.batch;
+    st += o.samples * o.mean_seconds;
+    sbb += o.samples * o.batch * o.batch;
+    stb += o.samples * o.mean_seconds * o.batch;
+    rel_var += o.m2 / (o.mean_seconds * o.mean_seconds);
+    dof += o.samples - 1;
+    lo = std::min(lo, o.batch);
+    hi = std::max(hi, o.batch);
+    min_t = std::min(min_t, o.mean_seconds);
+  }
+  m.relative_error = dof >= 1 ? std::sqrt(rel_var / dof / sw) : kSingleSampleError;
+  m.c = st / sb;
+  if (hi - lo < kMinRelativeSpan * hi) return m;
+  const double mb = sb / sw, mt = st / sw;
+  const double slope = (stb - sw * mb * mt) / (sbb - sw * mb * mb);
+  if (!(slope > 0)) return m;
+  const double a = mt - slope * mb;
+  if (a < 0) {
+    m.c = stb / sbb;  // through the origin
+  } else if (a > kMaxFixedFraction * min_t) {
+    m.a = kMaxFixedFraction * min_t;
+    m.c = (stb - m.a * sb) / sbb;
+  } else {
+    m.a = a;
+    m.c = slope;
+  }
+  return m;
+}
+
+std::map<WorkerId, BatchController::TimeModel> BatchController::Models() const {
+  std::map<WorkerId, TimeModel> models;
+  std::vector<double> as, cs;
+  for (const auto& [id, w] : workers_) {
+    TimeModel m = FitModel(w);
+    if (m.measured) {
+      as.push_back(m.a);
+      cs.push_back(m.c);
+    }
+    models[id] = m;
+  }
+  // Workers without measurements are assumed to be typical of the others.
+  TimeModel typical;
+  typical.c = 1;
+  if (!cs.empty()) {
+    typical.a = Median(as);
+    typical.c = Median(cs);
+  }
+  for (auto& [id, m] : models) {
+    if (!m.measured) m = TimeModel{typical.a, typical.c, false, 0};
+  }
+  return models;
+}
+
+int64_t BatchController::FeasibleTotal() const {
+  int64_t lo = 0, hi = 0;
+  for (const auto& [id, w] : workers_) {
+    lo += w.min_batch;
+    hi += w.ceiling();
+  }
+  return std::clamp(options_.global_batch, lo, hi);
+}
+
+std::map<WorkerId, int64_t> BatchController::RoundToTotal(const std::map<WorkerId, double>& targets) const {
+  std::map<WorkerId, int64_t> out;
+  int64_t sum = 0;
+  for (const auto& [id, r] : targets) {
+    const Worker& w = workers_.at(id);
+    const double clamped = std::clamp(r, static_cast<double>(w.min_batch), static_cast<double>(w.ceiling()));
+    out[id] = static_cast<int64_t>(std::floor(clamped));
+    sum += out[id];
+  }
+  const int64_t total = FeasibleTotal();
+  // Hand out (or take back) single samples by largest (smallest) remainder.
+  while (sum != total) {
+    const bool grow = sum < total;
+    WorkerId pick = 0;
+    double best = grow ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    bool found = false;
+    for (const auto& [id, r] : targets) {
+      const Worker& w = workers_.at(id);
+      const int64_t b = out[id];
+      if (grow ? b >= w.ceiling() : b <= w.min_batch) continue;
+      const double rem = r - b;
+      if (grow ? rem > best : rem < best) {
+        best = rem;
+        pick = id;
+        found = true;
+      }
+    }
+    if (!found) break;  // cannot happen: total is feasible
+    out[pick] += grow ? 1 : -1;
+    sum += grow ? 1 : -1;
+  }
+  return out;
+}
+
+std::map<WorkerId, int64_t> BatchController::SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const {
+  const double total = static_cast<double>(FeasibleTotal());
+  auto batch_at = [&](WorkerId id, double t) {
+    const Worker& w = workers_.at(id);
+    const TimeModel& m = models.at(id);
+    return std::clamp((t - m.a) / m.c, static_cast<double>(w.min_batch), static_cast<double>(w.ceiling()));
+  };
+  double t_lo = std::numeric_limits<double>::infinity(), t_hi = 0;
+  for (const auto& [id, w] : workers_) {
+    const TimeModel& m = models.at(id);
+    t_lo = std::min(t_lo, m.a + m.c * w.min_batch);
+    t_hi = std::max(t_hi, m.a + m.c * w.ceiling());
+  }
+  for (int i = 0; i < 200; ++i) {  // sum of batch_at(., T) grows monotonically with T
+    const double mid = 0.5 * (t_lo + t_hi);
+    double sum = 0;
+    for (const auto& [id, w] : workers_) sum += batch_at(id, mid);
+    (sum < total ? t_lo : t_hi) = mid;
+  }
+  std::map<WorkerId, double> targets;
+  for (const auto& [id, w] : workers_) targets[id] = batch_at(id, t_hi);
+  return RoundToTotal(targets);
+}
+
+std::map<WorkerId, int64_t> BatchController::PaperRule() {
+  // The paper works from the times measured since the last adjustment (an epoch).
+  std::map<WorkerId, double> times;
+  double tbar = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.last_window_batch != plan_.batch(id)) continue;
+    times[id] = w.last_window_seconds;
+    tbar += times[id];
+  }
+  std::map<WorkerId, double> targets;
+  for (const auto& [id, w] : workers_) targets[id] = static_cast<double>(plan_.batch(id));
+  if (times.size() < 2) return RoundToTotal(targets);
+  tbar /= times.size();
+  bool any = false;
+  for (const auto& [id, t] : times) {
+    const double ratio = tbar / t;
+    if (std::abs(ratio - 1) > options_.paper_deadband) {
+      targets[id] *= ratio;
+      any = true;
+    }
+  }
+  if (!any) return RoundToTotal(targets);
+  double sum = 0;
+  for (const auto& [id, r] : targets) sum += r;
+  for (auto& [id, r] : targets) r *= FeasibleTotal() / sum;  // the global batch stays constant
+  return RoundToTotal(targets);
+}
+
+double BatchController::Spread(const std::map<WorkerId, TimeModel>& models,
+                               const std::map<WorkerId, int64_t>& batches) const {
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  int n = 0;
+  for (const auto& [id, b] : batches) {
+    const TimeModel& m = models.at(id);
+    if (!m.measured) continue;
+    const double t = m.a + m.c * b;
+    lo = std::min(lo, t);
+    hi = std::max(hi, t);
+    ++n;
+  }
+  return n < 2 ? 1.0 : hi / lo;
+}
+
+double BatchController::EffectiveDeadband(const std::map<WorkerId, TimeModel>& models) const {
+  double worst = 0;
+  for (const auto& [id, m] : models) {
+    if (m.measured) worst = std::max(worst, m.relative_error);
+  }
+  // max/min of two such estimates: relative error ~ sqrt(2) * each.
+  return std::max(options_.deadband, options_.confidence * std::sqrt(2.0) * worst);
+}
+
+bool BatchController::PlanIsValid() const {
+  if (plan_.workers.size() != workers_.size()) return false;
+  int64_t sum = 0;
+  for (const auto& [id, w] : workers_) {
+    const int64_t b = plan_.batch(id);
+    if (b < w.min_batch || b > w.ceiling()) return false;
+    sum += b;
+  }
+  return sum == FeasibleTotal();
+}
+
+void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches,
+                              const std::map<WorkerId, TimeModel>& models) {
+  bool changed = batches.size() != plan_.workers.size();
+  BatchPlan next;
+  for (const auto& [id, b] : batches) {
+    if (plan_.batch(id) != b) changed = true;
+    const TimeModel& m = models.at(id);
+    WorkerPlan& wp = next.workers[id];
+    wp.batch = b;
+    wp.max_batch = workers_.at(id).ceiling();
+    wp.predicted_seconds = m.measured ? m.a + m.c * b : 0;
+    next.total += b;
+  }
+  next.adjustment = plan_.adjustment;
+  next.changes = plan_.changes + (changed ? 1 : 0);
+  next.changed = changed;
+  next.predicted_spread = Spread(models, batches);
+  plan_ = std::move(next);
+}
+
+void BatchController::Replan() {
+  const auto models = Models();
+  if (options_.policy == Policy::kOmniLearn) {
+    SetPlan(SolveEqualTime(models), models);
+    return;
+  }
+  std::map<WorkerId, TimeModel> unit;
+  for (const auto& [id, w] : workers_) unit[id] = TimeModel{0, 1, false, 0};
+  if (options_.policy == Policy::kOff) {
+    SetPlan(SolveEqualTime(unit), models);
+    return;
+  }
+  // kPaper: survivors keep their batch, newcomers get the survivors' mean, all rescaled to B.
+  double kept = 0;
+  int survivors = 0;
+  for (const auto& [id, w] : workers_) {
+    if (plan_.batch(id) > 0) {
+      kept += plan_.batch(id);
+      ++survivors;
+    }
+  }
+  const double share = survivors > 0 ? kept / survivors : 1.0;
+  std::map<WorkerId, double> targets;
+  double sum = 0;
+  for (const auto& [id, w] : workers_) {
+    const int64_t b = plan_.batch(id);
+    targets[id] = b > 0 ? b : share;
+    sum += targets[id];
+  }
+  for (auto& [id, r] : targets) r *= FeasibleTotal() / sum;
+  SetPlan(RoundToTotal(targets), models);
+}
+
+const BatchPlan& BatchController::Adjust() {
+  for (auto& [id, w] : workers_) {
+    FoldWindow(w);
+    if (w.history.size() >= 2) ApplyMemoryGuard(w, w.history[w.history.size() - 2], w.history.back());
+  }
+  ++plan_.adjustment;
+  if (workers_.empty()) {
+    SetPlan({}, {});
+    return plan_;
+  }
+  const auto models = Models();
+  if (!PlanIsValid()) {
+    Replan();
+    return plan_;
+  }
+  std::map<WorkerId, int64_t> current;
+  for (const auto& [id, wp] : plan_.workers) current[id] = wp.batch;
+  switch (options_.policy) {
+    case Policy::kOff:
+      SetPlan(current, models);
+      break;
+    case Policy::kPaper:
+      SetPlan(PaperRule(), models);
+      break;
+    case Policy::kOmniLearn: {
+      const auto candidate = SolveEqualTime(models);
+      const double now = Spread(models, current);
+      const double next = Spread(models, candidate);
+      const double band = EffectiveDeadband(models);
+      const bool adopt = now > 1 + band && now - next > band / 2;
+      SetPlan(adopt ? candidate : current, models);
+      break;
+    }
+  }
+  return plan_;
+}
+
+}  // namespace controller
+}  // namespace omnilearn

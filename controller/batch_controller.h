@@ -1,0 +1,182 @@
+// The proportional batch controller: turns per-worker compute reports into a batch plan.
+//
+// Pure library: no gRPC, no torch, no threads, no clock reads. Feed it reports, read a plan.
+#ifndef OMNILEARN_CONTROLLER_BATCH_CONTROLLER_H_
+#define OMNILEARN_CONTROLLER_BATCH_CONTROLLER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace omnilearn {
+namespace controller {
+
+using WorkerId = uint64_t;
+
+enum class Policy {
+  // Ours: per-worker affine time model t(b) = a + c*b fitted on smoothed times, an
+  // equal-time solve for the whole plan, largest-remainder rounding, a dead-band on the
+  // predicted spread, change detection for workers whose speed moved.
+  kOmniLearn,
+  // The paper's rule: b' = b * tbar / t_k, skipped when |b'/b - 1| <= paper_deadband.
+  kPaper,
+  // Equal static batches: the baseline every result is compared with.
+  kOff,
+};
+
+absl::StatusOr<Policy> ParsePolicy(absl::string_view name);
+std::string PolicyName(Policy policy);
+
+struct ControllerOptions {
+  Policy policy = Policy::kOmniLearn;
+  // B: the sum of all live workers' batches (clamped to what the bounds allow).
+  int64_t global_batch = 256;
+  // Default per-worker bounds; AddWorker may narrow them.
+  int64_t min_batch = 1;
+  int64_t max_batch = 0;  // 0 = global_batch
+  // kOmniLearn: a new plan is adopted only when the current plan's predicted spread
+  // max(t)/min(t) exceeds 1 + d and the new plan improves it by d / 2, where
+  // d = max(deadband, confidence * the spread's relative standard error): noisy or
+  // few measurements widen the band, many narrow it.
+  double deadband = 0.05;
+  double confidence = 3.0;
+  // kPaper: relative dead-band on a worker's batch change (0.2 in the authors' code).
+  double paper_deadband = 0.2;
+  // A worker whose mean time at an unchanged batch moved by more than this fraction
+  // is taken to have changed speed: its older observations are discarded.
+  double change_threshold = 0.25;
+  // Samples an observation's running mean remembers at most (keeps it adaptive).
+  double history_samples = 200;
+  // Memory guard: growing a batch that lowered throughput by more than this fraction
+  // (and by more than 3 standard errors of the measurements) caps the worker at the
+  // smaller batch. Memory thrash costs far more than noise does.
+  double throughput_drop = 0.25;
+  // Out-of-memory at batch b caps the worker halfway between the largest batch known
+  // to fit and b, and at most at floor(b * oom_backoff).
+  double oom_backoff = 0.9;
+};
+
+struct WorkerLimits {
+  int64_t min_batch = 0;  // 0 = ControllerOptions::min_batch
+  int64_t max_batch = 0;  // 0 = ControllerOptions::max_batch
+};
+
+// One iteration as the worker measured it.
+struct ComputeReport {
+  int64_t batch = 0;
+  double compute_seconds = 0;  // forward + loss + backward
+};
+
+struct WorkerPlan {
+  int64_t batch = 0;
+  int64_t max_batch = 0;             // the current ceiling (memory guard included)
+  double predicted_seconds = 0;      // 0 when the worker has no measurements yet
+};
+
+struct BatchPlan {
+  std::map<WorkerId, WorkerPlan> workers;
+  int64_t total = 0;                 // sum of batches (== global batch when feasible)
+  uint64_t adjustment = 0;           // how many times Adjust() ran
+  uint64_t changes = 0;              // how many adjustments changed a batch
+  bool changed = false;              // whether the last Adjust() changed a batch
+  double predicted_spread = 1.0;     // of the plan, by the controller's time model
+
+  int64_t batch(WorkerId id) const;  // 0 for an unknown worker
+};
+
+// Thread-compatible: callers serialize access (the server holds its own lock).
+class BatchController {
+ public:
+  // Errors: InvalidArgument for inconsistent options (B < 1, bounds out of order, ...).
+  static absl::StatusOr<BatchController> Create(const ControllerOptions& options);
+
+  // Adds a worker; the plan is redistributed at once. AlreadyExists / InvalidArgument.
+  absl::Status AddWorker(WorkerId id, WorkerLimits limits = {});
+  // Removes a worker; its share goes to the others at once. NotFound.
+  absl::Status RemoveWorker(WorkerId id);
+  bool HasWorker(WorkerId id) const { return workers_.count(id) > 0; }
+  size_t num_workers() const { return workers_.size(); }
+
+  // Records one iteration. NotFound for an unknown worker; InvalidArgument for a
+  // non-positive batch or a non-finite or non-positive time.
+  absl::Status Report(WorkerId id, const ComputeReport& report);
+  // The worker ran out of memory at `batch`: its ceiling drops below it and the plan
+  // is redistributed at once. NotFound / InvalidArgument.
+  absl::Status ReportOutOfMemory(WorkerId id, int64_t batch);
+
+  // Folds the reports since the last call into the time models and computes the next
+  // plan according to the policy. Returns the plan now in force.
+  const BatchPlan& Adjust();
+
+  const BatchPlan& plan() const { return plan_; }
+  const ControllerOptions& options() const { return options_; }
+
+ private:
+  struct Observation {
+    int64_t batch = 0;
+    double mean_seconds = 0;
+    double samples = 0;
+    double m2 = 0;  // sum of squared deviations from the mean (Welford)
+    double RelativeError() const;  // of mean_seconds
+  };
+  struct Window {
+    double sum = 0;
+    double sum_squares = 0;
+    int count = 0;
+    Observation ToObservation(int64_t batch) const;
+  };
+  struct Worker {
+    int64_t min_batch = 1;
+    int64_t max_batch = 1;        // configured ceiling
+    int64_t guard_max = 0;        // memory-guard ceiling, 0 = none
+    std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
+    std::vector<Observation> history;        // newest last, distinct batches
+    double last_window_seconds = 0;          // mean time of the last window (kPaper)
+    int64_t last_window_batch = 0;
+    int64_t ceiling() const {
+      return guard_max > 0 && guard_max < max_batch ? guard_max : max_batch;
+    }
+  };
+  struct TimeModel {
+    double a = 0;  // fixed seconds per iteration
+    double c = 0;  // seconds per sample
+    bool measured = false;
+    double relative_error = 0;  // standard error of the model's times, relative
+  };
+
+  explicit BatchController(const ControllerOptions& options) : options_(options) {}
+
+  void FoldWindow(Worker& w);
+  // Caps `w` at before.batch when growing to now.batch lowered its throughput.
+  void ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now);
+  TimeModel FitModel(const Worker& w) const;
+  std::map<WorkerId, TimeModel> Models() const;
+  // Integer batches with equal predicted times, summing to the feasible global batch.
+  std::map<WorkerId, int64_t> SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const;
+  std::map<WorkerId, int64_t> PaperRule();
+  // Largest-remainder rounding of real targets within bounds to an exact total.
+  std::map<WorkerId, int64_t> RoundToTotal(const std::map<WorkerId, double>& targets) const;
+  int64_t FeasibleTotal() const;
+  double Spread(const std::map<WorkerId, TimeModel>& models,
+                const std::map<WorkerId, int64_t>& batches) const;
+  // The dead-band in force: wider while the measurements are noisy or few.
+  double EffectiveDeadband(const std::map<WorkerId, TimeModel>& models) const;
+  bool PlanIsValid() const;
+  void SetPlan(const std::map<WorkerId, int64_t>& batches,
+               const std::map<WorkerId, TimeModel>& models);
+  void Replan();  // forced redistribution (membership or ceilings changed)
+
+  ControllerOptions options_;
+  std::map<WorkerId, Worker> workers_;
+  BatchPlan plan_;
+};
+
+}  // namespace controller
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_CONTROLLER_BATCH_CONTROLLER_H_

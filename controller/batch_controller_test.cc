@@ -1,0 +1,298 @@
+#include "controller/batch_controller.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "catch2/catch.hpp"
+#include "controller/simulation.h"
+
+namespace omnilearn {
+namespace controller {
+namespace {
+
+constexpr int kSeeds = 20;
+
+SimulationOptions Cluster(std::vector<double> speeds, uint64_t seed, Policy policy = Policy::kOmniLearn) {
+  SimulationOptions o;
+  o.speeds = std::move(speeds);
+  o.noise = 0.05;
+  o.rounds = 102;
+  o.iterations_per_adjustment = 5;
+  o.seed = seed;
+  o.controller.policy = policy;
+  o.controller.global_batch = 256;
+  return o;
+}
+
+std::vector<SimulationRound> Run(const SimulationOptions& o) {
+  auto rounds = Simulate(o);
+  REQUIRE(rounds.ok());
+  return *rounds;
+}
+
+int Changes(const std::vector<SimulationRound>& rounds, int from, int to) {
+  int n = 0;
+  for (int r = from; r < to; ++r) n += rounds[r].changed ? 1 : 0;
+  return n;
+}
+
+double MeanSpread(const std::vector<SimulationRound>& rounds, int from) {
+  double s = 0;
+  for (size_t r = from; r < rounds.size(); ++r) s += rounds[r].true_spread;
+  return s / (rounds.size() - from);
+}
+
+TEST_CASE("converges within two adjustments and then holds still", "[controller]") {
+  for (const auto& speeds : {std::vector<double>{1, 1, 2, 4}, std::vector<double>{1, 2, 3, 8}}) {
+    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      CAPTURE(speeds, seed);
+      const auto rounds = Run(Cluster(speeds, seed));
+      REQUIRE(rounds[0].true_spread > 3.9);  // equal batches to start with
+      for (int r = 2; r <= 102; ++r) {
+        CAPTURE(r);
+        REQUIRE(rounds[r].true_spread <= 1.10);
+      }
+      // Adjustments after round 2 through round 102: at most two changes of any batch.
+      REQUIRE(Changes(rounds, 2, 102) <= 2);
+    }
+  }
+}
+
+TEST_CASE("a worker slowing down 4x is rebalanced within two adjustments", "[controller]") {
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    CAPTURE(seed);
+    SimulationOptions o = Cluster({1, 1, 2, 4}, seed);
+    o.rounds = 60;
+    o.schedule = {{30, 3, 1.0}};  // the fastest worker drops to speed 1 at round 30
+    const auto rounds = Run(o);
+    REQUIRE(rounds[30].true_spread > 3.5);
+    for (int r = 32; r <= 60; ++r) {
+      CAPTURE(r);
+      REQUIRE(rounds[r].true_spread <= 1.10);
+    }
+    // And it speeds up again: rebalanced the other way too.
+    o.rounds = 80;
+    o.schedule = {{30, 3, 1.0}, {60, 3, 4.0}};
+    const auto back = Run(o);
+    REQUIRE(back[62].true_spread <= 1.10);
+    REQUIRE(back[80].batches[3] > 100);
+  }
+}
+
+TEST_CASE("throughput that is not linear in the batch still converges", "[controller]") {
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    CAPTURE(seed);
+    SimulationOptions o = Cluster({1, 1, 2, 4}, seed);
+    o.overhead_seconds = 0.020;  // 20 ms fixed per iteration, ~1/3 of the slowest time
+    o.rounds = 60;
+    const auto rounds = Run(o);
+    for (int r = 4; r <= 60; ++r) {
+      CAPTURE(r);
+      REQUIRE(rounds[r].true_spread <= 1.10);
+    }
+    REQUIRE(Changes(rounds, 4, 60) <= 2);
+  }
+}
+
+TEST_CASE("the sum equals the global batch and bounds hold after every adjustment", "[controller]") {
+  for (Policy policy : {Policy::kOmniLearn, Policy::kPaper, Policy::kOff}) {
+    for (uint64_t seed = 1; seed <= 5; ++seed) {
+      CAPTURE(PolicyName(policy), seed);
+      SimulationOptions o = Cluster({1, 1, 2, 8}, seed, policy);
+      o.controller.min_batch = 20;
+      o.controller.max_batch = 120;
+      o.noise = 0.2;
+      o.schedule = {{10, 0, 5.0}, {20, 3, 0.5}};
+      o.rounds = 40;
+      for (const SimulationRound& r : Run(o)) {
+        REQUIRE(std::accumulate(r.batches.begin(), r.batches.end(), int64_t{0}) == 256);
+        for (int64_t b : r.batches) {
+          REQUIRE(b >= 20);
+          REQUIRE(b <= 120);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("an infeasible global batch is clamped to what the bounds allow", "[controller]") {
+  ControllerOptions opts;
+  opts.global_batch = 1000;
+  opts.max_batch = 100;
+  auto c = BatchController::Create(opts);
+  REQUIRE(c.ok());
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->AddWorker(2).ok());
+  REQUIRE(c->plan().total == 200);
+  REQUIRE(c->plan().batch(1) == 100);
+}
+
+TEST_CASE("workers joining and leaving are redistributed at once", "[controller]") {
+  ControllerOptions opts;
+  opts.global_batch = 300;
+  auto made = BatchController::Create(opts);
+  REQUIRE(made.ok());
+  BatchController& c = *made;
+  for (WorkerId id : {1, 2, 3}) REQUIRE(c.AddWorker(id).ok());
+  REQUIRE(c.plan().batch(1) == 100);
+  // Worker 3 is twice as fast as 1 and 2.
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(c.Report(1, {100, 0.100}).ok());
+    REQUIRE(c.Report(2, {100, 0.100}).ok());
+    REQUIRE(c.Report(3, {100, 0.050}).ok());
+  }
+  c.Adjust();
+  REQUIRE(c.plan().batch(1) == 75);
+  REQUIRE(c.plan().batch(3) == 150);
+
+  REQUIRE(c.RemoveWorker(2).ok());
+  REQUIRE(c.plan().batch(1) == 100);
+  REQUIRE(c.plan().batch(3) == 200);
+  REQUIRE(c.plan().total == 300);
+
+  // A newcomer without measurements is taken as typical of the others (median model).
+  REQUIRE(c.AddWorker(7).ok());
+  REQUIRE(c.plan().total == 300);
+  REQUIRE(c.plan().batch(7) > 0);
+  REQUIRE(c.plan().batch(7) > c.plan().batch(1));
+  REQUIRE(c.plan().batch(7) < c.plan().batch(3));
+
+  REQUIRE(c.RemoveWorker(2).code() == absl::StatusCode::kNotFound);
+  REQUIRE(c.AddWorker(1).code() == absl::StatusCode::kAlreadyExists);
+}
+
+TEST_CASE("our policy leaves a smaller residual spread than the paper's rule", "[controller]") {
+  for (const auto& speeds : {std::vector<double>{1, 1, 2, 4}, std::vector<double>{1, 2, 3, 8},
+                             std::vector<double>{1, 1.3, 1.6, 2.5, 3, 6}}) {
+    double ours = 0, paper = 0;
+    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      ours += MeanSpread(Run(Cluster(speeds, seed, Policy::kOmniLearn)), 5);
+      paper += MeanSpread(Run(Cluster(speeds, seed, Policy::kPaper)), 5);
+    }
+    CAPTURE(speeds, ours / kSeeds, paper / kSeeds);
+    REQUIRE(ours < paper);
+    REQUIRE(ours / kSeeds < 1.06);
+  }
+}
+
+TEST_CASE("the paper rule moves b to b*tbar/t outside its dead-band only", "[controller]") {
+  ControllerOptions opts;
+  opts.policy = Policy::kPaper;
+  opts.global_batch = 200;
+  auto c = BatchController::Create(opts);
+  REQUIRE(c.ok());
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->AddWorker(2).ok());
+  // 10% apart: inside the 0.2 dead-band, nothing moves.
+  REQUIRE(c->Report(1, {100, 0.105}).ok());
+  REQUIRE(c->Report(2, {100, 0.095}).ok());
+  REQUIRE_FALSE(c->Adjust().changed);
+  // 3x apart: tbar = 0.2; worker 1 -> 100*0.2/0.3, worker 2 -> 100*0.2/0.1, rescaled to 200.
+  REQUIRE(c->Report(1, {100, 0.300}).ok());
+  REQUIRE(c->Report(2, {100, 0.100}).ok());
+  REQUIRE(c->Adjust().changed);
+  REQUIRE(c->plan().batch(1) == 50);
+  REQUIRE(c->plan().batch(2) == 150);
+}
+
+TEST_CASE("the off policy keeps equal static batches", "[controller]") {
+  const auto rounds = Run(Cluster({1, 1, 2, 4}, 3, Policy::kOff));
+  for (const SimulationRound& r : rounds) {
+    REQUIRE(r.batches == std::vector<int64_t>{64, 64, 64, 64});
+    REQUIRE_FALSE(r.changed);
+  }
+}
+
+TEST_CASE("out of memory lowers the worker's ceiling and training goes on", "[controller]") {
+  SimulationOptions o = Cluster({1, 1, 2, 8}, 4);
+  o.oom_batches = {0, 0, 0, 100};  // the fast worker would want ~146
+  o.rounds = 30;
+  const auto rounds = Run(o);
+  // Each OOM bisects between the largest batch that fitted and the failing one.
+  for (int r = 3; r <= 30; ++r) {
+    CAPTURE(r);
+    REQUIRE(rounds[r].batches[3] <= 100);
+    REQUIRE(std::accumulate(rounds[r].batches.begin(), rounds[r].batches.end(), int64_t{0}) == 256);
+  }
+  // The others take the rest in proportion to their speeds (1:1:2).
+  const auto& last = rounds.back().batches;
+  REQUIRE(last[2] > last[0] * 3 / 2);
+
+  ControllerOptions opts;
+  auto c = BatchController::Create(opts);
+  REQUIRE(c.ok());
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->ReportOutOfMemory(1, 200).ok());
+  REQUIRE(c->plan().workers.at(1).max_batch == 100);  // nothing known to fit: halve
+  REQUIRE(c->Report(1, {80, 0.1}).ok());
+  c->Adjust();
+  REQUIRE(c->ReportOutOfMemory(1, 100).ok());
+  REQUIRE(c->plan().workers.at(1).max_batch == 90);  // 80 fitted: halfway, at most 0.9 * 100
+  REQUIRE(c->ReportOutOfMemory(1, 0).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->ReportOutOfMemory(9, 10).code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("growing a batch that lowered throughput caps the worker (memory guard)", "[controller]") {
+  ControllerOptions opts;
+  opts.global_batch = 192;
+  auto made = BatchController::Create(opts);
+  REQUIRE(made.ok());
+  BatchController& c = *made;
+  REQUIRE(c.AddWorker(1).ok());
+  REQUIRE(c.AddWorker(2).ok());
+  // Worker 2 is 2x faster at 96: the controller grows it to 128.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c.Report(1, {96, 0.096}).ok());
+    REQUIRE(c.Report(2, {96, 0.048}).ok());
+  }
+  c.Adjust();
+  REQUIRE(c.plan().batch(2) == 128);
+  // At 128 it thrashes: time quadruples, throughput falls by two thirds.
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(c.Report(1, {64, 0.064}).ok());
+    REQUIRE(c.Report(2, {128, 0.192 + 0.001 * i}).ok());
+  }
+  c.Adjust();
+  REQUIRE(c.plan().workers.at(2).max_batch == 96);
+  REQUIRE(c.plan().batch(2) <= 96);
+  REQUIRE(c.plan().total == 192);
+}
+
+TEST_CASE("bad options and reports are rejected", "[controller]") {
+  ControllerOptions bad;
+  bad.global_batch = 0;
+  REQUIRE(BatchController::Create(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  bad.global_batch = 10;
+  bad.min_batch = 5;
+  bad.max_batch = 4;
+  REQUIRE(BatchController::Create(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  bad = ControllerOptions();
+  bad.deadband = 1.5;
+  REQUIRE(BatchController::Create(bad).status().code() == absl::StatusCode::kInvalidArgument);
+
+  auto c = BatchController::Create(ControllerOptions());
+  REQUIRE(c.ok());
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->AddWorker(2, {50, 10}).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {0, 0.1}).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {10, -1}).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::quiet_NaN()}).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::infinity()}).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(5, {10, 0.1}).code() == absl::StatusCode::kNotFound);
+
+  REQUIRE(ParsePolicy("Paper").value() == Policy::kPaper);
+  REQUIRE_FALSE(ParsePolicy("pid").ok());
+  REQUIRE_FALSE(ParseSpeeds("1,x").ok());
+  REQUIRE_FALSE(ParseSpeeds("1,-2").ok());
+  REQUIRE(ParseSchedule("3:1:0.5").value().size() == 1);
+  REQUIRE_FALSE(ParseSchedule("3:1").ok());
+  SimulationOptions o = Cluster({1, 2}, 1);
+  o.schedule = {{1, 5, 1.0}};
+  REQUIRE_FALSE(Simulate(o).ok());
+}
+
+}  // namespace
+}  // namespace controller
+}  // namespace omnilearn

@@ -1,0 +1,106 @@
+#include "controller/simulation.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace omnilearn {
+namespace controller {
+namespace {
+
+double Spread(const std::vector<double>& t) {
+  const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
+  return t.empty() ? 1.0 : *hi / *lo;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& options) {
+  const size_t n = options.speeds.size();
+  if (n == 0) return absl::InvalidArgumentError("simulation needs at least one worker speed");
+  if (options.rounds < 0 || options.iterations_per_adjustment < 1 || options.noise < 0 ||
+      options.overhead_seconds < 0 || !(options.samples_per_second > 0)) {
+    return absl::InvalidArgumentError("simulation options out of range");
+  }
+  if (!options.oom_batches.empty() && options.oom_batches.size() != n) {
+    return absl::InvalidArgumentError("oom_batches needs one value per worker");
+  }
+  for (const SpeedChange& c : options.schedule) {
+    if (c.worker < 0 || static_cast<size_t>(c.worker) >= n || !(c.speed > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad schedule entry for worker ", c.worker));
+    }
+  }
+  absl::StatusOr<BatchController> made = BatchController::Create(options.controller);
+  if (!made.ok()) return made.status();
+  BatchController& controller = *made;
+  for (size_t k = 0; k < n; ++k) {
+    if (absl::Status s = controller.AddWorker(k); !s.ok()) return s;
+  }
+  std::vector<double> speeds = options.speeds;
+  std::mt19937_64 rng(options.seed);
+  std::normal_distribution<double> gauss(0.0, 1.0);
+  std::vector<SimulationRound> out;
+  for (int r = 0; r <= options.rounds; ++r) {
+    for (const SpeedChange& c : options.schedule) {
+      if (c.round == r) speeds[c.worker] = c.speed;
+    }
+    SimulationRound row;
+    row.round = r;
+    for (size_t k = 0; k < n; ++k) {
+      const int64_t b = controller.plan().batch(k);
+      row.batches.push_back(b);
+      row.true_seconds.push_back(options.overhead_seconds + b / (options.samples_per_second * speeds[k]));
+    }
+    row.measured_seconds.assign(n, 0);
+    for (int i = 0; i < options.iterations_per_adjustment; ++i) {
+      for (size_t k = 0; k < n; ++k) {
+        if (!options.oom_batches.empty() && options.oom_batches[k] > 0 && row.batches[k] > options.oom_batches[k]) {
+          if (absl::Status s = controller.ReportOutOfMemory(k, row.batches[k]); !s.ok()) return s;
+          continue;
+        }
+        const double t = row.true_seconds[k] * std::max(0.05, 1 + options.noise * gauss(rng));
+        row.measured_seconds[k] += t / options.iterations_per_adjustment;
+        if (absl::Status s = controller.Report(k, {row.batches[k], t}); !s.ok()) return s;
+      }
+    }
+    row.true_spread = Spread(row.true_seconds);
+    row.measured_spread = Spread(row.measured_seconds);
+    if (r < options.rounds) row.changed = controller.Adjust().changed;
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    double v;
+    if (!absl::SimpleAtod(part, &v) || !(v > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad speed '", part, "' (want numbers > 0)"));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("no speeds given");
+  return out;
+}
+
+absl::StatusOr<std::vector<SpeedChange>> ParseSchedule(absl::string_view text) {
+  std::vector<SpeedChange> out;
+  for (absl::string_view entry : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> f = absl::StrSplit(entry, ':');
+    SpeedChange c;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &c.round) || !absl::SimpleAtoi(f[1], &c.worker) ||
+        !absl::SimpleAtod(f[2], &c.speed) || c.round < 0 || c.worker < 0 || !(c.speed > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad schedule entry '", entry, "' (want round:worker:speed)"));
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace controller
+}  // namespace omnilearn

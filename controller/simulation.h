@@ -1,0 +1,61 @@
+// Runs a BatchController against simulated workers. Used by //controller:simulate and the
+// controller's tests, so what users see is what is tested.
+#ifndef OMNILEARN_CONTROLLER_SIMULATION_H_
+#define OMNILEARN_CONTROLLER_SIMULATION_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "controller/batch_controller.h"
+
+namespace omnilearn {
+namespace controller {
+
+// From adjustment round `round` on, worker `worker` runs at `speed`.
+struct SpeedChange {
+  int round = 0;
+  int worker = 0;
+  double speed = 1;
+};
+
+struct SimulationOptions {
+  std::vector<double> speeds;          // relative speeds; speed 1 = `samples_per_second`
+  double samples_per_second = 1000;    // of a speed-1 worker
+  double noise = 0.05;                 // relative standard deviation of each measured time
+  double overhead_seconds = 0;         // fixed per-iteration cost of every worker
+  int rounds = 20;                     // adjustments to run
+  int iterations_per_adjustment = 5;   // reports each worker sends between adjustments
+  std::vector<SpeedChange> schedule;
+  // Per worker: batches above this run out of memory (0 = no limit).
+  std::vector<int64_t> oom_batches;
+  uint64_t seed = 1;
+  ControllerOptions controller;
+};
+
+// Row r describes the iterations of round r, run with the batches in force then
+// (row 0 = the initial plan); `changed` says whether the adjustment after them changed
+// the plan.
+struct SimulationRound {
+  int round = 0;
+  std::vector<int64_t> batches;
+  std::vector<double> measured_seconds;  // mean over the round's iterations, noise included
+  std::vector<double> true_seconds;      // noise-free time at the batch
+  double measured_spread = 1;            // max/min of measured_seconds
+  double true_spread = 1;                // max/min of true_seconds
+  bool changed = false;
+};
+
+absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& options);
+
+// "1,1,2,4" -> {1,1,2,4}; every value must be > 0.
+absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text);
+// "20:3:0.25,40:3:1" -> round:worker:speed triples.
+absl::StatusOr<std::vector<SpeedChange>> ParseSchedule(absl::string_view text);
+
+}  // namespace controller
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_CONTROLLER_SIMULATION_H_

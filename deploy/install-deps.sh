@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs, with apt, exactly what building, running and testing OmniLearn need on Debian 12.
+# Idempotent: packages already present are skipped; safe to re-run. Exits non-zero with a clear
+# message when something cannot be installed.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap            # Bazel 4.2.3 (offline build)
+  g++ cmake ninja-build      # compilers; CMake build for GPU hosts
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev
+  catch2
+  libtorch-dev               # CPU LibTorch 1.13
+  libopenblas0-pthread       # without it LibTorch falls back to reference BLAS (30x slower)
+  libcivetweb-dev            # HTTP server for /metrics
+  dataset-fashion-mnist      # the real data set (IDX .gz files)
+  prometheus                 # promtool and a real Prometheus for the metrics tests
+  iproute2                   # network namespaces for the separate-hosts test
+  python3 curl ca-certificates openssl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! $SUDO apt-get update -qq; then
+  echo "install-deps: apt-get update failed (is Debian's archive reachable?)" >&2
+  exit 1
+fi
+if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; then
+  echo "install-deps: apt-get install failed for: ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: done"
