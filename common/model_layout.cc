@@ -1,0 +1,44 @@
+#include "common/model_layout.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace omnilearn {
+
+absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors) {
+  if (tensors.empty()) return absl::InvalidArgumentError("model layout has no tensors");
+  ModelLayout l;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& t = tensors[i];
+    if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has no name"));
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has a negative dimension"));
+      if (d > 0 && n > (int64_t{1} << 40) / d) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' is too large"));
+      }
+      n *= d;
+    }
+    if (!l.index_.emplace(t.name, static_cast<int>(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' appears twice"));
+    }
+    l.offsets_.push_back(l.total_);
+    l.sizes_.push_back(n);
+    l.total_ += n;
+  }
+  l.tensors_ = std::move(tensors);
+  return l;
+}
+
+int ModelLayout::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::string ModelLayout::DebugString() const {
+  return absl::StrJoin(tensors_, ", ", [](std::string* out, const TensorSpec& t) {
+    absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]");
+  });
+}
+
+}  // namespace omnilearn

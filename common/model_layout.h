@@ -1,0 +1,49 @@
+// The model as the server sees it: an ordered list of named float32 tensors, stored
+// concatenated in one flat vector. No gRPC, no torch.
+#ifndef OMNILEARN_COMMON_MODEL_LAYOUT_H_
+#define OMNILEARN_COMMON_MODEL_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+
+namespace omnilearn {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool operator==(const TensorSpec& o) const { return name == o.name && shape == o.shape; }
+};
+
+// Immutable after Create. Thread-safe (const).
+class ModelLayout {
+ public:
+  ModelLayout() = default;
+  // InvalidArgument: no tensors, an empty or repeated name, a negative dimension.
+  static absl::StatusOr<ModelLayout> Create(std::vector<TensorSpec> tensors);
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  int64_t total_elements() const { return total_; }
+  // Index of the tensor called `name`, or -1.
+  int Find(const std::string& name) const;
+  int64_t offset(int index) const { return offsets_[index]; }
+  int64_t size(int index) const { return sizes_[index]; }
+  bool empty() const { return tensors_.empty(); }
+  bool operator==(const ModelLayout& o) const { return tensors_ == o.tensors_; }
+  bool operator!=(const ModelLayout& o) const { return !(*this == o); }
+  // "conv1.weight[16,1,5,5], ..." for error messages.
+  std::string DebugString() const;
+
+ private:
+  std::vector<TensorSpec> tensors_;
+  std::vector<int64_t> offsets_, sizes_;
+  absl::flat_hash_map<std::string, int> index_;
+  int64_t total_ = 0;
+};
+
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_COMMON_MODEL_LAYOUT_H_

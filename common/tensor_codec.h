@@ -1,0 +1,55 @@
+// Converts between the flat float32 model vector and the wire's TensorChunk messages.
+#ifndef OMNILEARN_COMMON_TENSOR_CODEC_H_
+#define OMNILEARN_COMMON_TENSOR_CODEC_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model_layout.h"
+#include "proto/omnilearn.pb.h"
+
+namespace omnilearn {
+
+// Largest chunk payload: 4 MiB (the proto's contract).
+inline constexpr int64_t kMaxChunkBytes = 4 << 20;
+// Receive limit for one gRPC message: a chunk plus its envelope.
+inline constexpr int kMaxMessageBytes = kMaxChunkBytes + (1 << 20);
+
+absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto);
+v1::ModelLayout LayoutToProto(const ModelLayout& layout);
+
+// Calls `emit` with each chunk of `flat` (layout.total_elements() floats), in layout
+// order, each at most `max_chunk_bytes` of payload. Stops at the first false from emit.
+// Returns false when emit did.
+bool ForEachChunk(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
+                  const std::function<bool(v1::TensorChunk&)>& emit);
+
+// Rebuilds a flat vector from chunks. Each tensor's chunks must come in order and
+// cover it exactly once; names and shapes must match the layout.
+// Thread-compatible.
+class ChunkAssembler {
+ public:
+  explicit ChunkAssembler(const ModelLayout* layout);
+  // InvalidArgument: unknown name, wrong shape, misplaced offset, ragged or
+  // oversized payload.
+  absl::Status Add(const v1::TensorChunk& chunk);
+  // InvalidArgument when a tensor is incomplete. Moves the vector out.
+  absl::StatusOr<std::vector<float>> Finish();
+  int64_t bytes_received() const { return bytes_; }
+
+ private:
+  const ModelLayout* layout_;
+  std::vector<float> flat_;
+  std::vector<int64_t> filled_;  // per tensor: elements received so far
+  int64_t bytes_ = 0;
+};
+
+// True when every value is finite.
+bool AllFinite(const std::vector<float>& values);
+
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_COMMON_TENSOR_CODEC_H_

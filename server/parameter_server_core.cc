@@ -1,0 +1,411 @@
+#include "server/parameter_server_core.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+// Largest batch a push may claim (a sanity bound, not a policy).
+constexpr int64_t kMaxPushBatch = int64_t{1} << 24;
+constexpr size_t kStalenessBuckets = 64;
+
+}  // namespace
+
+absl::StatusOr<Mode> ParseMode(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "sync") return Mode::kSync;
+  if (n == "async") return Mode::kAsync;
+  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (want sync or async)"));
+}
+
+std::string ModeName(Mode mode) { return mode == Mode::kSync ? "sync" : "async"; }
+
+std::string WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kActive:
+      return "active";
+    case WorkerState::kPending:
+      return "pending";
+    case WorkerState::kDropped:
+      return "dropped";
+    case WorkerState::kLeft:
+      return "left";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create(const ServerOptions& options) {
+  if (options.num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
+  if (options.adjust_every < 1) return absl::InvalidArgumentError("adjust_every must be >= 1");
+  if (options.round_timeout <= absl::ZeroDuration() || options.lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("round_timeout and lease must be > 0");
+  }
+  const OptimizerOptions& o = options.optimizer;
+  if (!(o.learning_rate > 0) || !(o.momentum >= 0 && o.momentum < 1) || !(o.weight_decay >= 0) ||
+      !(o.lr_decay > 0 && o.lr_decay <= 1)) {
+    return absl::InvalidArgumentError("optimizer options out of range (lr > 0, 0 <= momentum < 1, wd >= 0)");
+  }
+  absl::StatusOr<controller::BatchController> c = controller::BatchController::Create(options.controller);
+  if (!c.ok()) return c.status();
+  return std::unique_ptr<ParameterServerCore>(new ParameterServerCore(options, std::move(*c)));
+}
+
+ParameterServerCore::ParameterServerCore(const ServerOptions& options, controller::BatchController controller)
+    : options_(options),
+      start_time_(absl::Now()),
+      controller_(std::move(controller)),
+      store_(options.optimizer),
+      staleness_counts_(kStalenessBuckets, 0) {}
+
+size_t ParameterServerCore::LiveCount() const {
+  size_t n = 0;
+  for (const auto& [id, w] : workers_) n += Live(w) ? 1 : 0;
+  return n;
+}
+
+void ParameterServerCore::Retire(Worker& w, WorkerState state) {
+  if (Live(w)) (void)controller_.RemoveWorker(w.id);
+  w.state = state;
+  round_pushed_.erase(w.id);
+}
+
+void ParameterServerCore::Readmit(Worker& w) {
+  w.state = WorkerState::kPending;
+  (void)controller_.AddWorker(w.id);
+}
+
+void ParameterServerCore::ExpireLeases(absl::Time now) {
+  bool changed = false;
+  for (auto& [id, w] : workers_) {
+    if (w.state != WorkerState::kLeft && now - w.last_seen > options_.lease) {
+      Retire(w, WorkerState::kLeft);
+      changed = true;
+    }
+  }
+  if (changed) MaybeCompleteRound();
+}
+
+absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time deadline) {
+  if (info.name.empty()) return absl::InvalidArgumentError("a worker needs a name");
+  if (info.layout.empty()) return absl::InvalidArgumentError("join without a model layout");
+  if (info.max_batch < 0) return absl::InvalidArgumentError("max_batch must be >= 0");
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return absl::UnavailableError("the server is shutting down");
+  const absl::Time now = absl::Now();
+  ExpireLeases(now);
+  if (!store_.initialized()) {
+    if (!info.initial_parameters) {
+      return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
+    }
+    if (absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters)); !s.ok()) return s;
+  } else if (info.layout != store_.layout()) {
+    return absl::InvalidArgumentError(absl::StrCat("model layout differs from the server's: got ",
+                                                   info.layout.DebugString(), "; server has ",
+                                                   store_.layout().DebugString()));
+  }
+  // A restarted worker process comes back under its old name: retire the old record.
+  for (auto& [id, w] : workers_) {
+    if (w.name == info.name && w.state != WorkerState::kLeft) Retire(w, WorkerState::kLeft);
+  }
+  const WorkerId id = next_id_++;
+  Worker w;
+  w.id = id;
+  w.name = info.name;
+  w.host = info.host;
+  w.device = info.device;
+  w.memory = info.device_memory_bytes;
+  w.last_seen = now;
+  // Joining an open sync round: take part from the next one.
+  w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
+  if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}); !s.ok()) return s;
+  workers_.emplace(id, std::move(w));
+  MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
+
+  if (!started_) {
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), std::min(deadline, start_time_ + options_.start_timeout));
+    started_ = true;  // with everyone, or with who came in time
+  }
+  if (shutdown_) return absl::UnavailableError("the server is shutting down");
+  JoinResult r;
+  r.id = id;
+  r.lease = options_.lease;
+  r.mode = options_.mode;
+  r.batch = controller_.plan().batch(id);
+  r.layout = store_.layout();
+  r.version = store_.version();
+  r.global_batch = options_.controller.global_batch;
+  return r;
+}
+
+void ParameterServerCore::Account(const PushInfo& info) {
+  Worker& w = workers_.at(info.id);
+  w.iterations += 1;
+  w.samples += info.batch;
+  w.last_compute = info.compute_seconds;
+  w.sum_compute += info.compute_seconds;
+  global_samples_ += info.batch;
+  last_loss_ = info.train_loss;
+  if (info.test_accuracy) test_accuracy_ = info.test_accuracy;
+  (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
+}
+
+void ParameterServerCore::CountAdjustmentTick() {
+  // sync: one tick per round; async: one per push, adjust_every * n per adjustment.
+  ++ticks_since_adjust_;
+  const uint64_t every =
+      options_.adjust_every * (options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount()));
+  if (ticks_since_adjust_ >= every) {
+    ticks_since_adjust_ = 0;
+    controller_.Adjust();
+  }
+}
+
+PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string message) const {
+  PushResult r;
+  r.action = shutdown_ ? Action::kStop : Action::kPull;
+  r.next_batch = controller_.plan().batch(id);
+  r.version = store_.version();
+  r.applied = applied;
+  r.message = std::move(message);
+  r.global_samples = global_samples_;
+  return r;
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::vector<float> gradient,
+                                                     absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto reject = [this](const char* result, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ++pushes_by_result_[result];
+    return s;
+  };
+  if (shutdown_) return reject("shutdown", absl::UnavailableError("the server is shutting down"));
+  const absl::Time now = absl::Now();
+  ExpireLeases(now);
+  auto it = workers_.find(info.id);
+  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
+    return reject("unknown_worker", absl::NotFoundError(absl::StrCat("unknown or expired worker ", info.id,
+                                                                     ": join again")));
+  }
+  if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
+  if (info.batch < 1 || info.batch > kMaxPushBatch) {
+    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("batch size ", info.batch, " out of range")));
+  }
+  if (info.version > store_.version()) {
+    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("model version ", info.version,
+                                                                     " is newer than the server's ",
+                                                                     store_.version())));
+  }
+  if (!info.out_of_memory) {
+    if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0) {
+      return reject("invalid", absl::InvalidArgumentError(
+                                   absl::StrCat("compute seconds must be finite and > 0, got ", info.compute_seconds)));
+    }
+    if (static_cast<int64_t>(gradient.size()) != store_.layout().total_elements()) {
+      return reject("invalid", absl::InvalidArgumentError(absl::StrCat("gradient has ", gradient.size(),
+                                                                       " values, the model has ",
+                                                                       store_.layout().total_elements())));
+    }
+    if (!AllFinite(gradient)) {
+      return reject("invalid", absl::InvalidArgumentError("gradient contains NaN or Inf: not applied"));
+    }
+  }
+  Worker& w = it->second;
+  w.last_seen = now;
+  if (w.state == WorkerState::kDropped) Readmit(w);
+  if (info.out_of_memory) {
+    (void)controller_.ReportOutOfMemory(info.id, info.batch);
+    ++pushes_by_result_["out_of_memory"];
+    if (options_.mode == Mode::kSync && info.version == store_.version()) {
+      OpenRound();
+      round_pushed_.insert(info.id);  // counts as present, contributes nothing
+      MaybeCompleteRound();
+    }
+    return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
+  }
+  return options_.mode == Mode::kSync ? PushSync(info, std::move(gradient), deadline)
+                                      : PushAsync(info, std::move(gradient));
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, std::vector<float> gradient,
+                                                         absl::Time deadline) {
+  const uint64_t version = store_.version();
+  if (info.version != version || round_pushed_.count(info.id)) {
+    ++pushes_by_result_["stale"];
+    return Reply(info.id, false,
+                 absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
+  }
+  OpenRound();
+  const double b = static_cast<double>(info.batch);
+  for (size_t i = 0; i < gradient.size(); ++i) round_sum_[i] += b * gradient[i];
+  round_samples_ += info.batch;
+  round_pushed_.insert(info.id);
+  Account(info);
+  ++pushes_by_result_["applied"];
+  MaybeCompleteRound();
+  auto done = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || store_.version() != version || !round_open_;
+  };
+  while (!done()) {
+    const absl::Time until = std::min(deadline, round_deadline_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&done), until)) {
+      if (absl::Now() >= round_deadline_ && round_open_ && store_.version() == version) {
+        CompleteRound();  // the round timed out: go on without the missing workers
+      } else if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError("the round did not close before the call's deadline");
+      }
+    }
+  }
+  return Reply(info.id, true, "");
+}
+
+void ParameterServerCore::OpenRound() {
+  if (round_open_) return;
+  round_open_ = true;
+  round_deadline_ = absl::Now() + options_.round_timeout;
+  round_sum_.assign(store_.layout().total_elements(), 0.0);
+  round_samples_ = 0;
+}
+
+void ParameterServerCore::MaybeCompleteRound() {
+  if (!round_open_) return;
+  for (const auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) return;
+  }
+  CompleteRound();
+}
+
+void ParameterServerCore::CompleteRound() {
+  // Workers that were due and did not push are dropped; their share goes to the others.
+  for (auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) Retire(w, WorkerState::kDropped);
+  }
+  if (round_samples_ > 0) {
+    std::vector<float> mean(round_sum_.size());
+    const double inv = 1.0 / static_cast<double>(round_samples_);
+    for (size_t i = 0; i < mean.size(); ++i) mean[i] = static_cast<float>(round_sum_[i] * inv);
+    store_.Apply(mean, 1.0, 1.0);
+    ++rounds_;
+  }
+  for (auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
+  }
+  round_open_ = false;
+  round_pushed_.clear();
+  round_sum_.clear();
+  round_samples_ = 0;
+  if (rounds_ > 0) CountAdjustmentTick();
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushAsync(const PushInfo& info, std::vector<float> gradient) {
+  // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
+  // the model moved since the worker pulled and n the live workers. With n workers
+  // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
+  // Momentum per push is momentum^(b / B): it decays by `momentum` per global batch.
+  const uint64_t s = store_.version() - info.version;
+  const double share = static_cast<double>(info.batch) / static_cast<double>(options_.controller.global_batch);
+  const double damp = std::min(1.0, static_cast<double>(LiveCount()) / (1.0 + static_cast<double>(s)));
+  store_.Apply(gradient, share * damp, share);
+  ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
+  Account(info);
+  ++pushes_by_result_["applied"];
+  ++rounds_;
+  CountAdjustmentTick();
+  PushResult r = Reply(info.id, true, "");
+  r.staleness = s;
+  return r;
+}
+
+absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t have_version) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
+    return absl::NotFoundError(absl::StrCat("unknown or expired worker ", id, ": join again"));
+  }
+  if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model");
+  it->second.last_seen = absl::Now();
+  ModelSnapshot snap;
+  snap.version = store_.version();
+  snap.layout = store_.layout();
+  if (have_version != snap.version) snap.weights = store_.weights();
+  return snap;
+}
+
+Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* batch) {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return Action::kStop;
+  ExpireLeases(absl::Now());
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.state == WorkerState::kLeft) return Action::kRejoin;
+  it->second.last_seen = absl::Now();
+  *version = store_.version();
+  *batch = controller_.plan().batch(id);
+  return Action::kContinue;
+}
+
+absl::Status ParameterServerCore::Leave(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
+    return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  }
+  Retire(it->second, WorkerState::kLeft);
+  MaybeCompleteRound();
+  return absl::OkStatus();
+}
+
+void ParameterServerCore::CountRejectedPush(const std::string& result) {
+  absl::MutexLock lock(&mu_);
+  ++pushes_by_result_[result];
+}
+
+void ParameterServerCore::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+}
+
+ServerSnapshot ParameterServerCore::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  ServerSnapshot s;
+  s.mode = options_.mode;
+  s.controller = controller::PolicyName(options_.controller.policy);
+  s.version = store_.version();
+  s.global_batch = options_.controller.global_batch;
+  s.rounds = rounds_;
+  s.adjustments = controller_.plan().adjustment;
+  s.global_samples = global_samples_;
+  s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
+  s.last_train_loss = last_loss_;
+  s.test_accuracy = test_accuracy_;
+  s.uptime_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  s.pushes_by_result = pushes_by_result_;
+  s.staleness_counts = staleness_counts_;
+  for (const auto& [id, w] : workers_) {
+    WorkerSnapshot ws;
+    ws.id = id;
+    ws.name = w.name;
+    ws.host = w.host;
+    ws.device = w.device;
+    ws.state = w.state;
+    ws.batch = controller_.plan().batch(id);
+    auto p = controller_.plan().workers.find(id);
+    ws.max_batch = p == controller_.plan().workers.end() ? 0 : p->second.max_batch;
+    ws.last_compute_seconds = w.last_compute;
+    ws.mean_compute_seconds = w.iterations ? w.sum_compute / w.iterations : 0;
+    ws.iterations = w.iterations;
+    ws.samples = w.samples;
+    s.workers.push_back(ws);
+  }
+  return s;
+}
+
+}  // namespace server
+}  // namespace omnilearn

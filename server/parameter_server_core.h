@@ -1,0 +1,226 @@
+// The parameter server's logic, free of gRPC: membership and leases, the synchronous
+// round barrier, the asynchronous applier, the batch controller, statistics.
+#ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
+#define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/model_layout.h"
+#include "controller/batch_controller.h"
+#include "server/parameter_store.h"
+
+namespace omnilearn {
+namespace server {
+
+using WorkerId = uint64_t;
+
+enum class Mode { kSync, kAsync };
+enum class Device { kUnknown, kCpu, kCuda };
+enum class WorkerState { kActive, kPending, kDropped, kLeft };
+// What the worker must do next (mirrors the proto's Action).
+enum class Action { kContinue, kPull, kRejoin, kStop };
+
+absl::StatusOr<Mode> ParseMode(absl::string_view name);
+std::string ModeName(Mode mode);
+std::string WorkerStateName(WorkerState state);
+
+struct ServerOptions {
+  Mode mode = Mode::kSync;
+  int num_workers = 1;                            // the first round waits for this many joins
+  absl::Duration start_timeout = absl::Minutes(5);  // ...or starts with who is there after this
+  absl::Duration round_timeout = absl::Seconds(30);  // sync: late workers are dropped
+  absl::Duration lease = absl::Seconds(60);       // silent this long = gone
+  int adjust_every = 10;                          // rounds (sync) or n-worker pushes (async)
+  controller::ControllerOptions controller;
+  OptimizerOptions optimizer;
+};
+
+struct JoinInfo {
+  std::string name;
+  std::string host;
+  Device device = Device::kUnknown;
+  int64_t device_memory_bytes = 0;
+  ModelLayout layout;
+  std::optional<std::vector<float>> initial_parameters;
+  int64_t max_batch = 0;  // 0 = none
+};
+
+struct JoinResult {
+  WorkerId id = 0;
+  absl::Duration lease;
+  Mode mode = Mode::kSync;
+  int64_t batch = 0;
+  ModelLayout layout;
+  uint64_t version = 0;
+  int64_t global_batch = 0;
+};
+
+struct PushInfo {
+  WorkerId id = 0;
+  int64_t batch = 0;
+  double compute_seconds = 0;
+  uint64_t version = 0;
+  uint64_t iteration = 0;
+  double train_loss = 0;
+  std::optional<double> test_accuracy;
+  bool out_of_memory = false;
+  uint64_t samples_seen = 0;
+};
+
+struct PushResult {
+  Action action = Action::kPull;
+  int64_t next_batch = 0;
+  uint64_t version = 0;
+  uint64_t staleness = 0;
+  bool applied = false;
+  std::string message;
+  uint64_t global_samples = 0;  // samples trained on by all workers (defines the epoch)
+};
+
+struct ModelSnapshot {
+  uint64_t version = 0;
+  ModelLayout layout;
+  std::shared_ptr<const std::vector<float>> weights;  // null when up to date
+};
+
+struct WorkerSnapshot {
+  WorkerId id = 0;
+  std::string name, host;
+  Device device = Device::kUnknown;
+  WorkerState state = WorkerState::kActive;
+  int64_t batch = 0;
+  int64_t max_batch = 0;
+  double last_compute_seconds = 0;
+  double mean_compute_seconds = 0;
+  uint64_t iterations = 0;
+  uint64_t samples = 0;
+};
+
+struct ServerSnapshot {
+  Mode mode = Mode::kSync;
+  std::string controller;
+  uint64_t version = 0;
+  int64_t global_batch = 0;
+  uint64_t rounds = 0;
+  uint64_t adjustments = 0;
+  uint64_t global_samples = 0;
+  uint64_t parameter_count = 0;
+  double last_train_loss = 0;
+  std::optional<double> test_accuracy;
+  double uptime_seconds = 0;
+  std::vector<WorkerSnapshot> workers;
+  std::map<std::string, uint64_t> pushes_by_result;  // applied, stale, invalid, ...
+  std::vector<uint64_t> staleness_counts;            // async: histogram by versions behind
+};
+
+// Thread-safe. Blocking calls (Join, Push) wait at most until their deadline and the
+// round timeout, and return at once after Shutdown().
+class ParameterServerCore {
+ public:
+  // InvalidArgument on bad options.
+  static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(const ServerOptions& options);
+
+  // Registers a worker. The first worker must bring initial parameters; later ones
+  // must bring the same layout. Until `num_workers` have joined (or start_timeout
+  // passed) the call waits, so the first round starts with everyone.
+  // InvalidArgument (bad name/layout/parameters), FailedPrecondition (no model yet),
+  // Unavailable (shutting down).
+  absl::StatusOr<JoinResult> Join(JoinInfo info, absl::Time deadline);
+
+  // Takes one gradient (mean over info.batch samples; empty for an OOM report).
+  // sync: waits for the round to close (all active workers pushed, or round_timeout);
+  // async: applies it at once. The model is unchanged on any error.
+  // NotFound (unknown or expired worker: rejoin), InvalidArgument (batch, time,
+  // version from the future, size, NaN/Inf), Unavailable (shutting down).
+  absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline);
+
+  // The current model, or only its version when the worker has it already.
+  // NotFound for an unknown worker, FailedPrecondition when there is no model.
+  absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version);
+
+  // Keeps the lease. Returns what the worker must do (kRejoin for unknown ids).
+  Action Heartbeat(WorkerId id, uint64_t* version, int64_t* batch);
+
+  // The worker leaves; its share goes to the others. NotFound.
+  absl::Status Leave(WorkerId id);
+
+  ServerSnapshot Snapshot() const;
+
+  // Wakes every waiting call; they and all later ones answer kStop / Unavailable.
+  void Shutdown();
+
+  // Records a validation failure seen before the core (bad chunks in the adapter).
+  void CountRejectedPush(const std::string& result);
+
+ private:
+  struct Worker {
+    WorkerId id = 0;
+    std::string name, host;
+    Device device = Device::kUnknown;
+    int64_t memory = 0;
+    WorkerState state = WorkerState::kActive;
+    absl::Time last_seen;
+    uint64_t iterations = 0, samples = 0;
+    double last_compute = 0, sum_compute = 0;
+  };
+
+  ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
+
+  bool Live(const Worker& w) const { return w.state == WorkerState::kActive || w.state == WorkerState::kPending; }
+  void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the worker out of rounds and the controller (dropped or left).
+  void Retire(Worker& w, WorkerState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a dropped worker back (from the next round on).
+  void Readmit(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock
+  void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  PushResult Reply(WorkerId id, bool applied, std::string message) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushSync(const PushInfo& info, std::vector<float> gradient, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<PushResult> PushAsync(const PushInfo& info, std::vector<float> gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ServerOptions options_;
+  const absl::Time start_time_;
+  mutable absl::Mutex mu_;
+  controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
+  ParameterStore store_ ABSL_GUARDED_BY(mu_);
+  std::map<WorkerId, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  WorkerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Sync round state.
+  bool round_open_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time round_deadline_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> round_sum_ ABSL_GUARDED_BY(mu_);  // sum of b_k * g_k
+  int64_t round_samples_ ABSL_GUARDED_BY(mu_) = 0;      // sum of b_k
+  std::set<WorkerId> round_pushed_ ABSL_GUARDED_BY(mu_);
+  // Statistics.
+  uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t global_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  double last_loss_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, uint64_t> pushes_by_result_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> staleness_counts_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_

@@ -1,0 +1,244 @@
+#include "server/parameter_server_core.h"
+
+#include <cmath>
+#include <thread>
+
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr int kParams = 6;
+
+ServerOptions Options(Mode mode, int num_workers) {
+  ServerOptions o;
+  o.mode = mode;
+  o.num_workers = num_workers;
+  o.round_timeout = absl::Seconds(10);
+  o.controller.global_batch = 8;
+  o.controller.policy = controller::Policy::kOff;
+  o.optimizer.learning_rate = 1.0;  // w -= g: the arithmetic is easy to check
+  o.optimizer.momentum = 0;
+  o.optimizer.weight_decay = 0;
+  return o;
+}
+
+JoinInfo Info(const std::string& name, bool with_params) {
+  JoinInfo j;
+  j.name = name;
+  j.layout = *ModelLayout::Create({{"w", {2, 2}}, {"b", {2}}});
+  if (with_params) j.initial_parameters = std::vector<float>(kParams, 0.0f);
+  return j;
+}
+
+absl::Time Soon() { return absl::Now() + absl::Seconds(20); }
+
+PushInfo Grad(WorkerId id, int64_t batch, uint64_t version) {
+  PushInfo p;
+  p.id = id;
+  p.batch = batch;
+  p.compute_seconds = 0.01;
+  p.version = version;
+  return p;
+}
+
+std::vector<float> Weights(ParameterServerCore& core, WorkerId id) {
+  auto snap = core.Pull(id, ~0ull);
+  REQUIRE(snap.ok());
+  return *snap->weights;
+}
+
+// Joins n workers "w0".."w{n-1}": w0 brings the model, the others wait for it.
+std::vector<JoinResult> JoinAll(ParameterServerCore& core, int n) {
+  std::vector<JoinResult> out(n);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { out[0] = *core.Join(Info("w0", true), Soon()); });
+  while (core.Snapshot().parameter_count == 0) absl::SleepFor(absl::Milliseconds(1));
+  for (int i = 1; i < n; ++i) {
+    threads.emplace_back([&, i] { out[i] = *core.Join(Info("w" + std::to_string(i), false), Soon()); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST_CASE("a sync round applies exactly the batch-weighted mean", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  const auto joined = JoinAll(*core, 2);  // w0 waits for w1: the first round starts with both
+  const JoinResult &a = joined[0], &b = joined[1];
+  REQUIRE(a.batch == 4);
+  REQUIRE(b.batch == 4);
+  PushResult ra, rb;
+  // batch 1 with gradient 1, batch 3 with gradient 5: mean = (1 + 15) / 4 = 4.
+  std::thread ta([&] { ra = *core->Push(Grad(a.id, 1, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  rb = *core->Push(Grad(b.id, 3, 0), std::vector<float>(kParams, 5.0f), Soon());
+  ta.join();
+  REQUIRE(ra.applied);
+  REQUIRE(rb.version == 1);
+  REQUIRE(ra.version == 1);
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -4.0f));
+  REQUIRE(core->Snapshot().rounds == 1);
+}
+
+TEST_CASE("a worker that misses the round deadline is dropped and rejoins", "[core]") {
+  ServerOptions o = Options(Mode::kSync, 3);
+  o.round_timeout = absl::Milliseconds(300);
+  o.controller.global_batch = 9;
+  auto core = *ParameterServerCore::Create(o);
+  const auto j = JoinAll(*core, 3);
+  const absl::Time start = absl::Now();
+  PushResult r1;
+  std::thread p1([&] { r1 = *core->Push(Grad(j[1].id, 3, 0), std::vector<float>(kParams, 2.0f), Soon()); });
+  PushResult r0 = *core->Push(Grad(j[0].id, 3, 0), std::vector<float>(kParams, 2.0f), Soon());
+  p1.join();
+  const absl::Duration waited = absl::Now() - start;
+  REQUIRE(waited >= absl::Milliseconds(250));
+  REQUIRE(waited < absl::Seconds(5));
+  REQUIRE(r0.applied);
+  REQUIRE(r0.version == 1);
+  REQUIRE(Weights(*core, j[0].id) == std::vector<float>(kParams, -2.0f));
+  // w2 is out; its share went to the others: 9 = 5 + 4 (equal split of 9 over 2).
+  ServerSnapshot s = core->Snapshot();
+  REQUIRE(s.workers[2].state == WorkerState::kDropped);
+  REQUIRE(r0.next_batch + r1.next_batch == 9);
+  // The next round does not wait for it.
+  std::thread p2([&] { r1 = *core->Push(Grad(j[1].id, 4, 1), std::vector<float>(kParams, 1.0f), Soon()); });
+  r0 = *core->Push(Grad(j[0].id, 5, 1), std::vector<float>(kParams, 1.0f), Soon());
+  p2.join();
+  REQUIRE(r0.version == 2);
+  // It comes back with a gradient for version 0: late, not applied, readmitted.
+  PushResult late = *core->Push(Grad(j[2].id, 3, 0), std::vector<float>(kParams, 100.0f), Soon());
+  REQUIRE_FALSE(late.applied);
+  REQUIRE(late.version == 2);
+  REQUIRE(late.next_batch == 3);
+  REQUIRE(Weights(*core, j[0].id) == std::vector<float>(kParams, -3.0f));
+  REQUIRE(core->Snapshot().workers[2].state == WorkerState::kPending);
+}
+
+TEST_CASE("leaving mid-round lets the round close", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  PushResult ra;
+  std::thread ta([&] { ra = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  absl::SleepFor(absl::Milliseconds(50));
+  REQUIRE(core->Leave(b.id).ok());
+  ta.join();
+  REQUIRE(ra.version == 1);
+  REQUIRE(ra.next_batch == 8);
+  REQUIRE(core->Leave(b.id).code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("async pushes apply on arrival with staleness accounting", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 2));
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  // a: fresh, step = lr * b/B * min(1, 2/1) = 4/8 -> w = -0.5 * 2 = -1
+  PushResult r1 = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 2.0f), Soon());
+  REQUIRE(r1.version == 1);
+  REQUIRE(r1.staleness == 0);
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -1.0f));
+  // b trained on version 0: staleness 1, not damped with 2 workers (2/(1+1) = 1).
+  PushResult r2 = *core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 2.0f), Soon());
+  REQUIRE(r2.version == 2);
+  REQUIRE(r2.staleness == 1);
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -2.0f));
+  // a trained on version 0 again, now 2 behind: damped by 2/3.
+  PushResult r3 = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 3.0f), Soon());
+  REQUIRE(r3.staleness == 2);
+  const float expected = -2.0f - 0.5f * (2.0f / 3.0f) * 3.0f;
+  for (float w : Weights(*core, a.id)) REQUIRE(w == Approx(expected));
+  ServerSnapshot s = core->Snapshot();
+  REQUIRE(s.staleness_counts[0] == 1);
+  REQUIRE(s.staleness_counts[1] == 1);
+  REQUIRE(s.staleness_counts[2] == 1);
+  REQUIRE(s.pushes_by_result["applied"] == 3);
+}
+
+TEST_CASE("validation errors leave the model bytes unchanged", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  JoinResult a = *core->Join(Info("a", true), Soon());
+  REQUIRE(core->Push(Grad(a.id, 8, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  const std::vector<float> before = Weights(*core, a.id);
+  const uint64_t version = core->Snapshot().version;
+
+  std::vector<float> nan(kParams, 1.0f);
+  nan[2] = std::nanf("");
+  std::vector<float> inf(kParams, 1.0f);
+  inf[0] = INFINITY;
+  REQUIRE(core->Push(Grad(a.id, 8, 1), nan, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Push(Grad(a.id, 8, 1), inf, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Push(Grad(a.id, 8, 1), std::vector<float>(kParams + 1, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Push(Grad(a.id, 0, 1), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Push(Grad(a.id, 8, 7), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  PushInfo bad_time = Grad(a.id, 8, 1);
+  bad_time.compute_seconds = std::nan("");
+  REQUIRE(core->Push(bad_time, std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Push(Grad(999, 8, 1), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kNotFound);
+  REQUIRE(Weights(*core, a.id) == before);
+  ServerSnapshot s = core->Snapshot();
+  REQUIRE(s.version == version);
+  REQUIRE(s.pushes_by_result["invalid"] == 6);
+  REQUIRE(s.pushes_by_result["unknown_worker"] == 1);
+}
+
+TEST_CASE("joins are validated", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 1));
+  REQUIRE(core->Join(Info("a", false), Soon()).status().code() == absl::StatusCode::kFailedPrecondition);
+  JoinInfo nan = Info("a", true);
+  (*nan.initial_parameters)[1] = NAN;
+  REQUIRE(core->Join(nan, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Join(Info("", true), Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(core->Join(Info("a", true), Soon()).ok());
+  JoinInfo other = Info("b", false);
+  other.layout = *ModelLayout::Create({{"w", {4}}, {"b", {2}}});
+  REQUIRE(core->Join(other, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  // A restarted worker rejoins under its name: the old id is retired.
+  JoinResult again = *core->Join(Info("a", false), Soon());
+  REQUIRE(again.id == 2);
+  REQUIRE(core->Pull(1, 0).status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(again.batch == 8);
+}
+
+TEST_CASE("an out-of-memory report lowers the batch and does not stall the round", "[core]") {
+  ServerOptions o = Options(Mode::kSync, 2);
+  o.controller.policy = controller::Policy::kOmniLearn;
+  o.controller.global_batch = 100;
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  PushResult ra;
+  std::thread ta([&] { ra = *core->Push(Grad(a.id, 50, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  PushInfo oom = Grad(b.id, 50, 0);
+  oom.out_of_memory = true;
+  PushResult rb = *core->Push(oom, {}, Soon());
+  ta.join();
+  REQUIRE_FALSE(rb.applied);
+  REQUIRE(rb.next_batch < 50);
+  REQUIRE(ra.version == 1);
+  REQUIRE(ra.next_batch + core->Snapshot().workers[1].batch == 100);
+}
+
+TEST_CASE("shutdown wakes a waiting push", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  absl::StatusOr<PushResult> r;
+  std::thread ta([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  absl::SleepFor(absl::Milliseconds(50));
+  core->Shutdown();
+  ta.join();
+  REQUIRE(r.ok());
+  REQUIRE(r->action == Action::kStop);
+  REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
+          absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
