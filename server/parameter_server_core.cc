@@ -231,8 +231,10 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     }
     return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
   }
-  return options_.mode == Mode::kSync ? PushSync(info, std::move(gradient), deadline)
-                                      : PushAsync(info, std::move(gradient));
+  absl::StatusOr<PushResult> r = options_.mode == Mode::kSync ? PushSync(info, std::move(gradient), deadline)
+                                                               : PushAsync(info, std::move(gradient));
+  if (r.ok()) workers_.at(info.id).last_batch = r->next_batch;
+  return r;
 }
 
 absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, std::vector<float> gradient,
@@ -292,7 +294,7 @@ void ParameterServerCore::CompleteRound() {
     std::vector<float> mean(round_sum_.size());
     const double inv = 1.0 / static_cast<double>(round_samples_);
     for (size_t i = 0; i < mean.size(); ++i) mean[i] = static_cast<float>(round_sum_[i] * inv);
-    store_.Apply(mean, 1.0, 1.0);
+    store_.Apply(mean, 1.0);
     ++rounds_;
   }
   for (auto& [id, w] : workers_) {
@@ -309,11 +311,12 @@ absl::StatusOr<PushResult> ParameterServerCore::PushAsync(const PushInfo& info, 
   // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
   // the model moved since the worker pulled and n the live workers. With n workers
   // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
-  // Momentum per push is momentum^(b / B): it decays by `momentum` per global batch.
+  // Momentum is per push, so each gradient's total displacement is its share b / B of
+  // a synchronous step's (see ParameterStore::Apply).
   const uint64_t s = store_.version() - info.version;
   const double share = static_cast<double>(info.batch) / static_cast<double>(options_.controller.global_batch);
   const double damp = std::min(1.0, static_cast<double>(LiveCount()) / (1.0 + static_cast<double>(s)));
-  store_.Apply(gradient, share * damp, share);
+  store_.Apply(gradient, share * damp);
   ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
   Account(info);
   ++pushes_by_result_["applied"];
@@ -362,9 +365,25 @@ absl::Status ParameterServerCore::Leave(WorkerId id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
+  absl::MutexLock lock(&mu_);
+  if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model");
+  return store_.layout();
+}
+
 void ParameterServerCore::CountRejectedPush(const std::string& result) {
   absl::MutexLock lock(&mu_);
   ++pushes_by_result_[result];
+}
+
+void ParameterServerCore::CountPushBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  push_bytes_ += bytes;
+}
+
+void ParameterServerCore::CountPullBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  pull_bytes_ += bytes;
 }
 
 void ParameterServerCore::Shutdown() {
@@ -388,6 +407,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.uptime_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
   s.pushes_by_result = pushes_by_result_;
   s.staleness_counts = staleness_counts_;
+  s.push_bytes = push_bytes_;
+  s.pull_bytes = pull_bytes_;
   for (const auto& [id, w] : workers_) {
     WorkerSnapshot ws;
     ws.id = id;
@@ -395,7 +416,7 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.host = w.host;
     ws.device = w.device;
     ws.state = w.state;
-    ws.batch = controller_.plan().batch(id);
+    ws.batch = Live(w) ? controller_.plan().batch(id) : w.last_batch;
     auto p = controller_.plan().workers.find(id);
     ws.max_batch = p == controller_.plan().workers.end() ? 0 : p->second.max_batch;
     ws.last_compute_seconds = w.last_compute;

@@ -122,6 +122,8 @@ struct ServerSnapshot {
   std::vector<WorkerSnapshot> workers;
   std::map<std::string, uint64_t> pushes_by_result;  // applied, stale, invalid, ...
   std::vector<uint64_t> staleness_counts;            // async: histogram by versions behind
+  uint64_t push_bytes = 0;
+  uint64_t pull_bytes = 0;
 };
 
 // Thread-safe. Blocking calls (Join, Push) wait at most until their deadline and the
@@ -160,8 +162,13 @@ class ParameterServerCore {
   // Wakes every waiting call; they and all later ones answer kStop / Unavailable.
   void Shutdown();
 
+  // The model's layout; FailedPrecondition while there is none.
+  absl::StatusOr<ModelLayout> Layout() const;
+
   // Records a validation failure seen before the core (bad chunks in the adapter).
   void CountRejectedPush(const std::string& result);
+  void CountPushBytes(int64_t bytes);
+  void CountPullBytes(int64_t bytes);
 
  private:
   struct Worker {
@@ -173,6 +180,7 @@ class ParameterServerCore {
     absl::Time last_seen;
     uint64_t iterations = 0, samples = 0;
     double last_compute = 0, sum_compute = 0;
+    int64_t last_batch = 0;  // the batch its last push reply assigned
   };
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
@@ -218,6 +226,8 @@ class ParameterServerCore {
   std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> pushes_by_result_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> staleness_counts_ ABSL_GUARDED_BY(mu_);
+  uint64_t push_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pull_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace server

@@ -33,11 +33,12 @@ class ParameterStore {
   absl::Status Initialize(ModelLayout layout, std::vector<float> values, uint64_t version = 0);
   bool initialized() const { return weights_ != nullptr; }
 
-  // One optimizer step: v = mu * v + g + wd * w;  w -= lr(version) * lr_scale * v,
-  // where mu = momentum ^ momentum_exponent (so that momentum decays by `momentum` per
-  // global batch of samples whatever the size of the step). Bumps the version.
-  // The gradient must have layout().total_elements() finite values (checked by callers).
-  void Apply(const std::vector<float>& gradient, double lr_scale, double momentum_exponent = 1.0);
+  // One optimizer step: v = momentum * v + g + wd * w;  w -= lr(version) * lr_scale * v.
+  // A gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push
+  // with lr_scale = b/B moves the model by its share of one global-batch step.
+  // Bumps the version. The gradient must have layout().total_elements() finite values
+  // (checked by callers).
+  void Apply(const std::vector<float>& gradient, double lr_scale);
 
   double LearningRate() const;
   uint64_t version() const { return version_; }

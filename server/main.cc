@@ -1,0 +1,146 @@
+// omnilearn_server: the OmniLearn parameter-server daemon.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "server/parameter_server_core.h"
+#include "server/service.h"
+#include "server/summary.h"
+
+ABSL_FLAG(int, port, 50051, "gRPC port");
+ABSL_FLAG(std::string, bind, "0.0.0.0", "address to listen on");
+ABSL_FLAG(std::string, mode, "sync", "sync | async");
+ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
+ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
+ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
+ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
+ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
+ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
+ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
+ABSL_FLAG(double, weight_decay, 1e-4, "L2 weight decay");
+ABSL_FLAG(uint64_t, lr_decay_steps, 0, "multiply lr by --lr_decay every this many versions (0 = constant)");
+ABSL_FLAG(double, lr_decay, 0.1, "step decay factor");
+ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
+ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
+ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
+ABSL_FLAG(double, round_timeout, 30, "sync: seconds a round waits for late workers before dropping them");
+ABSL_FLAG(double, lease, 60, "seconds without a call after which a worker is gone");
+ABSL_FLAG(std::string, summary_json, "", "write a JSON summary here on exit");
+ABSL_FLAG(bool, quiet, false, "no line per controller adjustment");
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+int Run() {
+  ServerOptions o;
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
+  if (!mode.ok() || !policy.ok()) {
+    std::fprintf(stderr, "omnilearn_server: %s\n",
+                 std::string((!mode.ok() ? mode.status() : policy.status()).message()).c_str());
+    return 2;
+  }
+  o.mode = *mode;
+  o.num_workers = absl::GetFlag(FLAGS_num_workers);
+  o.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout));
+  o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease));
+  o.adjust_every = absl::GetFlag(FLAGS_adjust_every);
+  o.controller.policy = *policy;
+  o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
+  o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
+  o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
+  o.controller.deadband = absl::GetFlag(FLAGS_deadband);
+  o.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
+  o.optimizer.momentum = absl::GetFlag(FLAGS_momentum);
+  o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optimizer.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
+  o.optimizer.lr_decay = absl::GetFlag(FLAGS_lr_decay);
+  auto core = ParameterServerCore::Create(o);
+  if (!core.ok()) {
+    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(core.status().message()).c_str());
+    return 2;
+  }
+
+  // SIGTERM / SIGINT are taken by a thread of our own (sigwait), so shutdown runs
+  // outside signal context.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ParameterServerService service(core->get());
+  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
+    return 1;
+  }
+  const absl::Time start = absl::Now();
+  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s global_batch=%ld workers=%d\n",
+              absl::GetFlag(FLAGS_bind).c_str(), bound_port, ModeName(o.mode).c_str(),
+              controller::PolicyName(o.controller.policy).c_str(), o.controller.global_batch, o.num_workers);
+  std::fflush(stdout);
+
+  std::atomic<bool> stopping{false};
+  std::thread monitor([&] {
+    uint64_t shown = 0;
+    while (!stopping.load()) {
+      absl::SleepFor(absl::Milliseconds(200));
+      const ServerSnapshot s = (*core)->Snapshot();
+      if (!absl::GetFlag(FLAGS_quiet) && s.adjustments != shown) {
+        shown = s.adjustments;
+        std::printf("%s\n", AdjustmentLine(s).c_str());
+        std::fflush(stdout);
+      }
+    }
+  });
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("omnilearn_server: signal %d, shutting down\n", sig);
+  (*core)->Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  stopping.store(true);
+  monitor.join();
+  const ServerSnapshot s = (*core)->Snapshot();
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (!path.empty()) {
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << SummaryJson(s, wall);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::fprintf(stderr, "omnilearn_server: cannot write %s\n", path.c_str());
+      return 1;
+    }
+  }
+  std::printf("final: %s\n", AdjustmentLine(s).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("OmniLearn parameter server: balances mini-batches across heterogeneous workers.");
+  absl::ParseCommandLine(argc, argv);
+  return omnilearn::server::Run();
+}

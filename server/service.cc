@@ -1,0 +1,232 @@
+#include "server/service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+v1::Action ToProto(Action a) {
+  switch (a) {
+    case Action::kContinue:
+      return v1::ACTION_CONTINUE;
+    case Action::kPull:
+      return v1::ACTION_PULL;
+    case Action::kRejoin:
+      return v1::ACTION_REJOIN;
+    case Action::kStop:
+      return v1::ACTION_STOP;
+  }
+  return v1::ACTION_UNSPECIFIED;
+}
+
+v1::Mode ToProto(Mode m) { return m == Mode::kSync ? v1::MODE_SYNC : v1::MODE_ASYNC; }
+
+v1::DeviceKind ToProto(Device d) {
+  switch (d) {
+    case Device::kCpu:
+      return v1::DEVICE_CPU;
+    case Device::kCuda:
+      return v1::DEVICE_CUDA;
+    default:
+      return v1::DEVICE_UNSPECIFIED;
+  }
+}
+
+Device FromProto(v1::DeviceKind d) {
+  switch (d) {
+    case v1::DEVICE_CPU:
+      return Device::kCpu;
+    case v1::DEVICE_CUDA:
+      return Device::kCuda;
+    default:
+      return Device::kUnknown;
+  }
+}
+
+v1::WorkerState ToProto(WorkerState s) {
+  switch (s) {
+    case WorkerState::kActive:
+    case WorkerState::kPending:
+      return v1::WORKER_STATE_ACTIVE;
+    case WorkerState::kDropped:
+      return v1::WORKER_STATE_DROPPED;
+    case WorkerState::kLeft:
+      return v1::WORKER_STATE_LEFT;
+  }
+  return v1::WORKER_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
+  const absl::Time cap = absl::Now() + max_wait_;
+  const absl::Time client = absl::FromChrono(ctx->deadline());
+  return std::min(cap, client);
+}
+
+grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
+                                          v1::JoinResponse* response) {
+  v1::JoinRequest msg;
+  if (!reader->Read(&msg) || !msg.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join must start with a header");
+  }
+  const v1::JoinHeader header = msg.header();
+  absl::StatusOr<ModelLayout> layout = ParseLayout(header.layout());
+  if (!layout.ok()) return ToGrpc(layout.status());
+  JoinInfo info;
+  info.name = header.name();
+  info.host = header.host();
+  info.device = FromProto(header.device());
+  info.device_memory_bytes = header.device_memory_bytes();
+  info.max_batch = header.max_batch_size();
+  info.layout = *layout;
+  ChunkAssembler assembler(&info.layout);
+  bool any_chunk = false;
+  while (reader->Read(&msg)) {
+    if (!msg.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join: a second header");
+    if (absl::Status s = assembler.Add(msg.chunk()); !s.ok()) return ToGrpc(s);
+    any_chunk = true;
+  }
+  if (header.has_initial_parameters() || any_chunk) {
+    absl::StatusOr<std::vector<float>> values = assembler.Finish();
+    if (!values.ok()) return ToGrpc(values.status());
+    info.initial_parameters = std::move(*values);
+  }
+  absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
+  if (!r.ok()) return ToGrpc(r.status());
+  response->set_worker_id(r->id);
+  response->set_lease_seconds(absl::ToDoubleSeconds(r->lease));
+  response->set_mode(ToProto(r->mode));
+  response->set_batch_size(r->batch);
+  *response->mutable_layout() = LayoutToProto(r->layout);
+  response->set_model_version(r->version);
+  response->set_global_batch_size(r->global_batch);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
+                                          grpc::ServerWriter<v1::PullResponse>* writer) {
+  absl::StatusOr<ModelSnapshot> snap = core_->Pull(request->worker_id(), request->have_version());
+  if (!snap.ok()) return ToGrpc(snap.status());
+  v1::PullResponse msg;
+  v1::PullHeader* header = msg.mutable_header();
+  header->set_model_version(snap->version);
+  *header->mutable_layout() = LayoutToProto(snap->layout);
+  header->set_up_to_date(snap->weights == nullptr);
+  if (!writer->Write(msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  if (snap->weights == nullptr) return grpc::Status::OK;
+  const bool sent = ForEachChunk(snap->layout, snap->weights->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+    v1::PullResponse out;
+    out.mutable_chunk()->Swap(&c);
+    return writer->Write(out);
+  });
+  if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  core_->CountPullBytes(snap->layout.total_elements() * sizeof(float));
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
+                                          v1::PushResponse* response) {
+  v1::PushRequest msg;
+  if (!reader->Read(&msg) || !msg.has_header()) {
+    core_->CountRejectedPush("invalid");
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Push must start with a header");
+  }
+  const v1::PushHeader header = msg.header();
+  PushInfo info;
+  info.id = header.worker_id();
+  info.batch = header.batch_size();
+  info.compute_seconds = header.compute_seconds();
+  info.version = header.model_version();
+  info.iteration = header.iteration();
+  info.train_loss = header.train_loss();
+  if (header.has_test_accuracy()) info.test_accuracy = header.test_accuracy();
+  info.out_of_memory = header.out_of_memory();
+  info.samples_seen = header.samples_seen();
+  std::vector<float> gradient;
+  if (!info.out_of_memory) {
+    absl::StatusOr<ModelLayout> layout = core_->Layout();
+    if (!layout.ok()) return ToGrpc(layout.status());
+    ChunkAssembler assembler(&*layout);
+    while (reader->Read(&msg)) {
+      absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
+                                       : absl::InvalidArgumentError("Push: a second header");
+      if (!s.ok()) {
+        core_->CountRejectedPush("invalid");
+        return ToGrpc(s);
+      }
+    }
+    absl::StatusOr<std::vector<float>> g = assembler.Finish();
+    if (!g.ok()) {
+      core_->CountRejectedPush("invalid");
+      return ToGrpc(g.status());
+    }
+    core_->CountPushBytes(assembler.bytes_received());
+    gradient = std::move(*g);
+  }
+  absl::StatusOr<PushResult> r = core_->Push(info, std::move(gradient), Deadline(ctx));
+  if (!r.ok()) return ToGrpc(r.status());
+  response->set_action(ToProto(r->action));
+  response->set_next_batch_size(r->next_batch);
+  response->set_model_version(r->version);
+  response->set_staleness(r->staleness);
+  response->set_applied(r->applied);
+  response->set_message(r->message);
+  response->set_global_samples(r->global_samples);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                                               v1::HeartbeatResponse* response) {
+  uint64_t version = 0;
+  int64_t batch = 0;
+  response->set_action(ToProto(core_->Heartbeat(request->worker_id(), &version, &batch)));
+  response->set_model_version(version);
+  response->set_batch_size(batch);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Leave(grpc::ServerContext*, const v1::LeaveRequest* request,
+                                           v1::LeaveResponse*) {
+  return ToGrpc(core_->Leave(request->worker_id()));
+}
+
+grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                               v1::GetStatusResponse* response) {
+  const ServerSnapshot s = core_->Snapshot();
+  response->set_mode(ToProto(s.mode));
+  response->set_model_version(s.version);
+  response->set_global_batch_size(s.global_batch);
+  response->set_controller(s.controller);
+  response->set_uptime_seconds(s.uptime_seconds);
+  response->set_last_train_loss(s.last_train_loss);
+  response->set_has_test_accuracy(s.test_accuracy.has_value());
+  response->set_test_accuracy(s.test_accuracy.value_or(0));
+  response->set_controller_adjustments(s.adjustments);
+  response->set_parameter_count(s.parameter_count);
+  for (const WorkerSnapshot& w : s.workers) {
+    v1::WorkerStatus* ws = response->add_workers();
+    ws->set_worker_id(w.id);
+    ws->set_name(w.name);
+    ws->set_host(w.host);
+    ws->set_device(ToProto(w.device));
+    ws->set_state(ToProto(w.state));
+    ws->set_batch_size(w.batch);
+    ws->set_last_compute_seconds(w.last_compute_seconds);
+    ws->set_mean_compute_seconds(w.mean_compute_seconds);
+    ws->set_iterations(w.iterations);
+    ws->set_samples(w.samples);
+    ws->set_max_batch_size(w.max_batch);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,126 @@
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "proto/omnilearn.grpc.pb.h"
+#include "worker/ps_client.h"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const char* call) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(call, ": ", s.error_message()));
+}
+
+class GrpcPsClient : public PsClient {
+ public:
+  GrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
+      : stub_(v1::ParameterServer::NewStub(channel)), timeout_(timeout) {}
+
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
+                                        const std::vector<float>* initial) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::JoinResponse response;
+    auto writer = stub_->Join(&ctx, &response);
+    v1::JoinRequest msg;
+    *msg.mutable_header() = header;
+    bool ok = writer->Write(msg);
+    if (ok && initial != nullptr) ok = SendChunks<v1::JoinRequest>(writer.get(), layout, *initial);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpc(s, "Join");
+    return response;
+  }
+
+  absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
+                                std::vector<float>* weights) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::PullRequest request;
+    request.set_worker_id(worker_id);
+    request.set_have_version(have_version);
+    auto reader = stub_->Pull(&ctx, request);
+    v1::PullResponse msg;
+    uint64_t version = have_version;
+    bool up_to_date = true;
+    ChunkAssembler assembler(&layout);
+    absl::Status chunk_status;
+    while (reader->Read(&msg)) {
+      if (msg.has_header()) {
+        version = msg.header().model_version();
+        up_to_date = msg.header().up_to_date();
+      } else if (chunk_status.ok()) {
+        chunk_status = assembler.Add(msg.chunk());
+      }
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) return FromGrpc(s, "Pull");
+    if (!chunk_status.ok()) return chunk_status;
+    if (!up_to_date) {
+      auto flat = assembler.Finish();
+      if (!flat.ok()) return flat.status();
+      *weights = std::move(*flat);
+    }
+    return version;
+  }
+
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
+                                        const std::vector<float>& gradient) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::PushResponse response;
+    auto writer = stub_->Push(&ctx, &response);
+    v1::PushRequest msg;
+    *msg.mutable_header() = header;
+    bool ok = writer->Write(msg);
+    if (ok && !header.out_of_memory()) SendChunks<v1::PushRequest>(writer.get(), layout, gradient);
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpc(s, "Push");
+    return response;
+  }
+
+  absl::Status Leave(uint64_t worker_id) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::LeaveRequest request;
+    request.set_worker_id(worker_id);
+    v1::LeaveResponse response;
+    return FromGrpc(stub_->Leave(&ctx, request, &response), "Leave");
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const {
+    ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
+  }
+
+  template <typename Request, typename Writer>
+  static bool SendChunks(Writer* writer, const ModelLayout& layout, const std::vector<float>& flat) {
+    return ForEachChunk(layout, flat.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+      Request msg;
+      msg.mutable_chunk()->Swap(&c);
+      return writer->Write(msg);
+    });
+  }
+
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  absl::Duration timeout_;
+};
+
+}  // namespace
+
+std::unique_ptr<PsClient> MakeGrpcPsClient(const std::string& target, absl::Duration rpc_timeout) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return std::make_unique<GrpcPsClient>(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), rpc_timeout);
+}
+
+}  // namespace worker
+}  // namespace omnilearn

@@ -1,0 +1,59 @@
+// omnilearn_worker: trains a LibTorch model on CPU or CUDA against an OmniLearn server.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "worker/ps_client.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
+ABSL_FLAG(std::string, name, "worker", "this worker's unique name");
+ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
+ABSL_FLAG(std::string, device, "auto", "cpu | cuda | auto");
+ABSL_FLAG(std::string, model, "cnn", "mlp | cnn");
+ABSL_FLAG(std::string, model_file, "", "TorchScript module ([B,1,28,28] -> [B,10] logits) instead of --model");
+ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic");
+ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
+ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads on CPU");
+ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F times the real compute time");
+ABSL_FLAG(double, epochs, 1.0, "stop after this many epochs of all workers together (0 = use --max_iterations)");
+ABSL_FLAG(int64_t, max_iterations, 0, "stop after this many iterations of this worker (0 = no limit)");
+ABSL_FLAG(uint64_t, seed, 1, "model initialization and data order");
+ABSL_FLAG(bool, evaluate, false, "evaluate test accuracy at epoch ends and report it");
+ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none)");
+ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
+ABSL_FLAG(int, log_every, 50, "iterations between progress lines (0 = none)");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("OmniLearn worker: trains with the mini-batch size the server assigns.");
+  absl::ParseCommandLine(argc, argv);
+  omnilearn::worker::TrainerOptions o;
+  o.name = absl::GetFlag(FLAGS_name);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.device = absl::GetFlag(FLAGS_device);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.model_file = absl::GetFlag(FLAGS_model_file);
+  o.dataset = absl::GetFlag(FLAGS_dataset);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.slowdown = absl::GetFlag(FLAGS_slowdown);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.max_iterations = absl::GetFlag(FLAGS_max_iterations);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.evaluate = absl::GetFlag(FLAGS_evaluate);
+  o.max_batch = absl::GetFlag(FLAGS_max_batch);
+  o.log_every = absl::GetFlag(FLAGS_log_every);
+  auto client = omnilearn::worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server),
+                                                    absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout)));
+  auto result = omnilearn::worker::Train(o, *client);
+  if (!result.ok()) {
+    std::fprintf(stderr, "[%s] error: %s\n", o.name.c_str(), result.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("[%s] done: %ld iterations, last loss %.4f", o.name.c_str(), result->iterations, result->last_loss);
+  if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
+  std::printf("\n");
+  return 0;
+}

@@ -1,0 +1,107 @@
+#include "worker/model.h"
+
+#include <torch/script.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl() : fc1(784, 256), fc2(256, 128), fc3(128, 10) {
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+    register_module("fc3", fc3);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(fc1(x.flatten(1)));
+    x = torch::relu(fc2(x));
+    return fc3(x);
+  }
+  torch::nn::Linear fc1, fc2, fc3;
+};
+TORCH_MODULE(Mlp);
+
+// Two conv + pool stages and two linear layers: ~55k parameters, ~89% on Fashion-MNIST.
+struct CnnImpl : torch::nn::Module {
+  CnnImpl()
+      : conv1(torch::nn::Conv2dOptions(1, 8, 5).padding(2)),
+        conv2(torch::nn::Conv2dOptions(8, 16, 5).padding(2)),
+        fc1(16 * 7 * 7, 64),
+        fc2(64, 10) {
+    register_module("conv1", conv1);
+    register_module("conv2", conv2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    x = torch::relu(fc1(x.flatten(1)));
+    return fc2(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Cnn);
+
+template <typename Holder>
+class NativeModel : public Model {
+ public:
+  NativeModel() = default;
+  torch::Tensor Forward(const torch::Tensor& x) override { return module_->forward(x); }
+  std::vector<std::pair<std::string, torch::Tensor>> Parameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  }
+  void SetTraining(bool on) override { module_->train(on); }
+  void To(const torch::Device& device) override { module_->to(device); }
+
+ private:
+  Holder module_;
+};
+
+class ScriptedModel : public Model {
+ public:
+  explicit ScriptedModel(torch::jit::Module m) : module_(std::move(m)) {}
+  torch::Tensor Forward(const torch::Tensor& x) override { return module_.forward({x}).toTensor(); }
+  std::vector<std::pair<std::string, torch::Tensor>> Parameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_.named_parameters(/*recurse=*/true)) {
+      if (item.value.requires_grad()) out.emplace_back(item.name, item.value);
+    }
+    return out;
+  }
+  void SetTraining(bool on) override { on ? module_.train() : module_.eval(); }
+  void To(const torch::Device& device) override { module_.to(device); }
+
+ private:
+  torch::jit::Module module_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64_t seed) {
+  torch::manual_seed(seed);
+  if (name == "mlp") return std::unique_ptr<Model>(new NativeModel<Mlp>());
+  if (name == "cnn") return std::unique_ptr<Model>(new NativeModel<Cnn>());
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (want mlp or cnn)"));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path) {
+  try {
+    torch::jit::Module m = torch::jit::load(path);
+    auto model = std::make_unique<ScriptedModel>(std::move(m));
+    if (model->Parameters().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": the module has no trainable parameters"));
+    }
+    return std::unique_ptr<Model>(std::move(model));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load TorchScript module ", path, ": ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace worker
+}  // namespace omnilearn

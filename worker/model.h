@@ -1,0 +1,38 @@
+// The model a worker trains: a built-in MLP or small CNN, or a user's TorchScript module.
+#ifndef OMNILEARN_WORKER_MODEL_H_
+#define OMNILEARN_WORKER_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+
+namespace omnilearn {
+namespace worker {
+
+// Not thread-safe.
+class Model {
+ public:
+  virtual ~Model() = default;
+  // [B, 1, 28, 28] -> [B, 10] logits.
+  virtual torch::Tensor Forward(const torch::Tensor& x) = 0;
+  // Trainable parameters in a fixed order with stable names (the wire layout).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> Parameters() = 0;
+  virtual void SetTraining(bool on) = 0;
+  virtual void To(const torch::Device& device) = 0;
+};
+
+// "mlp" or "cnn", initialized from `seed`. InvalidArgument for other names.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64_t seed);
+// A TorchScript module saved from Python (torch.jit.script(m).save(path)) taking
+// [B, 1, 28, 28] and returning [B, 10] logits. InvalidArgument if it cannot be loaded.
+absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path);
+
+}  // namespace worker
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_WORKER_MODEL_H_

@@ -1,0 +1,282 @@
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::StatusOr<torch::Device> PickDevice(const std::string& name) {
+  const bool cuda = torch::cuda::is_available();
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda") {
+    if (!cuda) return absl::InvalidArgumentError("--device=cuda but LibTorch sees no CUDA device");
+    return torch::Device(torch::kCUDA, 0);
+  }
+  if (name == "auto") return cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  return absl::InvalidArgumentError(absl::StrCat("unknown device '", name, "' (want cpu, cuda or auto)"));
+}
+
+bool IsOutOfMemory(const c10::Error& e) {
+  return absl::StrContains(e.what_without_backtrace(), "out of memory");
+}
+
+// The model's parameters as a flat float vector in layout order (and back).
+class FlatParameters {
+ public:
+  explicit FlatParameters(Model* model) {
+    for (auto& [name, t] : model->Parameters()) {
+      std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+      specs_.push_back(TensorSpec{name, shape});
+      params_.push_back(t);
+    }
+  }
+  absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
+
+  std::vector<float> Values() const {
+    std::vector<float> out;
+    for (const torch::Tensor& p : params_) Append(p.detach(), &out);
+    return out;
+  }
+
+  // Gradients brought to the host once, as one contiguous copy per tensor.
+  std::vector<float> Gradients() const {
+    std::vector<float> out;
+    for (const torch::Tensor& p : params_) {
+      Append(p.grad().defined() ? p.grad() : torch::zeros_like(p), &out);
+    }
+    return out;
+  }
+
+  void Load(const std::vector<float>& flat) {
+    torch::NoGradGuard no_grad;
+    int64_t off = 0;
+    for (torch::Tensor& p : params_) {
+      const int64_t n = p.numel();
+      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data()) + off, p.sizes(), torch::kFloat32);
+      p.copy_(src, /*non_blocking=*/false);
+      off += n;
+    }
+  }
+
+  void ZeroGrad() {
+    for (torch::Tensor& p : params_) {
+      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    }
+  }
+
+ private:
+  static void Append(const torch::Tensor& t, std::vector<float>* out) {
+    torch::Tensor host = t.to(torch::kCPU, torch::kFloat32).contiguous();
+    const size_t old = out->size();
+    out->resize(old + host.numel());
+    std::memcpy(out->data() + old, host.data_ptr<float>(), host.numel() * sizeof(float));
+  }
+
+  std::vector<TensorSpec> specs_;
+  std::vector<torch::Tensor> params_;
+};
+
+double Evaluate(Model* model, const Dataset& test, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  model->SetTraining(false);
+  int64_t correct = 0;
+  for (int64_t i = 0; i < test.size(); i += 1000) {
+    const int64_t n = std::min<int64_t>(1000, test.size() - i);
+    torch::Tensor x = test.images.narrow(0, i, n).to(device);
+    torch::Tensor y = test.labels.narrow(0, i, n).to(device);
+    correct += model->Forward(x).argmax(1).eq(y).sum().item<int64_t>();
+  }
+  model->SetTraining(true);
+  return static_cast<double>(correct) / test.size();
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
+  if (!(o.slowdown >= 1.0)) return absl::InvalidArgumentError("--slowdown must be >= 1");
+  if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  if (!(o.epochs > 0) && o.max_iterations <= 0) {
+    return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
+  }
+  try {
+    torch::set_num_threads(o.threads);
+    absl::StatusOr<torch::Device> device = PickDevice(o.device);
+    if (!device.ok()) return device.status();
+    const bool cuda = device->is_cuda();
+
+    Dataset train, test;
+    if (o.dataset == "fashion-mnist") {
+      const std::string dir = o.data_dir.empty() ? kDefaultFashionMnistDir : o.data_dir;
+      auto tr = LoadFashionMnist(dir, true);
+      if (!tr.ok()) return tr.status();
+      train = std::move(*tr);
+      if (o.evaluate) {
+        auto te = LoadFashionMnist(dir, false);
+        if (!te.ok()) return te.status();
+        test = std::move(*te);
+      }
+    } else if (o.dataset == "synthetic") {
+      train = MakeSynthetic(20000, 7);  // same data on every worker: a fixed seed
+      test = MakeSynthetic(2000, 8);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", o.dataset, "'"));
+    }
+    if (cuda) {  // pinned host memory: batches are copied to the GPU asynchronously
+      train.images = train.images.pin_memory();
+      train.labels = train.labels.pin_memory();
+    }
+
+    absl::StatusOr<std::unique_ptr<Model>> made =
+        o.model_file.empty() ? MakeModel(o.model, o.seed) : LoadScriptedModel(o.model_file);
+    if (!made.ok()) return made.status();
+    std::unique_ptr<Model> model = std::move(*made);
+    model->To(*device);
+    model->SetTraining(true);
+    FlatParameters params(model.get());
+    absl::StatusOr<ModelLayout> layout = params.Layout();
+    if (!layout.ok()) return layout.status();
+
+    v1::JoinHeader header;
+    header.set_name(o.name);
+    header.set_host(o.host.empty() ? Hostname() : o.host);
+    header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
+    header.set_has_initial_parameters(true);
+    header.set_max_batch_size(o.max_batch);
+    *header.mutable_layout() = LayoutToProto(*layout);
+    std::vector<float> weights = params.Values();
+    absl::StatusOr<v1::JoinResponse> joined = client.Join(header, *layout, &weights);
+    if (!joined.ok()) return joined.status();
+    const uint64_t id = joined->worker_id();
+    int64_t batch = joined->batch_size();
+    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s\n", o.name.c_str(), id,
+                cuda ? "cuda" : "cpu", batch, v1::Mode_Name(joined->mode()).c_str());
+    std::fflush(stdout);
+
+    uint64_t version = ~0ull;
+    auto pull = [&]() -> absl::Status {
+      absl::StatusOr<uint64_t> v = client.Pull(id, version, *layout, &weights);
+      if (!v.ok()) return v.status();
+      if (*v != version) params.Load(weights);
+      version = *v;
+      return absl::OkStatus();
+    };
+    if (absl::Status s = pull(); !s.ok()) return s;
+
+    torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + 17);
+    torch::Tensor order = torch::randperm(train.size(), gen);
+    int64_t cursor = 0;
+    const double total_samples = o.epochs * train.size();
+    uint64_t samples_seen = 0;
+    int64_t last_epoch_evaluated = 0;
+    TrainerResult result;
+    std::optional<double> pending_accuracy;
+
+    for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations; ++it) {
+      // This worker's own shuffled order; a new permutation at its end.
+      if (cursor + batch > train.size()) {
+        order = torch::randperm(train.size(), gen);
+        cursor = 0;
+      }
+      torch::Tensor idx = order.narrow(0, cursor, batch);
+      cursor += batch;
+      torch::Tensor x = train.images.index_select(0, idx);
+      torch::Tensor y = train.labels.index_select(0, idx);
+      if (cuda) {
+        x = x.pin_memory().to(*device, /*non_blocking=*/true);
+        y = y.pin_memory().to(*device, /*non_blocking=*/true);
+      }
+
+      v1::PushHeader push;
+      push.set_worker_id(id);
+      push.set_batch_size(batch);
+      push.set_model_version(version);
+      push.set_iteration(it);
+      std::vector<float> grad;
+      double loss_value = 0;
+      try {
+        params.ZeroGrad();
+        if (cuda) torch::cuda::synchronize();
+        const auto t0 = Clock::now();
+        torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
+        loss.backward();
+        if (cuda) torch::cuda::synchronize();
+        const double real = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (o.slowdown > 1.0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>((o.slowdown - 1.0) * real));
+        }
+        loss_value = loss.item<double>();
+        push.set_compute_seconds(real * o.slowdown);
+        push.set_train_loss(loss_value);
+        grad = params.Gradients();
+        samples_seen += batch;
+      } catch (const c10::Error& e) {
+        if (!IsOutOfMemory(e)) throw;
+        std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
+        push.set_out_of_memory(true);
+        params.ZeroGrad();
+      }
+      push.set_samples_seen(samples_seen);
+      if (pending_accuracy) {
+        push.set_has_test_accuracy(true);
+        push.set_test_accuracy(*pending_accuracy);
+        pending_accuracy.reset();
+      }
+      absl::StatusOr<v1::PushResponse> reply = client.Push(push, *layout, grad);
+      if (!reply.ok()) return reply.status();
+      result.iterations = it + 1;
+      result.last_loss = loss_value;
+      if (o.log_every > 0 && (it % o.log_every == 0)) {
+        std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o.name.c_str(), it, batch,
+                    loss_value, 1000 * push.compute_seconds(), reply->model_version());
+        std::fflush(stdout);
+      }
+      if (reply->action() == v1::ACTION_STOP) break;
+      if (reply->next_batch_size() > 0) batch = reply->next_batch_size();
+      if (absl::Status s = pull(); !s.ok()) return s;
+
+      const double global = static_cast<double>(reply->global_samples());
+      const int64_t epoch = static_cast<int64_t>(global / train.size());
+      const bool finished = o.epochs > 0 && global >= total_samples;
+      if (o.evaluate && epoch > last_epoch_evaluated) {
+        last_epoch_evaluated = epoch;
+        result.test_accuracy = Evaluate(model.get(), test, *device);
+        pending_accuracy = result.test_accuracy;
+        std::printf("[%s] epoch %ld: test accuracy %.2f%%\n", o.name.c_str(), epoch, 100 * result.test_accuracy);
+        std::fflush(stdout);
+      }
+      // An evaluation at the end is carried to the server by one more push.
+      if (finished && !pending_accuracy) break;
+    }
+    (void)client.Leave(id);
+    return result;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace worker
+}  // namespace omnilearn

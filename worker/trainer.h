@@ -1,0 +1,48 @@
+// The worker's training loop: join, pull, train on the batch size the server gives,
+// time forward + loss + backward, push, repeat.
+#ifndef OMNILEARN_WORKER_TRAINER_H_
+#define OMNILEARN_WORKER_TRAINER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "worker/ps_client.h"
+
+namespace omnilearn {
+namespace worker {
+
+struct TrainerOptions {
+  std::string name = "worker";        // unique per worker
+  std::string host;                   // reported to the server; default: hostname
+  std::string device = "auto";        // cpu | cuda | auto (CUDA when LibTorch has it and a GPU is there)
+  std::string model = "cnn";          // mlp | cnn (ignored with model_file)
+  std::string model_file;             // TorchScript module, [B,1,28,28] -> [B,10]
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string data_dir;               // default: Debian's /usr/share/datasets/fashion-mnist
+  int threads = 1;                    // intra-op threads for LibTorch on CPU
+  double slowdown = 1.0;              // sleeps (slowdown - 1) x compute time after each step
+  // Stop when all workers together trained this many epochs (global samples /
+  // training-set size), or after max_iterations of this worker (0 = no limit).
+  double epochs = 1.0;
+  int64_t max_iterations = 0;
+  uint64_t seed = 1;                  // model init (first worker) and this worker's data order
+  bool evaluate = false;              // evaluate test accuracy at every epoch end and report it
+  int64_t max_batch = 0;              // a ceiling this worker knows of (0 = none)
+  int log_every = 50;                 // iterations between progress lines (0 = none)
+};
+
+struct TrainerResult {
+  int64_t iterations = 0;
+  double last_loss = 0;
+  double test_accuracy = -1;  // -1 when not evaluated
+};
+
+// Runs until the epochs are done, the server says stop, or an error. Errors:
+// InvalidArgument (options, model, data), Unavailable / DeadlineExceeded (server).
+absl::StatusOr<TrainerResult> Train(const TrainerOptions& options, PsClient& client);
+
+}  // namespace worker
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_WORKER_TRAINER_H_
