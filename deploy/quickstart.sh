@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The README's run command: a local OmniLearn server and 4 heterogeneous CPU workers
+# (slowdowns 1, 1, 2, 4) training the small CNN on Fashion-MNIST.
+#   ./deploy/quickstart.sh                    sync mode, OmniLearn controller
+#   ./deploy/quickstart.sh --mode=async       asynchronous
+#   ./deploy/quickstart.sh --controller=off   the baseline: equal static batches
+# Other options: --epochs=N (3), --global_batch=N (256), --port=N (50051), --model=mlp|cnn
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn
+for arg in "$@"; do
+  case "$arg" in
+    --mode=*) mode=${arg#*=} ;;
+    --controller=*) controller=${arg#*=} ;;
+    --epochs=*) epochs=${arg#*=} ;;
+    --global_batch=*) global_batch=${arg#*=} ;;
+    --port=*) port=${arg#*=} ;;
+    --model=*) model=${arg#*=} ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "quickstart: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+./deploy/install-deps.sh
+echo "quickstart: building (optimized)..."
+bazel build -c opt //server:omnilearn_server //worker:omnilearn_worker
+bin=$(bazel info -c opt bazel-bin 2>/dev/null)
+
+out=$(mktemp -d /tmp/omnilearn-quickstart.XXXXXX)
+summary="$out/summary.json"
+export OMP_NUM_THREADS=1
+pids=()
+server_pid=""
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+"$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
+  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" &
+server_pid=$!
+sleep 1
+kill -0 "$server_pid" 2>/dev/null || { echo "quickstart: the server did not start (port $port busy?)" >&2; exit 1; }
+
+slowdowns=(1 1 2 4)
+for i in 0 1 2 3; do
+  evaluate=false
+  [ "$i" -eq 0 ] && evaluate=true
+  timeout 1800 "$bin/worker/omnilearn_worker" --server="127.0.0.1:$port" --name="worker$i" --device=cpu \
+    --model="$model" --slowdown="${slowdowns[$i]}" --epochs="$epochs" --seed=$((i + 1)) --evaluate="$evaluate" \
+    --log_every=0 > "$out/worker$i.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+pids=()
+grep -h "test accuracy" "$out/worker0.log" || true
+kill -TERM "$server_pid"
+wait "$server_pid" || true
+server_pid=""
+if [ "$failed" -ne 0 ]; then
+  echo "quickstart: a worker failed; logs in $out" >&2
+  tail -5 "$out"/worker*.log >&2
+  exit 1
+fi
+
+python3 - "$summary" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print()
+print(f"== summary ({s['mode']}, controller={s['controller']}) ==")
+print(f"wall time      {s['wall_seconds']:.1f} s")
+acc = s['test_accuracy']
+print(f"test accuracy  {100 * acc:.2f}%" if acc is not None else "test accuracy  (not reported)")
+print(f"model version  {s['model_version']}   global batch {s['global_batch']}")
+for w in sorted(s['workers'], key=lambda w: w['name']):
+    print(f"  {w['name']:8s} final batch {w['final_batch']:4d}   mean compute {1000 * w['mean_compute_seconds']:6.1f} ms"
+          f"   iterations {w['iterations']:5d}   samples {w['samples']}")
+PY
+echo "summary JSON: $summary"

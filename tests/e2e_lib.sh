@@ -1,0 +1,73 @@
+# Shared helpers for the multi-process tests: a server and workers on 127.0.0.1,
+# every process ours, every wait bounded, everything stopped on exit.
+set -euo pipefail
+
+RUNFILES=${TEST_SRCDIR:-$PWD/bazel-bin}/omnilearn
+SERVER=$RUNFILES/server/omnilearn_server
+WORKER=$RUNFILES/worker/omnilearn_worker
+WORK=${TEST_TMPDIR:-$(mktemp -d)}
+export OMP_NUM_THREADS=1
+STARTED=()
+
+stop_all() {
+  for p in "${STARTED[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_server NAME [flags...]: sets SERVER_PID, PORT, SUMMARY.
+start_server() {
+  local name=$1; shift
+  PORT=$(free_port)
+  SUMMARY=$WORK/$name.json
+  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet "$@" \
+    > "$WORK/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  STARTED+=("$SERVER_PID")
+  for _ in $(seq 50); do
+    grep -q listening "$WORK/$name.server.log" && return 0
+    sleep 0.1
+  done
+  cat "$WORK/$name.server.log" >&2
+  fail "server $name did not start"
+}
+
+# start_worker NAME LOG [flags...]: appends to WORKER_PIDS.
+start_worker() {
+  local name=$1 log=$2; shift 2
+  timeout 240 "$WORKER" --server="127.0.0.1:$PORT" --name="$name" --device=cpu --dataset=synthetic \
+    --model=mlp --log_every=1 "$@" > "$log" 2>&1 &
+  WORKER_PIDS+=($!)
+  STARTED+=($!)
+}
+
+# stop_server: SIGTERM, wait, the summary must exist.
+stop_server() {
+  kill -TERM "$SERVER_PID"
+  wait "$SERVER_PID" || fail "server exited with an error"
+  [ -s "$SUMMARY" ] || fail "no summary JSON at $SUMMARY"
+}
+
+wait_workers() {
+  local rc=0
+  for p in "${WORKER_PIDS[@]}"; do wait "$p" || rc=1; done
+  WORKER_PIDS=()
+  return $rc
+}
+
+# json EXPR: evaluates a Python expression over the summary `s`.
+json() { python3 -c "import json,sys; s=json.load(open('$SUMMARY')); print($1)"; }
+
+# first_and_last_loss LOG: "first last" losses a worker printed.
+first_and_last_loss() {
+  python3 - "$1" <<'PY'
+import re, sys
+losses = [float(m.group(1)) for m in re.finditer(r"loss=([0-9.]+)", open(sys.argv[1]).read())]
+if len(losses) < 10: sys.exit(f"only {len(losses)} losses logged")
+k = 5
+print(sum(losses[:k]) / k, sum(losses[-k:]) / k)
+PY
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Server and 3 workers train a small model for a bounded number of iterations in each
+# mode: the loss falls; with slowdowns the batches move toward the speed ratio; with
+# --controller=off they stay equal.
+source "$(dirname "$0")/e2e_lib.sh"
+WORKER_PIDS=()
+
+run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
+  local name=$1 mode=$2 controller=$3; shift 3
+  start_server "$name" --mode="$mode" --controller="$controller" --num_workers=3 --global_batch=96 \
+    --adjust_every=5 --lr=0.05
+  local i=0
+  for s in "$@"; do
+    start_worker "w$i" "$WORK/$name.w$i.log" --slowdown="$s" --seed=$((i + 1)) --epochs=0.3
+    i=$((i + 1))
+  done
+  wait_workers || { tail -5 "$WORK/$name".w*.log >&2; fail "$name: a worker failed"; }
+  stop_server
+  read -r first last < <(first_and_last_loss "$WORK/$name.w0.log")
+  echo "$name: loss $first -> $last; batches $(json "[w['final_batch'] for w in sorted(s['workers'], key=lambda w: w['name'])]")"
+  python3 -c "import sys; sys.exit(0 if $last < 0.6 * $first else 1)" || fail "$name: loss did not fall ($first -> $last)"
+}
+
+batches() { json "' '.join(str(w['final_batch']) for w in sorted(s['workers'], key=lambda w: w['name']))"; }
+# Mean batch over the whole run (async workers finish at different times, so their
+# final batches include the shares of those that left first).
+mean_batches() {
+  json "' '.join(str(round(w['samples'] / w['iterations'])) for w in sorted(s['workers'], key=lambda w: w['name']))"
+}
+
+run_job sync-balanced sync omnilearn 1 1 4
+read -r b0 b1 b2 < <(batches)
+[ $((b0 + b1 + b2)) -eq 96 ] || fail "sync: batches $b0 $b1 $b2 do not sum to 96"
+# The 4x slower worker ends with well under a third of the batch; the fast ones more.
+[ "$b2" -lt 24 ] && [ "$b0" -gt 32 ] && [ "$b1" -gt 32 ] || fail "sync: batches $b0 $b1 $b2 did not move toward 4:4:1"
+
+run_job async-balanced async omnilearn 1 1 4
+read -r b0 b1 b2 < <(mean_batches)
+[ "$b2" -lt 24 ] && [ "$b0" -gt 32 ] && [ "$b1" -gt 32 ] || fail "async: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
+
+run_job sync-off sync off 1 1 4
+read -r b0 b1 b2 < <(batches)
+[ "$b0" -eq 32 ] && [ "$b1" -eq 32 ] && [ "$b2" -eq 32 ] || fail "controller=off: batches $b0 $b1 $b2 are not equal"
+echo "PASS"
