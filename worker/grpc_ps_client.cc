@@ -114,12 +114,15 @@ class GrpcPsClient : public PsClient {
 
 }  // namespace
 
+std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration rpc_timeout) {
+  return std::make_unique<GrpcPsClient>(std::move(channel), rpc_timeout);
+}
+
 std::unique_ptr<PsClient> MakeGrpcPsClient(const std::string& target, absl::Duration rpc_timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return std::make_unique<GrpcPsClient>(
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), rpc_timeout);
+  return MakeGrpcPsClient(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), rpc_timeout);
 }
 
 }  // namespace worker

@@ -12,6 +12,10 @@
 #include "common/model_layout.h"
 #include "proto/omnilearn.pb.h"
 
+namespace grpc {
+class Channel;
+}  // namespace grpc
+
 namespace omnilearn {
 namespace worker {
 
@@ -33,6 +37,8 @@ class PsClient {
 
 // A gRPC client for "host:port". `rpc_timeout` bounds every call.
 std::unique_ptr<PsClient> MakeGrpcPsClient(const std::string& target, absl::Duration rpc_timeout);
+// The same over a given channel (e.g. grpc::Server::InProcessChannel in tests).
+std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration rpc_timeout);
 
 }  // namespace worker
 }  // namespace omnilearn
