@@ -4,11 +4,12 @@
 #   ./deploy/quickstart.sh                    sync mode, OmniLearn controller
 #   ./deploy/quickstart.sh --mode=async       asynchronous
 #   ./deploy/quickstart.sh --controller=off   the baseline: equal static batches
-# Other options: --epochs=N (3), --global_batch=N (256), --port=N (50051), --model=mlp|cnn
+# Other options: --epochs=N (3), --global_batch=N (256), --port=N (50051), --model=mlp|cnn,
+#   --lr=X (0.05 sync, 0.1 async)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn
+mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn lr=
 for arg in "$@"; do
   case "$arg" in
     --mode=*) mode=${arg#*=} ;;
@@ -17,10 +18,16 @@ for arg in "$@"; do
     --global_batch=*) global_batch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
     --model=*) model=${arg#*=} ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --lr=*) lr=${arg#*=} ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "quickstart: unknown option $arg" >&2; exit 2 ;;
   esac
 done
+
+# Async lowers the explicit momentum (asynchrony adds its own), so it takes a larger step.
+if [ -z "$lr" ]; then
+  if [ "$mode" = async ]; then lr=0.1; else lr=0.05; fi
+fi
 
 ./deploy/install-deps.sh
 echo "quickstart: building (optimized)..."
@@ -39,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
-  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" &
+  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" &
 server_pid=$!
 sleep 1
 kill -0 "$server_pid" 2>/dev/null || { echo "quickstart: the server did not start (port $port busy?)" >&2; exit 1; }

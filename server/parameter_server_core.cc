@@ -311,12 +311,15 @@ absl::StatusOr<PushResult> ParameterServerCore::PushAsync(const PushInfo& info, 
   // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
   // the model moved since the worker pulled and n the live workers. With n workers
   // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
-  // Momentum is per push, so each gradient's total displacement is its share b / B of
-  // a synchronous step's (see ParameterStore::Apply).
+  // Asynchrony itself acts like momentum of about 1 - 1/n (Mitliagkas et al., 2016,
+  // "Asynchrony begets momentum"): the explicit momentum per push is lowered by that
+  // much so the total stays near the configured one.
   const uint64_t s = store_.version() - info.version;
   const double share = static_cast<double>(info.batch) / static_cast<double>(options_.controller.global_batch);
   const double damp = std::min(1.0, static_cast<double>(LiveCount()) / (1.0 + static_cast<double>(s)));
-  store_.Apply(gradient, share * damp);
+  const double n = static_cast<double>(std::max<size_t>(1, LiveCount()));
+  const double momentum = std::max(0.0, options_.optimizer.momentum - (1.0 - 1.0 / n));
+  store_.Apply(gradient, share * damp, momentum);
   ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
   Account(info);
   ++pushes_by_result_["applied"];

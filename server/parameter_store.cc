@@ -27,9 +27,9 @@ double ParameterStore::LearningRate() const {
   return options_.learning_rate * std::pow(options_.lr_decay, static_cast<double>(version_ / options_.lr_decay_steps));
 }
 
-void ParameterStore::Apply(const std::vector<float>& gradient, double lr_scale) {
+void ParameterStore::Apply(const std::vector<float>& gradient, double lr_scale, double momentum) {
   const float lr = static_cast<float>(LearningRate() * lr_scale);
-  const float mu = static_cast<float>(options_.momentum);
+  const float mu = static_cast<float>(momentum >= 0 ? momentum : options_.momentum);
   const float wd = static_cast<float>(options_.weight_decay);
   auto next = std::make_shared<std::vector<float>>(*weights_);
   float* w = next->data();

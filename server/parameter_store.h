@@ -38,7 +38,8 @@ class ParameterStore {
   // with lr_scale = b/B moves the model by its share of one global-batch step.
   // Bumps the version. The gradient must have layout().total_elements() finite values
   // (checked by callers).
-  void Apply(const std::vector<float>& gradient, double lr_scale);
+  // `momentum` overrides OptimizerOptions::momentum for this step when >= 0.
+  void Apply(const std::vector<float>& gradient, double lr_scale, double momentum = -1);
 
   double LearningRate() const;
   uint64_t version() const { return version_; }
