@@ -21,10 +21,21 @@ absl::StatusOr<Mode> ParseMode(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
   if (n == "sync") return Mode::kSync;
   if (n == "async") return Mode::kAsync;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (want sync or async)"));
+  if (n == "ssp") return Mode::kSsp;
+  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (want sync, async or ssp)"));
 }
 
-std::string ModeName(Mode mode) { return mode == Mode::kSync ? "sync" : "async"; }
+std::string ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kSync:
+      return "sync";
+    case Mode::kAsync:
+      return "async";
+    case Mode::kSsp:
+      return "ssp";
+  }
+  return "unknown";
+}
 
 std::string WorkerStateName(WorkerState state) {
   switch (state) {
@@ -46,6 +57,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
   if (options.round_timeout <= absl::ZeroDuration() || options.lease <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("round_timeout and lease must be > 0");
   }
+  if (options.staleness_bound < 0) return absl::InvalidArgumentError("staleness_bound must be >= 0");
   const OptimizerOptions& o = options.optimizer;
   if (!(o.learning_rate > 0) || !(o.momentum >= 0 && o.momentum < 1) || !(o.weight_decay >= 0) ||
       !(o.lr_decay > 0 && o.lr_decay <= 1)) {
@@ -59,9 +71,12 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
 ParameterServerCore::ParameterServerCore(const ServerOptions& options, controller::BatchController controller)
     : options_(options),
       start_time_(absl::Now()),
+      metrics_(registry_),
       controller_(std::move(controller)),
       store_(options.optimizer),
-      staleness_counts_(kStalenessBuckets, 0) {}
+      staleness_counts_(kStalenessBuckets, 0) {
+  registry_.AddCollectHook([this] { UpdateGauges(); });
+}
 
 size_t ParameterServerCore::LiveCount() const {
   size_t n = 0;
@@ -78,6 +93,16 @@ void ParameterServerCore::Retire(Worker& w, WorkerState state) {
 void ParameterServerCore::Readmit(Worker& w) {
   w.state = WorkerState::kPending;
   (void)controller_.AddWorker(w.id);
+  // ssp: a worker back from a drop must not hold the others to where it stopped.
+  w.clock = std::max(w.clock, SlowestClock(w.id).value_or(w.clock));
+}
+
+std::optional<uint64_t> ParameterServerCore::SlowestClock(WorkerId except) const {
+  std::optional<uint64_t> slowest;
+  for (const auto& [id, w] : workers_) {
+    if (id != except && Live(w)) slowest = std::min(slowest.value_or(w.clock), w.clock);
+  }
+  return slowest;
 }
 
 void ParameterServerCore::ExpireLeases(absl::Time now) {
@@ -121,6 +146,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   w.device = info.device;
   w.memory = info.device_memory_bytes;
   w.last_seen = now;
+  w.clock = SlowestClock(id).value_or(0);
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
   if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}); !s.ok()) return s;
@@ -154,6 +180,7 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.sum_compute += info.compute_seconds;
   global_samples_ += info.batch;
   last_loss_ = info.train_loss;
+  metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
   if (info.test_accuracy) test_accuracy_ = info.test_accuracy;
   (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
 }
@@ -166,6 +193,7 @@ void ParameterServerCore::CountAdjustmentTick() {
   if (ticks_since_adjust_ >= every) {
     ticks_since_adjust_ = 0;
     controller_.Adjust();
+    metrics_.adjustments.Increment();
   }
 }
 
@@ -180,11 +208,17 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   return r;
 }
 
+void ParameterServerCore::CountPush(WorkerId id, const std::string& result) {
+  ++pushes_by_result_[result];
+  auto it = workers_.find(id);
+  metrics_.pushes.Add({it == workers_.end() ? "unknown" : it->second.name, result}).Increment();
+}
+
 absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::vector<float> gradient,
                                                      absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto reject = [this](const char* result, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ++pushes_by_result_[result];
+  auto reject = [this, &info](const char* result, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    CountPush(info.id, result);
     return s;
   };
   if (shutdown_) return reject("shutdown", absl::UnavailableError("the server is shutting down"));
@@ -223,7 +257,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
   if (w.state == WorkerState::kDropped) Readmit(w);
   if (info.out_of_memory) {
     (void)controller_.ReportOutOfMemory(info.id, info.batch);
-    ++pushes_by_result_["out_of_memory"];
+    CountPush(info.id, "out_of_memory");
     if (options_.mode == Mode::kSync && info.version == store_.version()) {
       OpenRound();
       round_pushed_.insert(info.id);  // counts as present, contributes nothing
@@ -231,8 +265,18 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     }
     return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
   }
-  absl::StatusOr<PushResult> r = options_.mode == Mode::kSync ? PushSync(info, std::move(gradient), deadline)
-                                                               : PushAsync(info, std::move(gradient));
+  absl::StatusOr<PushResult> r;
+  switch (options_.mode) {
+    case Mode::kSync:
+      r = PushSync(info, std::move(gradient), deadline);
+      break;
+    case Mode::kAsync:
+      r = ApplyOnArrival(info, gradient);
+      break;
+    case Mode::kSsp:
+      r = PushSsp(info, std::move(gradient), deadline);
+      break;
+  }
   if (r.ok()) workers_.at(info.id).last_batch = r->next_batch;
   return r;
 }
@@ -241,7 +285,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
                                                          absl::Time deadline) {
   const uint64_t version = store_.version();
   if (info.version != version || round_pushed_.count(info.id)) {
-    ++pushes_by_result_["stale"];
+    CountPush(info.id, "stale");
     return Reply(info.id, false,
                  absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
   }
@@ -251,7 +295,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
   round_samples_ += info.batch;
   round_pushed_.insert(info.id);
   Account(info);
-  ++pushes_by_result_["applied"];
+  CountPush(info.id, "applied");
   MaybeCompleteRound();
   auto done = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || store_.version() != version || !round_open_;
@@ -266,13 +310,18 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
       }
     }
   }
-  return Reply(info.id, true, "");
+  PushResult r = Reply(info.id, true, "");
+  if (auto it = round_batches_.find(info.id); it != round_batches_.end() && store_.version() == version + 1) {
+    r.next_batch = it->second;
+  }
+  return r;
 }
 
 void ParameterServerCore::OpenRound() {
   if (round_open_) return;
   round_open_ = true;
-  round_deadline_ = absl::Now() + options_.round_timeout;
+  round_opened_ = absl::Now();
+  round_deadline_ = round_opened_ + options_.round_timeout;
   round_sum_.assign(store_.layout().total_elements(), 0.0);
   round_samples_ = 0;
 }
@@ -296,18 +345,24 @@ void ParameterServerCore::CompleteRound() {
     for (size_t i = 0; i < mean.size(); ++i) mean[i] = static_cast<float>(round_sum_[i] * inv);
     store_.Apply(mean, 1.0);
     ++rounds_;
+    metrics_.rounds.Increment();
+    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - round_opened_));
   }
   for (auto& [id, w] : workers_) {
     if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
   }
   round_open_ = false;
-  round_pushed_.clear();
   round_sum_.clear();
   round_samples_ = 0;
   if (rounds_ > 0) CountAdjustmentTick();
+  // Every member of the round is told the plan as it stood when the round closed, even
+  // if another member leaves (and its share moves) before this one wakes up.
+  round_batches_.clear();
+  for (WorkerId id : round_pushed_) round_batches_[id] = controller_.plan().batch(id);
+  round_pushed_.clear();
 }
 
-absl::StatusOr<PushResult> ParameterServerCore::PushAsync(const PushInfo& info, std::vector<float> gradient) {
+PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
   // the model moved since the worker pulled and n the live workers. With n workers
   // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
@@ -321,12 +376,47 @@ absl::StatusOr<PushResult> ParameterServerCore::PushAsync(const PushInfo& info, 
   const double momentum = std::max(0.0, options_.optimizer.momentum - (1.0 - 1.0 / n));
   store_.Apply(gradient, share * damp, momentum);
   ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
+  metrics_.staleness.Observe(static_cast<double>(s));
   Account(info);
-  ++pushes_by_result_["applied"];
+  CountPush(info.id, "applied");
   ++rounds_;
+  metrics_.rounds.Increment();
   CountAdjustmentTick();
   PushResult r = Reply(info.id, true, "");
   r.staleness = s;
+  return r;
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, std::vector<float> gradient,
+                                                        absl::Time deadline) {
+  const uint64_t staleness = ApplyOnArrival(info, gradient).staleness;
+  Worker& me = workers_.at(info.id);
+  ++me.clock;
+  const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
+  auto within_bound = [this, &info, &me, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutdown_ || !Live(me)) return true;
+    const std::optional<uint64_t> slowest = SlowestClock(info.id);
+    return !slowest || me.clock <= *slowest + bound;
+  };
+  if (!within_bound()) {
+    const absl::Time start = absl::Now();
+    const absl::Time drop_at = start + options_.round_timeout;
+    while (!within_bound()) {
+      if (mu_.AwaitWithDeadline(absl::Condition(&within_bound), std::min(deadline, drop_at))) break;
+      if (absl::Now() >= drop_at) {
+        // Whoever holds this worker back past the timeout is dropped, as a late worker
+        // is from a sync round; it is readmitted when it pushes again.
+        for (auto& [id, w] : workers_) {
+          if (id != info.id && Live(w) && w.clock + bound < me.clock) Retire(w, WorkerState::kDropped);
+        }
+      } else if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError("the slowest worker did not catch up before the call's deadline");
+      }
+    }
+    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  PushResult r = Reply(info.id, true, "");
+  r.staleness = staleness;
   return r;
 }
 
@@ -374,19 +464,44 @@ absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
   return store_.layout();
 }
 
-void ParameterServerCore::CountRejectedPush(const std::string& result) {
+void ParameterServerCore::CountRejectedPush(WorkerId id, const std::string& result) {
   absl::MutexLock lock(&mu_);
-  ++pushes_by_result_[result];
+  CountPush(id, result);
 }
 
 void ParameterServerCore::CountPushBytes(int64_t bytes) {
   absl::MutexLock lock(&mu_);
   push_bytes_ += bytes;
+  metrics_.push_bytes.Increment(static_cast<double>(bytes));
 }
 
 void ParameterServerCore::CountPullBytes(int64_t bytes) {
   absl::MutexLock lock(&mu_);
   pull_bytes_ += bytes;
+  metrics_.pull_bytes.Increment(static_cast<double>(bytes));
+}
+
+void ParameterServerCore::UpdateGauges() {
+  absl::MutexLock lock(&mu_);
+  metrics_.model_version.Set(static_cast<double>(store_.version()));
+  metrics_.train_loss.Set(last_loss_);
+  if (test_accuracy_) metrics_.test_accuracy.Set(*test_accuracy_);
+  std::map<WorkerState, int> by_state = {
+      {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
+  std::set<std::string> live, gone;
+  for (const auto& [id, w] : workers_) {
+    ++by_state[w.state];
+    if (Live(w)) {
+      live.insert(w.name);
+      metrics_.worker_batch_size.Add({w.name}).Set(static_cast<double>(controller_.plan().batch(id)));
+    } else {
+      gone.insert(w.name);
+    }
+  }
+  for (const std::string& name : gone) {
+    if (!live.count(name)) metrics_.worker_batch_size.Remove({name});
+  }
+  for (const auto& [state, n] : by_state) metrics_.workers.Add({WorkerStateName(state)}).Set(n);
 }
 
 void ParameterServerCore::Shutdown() {

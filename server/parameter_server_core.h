@@ -1,5 +1,6 @@
 // The parameter server's logic, free of gRPC: membership and leases, the synchronous
-// round barrier, the asynchronous applier, the batch controller, statistics.
+// round barrier, the asynchronous applier, the stale-synchronous (SSP) bound, the batch
+// controller, statistics and Prometheus series.
 #ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
@@ -16,16 +17,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
 #include "server/parameter_store.h"
+#include "server/server_metrics.h"
 
 namespace omnilearn {
 namespace server {
 
 using WorkerId = uint64_t;
 
-enum class Mode { kSync, kAsync };
+// sync: one step per round over all live workers. async: each push applied on arrival.
+// ssp: applied on arrival like async, but a worker may be at most `staleness_bound`
+// iterations ahead of the slowest live one (its push reply waits until it is not).
+enum class Mode { kSync, kAsync, kSsp };
 enum class Device { kUnknown, kCpu, kCuda };
 enum class WorkerState { kActive, kPending, kDropped, kLeft };
 // What the worker must do next (mirrors the proto's Action).
@@ -39,7 +45,8 @@ struct ServerOptions {
   Mode mode = Mode::kSync;
   int num_workers = 1;                            // the first round waits for this many joins
   absl::Duration start_timeout = absl::Minutes(5);  // ...or starts with who is there after this
-  absl::Duration round_timeout = absl::Seconds(30);  // sync: late workers are dropped
+  absl::Duration round_timeout = absl::Seconds(30);  // sync/ssp: workers waited for longer are dropped
+  int staleness_bound = 4;                        // ssp: iterations ahead of the slowest (>= 0)
   absl::Duration lease = absl::Seconds(60);       // silent this long = gone
   int adjust_every = 10;                          // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
@@ -142,7 +149,9 @@ class ParameterServerCore {
 
   // Takes one gradient (mean over info.batch samples; empty for an OOM report).
   // sync: waits for the round to close (all active workers pushed, or round_timeout);
-  // async: applies it at once. The model is unchanged on any error.
+  // async: applies it at once; ssp: applies it at once, then waits while the worker is
+  // more than staleness_bound iterations ahead of the slowest live worker (a worker
+  // that keeps it waiting past round_timeout is dropped). The model is unchanged on any error.
   // NotFound (unknown or expired worker: rejoin), InvalidArgument (batch, time,
   // version from the future, size, NaN/Inf), Unavailable (shutting down).
   absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline);
@@ -159,6 +168,10 @@ class ParameterServerCore {
 
   ServerSnapshot Snapshot() const;
 
+  // The server's Prometheus series (server_metrics.h); its gauges are brought up to date
+  // at each scrape. Callers may add series of their own (process metrics).
+  metrics::Registry& registry() { return registry_; }
+
   // Wakes every waiting call; they and all later ones answer kStop / Unavailable.
   void Shutdown();
 
@@ -166,7 +179,8 @@ class ParameterServerCore {
   absl::StatusOr<ModelLayout> Layout() const;
 
   // Records a validation failure seen before the core (bad chunks in the adapter).
-  void CountRejectedPush(const std::string& result);
+  void CountRejectedPush(WorkerId id, const std::string& result);
+  void CountUnauthenticated() { metrics_.unauthenticated.Increment(); }
   void CountPushBytes(int64_t bytes);
   void CountPullBytes(int64_t bytes);
 
@@ -181,6 +195,7 @@ class ParameterServerCore {
     uint64_t iterations = 0, samples = 0;
     double last_compute = 0, sum_compute = 0;
     int64_t last_batch = 0;  // the batch its last push reply assigned
+    uint64_t clock = 0;      // ssp: iterations pushed, lifted to the slowest's on (re)admission
   };
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
@@ -198,13 +213,22 @@ class ParameterServerCore {
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   PushResult Reply(WorkerId id, bool applied, std::string message) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountPush(WorkerId id, const std::string& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async and ssp: applies one push at once with the staleness rule.
+  PushResult ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ssp: the smallest clock among live workers other than `except` (nullopt: none).
+  std::optional<uint64_t> SlowestClock(WorkerId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, std::vector<float> gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushAsync(const PushInfo& info, std::vector<float> gradient)
+  absl::StatusOr<PushResult> PushSsp(const PushInfo& info, std::vector<float> gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerOptions options_;
   const absl::Time start_time_;
+  metrics::Registry registry_;
+  ServerMetrics metrics_;
   mutable absl::Mutex mu_;
   controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
   ParameterStore store_ ABSL_GUARDED_BY(mu_);
@@ -215,9 +239,11 @@ class ParameterServerCore {
   // Sync round state.
   bool round_open_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time round_deadline_ ABSL_GUARDED_BY(mu_);
+  absl::Time round_opened_ ABSL_GUARDED_BY(mu_);
   std::vector<double> round_sum_ ABSL_GUARDED_BY(mu_);  // sum of b_k * g_k
   int64_t round_samples_ ABSL_GUARDED_BY(mu_) = 0;      // sum of b_k
   std::set<WorkerId> round_pushed_ ABSL_GUARDED_BY(mu_);
+  std::map<WorkerId, int64_t> round_batches_ ABSL_GUARDED_BY(mu_);  // the last closed round's plan
   // Statistics.
   uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,5 +1,6 @@
 #include "server/parameter_server_core.h"
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 
@@ -48,6 +49,15 @@ std::vector<float> Weights(ParameterServerCore& core, WorkerId id) {
   REQUIRE(snap.ok());
   return *snap->weights;
 }
+
+WorkerSnapshot WorkerOf(const ServerSnapshot& s, WorkerId id) {
+  for (const WorkerSnapshot& w : s.workers) {
+    if (w.id == id) return w;
+  }
+  FAIL("no worker " << id);
+  return {};
+}
+WorkerState StateOf(const ServerSnapshot& s, WorkerId id) { return WorkerOf(s, id).state; }
 
 // Joins n workers "w0".."w{n-1}": w0 brings the model, the others wait for it.
 std::vector<JoinResult> JoinAll(ParameterServerCore& core, int n) {
@@ -99,7 +109,7 @@ TEST_CASE("a worker that misses the round deadline is dropped and rejoins", "[co
   REQUIRE(Weights(*core, j[0].id) == std::vector<float>(kParams, -2.0f));
   // w2 is out; its share went to the others: 9 = 5 + 4 (equal split of 9 over 2).
   ServerSnapshot s = core->Snapshot();
-  REQUIRE(s.workers[2].state == WorkerState::kDropped);
+  REQUIRE(StateOf(s, j[2].id) == WorkerState::kDropped);
   REQUIRE(r0.next_batch + r1.next_batch == 9);
   // The next round does not wait for it.
   std::thread p2([&] { r1 = *core->Push(Grad(j[1].id, 4, 1), std::vector<float>(kParams, 1.0f), Soon()); });
@@ -221,7 +231,7 @@ TEST_CASE("an out-of-memory report lowers the batch and does not stall the round
   REQUIRE_FALSE(rb.applied);
   REQUIRE(rb.next_batch < 50);
   REQUIRE(ra.version == 1);
-  REQUIRE(ra.next_batch + core->Snapshot().workers[1].batch == 100);
+  REQUIRE(ra.next_batch + WorkerOf(core->Snapshot(), b.id).batch == 100);
 }
 
 TEST_CASE("shutdown wakes a waiting push", "[core]") {
@@ -237,6 +247,110 @@ TEST_CASE("shutdown wakes a waiting push", "[core]") {
   REQUIRE(r->action == Action::kStop);
   REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
           absl::StatusCode::kUnavailable);
+}
+
+PushInfo Current(ParameterServerCore& core, WorkerId id, int64_t batch) {
+  return Grad(id, batch, core.Snapshot().version);
+}
+
+TEST_CASE("ssp: a worker runs at most S iterations ahead of the slowest, then waits", "[core][ssp]") {
+  ServerOptions o = Options(Mode::kSsp, 2);
+  o.staleness_bound = 1;
+  auto core = *ParameterServerCore::Create(o);
+  const auto j = JoinAll(*core, 2);
+  const std::vector<float> g(kParams, 1.0f);
+  // Clock 1 vs 0: within the bound, applied and answered at once.
+  PushResult r = *core->Push(Current(*core, j[0].id, 4), g, Soon());
+  REQUIRE(r.applied);
+  REQUIRE(r.version == 1);
+  // Clock 2 vs 0: applied, but the reply waits for the slow worker.
+  std::atomic<bool> answered{false};
+  std::thread fast([&] {
+    r = *core->Push(Current(*core, j[0].id, 4), g, Soon());
+    answered = true;
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  REQUIRE_FALSE(answered);
+  REQUIRE(core->Snapshot().version == 2);  // applied on arrival all the same
+  PushResult slow = *core->Push(Grad(j[1].id, 4, 0), g, Soon());
+  fast.join();
+  REQUIRE(answered);
+  REQUIRE(slow.staleness == 2);
+  REQUIRE(core->Snapshot().version == 3);
+  // Each push moves the weights by lr * b/B * g = 0.5; the slow one, 2 versions behind,
+  // is damped by n / (1 + s) = 2/3.
+  const float w = Weights(*core, j[0].id)[0];
+  REQUIRE(std::fabs(w - (-0.5f - 0.5f - 0.5f * 2.0f / 3.0f)) < 1e-5f);
+}
+
+TEST_CASE("ssp with S=0 steps in lockstep like sync", "[core][ssp]") {
+  ServerOptions o = Options(Mode::kSsp, 2);
+  o.staleness_bound = 0;
+  auto core = *ParameterServerCore::Create(o);
+  const auto j = JoinAll(*core, 2);
+  const std::vector<float> g(kParams, 1.0f);
+  for (int iteration = 0; iteration < 3; ++iteration) {
+    std::atomic<bool> answered{false};
+    std::thread a([&] {
+      (void)*core->Push(Current(*core, j[0].id, 4), g, Soon());
+      answered = true;
+    });
+    absl::SleepFor(absl::Milliseconds(100));
+    REQUIRE_FALSE(answered);  // waits for the other worker's push of this iteration
+    (void)*core->Push(Current(*core, j[1].id, 4), g, Soon());
+    a.join();
+  }
+  REQUIRE(core->Snapshot().version == 6);
+}
+
+TEST_CASE("ssp: a dead worker is dropped after the timeout, no deadlock", "[core][ssp]") {
+  ServerOptions o = Options(Mode::kSsp, 2);
+  o.staleness_bound = 0;
+  o.round_timeout = absl::Milliseconds(300);
+  auto core = *ParameterServerCore::Create(o);
+  const auto j = JoinAll(*core, 2);
+  const std::vector<float> g(kParams, 1.0f);
+  const absl::Time start = absl::Now();
+  REQUIRE(core->Push(Current(*core, j[0].id, 4), g, Soon()).ok());
+  REQUIRE(absl::Now() - start >= absl::Milliseconds(250));
+  REQUIRE(StateOf(core->Snapshot(), j[1].id) == WorkerState::kDropped);
+  // Alone now: the survivor goes on without waiting, with the whole global batch.
+  const absl::Time next = absl::Now();
+  PushResult r = *core->Push(Current(*core, j[0].id, 4), g, Soon());
+  REQUIRE(absl::Now() - next < absl::Milliseconds(200));
+  REQUIRE(r.next_batch == 8);
+  // The dead one comes back: readmitted at the survivor's clock, so nobody waits on its past.
+  std::thread back([&] { (void)*core->Push(Grad(j[1].id, 4, 0), g, Soon()); });
+  (void)*core->Push(Current(*core, j[0].id, 4), g, Soon());
+  back.join();
+  REQUIRE(StateOf(core->Snapshot(), j[1].id) != WorkerState::kDropped);
+}
+
+TEST_CASE("the core's Prometheus series follow rounds, pushes and workers", "[core][metrics]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  const auto j = JoinAll(*core, 2);
+  std::thread ta([&] { (void)*core->Push(Grad(j[0].id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  (void)*core->Push(Grad(j[1].id, 4, 0), std::vector<float>(kParams, 1.0f), Soon());
+  ta.join();
+  (void)core->Push(Grad(j[1].id, 4, 1), std::vector<float>(kParams, NAN), Soon());
+  core->CountPushBytes(96);
+  const std::string text = core->registry().Serialize();
+  for (const char* line : {"omnilearn_worker_batch_size{worker=\"w0\"} 4\n", "omnilearn_worker_batch_size{worker=\"w1\"} 4\n",
+                           "omnilearn_rounds_total 1\n", "omnilearn_model_version 1\n",
+                           "omnilearn_pushes_total{worker=\"w0\",result=\"applied\"} 1\n",
+                           "omnilearn_pushes_total{worker=\"w1\",result=\"invalid\"} 1\n",
+                           "omnilearn_workers{state=\"active\"} 2\n", "omnilearn_workers{state=\"dropped\"} 0\n",
+                           "omnilearn_round_wait_seconds_count 1\n", "omnilearn_push_bytes_total 96\n",
+                           "omnilearn_worker_compute_seconds_count{worker=\"w1\"} 1\n"}) {
+    INFO(line);
+    CHECK(text.find(line) != std::string::npos);
+  }
+  // A worker that leaves has no batch series any more.
+  REQUIRE(core->Leave(j[0].id).ok());
+  const std::string after = core->registry().Serialize();
+  CHECK(after.find("omnilearn_worker_batch_size{worker=\"w0\"}") == std::string::npos);
+  CHECK(after.find("omnilearn_worker_batch_size{worker=\"w1\"} 8\n") != std::string::npos);
+  CHECK(after.find("omnilearn_workers{state=\"left\"} 1\n") != std::string::npos);
 }
 
 }  // namespace

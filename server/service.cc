@@ -21,7 +21,17 @@ v1::Action ToProto(Action a) {
   return v1::ACTION_UNSPECIFIED;
 }
 
-v1::Mode ToProto(Mode m) { return m == Mode::kSync ? v1::MODE_SYNC : v1::MODE_ASYNC; }
+v1::Mode ToProto(Mode m) {
+  switch (m) {
+    case Mode::kSync:
+      return v1::MODE_SYNC;
+    case Mode::kAsync:
+      return v1::MODE_ASYNC;
+    case Mode::kSsp:
+      return v1::MODE_SSP;
+  }
+  return v1::MODE_UNSPECIFIED;
+}
 
 v1::DeviceKind ToProto(Device d) {
   switch (d) {
@@ -136,7 +146,7 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
                                           v1::PushResponse* response) {
   v1::PushRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
-    core_->CountRejectedPush("invalid");
+    core_->CountRejectedPush(0, "invalid");
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Push must start with a header");
   }
   const v1::PushHeader header = msg.header();
@@ -159,13 +169,13 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
       absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
                                        : absl::InvalidArgumentError("Push: a second header");
       if (!s.ok()) {
-        core_->CountRejectedPush("invalid");
+        core_->CountRejectedPush(info.id, "invalid");
         return ToGrpc(s);
       }
     }
     absl::StatusOr<std::vector<float>> g = assembler.Finish();
     if (!g.ok()) {
-      core_->CountRejectedPush("invalid");
+      core_->CountRejectedPush(info.id, "invalid");
       return ToGrpc(g.status());
     }
     core_->CountPushBytes(assembler.bytes_received());

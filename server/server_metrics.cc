@@ -1,0 +1,42 @@
+#include "server/server_metrics.h"
+
+namespace omnilearn {
+namespace server {
+
+using metrics::ExponentialBuckets;
+
+ServerMetrics::ServerMetrics(metrics::Registry& r)
+    : worker_batch_size(r.AddGauge("omnilearn_worker_batch_size",
+                                   "Mini-batch size the controller assigns to each live worker.", {"worker"})),
+      worker_compute_seconds(r.AddHistogram("omnilearn_worker_compute_seconds",
+                                            "Forward + loss + backward seconds each worker reported per iteration.",
+                                            {"worker"}, ExponentialBuckets(0.001, 2, 16))),
+      pushes(r.AddCounter("omnilearn_pushes_total",
+                          "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, "
+                          "unknown_worker, shutdown).",
+                          {"worker", "result"})),
+      rounds(r.AddCounter("omnilearn_rounds_total", "Optimizer steps taken (sync rounds or applied pushes).").Add({})),
+      push_bytes(r.AddCounter("omnilearn_push_bytes_total", "Gradient payload bytes received.").Add({})),
+      pull_bytes(r.AddCounter("omnilearn_pull_bytes_total", "Model payload bytes sent.").Add({})),
+      model_version(r.AddGauge("omnilearn_model_version", "Version of the model (optimizer steps).").Add({})),
+      round_wait_seconds(r.AddHistogram("omnilearn_round_wait_seconds",
+                                        "Sync: seconds from a round's first push to its close. SSP: seconds a "
+                                        "push waited for the slowest worker.",
+                                        {}, ExponentialBuckets(0.001, 2, 16))
+                             .Add({})),
+      staleness(r.AddHistogram("omnilearn_staleness", "Async and SSP: versions the model moved between a worker's "
+                                                      "pull and its push.",
+                               {}, {0, 1, 2, 4, 8, 16, 32, 64, 128})
+                    .Add({})),
+      adjustments(r.AddCounter("omnilearn_controller_adjustments_total",
+                               "Times the batch controller ran (each may keep or change the plan).")
+                      .Add({})),
+      workers(r.AddGauge("omnilearn_workers", "Workers by state (active, pending, dropped, left).", {"state"})),
+      train_loss(r.AddGauge("omnilearn_train_loss", "Training loss in the last push.").Add({})),
+      test_accuracy(r.AddGauge("omnilearn_test_accuracy", "Last test accuracy a worker reported (0..1).").Add({})),
+      unauthenticated(r.AddCounter("omnilearn_unauthenticated_total",
+                                   "Calls refused for a missing or wrong bearer token.")
+                          .Add({})) {}
+
+}  // namespace server
+}  // namespace omnilearn
