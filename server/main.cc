@@ -11,6 +11,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
+#include "common/metrics.h"
+#include "common/metrics_exposer.h"
 #include "common/tensor_codec.h"
 #include "server/parameter_server_core.h"
 #include "server/service.h"
@@ -18,7 +21,8 @@
 
 ABSL_FLAG(int, port, 50051, "gRPC port");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address to listen on");
-ABSL_FLAG(std::string, mode, "sync", "sync | async");
+ABSL_FLAG(std::string, mode, "sync", "sync | async | ssp (stale-synchronous, see --staleness_bound)");
+ABSL_FLAG(int, staleness_bound, 4, "ssp: iterations a worker may run ahead of the slowest (0 = lockstep)");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
 ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
@@ -32,10 +36,16 @@ ABSL_FLAG(double, lr_decay, 0.1, "step decay factor");
 ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
-ABSL_FLAG(double, round_timeout, 30, "sync: seconds a round waits for late workers before dropping them");
+ABSL_FLAG(double, round_timeout, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
 ABSL_FLAG(double, lease, 60, "seconds without a call after which a worker is gone");
 ABSL_FLAG(std::string, summary_json, "", "write a JSON summary here on exit");
 ABSL_FLAG(bool, quiet, false, "no line per controller adjustment");
+ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port (0 = off)");
+ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint listens on");
+ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls_key: TLS on)");
+ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA for client certificates (mutual TLS: workers must present one)");
+ABSL_FLAG(std::string, auth_token_file, "", "file holding a shared bearer token every call must carry");
 
 namespace omnilearn {
 namespace server {
@@ -51,6 +61,7 @@ int Run() {
     return 2;
   }
   o.mode = *mode;
+  o.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout));
@@ -66,10 +77,35 @@ int Run() {
   o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.optimizer.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   o.optimizer.lr_decay = absl::GetFlag(FLAGS_lr_decay);
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
   auto core = ParameterServerCore::Create(o);
-  if (!core.ok()) {
-    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(core.status().message()).c_str());
-    return 2;
+  if (!core.ok()) return fail(core.status(), 2);
+  auto credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) return fail(credentials.status(), 2);
+  std::string token;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    absl::StatusOr<std::string> t = ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
+    if (!t.ok()) return fail(t.status(), 2);
+    token = *t;
+  }
+  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
+  if (!IsLoopbackAddress(absl::GetFlag(FLAGS_bind)) && !tls && token.empty()) {
+    std::fprintf(stderr,
+                 "omnilearn_server: WARNING: listening on %s with neither TLS nor a token: anyone who can reach "
+                 "this port can read and change the model (see --tls_cert, --auth_token_file)\n",
+                 absl::GetFlag(FLAGS_bind).c_str());
+  }
+  metrics::AddProcessMetrics((*core)->registry());
+  std::unique_ptr<metrics::MetricsExposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    auto e = metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
+                                            &(*core)->registry());
+    if (!e.ok()) return fail(e.status(), 1);
+    exposer = std::move(*e);
   }
 
   // SIGTERM / SIGINT are taken by a thread of our own (sigwait), so shutdown runs
@@ -80,11 +116,11 @@ int Run() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  ParameterServerService service(core->get());
+  ParameterServerService service(core->get(), absl::Minutes(10), token);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(address, *credentials, &bound_port);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);
@@ -94,9 +130,13 @@ int Run() {
     return 1;
   }
   const absl::Time start = absl::Now();
-  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s global_batch=%ld workers=%d\n",
+  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s global_batch=%ld workers=%d tls=%s "
+              "token=%s metrics=%s\n",
               absl::GetFlag(FLAGS_bind).c_str(), bound_port, ModeName(o.mode).c_str(),
-              controller::PolicyName(o.controller.policy).c_str(), o.controller.global_batch, o.num_workers);
+              controller::PolicyName(o.controller.policy).c_str(), o.controller.global_batch, o.num_workers,
+              tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token.empty() ? "off" : "on",
+              exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str()
+                      : "off");
   std::fflush(stdout);
 
   std::atomic<bool> stopping{false};

@@ -1,6 +1,7 @@
 #include "server/service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -81,8 +82,21 @@ absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) cons
   return std::min(cap, client);
 }
 
+grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
+  if (auth_token_.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kAuthorizationKey);
+  if (it != md.end() && BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), auth_token_)) {
+    return grpc::Status::OK;
+  }
+  core_->CountUnauthenticated();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      it == md.end() ? "no bearer token: pass --auth_token_file" : "wrong bearer token");
+}
+
 grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                           v1::JoinResponse* response) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   v1::JoinRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join must start with a header");
@@ -123,6 +137,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
 
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
                                           grpc::ServerWriter<v1::PullResponse>* writer) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request->worker_id(), request->have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
   v1::PullResponse msg;
@@ -144,6 +159,7 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::Pu
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
                                           v1::PushResponse* response) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   v1::PushRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
     core_->CountRejectedPush(0, "invalid");
@@ -193,8 +209,9 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   uint64_t version = 0;
   int64_t batch = 0;
   response->set_action(ToProto(core_->Heartbeat(request->worker_id(), &version, &batch)));
@@ -203,13 +220,15 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext*, const v1::H
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Leave(grpc::ServerContext*, const v1::LeaveRequest* request,
+grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request,
                                            v1::LeaveResponse*) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   return ToGrpc(core_->Leave(request->worker_id()));
 }
 
-grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                                v1::GetStatusResponse* response) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   const ServerSnapshot s = core_->Snapshot();
   response->set_mode(ToProto(s.mode));
   response->set_model_version(s.version);

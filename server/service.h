@@ -17,9 +17,11 @@ grpc::Status ToGrpc(const absl::Status& status);
 class ParameterServerService final : public v1::ParameterServer::Service {
  public:
   // `core` must outlive the service. `max_wait` bounds how long Join and Push block
-  // when the client set no deadline.
-  explicit ParameterServerService(ParameterServerCore* core, absl::Duration max_wait = absl::Minutes(10))
-      : core_(core), max_wait_(max_wait) {}
+  // when the client set no deadline. With an `auth_token`, every call must carry
+  // "authorization: Bearer <token>" or gets UNAUTHENTICATED (and is counted).
+  explicit ParameterServerService(ParameterServerCore* core, absl::Duration max_wait = absl::Minutes(10),
+                                  std::string auth_token = "")
+      : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
@@ -35,9 +37,12 @@ class ParameterServerService final : public v1::ParameterServer::Service {
 
  private:
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
+  // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
   ParameterServerCore* core_;
-  absl::Duration max_wait_;
+  const absl::Duration max_wait_;
+  const std::string auth_token_;
 };
 
 }  // namespace server

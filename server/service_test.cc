@@ -12,8 +12,15 @@ namespace omnilearn {
 namespace server {
 namespace {
 
+worker::ClientOptions WithToken(std::string token) {
+  worker::ClientOptions o;
+  o.rpc_timeout = absl::Seconds(10);
+  o.auth_token = std::move(token);
+  return o;
+}
+
 struct Fixture {
-  Fixture() {
+  explicit Fixture(std::string server_token = "", std::string client_token = "") {
     ServerOptions o;
     o.mode = Mode::kAsync;
     o.controller.global_batch = 8;
@@ -21,13 +28,13 @@ struct Fixture {
     o.optimizer.momentum = 0;
     o.optimizer.weight_decay = 0;
     core = std::move(*ParameterServerCore::Create(o));
-    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10));
+    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
     grpc::ChannelArguments args;
     channel = server->InProcessChannel(args);
-    client = worker::MakeGrpcPsClient(channel, absl::Seconds(10));
+    client = worker::MakeGrpcPsClient(channel, WithToken(client_token));
     layout = *ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}});
   }
   ~Fixture() {
@@ -115,6 +122,24 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   REQUIRE(s.version == 0);
   REQUIRE(s.pushes_by_result.at("invalid") == 2);
   REQUIRE(s.pushes_by_result.at("unknown_worker") == 1);
+}
+
+TEST_CASE("with a token, calls without it or with another are refused and counted", "[service][auth]") {
+  const std::vector<float> init(9, 1.0f);
+  for (const std::string bad : {"", "not-the-token"}) {
+    Fixture f("the-token", bad);
+    auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+    REQUIRE(joined.status().code() == absl::StatusCode::kUnauthenticated);
+    REQUIRE(f.client->Leave(1).code() == absl::StatusCode::kUnauthenticated);
+    REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
+    REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 2\n") != std::string::npos);
+  }
+  Fixture f("the-token", "the-token");
+  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  REQUIRE(joined.ok());
+  std::vector<float> weights;
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
+  REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
 }
 
 }  // namespace

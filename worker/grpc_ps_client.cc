@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "worker/ps_client.h"
@@ -18,13 +19,15 @@ absl::Status FromGrpc(const grpc::Status& s, const char* call) {
 
 class GrpcPsClient : public PsClient {
  public:
-  GrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration timeout)
-      : stub_(v1::ParameterServer::NewStub(channel)), timeout_(timeout) {}
+  GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+      : stub_(v1::ParameterServer::NewStub(channel)),
+        timeout_(options.rpc_timeout),
+        authorization_(options.auth_token.empty() ? "" : absl::StrCat("Bearer ", options.auth_token)) {}
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
                                         const std::vector<float>* initial) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    Prepare(&ctx);
     v1::JoinResponse response;
     auto writer = stub_->Join(&ctx, &response);
     v1::JoinRequest msg;
@@ -40,7 +43,7 @@ class GrpcPsClient : public PsClient {
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
                                 std::vector<float>* weights) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    Prepare(&ctx);
     v1::PullRequest request;
     request.set_worker_id(worker_id);
     request.set_have_version(have_version);
@@ -72,7 +75,7 @@ class GrpcPsClient : public PsClient {
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    Prepare(&ctx);
     v1::PushResponse response;
     auto writer = stub_->Push(&ctx, &response);
     v1::PushRequest msg;
@@ -87,7 +90,7 @@ class GrpcPsClient : public PsClient {
 
   absl::Status Leave(uint64_t worker_id) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx);
+    Prepare(&ctx);
     v1::LeaveRequest request;
     request.set_worker_id(worker_id);
     v1::LeaveResponse response;
@@ -95,8 +98,9 @@ class GrpcPsClient : public PsClient {
   }
 
  private:
-  void SetDeadline(grpc::ClientContext* ctx) const {
+  void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
+    if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
   }
 
   template <typename Request, typename Writer>
@@ -109,20 +113,25 @@ class GrpcPsClient : public PsClient {
   }
 
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
-  absl::Duration timeout_;
+  const absl::Duration timeout_;
+  const std::string authorization_;
 };
 
 }  // namespace
 
-std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration rpc_timeout) {
-  return std::make_unique<GrpcPsClient>(std::move(channel), rpc_timeout);
+std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options) {
+  return std::make_unique<GrpcPsClient>(std::move(channel), options);
 }
 
-std::unique_ptr<PsClient> MakeGrpcPsClient(const std::string& target, absl::Duration rpc_timeout) {
+absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials({options.tls_ca, options.tls_cert, options.tls_key});
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return MakeGrpcPsClient(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args), rpc_timeout);
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  return MakeGrpcPsClient(grpc::CreateCustomChannel(target, *credentials, args), options);
 }
 
 }  // namespace worker

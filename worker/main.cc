@@ -5,6 +5,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/grpc_security.h"
+#include "common/metrics.h"
+#include "common/metrics_exposer.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
@@ -25,6 +28,22 @@ ABSL_FLAG(bool, evaluate, false, "evaluate test accuracy at epoch ends and repor
 ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none)");
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
 ABSL_FLAG(int, log_every, 50, "iterations between progress lines (0 = none)");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port for this worker's series (0 = off)");
+ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint listens on");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the server's certificate (TLS on)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require mutual TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM client private key");
+ABSL_FLAG(std::string, tls_server_name, "", "name to check the server certificate against (default: --server's host)");
+ABSL_FLAG(std::string, auth_token_file, "", "file holding the server's shared bearer token");
+
+namespace {
+
+int Fail(const std::string& name, const absl::Status& s) {
+  std::fprintf(stderr, "[%s] error: %s\n", name.c_str(), s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("OmniLearn worker: trains with the mini-batch size the server assigns.");
@@ -45,13 +64,32 @@ int main(int argc, char** argv) {
   o.evaluate = absl::GetFlag(FLAGS_evaluate);
   o.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.log_every = absl::GetFlag(FLAGS_log_every);
-  auto client = omnilearn::worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server),
-                                                    absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout)));
-  auto result = omnilearn::worker::Train(o, *client);
-  if (!result.ok()) {
-    std::fprintf(stderr, "[%s] error: %s\n", o.name.c_str(), result.status().ToString().c_str());
-    return 1;
+  omnilearn::worker::ClientOptions c;
+  c.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout));
+  c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    absl::StatusOr<std::string> token = omnilearn::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
+    if (!token.ok()) return Fail(o.name, token.status());
+    c.auth_token = *token;
   }
+  auto client = omnilearn::worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server), c);
+  if (!client.ok()) return Fail(o.name, client.status());
+
+  omnilearn::metrics::Registry registry;
+  std::unique_ptr<omnilearn::metrics::MetricsExposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    omnilearn::metrics::AddProcessMetrics(registry);
+    auto e = omnilearn::metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind),
+                                                       absl::GetFlag(FLAGS_metrics_port), &registry);
+    if (!e.ok()) return Fail(o.name, e.status());
+    exposer = std::move(*e);
+    o.registry = &registry;
+  }
+  auto result = omnilearn::worker::Train(o, **client);
+  if (!result.ok()) return Fail(o.name, result.status());
   std::printf("[%s] done: %ld iterations, last loss %.4f", o.name.c_str(), result->iterations, result->last_loss);
   if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
   std::printf("\n");

@@ -35,10 +35,21 @@ class PsClient {
   virtual absl::Status Leave(uint64_t worker_id) = 0;
 };
 
-// A gRPC client for "host:port". `rpc_timeout` bounds every call.
-std::unique_ptr<PsClient> MakeGrpcPsClient(const std::string& target, absl::Duration rpc_timeout);
-// The same over a given channel (e.g. grpc::Server::InProcessChannel in tests).
-std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, absl::Duration rpc_timeout);
+struct ClientOptions {
+  absl::Duration rpc_timeout = absl::Minutes(10);  // bounds every call
+  std::string auth_token;       // sent as "authorization: Bearer <token>" when set
+  std::string tls_ca;           // PEM file of the CA that signed the server's certificate: TLS on
+  std::string tls_cert;         // PEM client certificate and key, for servers that require
+  std::string tls_key;          //   mutual TLS
+  std::string tls_server_name;  // the name to check the server's certificate against (default: the target's host)
+};
+
+// A gRPC client for "host:port". InvalidArgument when the TLS files are incomplete or
+// unreadable.
+absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options);
+// The same over a given channel (e.g. grpc::Server::InProcessChannel in tests); uses
+// the options' timeout and token only.
+std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
 
 }  // namespace worker
 }  // namespace omnilearn

@@ -108,6 +108,52 @@ double Evaluate(Model* model, const Dataset& test, const torch::Device& device) 
   return static_cast<double>(correct) / test.size();
 }
 
+// The worker's own Prometheus series, labelled with its name.
+class TrainerMetrics {
+ public:
+  TrainerMetrics(metrics::Registry* r, const std::string& name) {
+    if (r == nullptr) return;
+    const std::vector<double> seconds = metrics::ExponentialBuckets(0.001, 2, 16);
+    step_ = &r->AddHistogram("omnilearn_trainer_step_seconds",
+                             "Forward + loss + backward seconds per iteration, as reported (slowdown included).",
+                             {"worker"}, seconds)
+                 .Add({name});
+    comm_ = &r->AddHistogram("omnilearn_trainer_communication_seconds",
+                             "Seconds per iteration spent pushing and pulling (barrier waits included).", {"worker"},
+                             seconds)
+                 .Add({name});
+    batch_ = &r->AddGauge("omnilearn_trainer_batch_size", "Mini-batch size in use.", {"worker"}).Add({name});
+    iterations_ = &r->AddCounter("omnilearn_trainer_iterations_total", "Iterations pushed.", {"worker"}).Add({name});
+    samples_ = &r->AddCounter("omnilearn_trainer_samples_total", "Samples trained on.", {"worker"}).Add({name});
+    oom_ = &r->AddCounter("omnilearn_trainer_out_of_memory_total", "Iterations that ran out of device memory.",
+                          {"worker"})
+                .Add({name});
+    loss_ = &r->AddGauge("omnilearn_trainer_train_loss", "Loss of the last mini-batch.", {"worker"}).Add({name});
+    accuracy_ = &r->AddGauge("omnilearn_trainer_test_accuracy", "Last test accuracy (0..1).", {"worker"}).Add({name});
+  }
+  void Iteration(int64_t batch, double step_seconds, double comm_seconds, double loss, bool oom) {
+    if (step_ == nullptr) return;
+    batch_->Set(static_cast<double>(batch));
+    comm_->Observe(comm_seconds);
+    iterations_->Increment();
+    if (oom) {
+      oom_->Increment();
+      return;
+    }
+    step_->Observe(step_seconds);
+    samples_->Increment(static_cast<double>(batch));
+    loss_->Set(loss);
+  }
+  void Accuracy(double a) {
+    if (accuracy_ != nullptr) accuracy_->Set(a);
+  }
+
+ private:
+  metrics::Histogram *step_ = nullptr, *comm_ = nullptr;
+  metrics::Gauge *batch_ = nullptr, *loss_ = nullptr, *accuracy_ = nullptr;
+  metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr;
+};
+
 std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);
@@ -194,6 +240,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     int64_t last_epoch_evaluated = 0;
     TrainerResult result;
     std::optional<double> pending_accuracy;
+    TrainerMetrics series(o.registry, o.name);
 
     for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations; ++it) {
       // This worker's own shuffled order; a new permutation at its end.
@@ -245,6 +292,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         push.set_test_accuracy(*pending_accuracy);
         pending_accuracy.reset();
       }
+      const auto comm_start = Clock::now();
       absl::StatusOr<v1::PushResponse> reply = client.Push(push, *layout, grad);
       if (!reply.ok()) return reply.status();
       result.iterations = it + 1;
@@ -255,8 +303,12 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         std::fflush(stdout);
       }
       if (reply->action() == v1::ACTION_STOP) break;
+      const int64_t used_batch = batch;
       if (reply->next_batch_size() > 0) batch = reply->next_batch_size();
       if (absl::Status s = pull(); !s.ok()) return s;
+      series.Iteration(used_batch, push.compute_seconds(),
+                       std::chrono::duration<double>(Clock::now() - comm_start).count(), loss_value,
+                       push.out_of_memory());
 
       const double global = static_cast<double>(reply->global_samples());
       const int64_t epoch = static_cast<int64_t>(global / train.size());
@@ -265,6 +317,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         last_epoch_evaluated = epoch;
         result.test_accuracy = Evaluate(model.get(), test, *device);
         pending_accuracy = result.test_accuracy;
+        series.Accuracy(result.test_accuracy);
         std::printf("[%s] epoch %ld: test accuracy %.2f%%\n", o.name.c_str(), epoch, 100 * result.test_accuracy);
         std::fflush(stdout);
       }

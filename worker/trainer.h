@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/metrics.h"
 #include "worker/ps_client.h"
 
 namespace omnilearn {
@@ -30,6 +31,9 @@ struct TrainerOptions {
   bool evaluate = false;              // evaluate test accuracy at every epoch end and report it
   int64_t max_batch = 0;              // a ceiling this worker knows of (0 = none)
   int log_every = 50;                 // iterations between progress lines (0 = none)
+  // Where to record the omnilearn_trainer_* series (step and communication times,
+  // batch size, ...); null = none. Must outlive Train.
+  metrics::Registry* registry = nullptr;
 };
 
 struct TrainerResult {
