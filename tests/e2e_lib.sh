@@ -23,7 +23,7 @@ start_server() {
   local name=$1; shift
   PORT=$(free_port)
   SUMMARY=$WORK/$name.json
-  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet "$@" \
+  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
     > "$WORK/$name.server.log" 2>&1 &
   SERVER_PID=$!
   STARTED+=("$SERVER_PID")
@@ -42,6 +42,15 @@ start_worker() {
     --model=mlp --log_every=1 "$@" > "$log" 2>&1 &
   WORKER_PIDS+=($!)
   STARTED+=($!)
+}
+
+# wait_for_line FILE PATTERN [TENTHS]: until PATTERN shows in FILE (default 10 s).
+wait_for_line() {
+  for _ in $(seq "${3:-100}"); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 # stop_server: SIGTERM, wait, the summary must exist.
