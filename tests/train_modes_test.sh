@@ -5,10 +5,12 @@
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 
+EXTRA=()  # more server flags for the next run_job
 run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
   local name=$1 mode=$2 controller=$3; shift 3
   start_server "$name" --mode="$mode" --controller="$controller" --num_workers=3 --global_batch=96 \
-    --adjust_every=5 --lr=0.05
+    --adjust_every=5 --lr=0.05 "${EXTRA[@]}"
+  EXTRA=()
   local i=0
   for s in "$@"; do
     start_worker "w$i" "$WORK/$name.w$i.log" --slowdown="$s" --seed=$((i + 1)) --epochs=0.3
@@ -39,6 +41,16 @@ run_job async-balanced async omnilearn 1 1 4
 read -r b0 b1 b2 < <(mean_batches)
 [ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
   fail "async: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
+
+# Bounded staleness: no worker more than 2 iterations ahead of the slowest, so the
+# fast ones cannot run away; the controller still balances the batches.
+EXTRA=(--staleness_bound=2)
+run_job ssp-balanced ssp omnilearn 1 1 4
+read -r b0 b1 b2 < <(mean_batches)
+[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
+  fail "ssp: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
+read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
+[ $((i0 - i2)) -le 2 ] || fail "ssp: w0 ran $i0 iterations, the slow w2 $i2: more than the bound 2 apart"
 
 run_job sync-off sync off 1 1 4
 read -r b0 b1 b2 < <(batches)

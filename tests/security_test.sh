@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# TLS and the bearer token: a worker with the right CA and token trains; no token,
+# a wrong token, a wrong CA and a plain-text client are refused (and the token
+# failures counted); with mutual TLS a worker without a client certificate is refused.
+source "$(dirname "$0")/e2e_lib.sh"
+WORKER_PIDS=()
+PKI=$WORK/pki
+mkdir -p "$PKI"
+# make_ca NAME; make_cert CA NAME [server]: keys and certificates with openssl.
+make_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=$1" -keyout "$PKI/$1.key" -out "$PKI/$1.pem" 2>/dev/null
+}
+make_cert() {
+  local ca=$1 name=$2 ext
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=$name" -keyout "$PKI/$name.key" -out "$PKI/$name.csr" 2>/dev/null
+  if [ "${3:-}" = server ]; then ext="subjectAltName=IP:127.0.0.1,DNS:localhost"; else ext="extendedKeyUsage=clientAuth"; fi
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/$ca.pem" -CAkey "$PKI/$ca.key" -CAcreateserial -days 2 \
+    -extfile <(echo "$ext") -out "$PKI/$name.pem" 2>/dev/null
+}
+make_ca ca && make_ca other-ca && make_cert ca server server && make_cert ca client && make_cert other-ca rogue ||
+  fail "openssl could not make the test certificates"
+echo "s3cret-$RANDOM$RANDOM" > "$WORK/token"
+echo "not-the-token" > "$WORK/wrong-token"
+
+# run_worker NAME [flags]: trains 3 iterations; returns its exit status.
+run_worker() {
+  local name=$1; shift
+  start_worker "$name" "$WORK/$name.log" --epochs=0 --max_iterations=3 --rpc_timeout=20 "$@"
+  wait_workers
+}
+# refused NAME PATTERN [flags]: the worker must fail and its log must match PATTERN.
+refused() {
+  local name=$1 pattern=$2; shift 2
+  if run_worker "$name" "$@"; then fail "$name: was let in"; fi
+  grep -q "$pattern" "$WORK/$name.log" || { cat "$WORK/$name.log" >&2; fail "$name: no '$pattern' in its error"; }
+  echo "$name: refused ($(grep -o "$pattern" "$WORK/$name.log" | head -1))"
+}
+
+SMP=$(free_port)
+start_server tls --num_workers=1 --global_batch=16 --tls_cert="$PKI/server.pem" --tls_key="$PKI/server.key" \
+  --auth_token_file="$WORK/token" --metrics_port="$SMP" --metrics_bind=127.0.0.1
+grep -q "tls=on token=on" "$WORK/tls.server.log" || fail "server did not report TLS and token on"
+GOOD=(--tls_ca="$PKI/ca.pem" --auth_token_file="$WORK/token")
+refused no-token "UNAUTHENTICATED" --tls_ca="$PKI/ca.pem"
+refused wrong-token "wrong bearer token" --tls_ca="$PKI/ca.pem" --auth_token_file="$WORK/wrong-token"
+refused wrong-ca "UNAVAILABLE" --tls_ca="$PKI/other-ca.pem" --auth_token_file="$WORK/token"
+refused plain-text "UNAVAILABLE" --auth_token_file="$WORK/token"
+run_worker good "${GOOD[@]}" || { cat "$WORK/good.log" >&2; fail "the worker with CA and token was refused"; }
+echo "good: trained over TLS with the token"
+n=$(curl -sf "http://127.0.0.1:$SMP/metrics" | awk '$1 == "omnilearn_unauthenticated_total" {print $2}')
+[ "$n" = 2 ] || fail "omnilearn_unauthenticated_total is '$n', want 2 (no token, wrong token)"
+stop_server
+
+start_server mtls --num_workers=1 --global_batch=16 --tls_cert="$PKI/server.pem" --tls_key="$PKI/server.key" \
+  --tls_client_ca="$PKI/ca.pem"
+grep -q "tls=mutual" "$WORK/mtls.server.log" || fail "server did not report mutual TLS"
+refused no-client-cert "UNAVAILABLE" --tls_ca="$PKI/ca.pem"
+refused rogue-client-cert "UNAVAILABLE" --tls_ca="$PKI/ca.pem" --tls_cert="$PKI/rogue.pem" --tls_key="$PKI/rogue.key"
+run_worker mutual --tls_ca="$PKI/ca.pem" --tls_cert="$PKI/client.pem" --tls_key="$PKI/client.key" ||
+  { cat "$WORK/mutual.log" >&2; fail "the worker with a client certificate was refused"; }
+echo "mutual: trained with a client certificate"
+stop_server
+
+# Half a TLS configuration is a clear start-up error, not a silent plain-text server.
+if timeout 10 "$SERVER" --bind=127.0.0.1 --port=0 --metrics_port=0 --tls_cert="$PKI/server.pem" \
+  > "$WORK/half.log" 2>&1; then fail "server started with a certificate but no key"; fi
+grep -q "needs both --tls_cert and --tls_key" "$WORK/half.log" || fail "no clear error for a certificate without key"
+echo "PASS"
