@@ -35,6 +35,10 @@ for series in omnilearn_trainer_step_seconds_count omnilearn_trainer_batch_size 
   grep -q "^$series[ {]" "$WORK/worker.prom" || fail "the worker does not export $series"
 done
 echo "promtool: server and worker scrapes pass"
+# Every series the Grafana dashboard draws exists in a live scrape.
+for name in $(grep -o '\(omnilearn\|process\)_[a-z_]*' "$TEST_SRCDIR/omnilearn/deploy/grafana/omnilearn-dashboard.json" | sort -u); do
+  grep -q "^$name[ {]" "$WORK/server.prom" "$WORK/worker.prom" || fail "the dashboard uses $name, which nobody exports"
+done
 
 # Prometheus with the shipped configuration; targets from file discovery.
 mkdir -p "$WORK/prom/targets"
