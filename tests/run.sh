@@ -2,7 +2,7 @@
 # The one test command: installs what is missing, runs every test, prints
 # "N passed, N failed" on a line of its own and exits non-zero on any failure.
 #   ./tests/run.sh            all tests
-#   ./tests/run.sh //server/...   a subset (Bazel target patterns)
+#   ./tests/run.sh //server/...   a subset (Bazel target patterns; skips the CMake build)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,15 @@ passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$log")
 # A build failure fails no test by name: count it so it cannot read as green.
 if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+
+# The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
+if [ $# -eq 0 ]; then
+  if ./tests/cmake_build_test.sh; then
+    echo "cmake_build_test PASSED"; passed=$((passed + 1))
+  else
+    echo "cmake_build_test FAILED"; failed=$((failed + 1))
+  fi
+fi
 echo
 echo "${passed} passed, ${failed} failed"
 [ "$failed" -eq 0 ] && [ "$bazel_rc" -eq 0 ]
