@@ -51,18 +51,13 @@ class FlatParameters {
   absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
 
   std::vector<float> Values() const {
-    std::vector<float> out;
-    for (const torch::Tensor& p : params_) Append(p.detach(), &out);
-    return out;
+    return Flatten([](const torch::Tensor& p) { return p.detach(); });
   }
 
-  // Gradients brought to the host once, as one contiguous copy per tensor.
+  // Gradients, each copied once straight into the push buffer (one device-to-host copy
+  // per tensor on CUDA, no staging tensor).
   std::vector<float> Gradients() const {
-    std::vector<float> out;
-    for (const torch::Tensor& p : params_) {
-      Append(p.grad().defined() ? p.grad() : torch::zeros_like(p), &out);
-    }
-    return out;
+    return Flatten([](const torch::Tensor& p) { return p.grad().defined() ? p.grad() : torch::zeros_like(p); });
   }
 
   void Load(const std::vector<float>& flat) {
@@ -83,11 +78,18 @@ class FlatParameters {
   }
 
  private:
-  static void Append(const torch::Tensor& t, std::vector<float>* out) {
-    torch::Tensor host = t.to(torch::kCPU, torch::kFloat32).contiguous();
-    const size_t old = out->size();
-    out->resize(old + host.numel());
-    std::memcpy(out->data() + old, host.data_ptr<float>(), host.numel() * sizeof(float));
+  template <typename Pick>
+  std::vector<float> Flatten(Pick pick) const {
+    torch::NoGradGuard no_grad;
+    int64_t total = 0;
+    for (const torch::Tensor& p : params_) total += p.numel();
+    std::vector<float> out(total);
+    int64_t off = 0;
+    for (const torch::Tensor& p : params_) {
+      torch::from_blob(out.data() + off, p.sizes(), torch::kFloat32).copy_(pick(p));
+      off += p.numel();
+    }
+    return out;
   }
 
   std::vector<TensorSpec> specs_;
