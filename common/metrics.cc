@@ -215,15 +215,19 @@ std::string Registry::Serialize() const {
   return out;
 }
 
-std::string EscapeLabelValue(const std::string& value) {
+namespace {
+
+// Backslash and newline are escaped in HELP text and label values; the double quote
+// in label values only.
+std::string Escape(const std::string& in, bool quote) {
   std::string out;
-  for (char c : value) {
+  for (char c : in) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
+    } else if (quote && c == '"') {
+      out += "\\\"";
     } else {
       out += c;
     }
@@ -231,19 +235,11 @@ std::string EscapeLabelValue(const std::string& value) {
   return out;
 }
 
-std::string EscapeHelp(const std::string& help) {
-  std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeLabelValue(const std::string& value) { return Escape(value, /*quote=*/true); }
+
+std::string EscapeHelp(const std::string& help) { return Escape(help, /*quote=*/false); }
 
 std::string FormatValue(double value) {
   if (std::isnan(value)) return "NaN";

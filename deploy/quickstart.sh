@@ -3,13 +3,15 @@
 # (slowdowns 1, 1, 2, 4) training the small CNN on Fashion-MNIST.
 #   ./deploy/quickstart.sh                    sync mode, OmniLearn controller
 #   ./deploy/quickstart.sh --mode=async       asynchronous
+#   ./deploy/quickstart.sh --mode=ssp         stale-synchronous (bound 4)
 #   ./deploy/quickstart.sh --controller=off   the baseline: equal static batches
 # Other options: --epochs=N (3), --global_batch=N (256), --port=N (50051), --model=mlp|cnn,
-#   --lr=X (0.05 sync, 0.1 async)
+#   --lr=X (0.05 sync, 0.1 async and ssp; x0.2 after two thirds of the run),
+#   --metrics_port=N (9400; Prometheus text at http://127.0.0.1:N/metrics; 0 = off)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn lr=
+mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn lr= metrics_port=9400
 for arg in "$@"; do
   case "$arg" in
     --mode=*) mode=${arg#*=} ;;
@@ -19,15 +21,18 @@ for arg in "$@"; do
     --port=*) port=${arg#*=} ;;
     --model=*) model=${arg#*=} ;;
     --lr=*) lr=${arg#*=} ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --metrics_port=*) metrics_port=${arg#*=} ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "quickstart: unknown option $arg" >&2; exit 2 ;;
   esac
 done
 
-# Async lowers the explicit momentum (asynchrony adds its own), so it takes a larger step.
-if [ -z "$lr" ]; then
-  if [ "$mode" = async ]; then lr=0.1; else lr=0.05; fi
-fi
+# Async and ssp lower the explicit momentum (asynchrony adds its own), so they take a
+# larger step. Every mode steps the rate down x0.2 after two thirds of the run: versions
+# per epoch are 60000/B in sync, and about 4 x 60000/B (one per push) otherwise.
+if [ "$mode" = sync ]; then versions_per_epoch=$((60000 / global_batch)); else versions_per_epoch=$((240000 / global_batch)); fi
+[ -n "$lr" ] || { if [ "$mode" = sync ]; then lr=0.05; else lr=0.1; fi; }
+decay_steps=$(python3 -c "print(max(1, int($versions_per_epoch * $epochs * 2 / 3)))")
 
 ./deploy/install-deps.sh
 echo "quickstart: building (optimized)..."
@@ -46,10 +51,12 @@ cleanup() {
 trap cleanup EXIT
 
 "$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
-  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" &
+  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" \
+  --lr_decay_steps="$decay_steps" --lr_decay=0.2 --metrics_port="$metrics_port" --metrics_bind=127.0.0.1 &
 server_pid=$!
 sleep 1
-kill -0 "$server_pid" 2>/dev/null || { echo "quickstart: the server did not start (port $port busy?)" >&2; exit 1; }
+kill -0 "$server_pid" 2>/dev/null || { echo "quickstart: the server did not start (port $port or $metrics_port busy?)" >&2; exit 1; }
+[ "$metrics_port" = 0 ] || echo "quickstart: metrics at http://127.0.0.1:$metrics_port/metrics while it trains"
 
 slowdowns=(1 1 2 4)
 for i in 0 1 2 3; do

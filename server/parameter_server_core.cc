@@ -176,6 +176,7 @@ void ParameterServerCore::Account(const PushInfo& info) {
   Worker& w = workers_.at(info.id);
   w.iterations += 1;
   w.samples += info.batch;
+  w.last_batch = info.batch;
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
   global_samples_ += info.batch;
@@ -277,7 +278,6 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
       r = PushSsp(info, std::move(gradient), deadline);
       break;
   }
-  if (r.ok()) workers_.at(info.id).last_batch = r->next_batch;
   return r;
 }
 

@@ -194,7 +194,7 @@ class ParameterServerCore {
     absl::Time last_seen;
     uint64_t iterations = 0, samples = 0;
     double last_compute = 0, sum_compute = 0;
-    int64_t last_batch = 0;  // the batch its last push reply assigned
+    int64_t last_batch = 0;  // the batch of its last accepted push
     uint64_t clock = 0;      // ssp: iterations pushed, lifted to the slowest's on (re)admission
   };
 
