@@ -52,6 +52,15 @@ namespace server {
 namespace {
 
 int Run() {
+  // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
+  // context. Blocked first, before any thread exists (civetweb's, gRPC's): threads
+  // inherit the mask, and one that left them unblocked would let a SIGTERM kill the
+  // process before the summary is written.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ServerOptions o;
   auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
   auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
@@ -107,14 +116,6 @@ int Run() {
     if (!e.ok()) return fail(e.status(), 1);
     exposer = std::move(*e);
   }
-
-  // SIGTERM / SIGINT are taken by a thread of our own (sigwait), so shutdown runs
-  // outside signal context.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   ParameterServerService service(core->get(), absl::Minutes(10), token);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));

@@ -17,6 +17,16 @@ for w in w0 w1; do
 done
 wait_for_line "$WORK/w1.log" "it=10 " 300 || fail "workers did not start training"
 
+# Every server thread but main (civetweb's and gRPC's too) blocks SIGTERM, so that
+# only main's sigwait takes it and the summary gets written.
+srv=$(pgrep -P "$SERVER_PID")
+for t in /proc/"$srv"/task/*/status; do
+  [ "$t" = "/proc/$srv/task/$srv/status" ] && continue  # in sigwait, which unblocks it
+  mask=$(awk '/^SigBlk/ {print $2}' "$t" 2>/dev/null) || true
+  [ -n "$mask" ] || continue  # a thread that ended meanwhile
+  (( 0x$mask & 0x4000 )) || fail "server thread $t does not block SIGTERM (SigBlk $mask)"
+done
+
 scrape() { curl -sf --max-time 5 "http://127.0.0.1:$1/metrics"; }
 scrape "$SMP" > "$WORK/server.prom" || fail "no scrape from the server"
 scrape "${WMP[w1]}" > "$WORK/worker.prom" || fail "no scrape from a worker"
