@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -117,51 +118,88 @@ void Family<T>::Remove(const std::vector<std::string>& label_values) {
   children_.erase(label_values);
 }
 
+namespace {
+
+template <typename T>
+constexpr const char* TypeName();
+template <>
+constexpr const char* TypeName<Counter>() {
+  return "counter";
+}
+template <>
+constexpr const char* TypeName<Gauge>() {
+  return "gauge";
+}
+template <>
+constexpr const char* TypeName<Histogram>() {
+  return "histogram";
+}
+
+// One child's sample lines: "name{labels} value" for counters and gauges.
+template <typename T>
+void AppendSamples(std::string& out, const std::string& name, const std::vector<std::string>& label_names,
+                   const std::vector<std::string>& values, const T& metric) {
+  absl::StrAppend(&out, name, LabelSet(label_names, values), " ", FormatValue(metric.Value()), "\n");
+}
+
+// Histograms: cumulative _bucket lines (le="+Inf" last), then _sum and _count.
+template <>
+void AppendSamples<Histogram>(std::string& out, const std::string& name, const std::vector<std::string>& label_names,
+                              const std::vector<std::string>& values, const Histogram& h) {
+  const Histogram::Data d = h.Collect();
+  for (size_t i = 0; i <= d.bounds.size(); ++i) {
+    const std::string le = i < d.bounds.size() ? FormatValue(d.bounds[i]) : "+Inf";
+    absl::StrAppend(&out, name, "_bucket", LabelSet(label_names, values, "le", le), " ", d.cumulative[i], "\n");
+  }
+  absl::StrAppend(&out, name, "_sum", LabelSet(label_names, values), " ", FormatValue(d.sum), "\n");
+  absl::StrAppend(&out, name, "_count", LabelSet(label_names, values), " ", d.count, "\n");
+}
+
+}  // namespace
+
+template <typename T>
+void Family<T>::AppendTo(std::string& out) const {
+  Header(out, name_, help_, TypeName<T>());
+  absl::MutexLock lock(&mu_);
+  for (const auto& [values, child] : children_) AppendSamples(out, name_, label_names_, values, *child);
+}
+
 template class Family<Counter>;
 template class Family<Gauge>;
 template class Family<Histogram>;
 
-void Registry::CheckName(const std::string& name, const std::vector<std::string>& label_names, MetricType type) {
+template <typename T>
+Family<T>& Registry::AddFamily(const std::string& name, const std::string& help, std::vector<std::string> label_names,
+                               std::function<std::unique_ptr<T>()> make) {
   if (!ValidName(name, /*allow_colon=*/true)) Die(absl::StrCat("invalid metric name '", name, "'"));
-  for (const Entry& e : entries_) {
-    if (e.name == name) Die(absl::StrCat("metric '", name, "' registered twice"));
-  }
   for (const std::string& l : label_names) {
-    if (!ValidName(l, /*allow_colon=*/false) || l.rfind("__", 0) == 0 || (type == MetricType::kHistogram && l == "le")) {
-      Die(absl::StrCat(name, ": invalid label name '", l, "'"));
-    }
+    const bool reserved = l.rfind("__", 0) == 0 || (std::is_same_v<T, Histogram> && l == "le");
+    if (!ValidName(l, /*allow_colon=*/false) || reserved) Die(absl::StrCat(name, ": invalid label name '", l, "'"));
   }
+  absl::MutexLock lock(&mu_);
+  for (const auto& f : families_) {
+    if (f->name() == name) Die(absl::StrCat("metric '", name, "' registered twice"));
+  }
+  auto* family = new Family<T>(name, help, std::move(label_names), std::move(make));
+  families_.emplace_back(family);
+  return *family;
 }
 
 Family<Counter>& Registry::AddCounter(const std::string& name, const std::string& help,
                                       std::vector<std::string> label_names) {
-  absl::MutexLock lock(&mu_);
-  CheckName(name, label_names, MetricType::kCounter);
-  counters_.emplace_back(new Family<Counter>(name, help, std::move(label_names),
-                                             [] { return std::make_unique<Counter>(); }));
-  entries_.push_back({MetricType::kCounter, name, counters_.back().get()});
-  return *counters_.back();
+  return AddFamily<Counter>(name, help, std::move(label_names), [] { return std::make_unique<Counter>(); });
 }
 
 Family<Gauge>& Registry::AddGauge(const std::string& name, const std::string& help,
                                   std::vector<std::string> label_names) {
-  absl::MutexLock lock(&mu_);
-  CheckName(name, label_names, MetricType::kGauge);
-  gauges_.emplace_back(
-      new Family<Gauge>(name, help, std::move(label_names), [] { return std::make_unique<Gauge>(); }));
-  entries_.push_back({MetricType::kGauge, name, gauges_.back().get()});
-  return *gauges_.back();
+  return AddFamily<Gauge>(name, help, std::move(label_names), [] { return std::make_unique<Gauge>(); });
 }
 
 Family<Histogram>& Registry::AddHistogram(const std::string& name, const std::string& help,
                                           std::vector<std::string> label_names, std::vector<double> bounds) {
-  absl::MutexLock lock(&mu_);
-  CheckName(name, label_names, MetricType::kHistogram);
   Histogram probe(bounds);  // validates the bounds now rather than at first use
-  histograms_.emplace_back(new Family<Histogram>(name, help, std::move(label_names),
-                                                 [bounds] { return std::make_unique<Histogram>(bounds); }));
-  entries_.push_back({MetricType::kHistogram, name, histograms_.back().get()});
-  return *histograms_.back();
+  return AddFamily<Histogram>(name, help, std::move(label_names),
+                              [bounds] { return std::make_unique<Histogram>(bounds); });
 }
 
 void Registry::AddCollectHook(std::function<void()> hook) {
@@ -174,44 +212,7 @@ std::string Registry::Serialize() const {
   for (const auto& hook : hooks_) hook();
   std::string out;
   absl::MutexLock lock(&mu_);
-  for (const Entry& e : entries_) {
-    switch (e.type) {
-      case MetricType::kCounter: {
-        auto* f = static_cast<Family<Counter>*>(e.family);
-        Header(out, f->name_, f->help_, "counter");
-        absl::MutexLock fl(&f->mu_);
-        for (const auto& [values, c] : f->children_) {
-          absl::StrAppend(&out, f->name_, LabelSet(f->label_names_, values), " ", FormatValue(c->Value()), "\n");
-        }
-        break;
-      }
-      case MetricType::kGauge: {
-        auto* f = static_cast<Family<Gauge>*>(e.family);
-        Header(out, f->name_, f->help_, "gauge");
-        absl::MutexLock fl(&f->mu_);
-        for (const auto& [values, g] : f->children_) {
-          absl::StrAppend(&out, f->name_, LabelSet(f->label_names_, values), " ", FormatValue(g->Value()), "\n");
-        }
-        break;
-      }
-      case MetricType::kHistogram: {
-        auto* f = static_cast<Family<Histogram>*>(e.family);
-        Header(out, f->name_, f->help_, "histogram");
-        absl::MutexLock fl(&f->mu_);
-        for (const auto& [values, h] : f->children_) {
-          const Histogram::Data d = h->Collect();
-          for (size_t i = 0; i <= d.bounds.size(); ++i) {
-            const std::string le = i < d.bounds.size() ? FormatValue(d.bounds[i]) : "+Inf";
-            absl::StrAppend(&out, f->name_, "_bucket", LabelSet(f->label_names_, values, "le", le), " ",
-                            d.cumulative[i], "\n");
-          }
-          absl::StrAppend(&out, f->name_, "_sum", LabelSet(f->label_names_, values), " ", FormatValue(d.sum), "\n");
-          absl::StrAppend(&out, f->name_, "_count", LabelSet(f->label_names_, values), " ", d.count, "\n");
-        }
-        break;
-      }
-    }
-  }
+  for (const auto& f : families_) f->AppendTo(out);
   return out;
 }
 

@@ -70,11 +70,28 @@ class Histogram {
 // `count` bounds start, start*factor, ...
 std::vector<double> ExponentialBuckets(double start, double factor, int count);
 
-enum class MetricType { kCounter, kGauge, kHistogram };
+// What every family has, whatever its metric type; the registry serializes through it.
+class FamilyBase {
+ public:
+  virtual ~FamilyBase() = default;
+  const std::string& name() const { return name_; }
+
+ protected:
+  FamilyBase(std::string name, std::string help, std::vector<std::string> label_names)
+      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)) {}
+
+  const std::string name_, help_;
+  const std::vector<std::string> label_names_;
+
+ private:
+  friend class Registry;
+  // Appends HELP, TYPE and one line (or, for histograms, one block) per child.
+  virtual void AppendTo(std::string& out) const = 0;
+};
 
 // A named metric with fixed label names; one child per distinct label-value tuple.
 template <typename T>
-class Family {
+class Family final : public FamilyBase {
  public:
   // The child for these label values (created on first use). Values are in the order
   // of the family's label names.
@@ -86,10 +103,10 @@ class Family {
   friend class Registry;
   Family(std::string name, std::string help, std::vector<std::string> label_names,
          std::function<std::unique_ptr<T>()> make)
-      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)), make_(std::move(make)) {}
+      : FamilyBase(std::move(name), std::move(help), std::move(label_names)), make_(std::move(make)) {}
 
-  const std::string name_, help_;
-  const std::vector<std::string> label_names_;
+  void AppendTo(std::string& out) const override;
+
   const std::function<std::unique_ptr<T>()> make_;
   mutable absl::Mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<T>> children_ ABSL_GUARDED_BY(mu_);
@@ -117,19 +134,13 @@ class Registry {
   std::string Serialize() const;
 
  private:
-  struct Entry {
-    MetricType type;
-    std::string name;
-    void* family;  // Family<T>* for the type
-  };
-  void CheckName(const std::string& name, const std::vector<std::string>& label_names, MetricType type)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Validates the names (aborting on a bad one) and registers a new family.
+  template <typename T>
+  Family<T>& AddFamily(const std::string& name, const std::string& help, std::vector<std::string> label_names,
+                       std::function<std::unique_ptr<T>()> make);
 
   mutable absl::Mutex mu_;
-  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Family<Counter>>> counters_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Family<Gauge>>> gauges_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Family<Histogram>>> histograms_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<FamilyBase>> families_ ABSL_GUARDED_BY(mu_);  // in registration order
   mutable absl::Mutex hooks_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // serializes scrapes, so hooks run one at a time
   std::vector<std::function<void()>> hooks_ ABSL_GUARDED_BY(hooks_mu_);
 };

@@ -266,19 +266,15 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     }
     return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
   }
-  absl::StatusOr<PushResult> r;
   switch (options_.mode) {
     case Mode::kSync:
-      r = PushSync(info, std::move(gradient), deadline);
-      break;
+      return PushSync(info, std::move(gradient), deadline);
     case Mode::kAsync:
-      r = ApplyOnArrival(info, gradient);
-      break;
+      return ApplyOnArrival(info, gradient);
     case Mode::kSsp:
-      r = PushSsp(info, std::move(gradient), deadline);
-      break;
+      return PushSsp(info, gradient, deadline);
   }
-  return r;
+  return absl::InternalError("unknown mode");
 }
 
 absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, std::vector<float> gradient,
@@ -371,8 +367,8 @@ PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::
   // much so the total stays near the configured one.
   const uint64_t s = store_.version() - info.version;
   const double share = static_cast<double>(info.batch) / static_cast<double>(options_.controller.global_batch);
-  const double damp = std::min(1.0, static_cast<double>(LiveCount()) / (1.0 + static_cast<double>(s)));
-  const double n = static_cast<double>(std::max<size_t>(1, LiveCount()));
+  const double n = static_cast<double>(LiveCount());  // >= 1: the pushing worker is live
+  const double damp = std::min(1.0, n / (1.0 + static_cast<double>(s)));
   const double momentum = std::max(0.0, options_.optimizer.momentum - (1.0 - 1.0 / n));
   store_.Apply(gradient, share * damp, momentum);
   ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
@@ -387,7 +383,7 @@ PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::
   return r;
 }
 
-absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, std::vector<float> gradient,
+absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, const std::vector<float>& gradient,
                                                         absl::Time deadline) {
   const uint64_t staleness = ApplyOnArrival(info, gradient).staleness;
   Worker& me = workers_.at(info.id);
@@ -469,17 +465,9 @@ void ParameterServerCore::CountRejectedPush(WorkerId id, const std::string& resu
   CountPush(id, result);
 }
 
-void ParameterServerCore::CountPushBytes(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  push_bytes_ += bytes;
-  metrics_.push_bytes.Increment(static_cast<double>(bytes));
-}
+void ParameterServerCore::CountPushBytes(int64_t bytes) { metrics_.push_bytes.Increment(static_cast<double>(bytes)); }
 
-void ParameterServerCore::CountPullBytes(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  pull_bytes_ += bytes;
-  metrics_.pull_bytes.Increment(static_cast<double>(bytes));
-}
+void ParameterServerCore::CountPullBytes(int64_t bytes) { metrics_.pull_bytes.Increment(static_cast<double>(bytes)); }
 
 void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
@@ -525,8 +513,6 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.uptime_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
   s.pushes_by_result = pushes_by_result_;
   s.staleness_counts = staleness_counts_;
-  s.push_bytes = push_bytes_;
-  s.pull_bytes = pull_bytes_;
   for (const auto& [id, w] : workers_) {
     WorkerSnapshot ws;
     ws.id = id;

@@ -129,8 +129,6 @@ struct ServerSnapshot {
   std::vector<WorkerSnapshot> workers;
   std::map<std::string, uint64_t> pushes_by_result;  // applied, stale, invalid, ...
   std::vector<uint64_t> staleness_counts;            // async: histogram by versions behind
-  uint64_t push_bytes = 0;
-  uint64_t pull_bytes = 0;
 };
 
 // Thread-safe. Blocking calls (Join, Push) wait at most until their deadline and the
@@ -222,7 +220,7 @@ class ParameterServerCore {
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, std::vector<float> gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<PushResult> PushSsp(const PushInfo& info, std::vector<float> gradient, absl::Time deadline)
+  absl::StatusOr<PushResult> PushSsp(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerOptions options_;
@@ -252,8 +250,6 @@ class ParameterServerCore {
   std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> pushes_by_result_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> staleness_counts_ ABSL_GUARDED_BY(mu_);
-  uint64_t push_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t pull_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace server

@@ -26,18 +26,9 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
                                         const std::vector<float>* initial) override {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::JoinResponse response;
-    auto writer = stub_->Join(&ctx, &response);
-    v1::JoinRequest msg;
-    *msg.mutable_header() = header;
-    bool ok = writer->Write(msg);
-    if (ok && initial != nullptr) ok = SendChunks<v1::JoinRequest>(writer.get(), layout, *initial);
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
-    if (!s.ok()) return FromGrpc(s, "Join");
-    return response;
+    return Upload<v1::JoinRequest, v1::JoinResponse>(
+        "Join", [this](grpc::ClientContext* ctx, v1::JoinResponse* r) { return stub_->Join(ctx, r); }, header, layout,
+        initial);
   }
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
@@ -74,18 +65,9 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::PushResponse response;
-    auto writer = stub_->Push(&ctx, &response);
-    v1::PushRequest msg;
-    *msg.mutable_header() = header;
-    bool ok = writer->Write(msg);
-    if (ok && !header.out_of_memory()) SendChunks<v1::PushRequest>(writer.get(), layout, gradient);
-    writer->WritesDone();
-    grpc::Status s = writer->Finish();
-    if (!s.ok()) return FromGrpc(s, "Push");
-    return response;
+    return Upload<v1::PushRequest, v1::PushResponse>(
+        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, header, layout,
+        header.out_of_memory() ? nullptr : &gradient);
   }
 
   absl::Status Leave(uint64_t worker_id) override {
@@ -103,13 +85,28 @@ class GrpcPsClient : public PsClient {
     if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
   }
 
-  template <typename Request, typename Writer>
-  static bool SendChunks(Writer* writer, const ModelLayout& layout, const std::vector<float>& flat) {
-    return ForEachChunk(layout, flat.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
-      Request msg;
-      msg.mutable_chunk()->Swap(&c);
-      return writer->Write(msg);
-    });
+  // A client-streamed call (Join, Push): the header, then `values` (when given) as
+  // chunks, then the server's one response.
+  template <typename Request, typename Response, typename Header, typename Open>
+  absl::StatusOr<Response> Upload(const char* call, Open open, const Header& header, const ModelLayout& layout,
+                                  const std::vector<float>* values) const {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    Response response;
+    auto writer = open(&ctx, &response);
+    Request msg;
+    *msg.mutable_header() = header;
+    if (writer->Write(msg) && values != nullptr) {
+      ForEachChunk(layout, values->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+        Request chunk;
+        chunk.mutable_chunk()->Swap(&c);
+        return writer->Write(chunk);
+      });
+    }
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpc(s, call);
+    return response;
   }
 
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
