@@ -103,6 +103,48 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits) {
   return absl::OkStatus();
 }
 
+absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const WorkerMemory& memory) {
+  auto bad = [id](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", id, ": remembered ", what, " is out of range"));
+  };
+  if (memory.batch < 0 || memory.guard_max < 0) return bad("batch or ceiling");
+  if (memory.history.size() > kMaxObservations) return bad("history");
+  for (const WorkerMemory::Observation& o : memory.history) {
+    if (o.batch < 1 || !std::isfinite(o.mean_seconds) || o.mean_seconds <= 0 || !std::isfinite(o.samples) ||
+        o.samples < 1 || !std::isfinite(o.m2) || o.m2 < 0) {
+      return bad("observation");
+    }
+  }
+  if (workers_.count(id)) return absl::AlreadyExistsError(absl::StrCat("worker ", id, " already added"));
+  Worker w;
+  w.min_batch = limits.min_batch > 0 ? limits.min_batch : options_.min_batch;
+  w.max_batch = limits.max_batch > 0 ? limits.max_batch : options_.max_batch;
+  if (limits.min_batch < 0 || limits.max_batch < 0 || w.max_batch < w.min_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", id, ": bad batch bounds [", w.min_batch, ", ", w.max_batch, "]"));
+  }
+  w.guard_max = memory.guard_max > 0 ? std::max(memory.guard_max, w.min_batch) : 0;
+  for (const WorkerMemory::Observation& o : memory.history) {
+    w.history.push_back(Observation{o.batch, o.mean_seconds, o.samples, o.m2});
+  }
+  // kPaper re-plans from batches: the remembered ones keep their ratios until the next
+  // adjustment, whoever else is (or is not yet) back.
+  w.remembered_batch = memory.batch;
+  workers_.emplace(id, std::move(w));
+  Replan();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerMemory> BatchController::Remember(WorkerId id) const {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  WorkerMemory m;
+  m.batch = plan_.batch(id);
+  m.guard_max = it->second.guard_max;
+  for (const Observation& o : it->second.history) m.history.push_back({o.batch, o.mean_seconds, o.samples, o.m2});
+  return m;
+}
+
 absl::Status BatchController::RemoveWorker(WorkerId id) {
   if (workers_.erase(id) == 0) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
   Replan();
@@ -439,12 +481,16 @@ void BatchController::Replan() {
     SetPlan(SolveEqualTime(unit), models);
     return;
   }
-  // kPaper: survivors keep their batch, newcomers get the survivors' mean, all rescaled to B.
+  // kPaper: survivors keep their batch (remembered ones their remembered batch), newcomers
+  // get the survivors' mean, all rescaled to B.
+  auto known = [this](WorkerId id, const Worker& w) {
+    return w.remembered_batch > 0 ? w.remembered_batch : plan_.batch(id);
+  };
   double kept = 0;
   int survivors = 0;
   for (const auto& [id, w] : workers_) {
-    if (plan_.batch(id) > 0) {
-      kept += plan_.batch(id);
+    if (known(id, w) > 0) {
+      kept += known(id, w);
       ++survivors;
     }
   }
@@ -452,7 +498,7 @@ void BatchController::Replan() {
   std::map<WorkerId, double> targets;
   double sum = 0;
   for (const auto& [id, w] : workers_) {
-    const int64_t b = plan_.batch(id);
+    const int64_t b = known(id, w);
     targets[id] = b > 0 ? b : share;
     sum += targets[id];
   }
@@ -462,6 +508,7 @@ void BatchController::Replan() {
 
 const BatchPlan& BatchController::Adjust() {
   for (auto& [id, w] : workers_) {
+    w.remembered_batch = 0;  // from now on the measurements speak
     FoldWindow(w);
     if (w.history.size() >= 2) ApplyMemoryGuard(w, w.history[w.history.size() - 2], w.history.back());
   }

@@ -89,6 +89,21 @@ struct BatchPlan {
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };
 
+// What the controller has learnt about one worker: its batch, its memory-guard ceiling
+// and its time observations. A checkpoint keeps it by worker name, so a restarted server
+// re-balances at once when the worker comes back instead of starting from equal batches.
+struct WorkerMemory {
+  struct Observation {
+    int64_t batch = 0;
+    double mean_seconds = 0;
+    double samples = 0;
+    double m2 = 0;  // sum of squared deviations from the mean
+  };
+  int64_t batch = 0;
+  int64_t guard_max = 0;  // 0 = none
+  std::vector<Observation> history;
+};
+
 // Thread-compatible: callers serialize access (the server holds its own lock).
 class BatchController {
  public:
@@ -97,6 +112,13 @@ class BatchController {
 
   // Adds a worker; the plan is redistributed at once. AlreadyExists / InvalidArgument.
   absl::Status AddWorker(WorkerId id, WorkerLimits limits = {});
+  // The same, starting from what an earlier controller learnt (Remember): its time model
+  // and ceiling, and (kPaper) its batch. InvalidArgument for a memory that cannot be
+  // real (non-positive or non-finite values, too many observations).
+  absl::Status AddWorker(WorkerId id, WorkerLimits limits, const WorkerMemory& memory);
+  // What the controller knows of a worker (reports not yet folded by Adjust are left
+  // out). NotFound.
+  absl::StatusOr<WorkerMemory> Remember(WorkerId id) const;
   // Removes a worker; its share goes to the others at once. NotFound.
   absl::Status RemoveWorker(WorkerId id);
   bool HasWorker(WorkerId id) const { return workers_.count(id) > 0; }
@@ -134,6 +156,7 @@ class BatchController {
     int64_t min_batch = 1;
     int64_t max_batch = 1;        // configured ceiling
     int64_t guard_max = 0;        // memory-guard ceiling, 0 = none
+    int64_t remembered_batch = 0; // kPaper: its batch before a restart, until the next Adjust
     std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
     std::vector<Observation> history;        // newest last, distinct batches
     double last_window_seconds = 0;          // mean time of the last window (kPaper)

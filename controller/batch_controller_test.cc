@@ -1,5 +1,6 @@
 #include "controller/batch_controller.h"
 
+#include <cmath>
 #include <algorithm>
 #include <numeric>
 
@@ -291,6 +292,89 @@ TEST_CASE("bad options and reports are rejected", "[controller]") {
   SimulationOptions o = Cluster({1, 2}, 1);
   o.schedule = {{1, 5, 1.0}};
   REQUIRE_FALSE(Simulate(o).ok());
+}
+
+}  // namespace
+}  // namespace controller
+}  // namespace omnilearn
+
+namespace omnilearn {
+namespace controller {
+namespace {
+
+// Trains a controller on two workers, one 3x slower, until it has balanced them.
+BatchController Balanced(Policy policy) {
+  ControllerOptions opts;
+  opts.policy = policy;
+  opts.global_batch = 200;
+  auto c = BatchController::Create(opts);
+  REQUIRE(c.ok());
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->AddWorker(2).ok());
+  for (int round = 0; round < 6; ++round) {
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE(c->Report(1, {c->plan().batch(1), 0.001 * c->plan().batch(1)}).ok());
+      REQUIRE(c->Report(2, {c->plan().batch(2), 0.003 * c->plan().batch(2)}).ok());
+    }
+    c->Adjust();
+  }
+  REQUIRE(c->plan().batch(1) == 150);
+  REQUIRE(c->plan().batch(2) == 50);
+  return std::move(*c);
+}
+
+TEST_CASE("a remembered worker is re-balanced at once by a new controller", "[controller][memory]") {
+  for (Policy policy : {Policy::kOmniLearn, Policy::kPaper}) {
+    CAPTURE(PolicyName(policy));
+    BatchController before = Balanced(policy);
+    const WorkerMemory m1 = *before.Remember(1), m2 = *before.Remember(2);
+    REQUIRE(m1.batch == 150);
+    REQUIRE_FALSE(m1.history.empty());
+    // A fresh controller (a restarted server) with new ids for the same workers.
+    ControllerOptions opts = before.options();
+    auto after = BatchController::Create(opts);
+    REQUIRE(after.ok());
+    REQUIRE(after->AddWorker(11, {}, m1).ok());
+    REQUIRE(after->AddWorker(12, {}, m2).ok());
+    REQUIRE(after->plan().batch(11) == 150);  // no equal-batch phase
+    REQUIRE(after->plan().batch(12) == 50);
+    REQUIRE(after->plan().total == 200);
+  }
+}
+
+TEST_CASE("a fresh controller without memory starts from equal batches", "[controller][memory]") {
+  auto c = BatchController::Create({});
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->AddWorker(2).ok());
+  REQUIRE(c->plan().batch(1) == c->plan().batch(2));
+}
+
+TEST_CASE("the memory keeps the memory guard's ceiling", "[controller][memory]") {
+  auto c = BatchController::Create({});
+  REQUIRE(c->AddWorker(1).ok());
+  REQUIRE(c->ReportOutOfMemory(1, 100).ok());
+  const WorkerMemory m = *c->Remember(1);
+  REQUIRE(m.guard_max > 0);
+  REQUIRE(m.guard_max < 100);
+  auto d = BatchController::Create({});
+  REQUIRE(d->AddWorker(5, {}, m).ok());
+  REQUIRE(d->plan().workers.at(5).max_batch == m.guard_max);
+}
+
+TEST_CASE("impossible memories are refused and change nothing", "[controller][memory]") {
+  auto c = BatchController::Create({});
+  WorkerMemory m;
+  m.history.push_back({10, -1.0, 5, 0});
+  REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
+  m.history = {{10, std::nan(""), 5, 0}};
+  REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
+  m.history = std::vector<WorkerMemory::Observation>(20, {10, 0.1, 5, 0});
+  REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
+  m = {};
+  m.batch = -3;
+  REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->num_workers() == 0);
+  REQUIRE(c->Remember(1).status().code() == absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
     return absl::InvalidArgumentError("round_timeout and lease must be > 0");
   }
   if (options.staleness_bound < 0) return absl::InvalidArgumentError("staleness_bound must be >= 0");
+  if (options.clock == nullptr) return absl::InvalidArgumentError("a clock is required");
   const OptimizerOptions& o = options.optimizer;
   if (!(o.learning_rate > 0) || !(o.momentum >= 0 && o.momentum < 1) || !(o.weight_decay >= 0) ||
       !(o.lr_decay > 0 && o.lr_decay <= 1)) {
@@ -70,7 +71,7 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
 
 ParameterServerCore::ParameterServerCore(const ServerOptions& options, controller::BatchController controller)
     : options_(options),
-      start_time_(absl::Now()),
+      start_time_(options.clock->Now()),
       metrics_(registry_),
       controller_(std::move(controller)),
       store_(options.optimizer),
@@ -110,6 +111,7 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
   for (auto& [id, w] : workers_) {
     if (w.state != WorkerState::kLeft && now - w.last_seen > options_.lease) {
       Retire(w, WorkerState::kLeft);
+      w.expired = true;
       changed = true;
     }
   }
@@ -122,7 +124,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   if (info.max_batch < 0) return absl::InvalidArgumentError("max_batch must be >= 0");
   absl::MutexLock lock(&mu_);
   if (shutdown_) return absl::UnavailableError("the server is shutting down");
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   if (!store_.initialized()) {
     if (!info.initial_parameters) {
@@ -149,7 +151,12 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   w.clock = SlowestClock(id).value_or(0);
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
-  if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}); !s.ok()) return s;
+  auto remembered = remembered_.find(info.name);
+  absl::Status added = remembered == remembered_.end()
+                           ? controller_.AddWorker(id, {0, info.max_batch})
+                           : controller_.AddWorker(id, {0, info.max_batch}, remembered->second);
+  if (!added.ok()) return added;
+  if (remembered != remembered_.end()) remembered_.erase(remembered);
   workers_.emplace(id, std::move(w));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
 
@@ -157,7 +164,8 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
     };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), std::min(deadline, start_time_ + options_.start_timeout));
+    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready),
+                                      std::min(deadline, start_time_ + options_.start_timeout));
     started_ = true;  // with everyone, or with who came in time
   }
   if (shutdown_) return absl::UnavailableError("the server is shutting down");
@@ -169,6 +177,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   r.layout = store_.layout();
   r.version = store_.version();
   r.global_batch = options_.controller.global_batch;
+  r.global_samples = global_samples_;
   return r;
 }
 
@@ -182,7 +191,10 @@ void ParameterServerCore::Account(const PushInfo& info) {
   global_samples_ += info.batch;
   last_loss_ = info.train_loss;
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
-  if (info.test_accuracy) test_accuracy_ = info.test_accuracy;
+  if (info.test_accuracy) {
+    test_accuracy_ = info.test_accuracy;
+    test_accuracy_version_ = info.version;
+  }
   (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
 }
 
@@ -222,8 +234,11 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     CountPush(info.id, result);
     return s;
   };
-  if (shutdown_) return reject("shutdown", absl::UnavailableError("the server is shutting down"));
-  const absl::Time now = absl::Now();
+  if (shutdown_) {
+    CountPush(info.id, "shutdown");
+    return Reply(info.id, false, "the server is shutting down");  // action kStop
+  }
+  const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   auto it = workers_.find(info.id);
   if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
@@ -231,6 +246,18 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
                                                                      ": join again")));
   }
   if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
+  if (info.report_only) {
+    if (info.test_accuracy && !(*info.test_accuracy >= 0 && *info.test_accuracy <= 1)) {
+      return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
+    }
+    it->second.last_seen = now;
+    if (info.test_accuracy) {
+      test_accuracy_ = info.test_accuracy;
+      test_accuracy_version_ = info.version;
+    }
+    CountPush(info.id, "report");
+    return Reply(info.id, false, "report recorded");
+  }
   if (info.batch < 1 || info.batch > kMaxPushBatch) {
     return reject("invalid", absl::InvalidArgumentError(absl::StrCat("batch size ", info.batch, " out of range")));
   }
@@ -298,10 +325,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
   };
   while (!done()) {
     const absl::Time until = std::min(deadline, round_deadline_);
-    if (!mu_.AwaitWithDeadline(absl::Condition(&done), until)) {
-      if (absl::Now() >= round_deadline_ && round_open_ && store_.version() == version) {
+    if (!options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), until)) {
+      if (options_.clock->Now() >= round_deadline_ && round_open_ && store_.version() == version) {
         CompleteRound();  // the round timed out: go on without the missing workers
-      } else if (absl::Now() >= deadline) {
+      } else if (options_.clock->Now() >= deadline) {
         return absl::DeadlineExceededError("the round did not close before the call's deadline");
       }
     }
@@ -316,7 +343,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
 void ParameterServerCore::OpenRound() {
   if (round_open_) return;
   round_open_ = true;
-  round_opened_ = absl::Now();
+  round_opened_ = options_.clock->Now();
   round_deadline_ = round_opened_ + options_.round_timeout;
   round_sum_.assign(store_.layout().total_elements(), 0.0);
   round_samples_ = 0;
@@ -342,7 +369,7 @@ void ParameterServerCore::CompleteRound() {
     store_.Apply(mean, 1.0);
     ++rounds_;
     metrics_.rounds.Increment();
-    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - round_opened_));
+    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_opened_));
   }
   for (auto& [id, w] : workers_) {
     if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
@@ -395,21 +422,21 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
     return !slowest || me.clock <= *slowest + bound;
   };
   if (!within_bound()) {
-    const absl::Time start = absl::Now();
+    const absl::Time start = options_.clock->Now();
     const absl::Time drop_at = start + options_.round_timeout;
     while (!within_bound()) {
-      if (mu_.AwaitWithDeadline(absl::Condition(&within_bound), std::min(deadline, drop_at))) break;
-      if (absl::Now() >= drop_at) {
+      if (options_.clock->AwaitWithDeadline(mu_, absl::Condition(&within_bound), std::min(deadline, drop_at))) break;
+      if (options_.clock->Now() >= drop_at) {
         // Whoever holds this worker back past the timeout is dropped, as a late worker
         // is from a sync round; it is readmitted when it pushes again.
         for (auto& [id, w] : workers_) {
           if (id != info.id && Live(w) && w.clock + bound < me.clock) Retire(w, WorkerState::kDropped);
         }
-      } else if (absl::Now() >= deadline) {
+      } else if (options_.clock->Now() >= deadline) {
         return absl::DeadlineExceededError("the slowest worker did not catch up before the call's deadline");
       }
     }
-    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   }
   PushResult r = Reply(info.id, true, "");
   r.staleness = staleness;
@@ -423,7 +450,7 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
     return absl::NotFoundError(absl::StrCat("unknown or expired worker ", id, ": join again"));
   }
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model");
-  it->second.last_seen = absl::Now();
+  it->second.last_seen = options_.clock->Now();
   ModelSnapshot snap;
   snap.version = store_.version();
   snap.layout = store_.layout();
@@ -434,10 +461,10 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
 Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* batch) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Action::kStop;
-  ExpireLeases(absl::Now());
+  ExpireLeases(options_.clock->Now());
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.state == WorkerState::kLeft) return Action::kRejoin;
-  it->second.last_seen = absl::Now();
+  it->second.last_seen = options_.clock->Now();
   *version = store_.version();
   *batch = controller_.plan().batch(id);
   return Action::kContinue;
@@ -458,6 +485,56 @@ absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
   absl::MutexLock lock(&mu_);
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model");
   return store_.layout();
+}
+
+absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
+  absl::MutexLock lock(&mu_);
+  if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model yet");
+  CheckpointState s;
+  s.layout = store_.layout();
+  s.weights = store_.weights();
+  s.optimizer_state = store_.OptimizerState();
+  s.mode = ModeName(options_.mode);
+  s.version = store_.version();
+  s.global_samples = global_samples_;
+  s.rounds = rounds_;
+  s.adjustments = controller_.plan().adjustment;
+  s.controller = remembered_;
+  for (const auto& [id, w] : workers_) {
+    if (!Live(w)) continue;
+    if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) s.controller[w.name] = *m;
+  }
+  s.created = options_.clock->Now();
+  return s;
+}
+
+absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
+  absl::MutexLock lock(&mu_);
+  if (store_.initialized() || !workers_.empty()) {
+    return absl::FailedPreconditionError("a checkpoint can only be restored before any worker joined");
+  }
+  if (state.mode != ModeName(options_.mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("the checkpoint was taken in mode ", state.mode,
+                                                      ", the server runs in mode ", ModeName(options_.mode),
+                                                      ": use the same --mode, or --fresh to start over"));
+  }
+  if (state.optimizer != "sgd") {
+    return absl::FailedPreconditionError(absl::StrCat("the checkpoint's optimizer is ", state.optimizer,
+                                                      ", the server's is sgd"));
+  }
+  if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
+  if (absl::Status s = store_.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
+    return s;
+  }
+  global_samples_ = state.global_samples;
+  rounds_ = state.rounds;
+  remembered_ = state.controller;
+  return absl::OkStatus();
+}
+
+uint64_t ParameterServerCore::version() const {
+  absl::MutexLock lock(&mu_);
+  return store_.version();
 }
 
 void ParameterServerCore::CountRejectedPush(WorkerId id, const std::string& result) {
@@ -510,7 +587,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.last_train_loss = last_loss_;
   s.test_accuracy = test_accuracy_;
-  s.uptime_seconds = absl::ToDoubleSeconds(absl::Now() - start_time_);
+  s.test_accuracy_version = test_accuracy_version_;
+  s.uptime_seconds = absl::ToDoubleSeconds(options_.clock->Now() - start_time_);
   s.pushes_by_result = pushes_by_result_;
   s.staleness_counts = staleness_counts_;
   for (const auto& [id, w] : workers_) {
@@ -527,6 +605,7 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.mean_compute_seconds = w.iterations ? w.sum_compute / w.iterations : 0;
     ws.iterations = w.iterations;
     ws.samples = w.samples;
+    ws.expired = w.expired;
     s.workers.push_back(ws);
   }
   return s;

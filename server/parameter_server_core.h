@@ -17,9 +17,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
+#include "server/checkpoint.h"
 #include "server/parameter_store.h"
 #include "server/server_metrics.h"
 
@@ -51,6 +53,8 @@ struct ServerOptions {
   int adjust_every = 10;                          // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
+  // Every lease, deadline and timeout reads this clock (tests drive a FakeClock). Not owned.
+  const Clock* clock = Clock::Real();
 };
 
 struct JoinInfo {
@@ -71,6 +75,7 @@ struct JoinResult {
   ModelLayout layout;
   uint64_t version = 0;
   int64_t global_batch = 0;
+  uint64_t global_samples = 0;
 };
 
 struct PushInfo {
@@ -83,6 +88,9 @@ struct PushInfo {
   std::optional<double> test_accuracy;
   bool out_of_memory = false;
   uint64_t samples_seen = 0;
+  // No gradient: the push only reports (test_accuracy measured on `version`, loss);
+  // the model and the round are untouched.
+  bool report_only = false;
 };
 
 struct PushResult {
@@ -112,6 +120,7 @@ struct WorkerSnapshot {
   double mean_compute_seconds = 0;
   uint64_t iterations = 0;
   uint64_t samples = 0;
+  bool expired = false;  // left because its lease ran out (not by Leave)
 };
 
 struct ServerSnapshot {
@@ -125,6 +134,7 @@ struct ServerSnapshot {
   uint64_t parameter_count = 0;
   double last_train_loss = 0;
   std::optional<double> test_accuracy;
+  uint64_t test_accuracy_version = 0;  // the model version the accuracy was measured on
   double uptime_seconds = 0;
   std::vector<WorkerSnapshot> workers;
   std::map<std::string, uint64_t> pushes_by_result;  // applied, stale, invalid, ...
@@ -176,6 +186,19 @@ class ParameterServerCore {
   // The model's layout; FailedPrecondition while there is none.
   absl::StatusOr<ModelLayout> Layout() const;
 
+  // Everything a checkpoint holds, taken under the lock: the weights are shared (the
+  // store copies on write), the optimizer state copied once. The controller's memory
+  // covers live workers and those restored but not yet back. FailedPrecondition while
+  // there is no model.
+  absl::StatusOr<CheckpointState> Capture() const;
+  // Starts from a checkpoint; only before any worker joined (FailedPrecondition), and
+  // only with the same mode and optimizer (FailedPrecondition, naming both). Workers that
+  // join under a remembered name get their batch and time model back.
+  absl::Status Restore(const CheckpointState& state);
+  uint64_t version() const;
+
+  const Clock& clock() const { return *options_.clock; }
+
   // Records a validation failure seen before the core (bad chunks in the adapter).
   void CountRejectedPush(WorkerId id, const std::string& result);
   void CountUnauthenticated() { metrics_.unauthenticated.Increment(); }
@@ -194,6 +217,7 @@ class ParameterServerCore {
     double last_compute = 0, sum_compute = 0;
     int64_t last_batch = 0;  // the batch of its last accepted push
     uint64_t clock = 0;      // ssp: iterations pushed, lifted to the slowest's on (re)admission
+    bool expired = false;    // its lease ran out
   };
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
@@ -248,6 +272,9 @@ class ParameterServerCore {
   uint64_t global_samples_ ABSL_GUARDED_BY(mu_) = 0;
   double last_loss_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mu_);
+  uint64_t test_accuracy_version_ ABSL_GUARDED_BY(mu_) = 0;
+  // From a restored checkpoint: the controller's memory of workers not yet back, by name.
+  std::map<std::string, controller::WorkerMemory> remembered_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, uint64_t> pushes_by_result_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> staleness_counts_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "catch2/catch.hpp"
+#include "common/clock.h"
 
 namespace omnilearn {
 namespace server {
@@ -245,8 +246,11 @@ TEST_CASE("shutdown wakes a waiting push", "[core]") {
   ta.join();
   REQUIRE(r.ok());
   REQUIRE(r->action == Action::kStop);
-  REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).status().code() ==
-          absl::StatusCode::kUnavailable);
+  // Later pushes are told to stop (workers exit 0) and change nothing.
+  absl::StatusOr<PushResult> late = core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon());
+  REQUIRE(late.ok());
+  REQUIRE(late->action == Action::kStop);
+  REQUIRE_FALSE(late->applied);
 }
 
 PushInfo Current(ParameterServerCore& core, WorkerId id, int64_t batch) {
@@ -351,6 +355,107 @@ TEST_CASE("the core's Prometheus series follow rounds, pushes and workers", "[co
   CHECK(after.find("omnilearn_worker_batch_size{worker=\"w0\"}") == std::string::npos);
   CHECK(after.find("omnilearn_worker_batch_size{worker=\"w1\"} 8\n") != std::string::npos);
   CHECK(after.find("omnilearn_workers{state=\"left\"} 1\n") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+// ---------------------------------------------------------------- time, driven by a fake clock
+namespace omnilearn {
+namespace server {
+namespace {
+
+ServerOptions FakeTimed(Mode mode, int num_workers, const FakeClock* clock) {
+  ServerOptions o;
+  o.mode = mode;
+  o.num_workers = num_workers;
+  o.clock = clock;
+  o.lease = absl::Seconds(60);
+  o.round_timeout = absl::Seconds(10);
+  o.start_timeout = absl::Minutes(5);
+  o.controller.global_batch = 8;
+  o.controller.policy = controller::Policy::kOff;
+  o.optimizer.momentum = 0;
+  o.optimizer.weight_decay = 0;
+  return o;
+}
+
+JoinInfo Named(const std::string& name, bool with_params) {
+  JoinInfo j;
+  j.name = name;
+  j.layout = *ModelLayout::Create({{"w", {2, 2}}, {"b", {2}}});
+  if (with_params) j.initial_parameters = std::vector<float>(6, 0.0f);
+  return j;
+}
+
+// Waits (bounded, on real time) until `pred` holds: for states another thread reaches.
+template <typename Pred>
+void AwaitState(Pred pred) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (!pred()) {
+    REQUIRE(absl::Now() < until);
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+TEST_CASE("a silent worker's lease expires on the clock, a heartbeat keeps it", "[core][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(FakeTimed(Mode::kAsync, 1, &clock));
+  const JoinResult a = *core->Join(Named("a", true), clock.Now() + absl::Seconds(1));
+  const JoinResult b = *core->Join(Named("b", false), clock.Now() + absl::Seconds(1));
+  clock.Advance(absl::Seconds(50));
+  uint64_t version = 0;
+  int64_t batch = 0;
+  REQUIRE(core->Heartbeat(b.id, &version, &batch) == Action::kContinue);  // b: seen at t=50
+  clock.Advance(absl::Seconds(11));  // t=61: a silent for 61 s, b for 11 s
+  REQUIRE(core->Heartbeat(b.id, &version, &batch) == Action::kContinue);
+  REQUIRE(core->Heartbeat(a.id, &version, &batch) == Action::kRejoin);
+  const ServerSnapshot s = core->Snapshot();
+  REQUIRE(StateOf(s, a.id) == WorkerState::kLeft);
+  REQUIRE(WorkerOf(s, a.id).expired);
+  REQUIRE(StateOf(s, b.id) == WorkerState::kActive);
+  REQUIRE_FALSE(WorkerOf(s, b.id).expired);
+  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 0.0f), clock.Now()).status().code() ==
+          absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("the start barrier gives up after start_timeout on the clock", "[core][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(FakeTimed(Mode::kSync, 3, &clock));
+  absl::StatusOr<JoinResult> r;
+  std::thread t([&] { r = core->Join(Named("a", true), clock.Now() + absl::Hours(1)); });
+  AwaitState([&] { return core->Snapshot().workers.size() == 1; });  // a is in, waiting
+  clock.Advance(absl::Minutes(4));
+  // Still waiting: nothing to observe but that it has not returned; the deadline is
+  // the clock's, so the next step alone lets it go.
+  clock.Advance(absl::Minutes(1));
+  t.join();
+  REQUIRE(r.ok());
+  REQUIRE(r->batch == 8);  // started with the one that came: the whole global batch
+}
+
+TEST_CASE("a sync round closes at its deadline on the clock and drops the late worker", "[core][clock]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  auto core = *ParameterServerCore::Create(o);
+  JoinResult a, b;
+  std::thread ja([&] { a = *core->Join(Named("a", true), clock.Now() + absl::Seconds(5)); });
+  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+  b = *core->Join(Named("b", false), clock.Now() + absl::Seconds(5));
+  ja.join();
+  absl::StatusOr<PushResult> r;
+  std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // a waits in the round
+  clock.Advance(absl::Seconds(9));
+  REQUIRE(core->Snapshot().version == 0);  // not yet
+  clock.Advance(absl::Seconds(1));
+  pusher.join();
+  REQUIRE(r.ok());
+  REQUIRE(r->applied);
+  REQUIRE(r->version == 1);
+  REQUIRE(r->next_batch == 8);  // b's share moved to a
+  REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
 }
 
 }  // namespace

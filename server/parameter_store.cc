@@ -44,8 +44,21 @@ void ParameterStore::Apply(const std::vector<float>& gradient, double lr_scale, 
   ++version_;
 }
 
-absl::Status ParameterStore::SetVelocity(std::vector<float> velocity) {
-  if (velocity.size() != velocity_.size()) return absl::InvalidArgumentError("velocity size mismatch");
+std::vector<std::pair<std::string, std::vector<float>>> ParameterStore::OptimizerState() const {
+  return {{"momentum", velocity_}};
+}
+
+absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights,
+                                     std::vector<std::pair<std::string, std::vector<float>>> state,
+                                     uint64_t version) {
+  if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
+  if (state.size() != 1 || state[0].first != "momentum") {
+    return absl::InvalidArgumentError("the SGD optimizer's state is one buffer, 'momentum'");
+  }
+  std::vector<float>& velocity = state[0].second;
+  if (velocity.size() != weights.size()) return absl::InvalidArgumentError("momentum buffer size mismatch");
+  if (!AllFinite(velocity)) return absl::InvalidArgumentError("momentum buffer contains NaN or Inf");
+  if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
   velocity_ = std::move(velocity);
   return absl::OkStatus();
 }

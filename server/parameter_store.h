@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,9 +47,13 @@ class ParameterStore {
   uint64_t version() const { return version_; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
-  const std::vector<float>& velocity() const { return velocity_; }
-  // Restores the optimizer state (from a checkpoint). InvalidArgument on a size mismatch.
-  absl::Status SetVelocity(std::vector<float> velocity);
+  // The optimizer's state buffers by name ("momentum" for SGD), each the model's size.
+  std::vector<std::pair<std::string, std::vector<float>>> OptimizerState() const;
+  // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
+  // model is already set; InvalidArgument on sizes, non-finite values, or a buffer this
+  // optimizer does not have (or lacks).
+  absl::Status Restore(ModelLayout layout, std::vector<float> weights,
+                       std::vector<std::pair<std::string, std::vector<float>>> state, uint64_t version);
 
  private:
   OptimizerOptions options_;

@@ -77,9 +77,9 @@ grpc::Status ToGrpc(const absl::Status& s) {
 }
 
 absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
-  const absl::Time cap = absl::Now() + max_wait_;
-  const absl::Time client = absl::FromChrono(ctx->deadline());
-  return std::min(cap, client);
+  // The client's deadline is in real time; the core waits in its own clock's time.
+  const absl::Duration left = absl::FromChrono(ctx->deadline()) - absl::Now();
+  return core_->clock().Now() + std::min(max_wait_, left);
 }
 
 grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
@@ -132,6 +132,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   *response->mutable_layout() = LayoutToProto(r->layout);
   response->set_model_version(r->version);
   response->set_global_batch_size(r->global_batch);
+  response->set_global_samples(r->global_samples);
   return grpc::Status::OK;
 }
 
@@ -176,8 +177,9 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
   if (header.has_test_accuracy()) info.test_accuracy = header.test_accuracy();
   info.out_of_memory = header.out_of_memory();
   info.samples_seen = header.samples_seen();
+  info.report_only = header.report_only();
   std::vector<float> gradient;
-  if (!info.out_of_memory) {
+  if (!info.out_of_memory && !info.report_only) {
     absl::StatusOr<ModelLayout> layout = core_->Layout();
     if (!layout.ok()) return ToGrpc(layout.status());
     ChunkAssembler assembler(&*layout);

@@ -1,0 +1,39 @@
+#include "common/clock.h"
+
+namespace omnilearn {
+namespace {
+
+class RealClock : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return mu.AwaitWithDeadline(cond, deadline);
+  }
+};
+
+}  // namespace
+
+const Clock* Clock::Real() {
+  static const RealClock* clock = new RealClock();
+  return clock;
+}
+
+absl::Time FakeClock::Now() const {
+  absl::MutexLock lock(&mu_);
+  return now_;
+}
+
+void FakeClock::Advance(absl::Duration d) {
+  absl::MutexLock lock(&mu_);
+  now_ += d;
+}
+
+bool FakeClock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const {
+  while (true) {
+    if (mu.AwaitWithTimeout(cond, absl::Milliseconds(1))) return true;
+    if (Now() >= deadline) return cond.Eval();
+  }
+}
+
+}  // namespace omnilearn

@@ -1,0 +1,74 @@
+// The safetensors file format (https://huggingface.co/docs/safetensors): an 8-byte
+// little-endian header length N, N bytes of JSON
+//   {"NAME": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "string", ...}}
+// then the raw little-endian tensor data, the tensors contiguous and in offset order.
+// Only float32 tensors are written and read (the wire's type). Loads in Python with
+// safetensors.torch.load_file, or with numpy in twenty lines (README.md).
+#ifndef OMNILEARN_COMMON_SAFETENSORS_H_
+#define OMNILEARN_COMMON_SAFETENSORS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/model_layout.h"
+
+namespace omnilearn {
+
+// Metadata key holding the CRC-32 (zlib) of the data section, as 8 hex digits. Written
+// by WriteSafetensors and verified by ReadSafetensors when present.
+inline constexpr char kChecksumKey[] = "omnilearn.crc32";
+
+// One tensor to write: `values` points at product(shape) floats that stay valid
+// during the call.
+struct TensorView {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* values = nullptr;
+};
+
+// Writes the file atomically (common/atomic_file.h). InvalidArgument for a repeated or
+// reserved name, a negative dimension or metadata under kChecksumKey; Internal on I/O
+// errors (the previous file at `path`, if any, is then left as it was).
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata);
+
+struct SafetensorsEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;    // in floats, into SafetensorsFile::data
+  int64_t elements = 0;
+};
+
+struct SafetensorsFile {
+  std::map<std::string, std::string> metadata;
+  std::vector<SafetensorsEntry> tensors;  // in data order
+  std::vector<float> data;
+
+  const SafetensorsEntry* Find(const std::string& name) const;
+  // The tensors named `prefix + spec.name` for each tensor of `layout`, concatenated in
+  // layout order. NotFound for a missing tensor, InvalidArgument for a shape mismatch.
+  absl::StatusOr<std::vector<float>> Gather(const ModelLayout& layout, const std::string& prefix = "") const;
+  // The layout of the tensors whose names do not start with any of `skip_prefixes`,
+  // in data order.
+  absl::StatusOr<ModelLayout> Layout(const std::vector<std::string>& skip_prefixes = {}) const;
+};
+
+// Reads and validates a whole file: header length within the file and at most 100 MB,
+// JSON well formed, every entry F32 with a shape whose size matches its offsets, the
+// entries contiguous from 0 to the end of the file, the checksum (when present) right.
+// NotFound when the file does not exist, DataLoss for anything truncated or corrupt,
+// InvalidArgument for a valid file this reader does not support (another dtype),
+// ResourceExhausted when the file is larger than `max_bytes`.
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes = int64_t{1} << 40);
+
+// Parses a file's bytes (what ReadSafetensors does after reading them). Same errors.
+absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes);
+
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_COMMON_SAFETENSORS_H_

@@ -1,0 +1,160 @@
+#include "common/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "catch2/catch.hpp"
+#include "common/atomic_file.h"
+
+namespace omnilearn {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* dir = getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void Spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+const std::vector<float> kW = {1, 2, 3, 4, 5, 6};
+const std::vector<float> kB = {-1.5f, 0.25f};
+
+absl::Status WriteSample(const std::string& path) {
+  return WriteSafetensors(path, {{"fc.weight", {2, 3}, kW.data()}, {"fc.bias", {2}, kB.data()}},
+                          {{"version", "42"}, {"note", "a \"quoted\" value"}});
+}
+
+TEST_CASE("safetensors round trip keeps names, shapes, order, values and metadata", "[safetensors]") {
+  const std::string path = TempPath("round.safetensors");
+  REQUIRE(WriteSample(path).ok());
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
+  REQUIRE(f.ok());
+  REQUIRE(f->tensors.size() == 2);
+  REQUIRE(f->tensors[0].name == "fc.weight");  // data order = write order
+  REQUIRE(f->tensors[0].shape == std::vector<int64_t>{2, 3});
+  REQUIRE(f->tensors[1].name == "fc.bias");
+  REQUIRE(f->metadata.at("version") == "42");
+  REQUIRE(f->metadata.at("note") == "a \"quoted\" value");
+  REQUIRE(f->metadata.count(kChecksumKey) == 1);
+  auto layout = ModelLayout::Create({{"fc.weight", {2, 3}}, {"fc.bias", {2}}});
+  REQUIRE(layout.ok());
+  absl::StatusOr<std::vector<float>> flat = f->Gather(*layout);
+  REQUIRE(flat.ok());
+  REQUIRE(*flat == std::vector<float>{1, 2, 3, 4, 5, 6, -1.5f, 0.25f});
+  REQUIRE(*f->Layout() == *layout);
+  // The header is 8-aligned, as the reference implementation writes it.
+  const std::string bytes = Slurp(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  REQUIRE(n % 8 == 0);
+  REQUIRE(ParseSafetensors(bytes).ok());
+}
+
+TEST_CASE("Gather refuses missing tensors and wrong shapes", "[safetensors]") {
+  const std::string path = TempPath("gather.safetensors");
+  REQUIRE(WriteSample(path).ok());
+  auto f = *ReadSafetensors(path);
+  auto other = ModelLayout::Create({{"fc.weight", {3, 2}}, {"fc.bias", {2}}});
+  REQUIRE(f.Gather(*other).status().code() == absl::StatusCode::kInvalidArgument);
+  auto missing = ModelLayout::Create({{"conv.weight", {2}}});
+  REQUIRE(f.Gather(*missing).status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(f.Gather(*missing, "optimizer.").status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("corrupt and truncated files are refused with DataLoss", "[safetensors]") {
+  const std::string path = TempPath("corrupt.safetensors");
+  REQUIRE(WriteSample(path).ok());
+  const std::string good = Slurp(path);
+
+  SECTION("a flipped data byte fails the checksum") {
+    std::string bad = good;
+    bad[bad.size() - 3] ^= 0x40;
+    Spit(path, bad);
+    absl::Status s = ReadSafetensors(path).status();
+    REQUIRE(s.code() == absl::StatusCode::kDataLoss);
+    REQUIRE(s.message().find("checksum") != absl::string_view::npos);
+  }
+  SECTION("truncated data") {
+    Spit(path, good.substr(0, good.size() - 4));
+    REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("truncated header") {
+    Spit(path, good.substr(0, 20));
+    REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("shorter than the length field") {
+    Spit(path, good.substr(0, 5));
+    REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("a header that is not JSON") {
+    std::string bad = good;
+    bad[8] = '#';
+    Spit(path, bad);
+    REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("a huge header length") {
+    std::string bad = good;
+    for (int i = 0; i < 8; ++i) bad[i] = '\xff';
+    REQUIRE(ParseSafetensors(bad).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("another dtype is a clear InvalidArgument") {
+    const std::string json = R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(json.size());
+    bytes += json + "abcd";
+    absl::Status s = ParseSafetensors(bytes).status();
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(s.message().find("F16") != absl::string_view::npos);
+  }
+  SECTION("overlapping tensors") {
+    const std::string json =
+        R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+    std::string bytes(8, '\0');
+    bytes[0] = static_cast<char>(json.size());
+    bytes += json + "abcd";
+    REQUIRE(ParseSafetensors(bytes).status().code() == absl::StatusCode::kDataLoss);
+  }
+  REQUIRE(ReadSafetensors(TempPath("does-not-exist")).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("a write that fails before the rename leaves the previous file intact", "[safetensors]") {
+  const std::string path = TempPath("atomic.safetensors");
+  REQUIRE(WriteSample(path).ok());
+  const std::string before = Slurp(path);
+  absl::Status s = WriteFileAtomically(path, [](const ByteSink& write) {
+    write("garbage", 7);
+    return absl::InternalError("interrupted");  // as if the process failed mid-write
+  });
+  REQUIRE(s.code() == absl::StatusCode::kInternal);
+  REQUIRE(Slurp(path) == before);
+  REQUIRE(ReadSafetensors(path).ok());
+  // No temporary file is left behind.
+  REQUIRE(access((path + "." + std::to_string(getpid()) + std::string(kPartialSuffix)).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("bad tensors are refused before anything is written", "[safetensors]") {
+  const std::string path = TempPath("refused.safetensors");
+  const float v = 1;
+  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}, {"a", {1}, &v}}, {}).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(WriteSafetensors(path, {{"a", {-1}, &v}}, {}).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}}, {{kChecksumKey, "x"}}).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(access(path.c_str(), F_OK) != 0);
+}
+
+}  // namespace
+}  // namespace omnilearn

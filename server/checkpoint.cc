@@ -1,0 +1,248 @@
+#include "server/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/atomic_file.h"
+#include "common/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr char kPrefix[] = "ckpt-";
+constexpr char kSuffix[] = ".safetensors";
+
+std::string ControllerJson(const std::map<std::string, controller::WorkerMemory>& memories) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, m] : memories) {
+    nlohmann::json history = nlohmann::json::array();
+    for (const auto& o : m.history) history.push_back({o.batch, o.mean_seconds, o.samples, o.m2});
+    out[name] = {{"batch", m.batch}, {"guard_max", m.guard_max}, {"history", history}};
+  }
+  return out.dump();
+}
+
+absl::StatusOr<std::map<std::string, controller::WorkerMemory>> ParseControllerJson(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [] { return absl::InvalidArgumentError("checkpoint: malformed controller state"); };
+  if (j.is_discarded() || !j.is_object()) return bad();
+  std::map<std::string, controller::WorkerMemory> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const nlohmann::json& v = it.value();
+    if (!v.is_object() || !v.contains("batch") || !v["batch"].is_number_integer() || !v.contains("guard_max") ||
+        !v["guard_max"].is_number_integer() || !v.contains("history") || !v["history"].is_array()) {
+      return bad();
+    }
+    controller::WorkerMemory m;
+    m.batch = v["batch"].get<int64_t>();
+    m.guard_max = v["guard_max"].get<int64_t>();
+    for (const nlohmann::json& o : v["history"]) {
+      if (!o.is_array() || o.size() != 4 || !o[0].is_number_integer()) return bad();
+      for (int k = 1; k < 4; ++k) {
+        if (!o[k].is_number()) return bad();
+      }
+      m.history.push_back({o[0].get<int64_t>(), o[1].get<double>(), o[2].get<double>(), o[3].get<double>()});
+    }
+    out[it.key()] = std::move(m);
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> Number(const std::map<std::string, std::string>& meta, const std::string& key) {
+  auto it = meta.find(key);
+  uint64_t v = 0;
+  if (it == meta.end() || !absl::SimpleAtoi(it->second, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: metadata '", key, "' missing or not a number"));
+  }
+  return v;
+}
+
+// The version in "ckpt-<version>.safetensors", or nullopt for other names.
+std::optional<uint64_t> VersionOf(const std::string& name) {
+  if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return std::nullopt;
+  uint64_t v = 0;
+  const std::string digits = name.substr(strlen(kPrefix), name.size() - strlen(kPrefix) - strlen(kSuffix));
+  if (digits.empty() || !absl::SimpleAtoi(digits, &v)) return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) names.push_back(e->d_name);
+  closedir(d);
+  return names;
+}
+
+}  // namespace
+
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+  if (s.weights == nullptr || static_cast<int64_t>(s.weights->size()) != s.layout.total_elements()) {
+    return absl::InvalidArgumentError("checkpoint: weights do not match the layout");
+  }
+  std::vector<TensorView> tensors;
+  for (size_t i = 0; i < s.layout.tensors().size(); ++i) {
+    const TensorSpec& t = s.layout.tensors()[i];
+    tensors.push_back({t.name, t.shape, s.weights->data() + s.layout.offset(static_cast<int>(i))});
+  }
+  for (const auto& [buffer, values] : s.optimizer_state) {
+    if (values.size() != s.weights->size()) return absl::InvalidArgumentError("checkpoint: optimizer buffer size");
+    for (size_t i = 0; i < s.layout.tensors().size(); ++i) {
+      const TensorSpec& t = s.layout.tensors()[i];
+      tensors.push_back({absl::StrCat(kOptimizerPrefix, buffer, "/", t.name), t.shape,
+                         values.data() + s.layout.offset(static_cast<int>(i))});
+    }
+  }
+  std::string buffers;
+  for (const auto& [buffer, values] : s.optimizer_state) absl::StrAppend(&buffers, buffers.empty() ? "" : ",", buffer);
+  const std::map<std::string, std::string> meta = {
+      {"format", kCheckpointFormat},
+      {"omnilearn.version", absl::StrCat(s.version)},
+      {"omnilearn.global_samples", absl::StrCat(s.global_samples)},
+      {"omnilearn.rounds", absl::StrCat(s.rounds)},
+      {"omnilearn.adjustments", absl::StrCat(s.adjustments)},
+      {"omnilearn.mode", s.mode},
+      {"omnilearn.optimizer", s.optimizer},
+      {"omnilearn.optimizer_buffers", buffers},
+      {"omnilearn.lr_schedule_version", absl::StrCat(s.version)},
+      {"omnilearn.created_unix", absl::StrCat(absl::ToUnixSeconds(s.created))},
+      {"omnilearn.controller", ControllerJson(s.controller)},
+  };
+  return WriteSafetensors(path, tensors, meta);
+}
+
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
+  if (!f.ok()) return f.status();
+  auto format = f->metadata.find("format");
+  if (format == f->metadata.end() || format->second != kCheckpointFormat) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not an OmniLearn checkpoint (format ",
+                                                   format == f->metadata.end() ? "missing" : format->second, ")"));
+  }
+  CheckpointState s;
+  absl::StatusOr<ModelLayout> layout = f->Layout({kOptimizerPrefix});
+  if (!layout.ok()) return layout.status();
+  s.layout = std::move(*layout);
+  absl::StatusOr<std::vector<float>> weights = f->Gather(s.layout);
+  if (!weights.ok()) return weights.status();
+  s.weights = std::make_shared<const std::vector<float>>(std::move(*weights));
+  const std::string buffers = f->metadata["omnilearn.optimizer_buffers"];
+  for (absl::string_view b : absl::StrSplit(buffers, ',', absl::SkipEmpty())) {
+    absl::StatusOr<std::vector<float>> v = f->Gather(s.layout, absl::StrCat(kOptimizerPrefix, b, "/"));
+    if (!v.ok()) return v.status();
+    s.optimizer_state.emplace_back(std::string(b), std::move(*v));
+  }
+  s.mode = f->metadata["omnilearn.mode"];
+  s.optimizer = f->metadata["omnilearn.optimizer"];
+  for (auto [key, field] : {std::pair<const char*, uint64_t*>{"omnilearn.version", &s.version},
+                            {"omnilearn.global_samples", &s.global_samples},
+                            {"omnilearn.rounds", &s.rounds},
+                            {"omnilearn.adjustments", &s.adjustments}}) {
+    absl::StatusOr<uint64_t> v = Number(f->metadata, key);
+    if (!v.ok()) return v.status();
+    *field = *v;
+  }
+  absl::StatusOr<uint64_t> created = Number(f->metadata, "omnilearn.created_unix");
+  if (!created.ok()) return created.status();
+  s.created = absl::FromUnixSeconds(static_cast<int64_t>(*created));
+  absl::StatusOr<std::map<std::string, controller::WorkerMemory>> c =
+      ParseControllerJson(f->metadata["omnilearn.controller"]);
+  if (!c.ok()) return c.status();
+  s.controller = std::move(*c);
+  return s;
+}
+
+absl::Status ExportModel(const std::string& path, const ModelLayout& layout, const std::vector<float>& weights,
+                         uint64_t version) {
+  if (static_cast<int64_t>(weights.size()) != layout.total_elements()) {
+    return absl::InvalidArgumentError("export: weights do not match the layout");
+  }
+  std::vector<TensorView> tensors;
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    const TensorSpec& t = layout.tensors()[i];
+    tensors.push_back({t.name, t.shape, weights.data() + layout.offset(static_cast<int>(i))});
+  }
+  return WriteSafetensors(path, tensors, {{"format", kExportFormat}, {"omnilearn.version", absl::StrCat(version)}});
+}
+
+absl::Status CheckpointDir::Prepare() const {
+  if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(absl::StrCat("cannot create checkpoint directory ", dir_, ": ", strerror(errno)));
+  }
+  struct stat st;
+  if (stat(dir_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("--checkpoint_dir ", dir_, " is not a directory"));
+  }
+  if (access(dir_.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("checkpoint directory ", dir_, " is not writable"));
+  }
+  for (const std::string& name : Entries(dir_)) {
+    if (absl::EndsWith(name, kPartialSuffix)) unlink(absl::StrCat(dir_, "/", name).c_str());
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> CheckpointDir::List() const {
+  std::vector<std::pair<uint64_t, std::string>> found;
+  for (const std::string& name : Entries(dir_)) {
+    if (std::optional<uint64_t> v = VersionOf(name)) found.emplace_back(*v, absl::StrCat(dir_, "/", name));
+  }
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& [v, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+absl::StatusOr<std::string> CheckpointDir::Write(const CheckpointState& state) const {
+  const std::string path = absl::StrFormat("%s/%s%012d%s", dir_, kPrefix, state.version, kSuffix);
+  if (absl::Status s = WriteCheckpoint(path, state); !s.ok()) return s;
+  const std::vector<std::string> all = List();
+  for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) unlink(all[i].c_str());
+  if (all.size() > static_cast<size_t>(keep_)) (void)SyncDirectory(dir_);
+  return path;
+}
+
+absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> CheckpointDir::LoadNewest(
+    const std::function<void(const std::string&)>& warn) const {
+  for (const std::string& path : List()) {
+    absl::StatusOr<CheckpointState> s = ReadCheckpoint(path);
+    if (s.ok()) return std::make_optional(std::make_pair(path, std::move(*s)));
+    if (s.status().code() != absl::StatusCode::kDataLoss) return s.status();  // not ours to skip silently
+    warn(absl::StrCat("skipping unreadable checkpoint ", path, ": ", s.status().message()));
+  }
+  return std::optional<std::pair<std::string, CheckpointState>>();
+}
+
+absl::StatusOr<std::string> CheckpointDir::MoveAside(absl::Time now) const {
+  const std::vector<std::string> all = List();
+  if (all.empty()) return std::string();
+  const std::string aside = absl::StrCat(dir_, "/aside-", absl::ToUnixSeconds(now));
+  if (mkdir(aside.c_str(), 0755) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create ", aside, ": ", strerror(errno)));
+  }
+  for (const std::string& path : all) {
+    const std::string target = absl::StrCat(aside, path.substr(path.rfind('/')));
+    if (rename(path.c_str(), target.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot move ", path, " to ", aside, ": ", strerror(errno)));
+    }
+  }
+  if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
+  return aside;
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,88 @@
+// Checkpoints: everything a restarted server needs to go on as if nothing happened, in
+// one safetensors file (common/safetensors.h). Tensors: the model under its layout's
+// names, the optimizer's buffers under "optimizer.<buffer>/<name>". `__metadata__`:
+// format, version, global sample count, mode, optimizer, counters, and the controller's
+// memory of each worker by name (JSON). A CRC-32 of the data guards it.
+#ifndef OMNILEARN_SERVER_CHECKPOINT_H_
+#define OMNILEARN_SERVER_CHECKPOINT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_layout.h"
+#include "controller/batch_controller.h"
+
+namespace omnilearn {
+namespace server {
+
+inline constexpr char kCheckpointFormat[] = "omnilearn.checkpoint.v1";
+inline constexpr char kExportFormat[] = "omnilearn.model.v1";
+inline constexpr char kOptimizerPrefix[] = "optimizer.";
+
+struct CheckpointState {
+  ModelLayout layout;
+  std::shared_ptr<const std::vector<float>> weights;
+  // Named optimizer buffers ("momentum"), each layout.total_elements() floats.
+  std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;
+  std::string optimizer = "sgd";
+  std::string mode;              // "sync", "async", "ssp"
+  uint64_t version = 0;          // also the learning-rate schedule's position
+  uint64_t global_samples = 0;   // the epoch position
+  uint64_t rounds = 0;
+  uint64_t adjustments = 0;
+  std::map<std::string, controller::WorkerMemory> controller;  // by worker name
+  absl::Time created = absl::UnixEpoch();
+};
+
+// Writes atomically (temporary file, fsync, rename, fsync of the directory).
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);
+// NotFound, DataLoss (truncated, corrupt, checksum), InvalidArgument (not a checkpoint
+// of this format, or inconsistent contents).
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
+
+// The weights alone, under the layout's names (the trained model, for Python or
+// --init_from). Atomic like a checkpoint.
+absl::Status ExportModel(const std::string& path, const ModelLayout& layout, const std::vector<float>& weights,
+                         uint64_t version);
+
+// A directory of checkpoints named ckpt-<version>.safetensors. Thread-compatible.
+class CheckpointDir {
+ public:
+  // keep >= 1: how many checkpoints to keep (older ones are deleted after each write).
+  CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+
+  // Creates the directory if needed and deletes partial files a crash left behind.
+  absl::Status Prepare() const;
+  // Checkpoint paths, newest (highest version) first.
+  std::vector<std::string> List() const;
+  // Writes the state as the checkpoint of its version and keeps the newest `keep`.
+  // Returns the path written.
+  absl::StatusOr<std::string> Write(const CheckpointState& state) const;
+  // The newest checkpoint that reads back valid (nullopt when there is none). A corrupt
+  // or truncated one is reported through `warn` and skipped for the previous one.
+  absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> LoadNewest(
+      const std::function<void(const std::string&)>& warn) const;
+  // Moves every checkpoint into a new sub-directory "aside-<unix time>" (for --fresh)
+  // and returns its path; nothing is deleted. Empty when there was nothing to move.
+  absl::StatusOr<std::string> MoveAside(absl::Time now) const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  const std::string dir_;
+  const int keep_;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_CHECKPOINT_H_

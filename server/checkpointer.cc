@@ -1,0 +1,29 @@
+#include "server/checkpointer.h"
+
+namespace omnilearn {
+namespace server {
+
+Checkpointer::Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every)
+    : core_(core), dir_(std::move(dir)), every_(every), last_(core->clock().Now()), last_version_(core->version()) {}
+
+absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
+  if (core_->clock().Now() - last_ < every_) return std::string();
+  return CheckpointNow();
+}
+
+absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
+  absl::StatusOr<CheckpointState> state = core_->Capture();
+  if (!state.ok()) {
+    // No model yet: nothing to keep.
+    if (state.status().code() == absl::StatusCode::kFailedPrecondition) return std::string();
+    return state.status();
+  }
+  last_ = core_->clock().Now();
+  if (state->version == last_version_) return std::string();
+  absl::StatusOr<std::string> path = dir_.Write(*state);
+  if (path.ok()) last_version_ = state->version;
+  return path;
+}
+
+}  // namespace server
+}  // namespace omnilearn
