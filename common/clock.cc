@@ -10,6 +10,7 @@ class RealClock : public Clock {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return mu.AwaitWithDeadline(cond, deadline);
   }
+  void SleepFor(absl::Duration d) const override { absl::SleepFor(d); }
 };
 
 }  // namespace
@@ -24,7 +25,9 @@ absl::Time FakeClock::Now() const {
   return now_;
 }
 
-void FakeClock::Advance(absl::Duration d) {
+void FakeClock::Advance(absl::Duration d) { SleepFor(d); }
+
+void FakeClock::SleepFor(absl::Duration d) const {
   absl::MutexLock lock(&mu_);
   now_ += d;
 }

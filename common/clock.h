@@ -19,6 +19,8 @@ class Clock {
   // it waits (absl::Mutex::AwaitWithDeadline in this clock's time). Returns cond's value.
   virtual bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
+  // Blocks the calling thread for `d` of this clock's time.
+  virtual void SleepFor(absl::Duration d) const = 0;
 
   // The process-wide real clock (never null, never destroyed).
   static const Clock* Real();
@@ -33,11 +35,13 @@ class FakeClock : public Clock {
   absl::Time Now() const override;
   bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves the clock on by `d` at once: a sleeper's time passes without waiting.
+  void SleepFor(absl::Duration d) const override;
   void Advance(absl::Duration d);
 
  private:
   mutable absl::Mutex mu_;
-  absl::Time now_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace omnilearn

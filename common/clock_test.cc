@@ -59,3 +59,18 @@ TEST_CASE("the real clock follows absl::Now", "[clock]") {
 
 }  // namespace
 }  // namespace omnilearn
+
+namespace omnilearn {
+namespace {
+
+TEST_CASE("sleeping on a fake clock moves it without waiting", "[clock]") {
+  FakeClock clock;
+  const absl::Time t0 = clock.Now();
+  const absl::Time real0 = absl::Now();
+  clock.SleepFor(absl::Hours(3));
+  REQUIRE(clock.Now() == t0 + absl::Hours(3));
+  REQUIRE(absl::Now() - real0 < absl::Minutes(1));
+}
+
+}  // namespace
+}  // namespace omnilearn

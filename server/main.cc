@@ -15,6 +15,8 @@
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
 #include "common/tensor_codec.h"
+#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/parameter_server_core.h"
 #include "server/service.h"
 #include "server/summary.h"
@@ -46,10 +48,73 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls_k
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA for client certificates (mutual TLS: workers must present one)");
 ABSL_FLAG(std::string, auth_token_file, "", "file holding a shared bearer token every call must carry");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "keep checkpoints here and resume from the newest valid one at start (empty = no checkpoints)");
+ABSL_FLAG(double, checkpoint_every_s, 60, "seconds between checkpoints (one more is written at shutdown)");
+ABSL_FLAG(int, checkpoint_keep, 3, "checkpoints kept (older ones are deleted)");
+ABSL_FLAG(bool, fresh, false,
+          "start a new model although --checkpoint_dir holds checkpoints (they are moved aside, not deleted)");
+ABSL_FLAG(std::string, export, "",
+          "at shutdown, write the trained weights alone to this safetensors file (for Python, --init_from)");
 
 namespace omnilearn {
 namespace server {
 namespace {
+
+// Prints what a checkpoint attempt did; false on an error (the server goes on: the
+// previous checkpoints are intact).
+bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
+  if (!written.ok()) {
+    std::fprintf(stderr, "omnilearn_server: checkpoint failed: %s\n", std::string(written.status().message()).c_str());
+    return false;
+  }
+  if (!written->empty()) {
+    std::printf("omnilearn_server: checkpoint %s\n", written->c_str());
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+// --checkpoint_dir: resumes from the newest valid checkpoint (or, with --fresh, moves
+// the old ones aside) and sets up the timer. Errors stop the server: a checkpoint that
+// does not fit the flags is never silently replaced by a fresh start.
+absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpointer>* checkpointer) {
+  const std::string path = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (path.empty()) {
+    if (absl::GetFlag(FLAGS_fresh)) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
+    return absl::OkStatus();
+  }
+  if (!(absl::GetFlag(FLAGS_checkpoint_every_s) > 0) || absl::GetFlag(FLAGS_checkpoint_keep) < 1) {
+    return absl::InvalidArgumentError("--checkpoint_every_s must be > 0 and --checkpoint_keep >= 1");
+  }
+  CheckpointDir dir(path, absl::GetFlag(FLAGS_checkpoint_keep));
+  if (absl::Status s = dir.Prepare(); !s.ok()) return s;
+  if (absl::GetFlag(FLAGS_fresh)) {
+    absl::StatusOr<std::string> aside = dir.MoveAside(absl::Now());
+    if (!aside.ok()) return aside.status();
+    if (!aside->empty()) std::printf("omnilearn_server: --fresh: moved the old checkpoints to %s\n", aside->c_str());
+  } else {
+    auto loaded = dir.LoadNewest([](const std::string& warning) {
+      std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
+    });
+    if (!loaded.ok()) return loaded.status();
+    if (loaded->has_value()) {
+      const auto& [file, state] = **loaded;
+      if (absl::Status s = core->Restore(state); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
+      }
+      std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
+                  file.c_str(), state.version, state.global_samples, state.controller.size(),
+                  absl::ToDoubleSeconds(absl::Now() - state.created));
+    } else if (!dir.List().empty()) {
+      return absl::DataLossError(absl::StrCat("no checkpoint in ", path,
+                                              " could be read: fix or move them, or start over with --fresh"));
+    }
+  }
+  *checkpointer = std::make_unique<Checkpointer>(core, std::move(dir),
+                                                 absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s)));
+  return absl::OkStatus();
+}
 
 int Run() {
   // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
@@ -92,6 +157,8 @@ int Run() {
   };
   auto core = ParameterServerCore::Create(o);
   if (!core.ok()) return fail(core.status(), 2);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return fail(s, 2);
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
   if (!credentials.ok()) return fail(credentials.status(), 2);
@@ -145,6 +212,7 @@ int Run() {
     uint64_t shown = 0;
     while (!stopping.load()) {
       absl::SleepFor(absl::Milliseconds(200));
+      if (checkpointer) ReportCheckpoint(checkpointer->MaybeCheckpoint());
       const ServerSnapshot s = (*core)->Snapshot();
       if (!absl::GetFlag(FLAGS_quiet) && s.adjustments != shown) {
         shown = s.adjustments;
@@ -161,6 +229,22 @@ int Run() {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   stopping.store(true);
   monitor.join();
+  int rc = 0;
+  if (checkpointer && !ReportCheckpoint(checkpointer->CheckpointNow())) rc = 1;
+  if (!absl::GetFlag(FLAGS_export).empty()) {
+    absl::StatusOr<CheckpointState> state = (*core)->Capture();
+    absl::Status s = state.ok() ? ExportModel(absl::GetFlag(FLAGS_export), state->layout, *state->weights,
+                                              state->version)
+                                : state.status();
+    if (s.ok()) {
+      std::printf("omnilearn_server: exported the model (version %lu) to %s\n", state->version,
+                  absl::GetFlag(FLAGS_export).c_str());
+    } else {
+      std::fprintf(stderr, "omnilearn_server: export to %s failed: %s\n", absl::GetFlag(FLAGS_export).c_str(),
+                   std::string(s.message()).c_str());
+      rc = 1;
+    }
+  }
   const ServerSnapshot s = (*core)->Snapshot();
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string path = absl::GetFlag(FLAGS_summary_json);
@@ -173,7 +257,7 @@ int Run() {
     }
   }
   std::printf("final: %s\n", AdjustmentLine(s).c_str());
-  return 0;
+  return rc;
 }
 
 }  // namespace

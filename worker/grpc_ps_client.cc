@@ -70,6 +70,19 @@ class GrpcPsClient : public PsClient {
         header.out_of_memory() ? nullptr : &gradient);
   }
 
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    // A heartbeat that cannot get through soon is of no use: the next one follows.
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::HeartbeatRequest request;
+    request.set_worker_id(worker_id);
+    v1::HeartbeatResponse response;
+    grpc::Status s = stub_->Heartbeat(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s, "Heartbeat");
+    return response;
+  }
+
   absl::Status Leave(uint64_t worker_id) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
@@ -128,6 +141,11 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& ta
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
+  // A restarted server is found again within a second or two, not after gRPC's default
+  // reconnect backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return MakeGrpcPsClient(grpc::CreateCustomChannel(target, *credentials, args), options);
 }
 

@@ -32,6 +32,8 @@ class PsClient {
   // Sends the header and, unless it reports out-of-memory, the gradient.
   virtual absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                                 const std::vector<float>& gradient) = 0;
+  // Keeps the lease; the reply says whether to go on, rejoin or stop.
+  virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) = 0;
   virtual absl::Status Leave(uint64_t worker_id) = 0;
 };
 

@@ -1,0 +1,158 @@
+#include "worker/session.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace omnilearn {
+namespace worker {
+
+Session::Session(PsClient* client, ModelLayout layout, SessionOptions options)
+    : client_(client), layout_(std::move(layout)), options_(std::move(options)), jitter_(options_.jitter_seed) {}
+
+Session::~Session() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+void Session::Log(const std::string& line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    std::printf("[%s] %s\n", options_.header.name().c_str(), line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+bool Session::Transient(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
+}
+
+absl::Status Session::TryJoin(const std::vector<float>& weights) {
+  v1::JoinHeader header = options_.header;
+  header.set_has_initial_parameters(false);
+  absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, nullptr);
+  if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
+    header.set_has_initial_parameters(true);
+    r = client_->Join(header, layout_, &weights);
+  }
+  if (!r.ok()) return r.status();
+  id_.store(r->worker_id());
+  lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds() * 1000)));
+  batch_ = r->batch_size();
+  global_samples_ = r->global_samples();
+  mode_ = r->mode();
+  version_ = ~0ull;  // whatever we hold, pull the server's model
+  rejoin_.store(false);
+  return absl::OkStatus();
+}
+
+absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const absl::Status& cause) {
+  const Clock& clock = *options_.clock;
+  const absl::Time start = clock.Now();
+  absl::Time next_note = start;
+  absl::Duration backoff = options_.backoff_initial;
+  absl::Status last = cause;
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0 || Transient(cause)) {
+      const absl::Time now = clock.Now();
+      if (now - start >= options_.reconnect_timeout) {
+        return absl::UnavailableError(absl::StrCat("the server did not come back within ",
+                                                   absl::FormatDuration(options_.reconnect_timeout),
+                                                   " (last error: ", last.ToString(), ")"));
+      }
+      if (now >= next_note) {
+        Log(absl::StrFormat("waiting for the server (%s): retrying for up to %.0f s more", last.ToString(),
+                            absl::ToDoubleSeconds(options_.reconnect_timeout - (now - start))));
+        next_note = now + absl::Seconds(10);
+      }
+      // Full jitter between half and all of the backoff keeps restarted fleets apart.
+      std::uniform_real_distribution<double> spread(0.5, 1.0);
+      clock.SleepFor(backoff * spread(jitter_));
+      backoff = std::min(options_.backoff_max, backoff * 2);
+    }
+    last = TryJoin(weights);
+    if (last.ok()) break;
+    if (!Transient(last)) return last;
+  }
+  if (joined_once_) {
+    ++rejoins_;
+    Log(absl::StrFormat("rejoined as worker %d after %.1f s: batch %d, %d samples trained so far", id_.load(),
+                        absl::ToDoubleSeconds(clock.Now() - start), batch_, global_samples_));
+  }
+  joined_once_ = true;
+  if (options_.heartbeats && !heartbeat_.joinable()) heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  return absl::OkStatus();
+}
+
+absl::Status Session::Join(const std::vector<float>& weights) { return JoinUntilBack(weights, absl::OkStatus()); }
+
+absl::StatusOr<bool> Session::Pull(std::vector<float>* weights) {
+  while (true) {
+    absl::StatusOr<uint64_t> v = client_->Pull(id_.load(), version_, layout_, weights);
+    if (v.ok()) {
+      const bool changed = *v != version_;
+      version_ = *v;
+      return changed;
+    }
+    if (!absl::IsNotFound(v.status()) && !Transient(v.status())) return v.status();
+    if (absl::Status s = JoinUntilBack(*weights, v.status()); !s.ok()) return s;
+  }
+}
+
+absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vector<float>& gradient,
+                                          const std::vector<float>& weights, v1::PushResponse* reply) {
+  if (stop_.load()) return PushOutcome::kStop;
+  if (rejoin_.load()) {  // the heartbeat learnt the session is gone
+    if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
+    return PushOutcome::kRejoined;
+  }
+  header.set_worker_id(id_.load());
+  header.set_model_version(version_);
+  absl::StatusOr<v1::PushResponse> r = client_->Push(header, layout_, gradient);
+  if (!r.ok()) {
+    if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
+    if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;
+    return PushOutcome::kRejoined;
+  }
+  *reply = *r;
+  global_samples_ = std::max(global_samples_, r->global_samples());
+  if (r->action() == v1::ACTION_STOP) {
+    stop_.store(true);
+    return PushOutcome::kStop;
+  }
+  if (r->action() == v1::ACTION_REJOIN) {
+    if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
+    return PushOutcome::kRejoined;
+  }
+  if (r->next_batch_size() > 0) batch_ = r->next_batch_size();
+  return PushOutcome::kReplied;
+}
+
+void Session::Leave() {
+  if (id_.load() != 0) (void)client_->Leave(id_.load());
+}
+
+void Session::HeartbeatLoop() {
+  const Clock& clock = *options_.clock;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time next = clock.Now() + absl::Milliseconds(lease_ms_.load() / 3);
+      if (clock.AwaitWithDeadline(mu_, absl::Condition(&closing_), next)) return;
+    }
+    const uint64_t id = id_.load();
+    absl::StatusOr<v1::HeartbeatResponse> r = client_->Heartbeat(id);
+    if (!r.ok()) continue;  // outages are the training thread's to handle
+    if (r->action() == v1::ACTION_STOP) stop_.store(true);
+    // Only about the session it asked for: the training thread may have rejoined since.
+    if (r->action() == v1::ACTION_REJOIN && id_.load() == id) rejoin_.store(true);
+  }
+}
+
+}  // namespace worker
+}  // namespace omnilearn

@@ -1,0 +1,118 @@
+// The worker's side of the protocol as a small state machine: join, pull, push,
+// heartbeats, rejoin, reconnect, leave. Torch-free, so it is tested with a fake client.
+//
+// Faults it rides out:
+// - UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED (server down, restarting, unreachable):
+//   capped exponential backoff with jitter, joining again, for up to reconnect_timeout
+//   counted from the start of the outage; one line when it starts and one every
+//   10 s of it, saying what it waits for.
+// - NOT_FOUND and ACTION_REJOIN (lease expired, server restarted): joins again at once
+//   under the same name.
+// A join sends the worker's parameters only to a server that has no model (it first asks
+// without them), so a server restored from a checkpoint keeps its model. After any
+// rejoin the caller pulls and recomputes: a gradient of the old session is dropped.
+#ifndef OMNILEARN_WORKER_SESSION_H_
+#define OMNILEARN_WORKER_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/model_layout.h"
+#include "proto/omnilearn.pb.h"
+#include "worker/ps_client.h"
+
+namespace omnilearn {
+namespace worker {
+
+struct SessionOptions {
+  // name, host, device, layout, max_batch_size; has_initial_parameters is the session's.
+  v1::JoinHeader header;
+  absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage
+  absl::Duration backoff_initial = absl::Milliseconds(200);
+  absl::Duration backoff_max = absl::Seconds(5);
+  bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3
+  const Clock* clock = Clock::Real();
+  uint64_t jitter_seed = 0;
+  // Where event lines go (joined, rejoined, waiting for the server); default stdout.
+  std::function<void(const std::string&)> log;
+};
+
+// What a push came to.
+enum class PushOutcome {
+  kReplied,    // the server answered; see the reply
+  kRejoined,   // the session was re-established: pull and train the iteration again
+  kStop,       // the server said stop (training over or server shutting down)
+};
+
+// Thread-compatible for the training thread; the heartbeat thread is its own.
+class Session {
+ public:
+  // `client` must outlive the session.
+  Session(PsClient* client, ModelLayout layout, SessionOptions options);
+  ~Session();
+
+  // Joins; `weights` (the model's current values) are sent only when the server has
+  // no model yet. Errors: anything not transient (InvalidArgument for another model...),
+  // or the server unreachable for longer than reconnect_timeout.
+  absl::Status Join(const std::vector<float>& weights);
+  // Brings `weights` to the server's current model if it moved (true then).
+  absl::StatusOr<bool> Pull(std::vector<float>* weights);
+  // Pushes `gradient` (the session fills in worker_id and model_version). `weights` are
+  // the model the worker holds, for a rejoin with a server that lost its own.
+  absl::StatusOr<PushOutcome> Push(v1::PushHeader header, const std::vector<float>& gradient,
+                                   const std::vector<float>& weights, v1::PushResponse* reply);
+  // Best effort: tells the server this worker is gone.
+  void Leave();
+
+  uint64_t worker_id() const { return id_.load(); }
+  int64_t batch() const { return batch_; }
+  uint64_t model_version() const { return version_; }
+  uint64_t global_samples() const { return global_samples_; }
+  v1::Mode mode() const { return mode_; }
+  bool stop_requested() const { return stop_.load(); }
+  int rejoins() const { return rejoins_; }
+
+ private:
+  static bool Transient(const absl::Status& s);
+  // Joins once: without parameters, then with them if the server has no model.
+  absl::Status TryJoin(const std::vector<float>& weights);
+  // Joins until it works, a non-transient error, or reconnect_timeout.
+  absl::Status JoinUntilBack(const std::vector<float>& weights, const absl::Status& cause);
+  void HeartbeatLoop();
+  void Log(const std::string& line) const;
+
+  PsClient* const client_;
+  const ModelLayout layout_;
+  const SessionOptions options_;
+  std::mt19937_64 jitter_;
+  std::atomic<uint64_t> id_{0};
+  std::atomic<int64_t> lease_ms_{60000};
+  int64_t batch_ = 0;
+  uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
+  uint64_t global_samples_ = 0;
+  v1::Mode mode_ = v1::MODE_UNSPECIFIED;
+  int rejoins_ = 0;
+  bool joined_once_ = false;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> rejoin_{false};
+
+  absl::Mutex mu_;  // for the heartbeat thread's wait
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace worker
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_WORKER_SESSION_H_

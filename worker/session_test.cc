@@ -1,0 +1,245 @@
+#include "worker/session.h"
+
+#include <deque>
+
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+// A scripted server: calls fail with the queued statuses first, then behave.
+class FakeServer : public PsClient {
+ public:
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout&,
+                                        const std::vector<float>* initial) override {
+    absl::MutexLock lock(&mu_);
+    ++joins;
+    if (absl::Status s = Next(join_failures); !s.ok()) return s;
+    if (!has_model) {
+      if (initial == nullptr) return absl::FailedPreconditionError("the server has no model yet");
+      has_model = true;
+      model = *initial;
+    }
+    if (initial != nullptr) ++joins_with_parameters;
+    v1::JoinResponse r;
+    r.set_worker_id(++last_id);
+    r.set_lease_seconds(3);
+    r.set_batch_size(16);
+    r.set_global_samples(global_samples);
+    r.set_model_version(version);
+    return r;
+  }
+  absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, std::vector<float>* weights) override {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = Next(pull_failures); !s.ok()) return s;
+    if (id != last_id) return absl::NotFoundError("unknown worker");
+    if (have != version) *weights = model;
+    return version;
+  }
+  absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& h, const ModelLayout&,
+                                        const std::vector<float>&) override {
+    absl::MutexLock lock(&mu_);
+    ++pushes;
+    if (absl::Status s = Next(push_failures); !s.ok()) return s;
+    if (h.worker_id() != last_id) return absl::NotFoundError("unknown worker");
+    v1::PushResponse r;
+    r.set_action(next_action);
+    r.set_next_batch_size(24);
+    r.set_global_samples(global_samples += h.batch_size());
+    ++version;
+    return r;
+  }
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t id) override {
+    absl::MutexLock lock(&mu_);
+    ++heartbeats;
+    v1::HeartbeatResponse r;
+    r.set_action(id == last_id ? heartbeat_action : v1::ACTION_REJOIN);
+    return r;
+  }
+  absl::Status Leave(uint64_t) override {
+    absl::MutexLock lock(&mu_);
+    ++leaves;
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mu_;
+  bool has_model = false;
+  std::vector<float> model;
+  uint64_t last_id = 0, version = 0, global_samples = 0;
+  int joins = 0, joins_with_parameters = 0, pushes = 0, heartbeats = 0, leaves = 0;
+  v1::Action next_action = v1::ACTION_PULL;
+  v1::Action heartbeat_action = v1::ACTION_CONTINUE;
+  std::deque<absl::Status> join_failures, pull_failures, push_failures;
+
+ private:
+  static absl::Status Next(std::deque<absl::Status>& q) {
+    if (q.empty()) return absl::OkStatus();
+    absl::Status s = q.front();
+    q.pop_front();
+    return s;
+  }
+};
+
+ModelLayout Layout() { return *ModelLayout::Create({{"w", {3}}}); }
+
+SessionOptions Options(const FakeClock* clock, std::vector<std::string>* log) {
+  SessionOptions o;
+  o.header.set_name("w0");
+  o.clock = clock;
+  o.heartbeats = false;
+  o.log = [log](const std::string& line) { log->push_back(line); };
+  return o;
+}
+
+const std::vector<float> kMine = {1, 2, 3};
+
+TEST_CASE("the first worker brings the model, the others never send theirs", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  Session first(&server, Layout(), Options(&clock, &log));
+  REQUIRE(first.Join(kMine).ok());
+  REQUIRE(server.joins == 2);  // asked without parameters, then brought them
+  REQUIRE(server.joins_with_parameters == 1);
+  Session second(&server, Layout(), Options(&clock, &log));
+  REQUIRE(second.Join({9, 9, 9}).ok());
+  REQUIRE(server.joins_with_parameters == 1);
+  REQUIRE(server.model == kMine);
+  std::vector<float> w;
+  REQUIRE(*second.Pull(&w));
+  REQUIRE(w == kMine);
+  REQUIRE_FALSE(*second.Pull(&w));  // up to date
+}
+
+TEST_CASE("a server outage is ridden out with capped backoff, then the worker rejoins", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.backoff_initial = absl::Milliseconds(100);
+  o.backoff_max = absl::Seconds(1);
+  Session s(&server, Layout(), o);
+  REQUIRE(s.Join(kMine).ok());
+  std::vector<float> w;
+  REQUIRE(s.Pull(&w).ok());
+  server.push_failures = {absl::UnavailableError("Socket closed")};
+  for (int i = 0; i < 8; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
+  const absl::Time before = clock.Now();
+  v1::PushResponse reply;
+  v1::PushHeader h;
+  h.set_batch_size(16);
+  absl::StatusOr<PushOutcome> r = s.Push(h, {0.1f, 0.1f, 0.1f}, w, &reply);
+  REQUIRE(r.ok());
+  REQUIRE(*r == PushOutcome::kRejoined);
+  REQUIRE(s.rejoins() == 1);
+  REQUIRE(server.joins_with_parameters == 1);  // the server kept its model: nothing re-sent
+  // 9 waits: 0.1, 0.2, 0.4, 0.8 then 1 s each, each scaled by a jitter in [0.5, 1].
+  const double waited = absl::ToDoubleSeconds(clock.Now() - before);
+  CAPTURE(waited);
+  REQUIRE(waited >= 0.5 * (0.1 + 0.2 + 0.4 + 0.8 + 5 * 1.0));
+  REQUIRE(waited <= 0.1 + 0.2 + 0.4 + 0.8 + 5 * 1.0);
+  REQUIRE(log.front().find("waiting for the server") != std::string::npos);
+  REQUIRE(log.back().find("rejoined as worker 2") != std::string::npos);
+  REQUIRE(*s.Pull(&w));  // the caller pulls the server's model again
+}
+
+TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.reconnect_timeout = absl::Seconds(30);
+  Session s(&server, Layout(), o);
+  REQUIRE(s.Join(kMine).ok());
+  for (int i = 0; i < 1000; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
+  server.pull_failures = {absl::UnavailableError("Socket closed")};
+  std::vector<float> w;
+  absl::Status st = s.Pull(&w).status();
+  REQUIRE(absl::IsUnavailable(st));
+  REQUIRE(st.message().find("did not come back within 30s") != absl::string_view::npos);
+  REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(30));
+  REQUIRE(log.size() >= 3);  // one line when it started, then one per 10 s
+  REQUIRE(log.size() <= 5);
+}
+
+TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  Session s(&server, Layout(), Options(&clock, &log));
+  REQUIRE(s.Join(kMine).ok());
+  std::vector<float> w;
+  REQUIRE(s.Pull(&w).ok());
+  v1::PushResponse reply;
+  v1::PushHeader h;
+  h.set_batch_size(16);
+  const absl::Time t0 = clock.Now();
+  server.last_id = 99;  // the server forgot us (lease expired, restarted)
+  REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
+  REQUIRE(clock.Now() == t0);  // no backoff for a server that answers
+  REQUIRE(s.worker_id() == 100);
+  REQUIRE(s.Pull(&w).ok());
+  REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kReplied);
+  REQUIRE(s.batch() == 24);
+  server.next_action = v1::ACTION_REJOIN;
+  REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
+  server.next_action = v1::ACTION_STOP;
+  REQUIRE(s.Pull(&w).ok());
+  REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kStop);
+  REQUIRE(s.stop_requested());
+  s.Leave();
+  REQUIRE(server.leaves == 1);
+}
+
+TEST_CASE("errors that are not faults are returned as they are", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  Session s(&server, Layout(), Options(&clock, &log));
+  server.join_failures = {absl::InvalidArgumentError("model layout differs")};
+  REQUIRE(absl::IsInvalidArgument(s.Join(kMine)));
+  REQUIRE(s.Join(kMine).ok());
+  std::vector<float> w;
+  server.push_failures = {absl::InvalidArgumentError("gradient contains NaN")};
+  v1::PushResponse reply;
+  REQUIRE(absl::IsInvalidArgument(s.Push({}, w, w, &reply).status()));
+}
+
+TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next push", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.heartbeats = true;
+  Session s(&server, Layout(), o);
+  REQUIRE(s.Join(kMine).ok());  // lease 3 s: a heartbeat every second
+  auto heartbeats = [&] {
+    absl::MutexLock lock(&server.mu_);
+    return server.heartbeats;
+  };
+  auto await = [&](int n) {
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (heartbeats() < n) {
+      REQUIRE(absl::Now() < until);
+      clock.Advance(absl::Milliseconds(100));
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  };
+  await(3);
+  {
+    absl::MutexLock lock(&server.mu_);
+    server.heartbeat_action = v1::ACTION_REJOIN;
+  }
+  const int seen = heartbeats();
+  await(seen + 2);
+  std::vector<float> w;
+  v1::PushResponse reply;
+  const int pushes = server.pushes;
+  REQUIRE(*s.Push({}, w, w, &reply) == PushOutcome::kRejoined);
+  REQUIRE(server.pushes == pushes);  // rejoined before pushing a gradient of the old session
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace omnilearn
