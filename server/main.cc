@@ -189,6 +189,9 @@ int Run() {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, *credentials, &bound_port);
+  // A second server on a busy port must fail, not share it (gRPC allows SO_REUSEPORT by
+  // default, which would split the workers between two servers).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(&service);

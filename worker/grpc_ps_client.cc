@@ -67,7 +67,7 @@ class GrpcPsClient : public PsClient {
                                         const std::vector<float>& gradient) override {
     return Upload<v1::PushRequest, v1::PushResponse>(
         "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, header, layout,
-        header.out_of_memory() ? nullptr : &gradient);
+        header.out_of_memory() || header.report_only() ? nullptr : &gradient);
   }
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {

@@ -27,6 +27,13 @@ ABSL_FLAG(uint64_t, seed, 1, "model initialization and data order");
 ABSL_FLAG(bool, evaluate, false, "evaluate test accuracy at epoch ends and report it");
 ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none)");
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
+ABSL_FLAG(double, reconnect_timeout, 300,
+          "seconds a server outage is ridden out (retrying with backoff, then joining again) before giving up");
+ABSL_FLAG(std::string, init_from, "",
+          "start from the weights in this safetensors file (a server --export or checkpoint), matched by name");
+ABSL_FLAG(bool, evaluate_only, false, "with --init_from: measure test accuracy, print it and exit (no server)");
+ABSL_FLAG(std::string, save_model, "",
+          "with --model_file: write the trained TorchScript module here at the end (for torch.jit.load)");
 ABSL_FLAG(int, log_every, 50, "iterations between progress lines (0 = none)");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port for this worker's series (0 = off)");
 ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint listens on");
@@ -64,6 +71,21 @@ int main(int argc, char** argv) {
   o.evaluate = absl::GetFlag(FLAGS_evaluate);
   o.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.log_every = absl::GetFlag(FLAGS_log_every);
+  o.init_from = absl::GetFlag(FLAGS_init_from);
+  o.save_model = absl::GetFlag(FLAGS_save_model);
+  if (!(absl::GetFlag(FLAGS_reconnect_timeout) >= 0)) {
+    return Fail(o.name, absl::InvalidArgumentError("--reconnect_timeout must be >= 0 seconds"));
+  }
+  o.reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
+  if (!o.save_model.empty() && o.model_file.empty()) {
+    return Fail(o.name, absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)"));
+  }
+  if (absl::GetFlag(FLAGS_evaluate_only)) {
+    absl::StatusOr<double> accuracy = omnilearn::worker::EvaluateOnly(o);
+    if (!accuracy.ok()) return Fail(o.name, accuracy.status());
+    std::printf("[%s] %s: test accuracy %.2f%%\n", o.name.c_str(), o.init_from.c_str(), 100 * *accuracy);
+    return 0;
+  }
   omnilearn::worker::ClientOptions c;
   c.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout));
   c.tls_ca = absl::GetFlag(FLAGS_tls_ca);

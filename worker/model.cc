@@ -58,6 +58,10 @@ class NativeModel : public Model {
   }
   void SetTraining(bool on) override { module_->train(on); }
   void To(const torch::Device& device) override { module_->to(device); }
+  absl::Status Save(const std::string&) override {
+    return absl::InvalidArgumentError("--save_model needs a TorchScript model (--model_file); built-in models "
+                                      "are exported by the server (--export)");
+  }
 
  private:
   Holder module_;
@@ -76,6 +80,14 @@ class ScriptedModel : public Model {
   }
   void SetTraining(bool on) override { on ? module_.train() : module_.eval(); }
   void To(const torch::Device& device) override { module_.to(device); }
+  absl::Status Save(const std::string& path) override {
+    try {
+      module_.save(path);
+      return absl::OkStatus();
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("cannot save ", path, ": ", e.what_without_backtrace()));
+    }
+  }
 
  private:
   torch::jit::Module module_;

@@ -24,6 +24,9 @@ class Model {
   virtual std::vector<std::pair<std::string, torch::Tensor>> Parameters() = 0;
   virtual void SetTraining(bool on) = 0;
   virtual void To(const torch::Device& device) = 0;
+  // Writes the module with its current weights for torch.jit.load. Only TorchScript
+  // models (model_file) can: InvalidArgument for the built-in ones.
+  virtual absl::Status Save(const std::string& path) = 0;
 };
 
 // "mlp" or "cnn", initialized from `seed`. InvalidArgument for other names.

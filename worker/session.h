@@ -40,7 +40,7 @@ struct SessionOptions {
   v1::JoinHeader header;
   absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage
   absl::Duration backoff_initial = absl::Milliseconds(200);
-  absl::Duration backoff_max = absl::Seconds(5);
+  absl::Duration backoff_max = absl::Seconds(2);
   bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3
   const Clock* clock = Clock::Real();
   uint64_t jitter_seed = 0;

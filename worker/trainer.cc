@@ -16,6 +16,8 @@
 #include "common/tensor_codec.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
+#include "worker/session.h"
+#include "common/safetensors.h"
 
 namespace omnilearn {
 namespace worker {
@@ -156,13 +158,78 @@ class TrainerMetrics {
   metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr;
 };
 
+// Reads the layout's tensors (by name and shape) from a safetensors export or checkpoint.
+absl::Status LoadInitialWeights(const std::string& path, const ModelLayout& layout, std::vector<float>* weights) {
+  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<float>> values = file->Gather(layout);
+  if (!values.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--init_from ", path, " does not fit this model: ",
+                                                   values.status().message()));
+  }
+  *weights = std::move(*values);
+  return absl::OkStatus();
+}
+
 std::string Hostname() {
   char buf[256] = {0};
   gethostname(buf, sizeof(buf) - 1);
   return buf;
 }
 
+absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, Dataset* train, Dataset* test) {
+  if (o.dataset == "fashion-mnist") {
+    const std::string dir = o.data_dir.empty() ? kDefaultFashionMnistDir : o.data_dir;
+    for (auto [need, is_train, out] : {std::make_tuple(need_train, true, train), std::make_tuple(need_test, false, test)}) {
+      if (!need) continue;
+      absl::StatusOr<Dataset> d = LoadFashionMnist(dir, is_train);
+      if (!d.ok()) return d.status();
+      *out = std::move(*d);
+    }
+    return absl::OkStatus();
+  }
+  if (o.dataset == "synthetic") {
+    *train = MakeSynthetic(20000, 7);  // same data on every worker: a fixed seed
+    *test = MakeSynthetic(2000, 8);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", o.dataset, "' (want fashion-mnist or synthetic)"));
+}
+
+// The model in training mode on `device`, with --init_from's weights when given.
+absl::StatusOr<std::unique_ptr<Model>> BuildModel(const TrainerOptions& o, const torch::Device& device) {
+  absl::StatusOr<std::unique_ptr<Model>> made =
+      o.model_file.empty() ? MakeModel(o.model, o.seed) : LoadScriptedModel(o.model_file);
+  if (!made.ok()) return made.status();
+  std::unique_ptr<Model> model = std::move(*made);
+  model->To(device);
+  model->SetTraining(true);
+  return model;
+}
+
 }  // namespace
+
+absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
+  if (o.init_from.empty()) return absl::InvalidArgumentError("--evaluate_only needs --init_from");
+  try {
+    torch::set_num_threads(o.threads);
+    absl::StatusOr<torch::Device> device = PickDevice(o.device);
+    if (!device.ok()) return device.status();
+    Dataset train, test;
+    if (absl::Status s = LoadData(o, /*need_train=*/false, /*need_test=*/true, &train, &test); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(o, *device);
+    if (!model.ok()) return model.status();
+    FlatParameters params(model->get());
+    absl::StatusOr<ModelLayout> layout = params.Layout();
+    if (!layout.ok()) return layout.status();
+    std::vector<float> weights;
+    if (absl::Status s = LoadInitialWeights(o.init_from, *layout, &weights); !s.ok()) return s;
+    params.Load(weights);
+    return Evaluate(model->get(), test, *device);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
 
 absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
   if (!(o.slowdown >= 1.0)) return absl::InvalidArgumentError("--slowdown must be >= 1");
@@ -177,59 +244,44 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     const bool cuda = device->is_cuda();
 
     Dataset train, test;
-    if (o.dataset == "fashion-mnist") {
-      const std::string dir = o.data_dir.empty() ? kDefaultFashionMnistDir : o.data_dir;
-      auto tr = LoadFashionMnist(dir, true);
-      if (!tr.ok()) return tr.status();
-      train = std::move(*tr);
-      if (o.evaluate) {
-        auto te = LoadFashionMnist(dir, false);
-        if (!te.ok()) return te.status();
-        test = std::move(*te);
-      }
-    } else if (o.dataset == "synthetic") {
-      train = MakeSynthetic(20000, 7);  // same data on every worker: a fixed seed
-      test = MakeSynthetic(2000, 8);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", o.dataset, "'"));
-    }
+    if (absl::Status s = LoadData(o, /*need_train=*/true, o.evaluate, &train, &test); !s.ok()) return s;
     if (cuda) {  // pinned host memory: batches are copied to the GPU asynchronously
       train.images = train.images.pin_memory();
       train.labels = train.labels.pin_memory();
     }
-
-    absl::StatusOr<std::unique_ptr<Model>> made =
-        o.model_file.empty() ? MakeModel(o.model, o.seed) : LoadScriptedModel(o.model_file);
+    absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, *device);
     if (!made.ok()) return made.status();
     std::unique_ptr<Model> model = std::move(*made);
-    model->To(*device);
-    model->SetTraining(true);
     FlatParameters params(model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
 
-    v1::JoinHeader header;
-    header.set_name(o.name);
-    header.set_host(o.host.empty() ? Hostname() : o.host);
-    header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
-    header.set_has_initial_parameters(true);
-    header.set_max_batch_size(o.max_batch);
-    *header.mutable_layout() = LayoutToProto(*layout);
     std::vector<float> weights = params.Values();
-    absl::StatusOr<v1::JoinResponse> joined = client.Join(header, *layout, &weights);
-    if (!joined.ok()) return joined.status();
-    const uint64_t id = joined->worker_id();
-    int64_t batch = joined->batch_size();
-    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s\n", o.name.c_str(), id,
-                cuda ? "cuda" : "cpu", batch, v1::Mode_Name(joined->mode()).c_str());
+    if (!o.init_from.empty()) {
+      if (absl::Status s = LoadInitialWeights(o.init_from, *layout, &weights); !s.ok()) return s;
+      params.Load(weights);
+      std::printf("[%s] initial weights from %s\n", o.name.c_str(), o.init_from.c_str());
+    }
+
+    SessionOptions so;
+    so.header.set_name(o.name);
+    so.header.set_host(o.host.empty() ? Hostname() : o.host);
+    so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
+    so.header.set_max_batch_size(o.max_batch);
+    *so.header.mutable_layout() = LayoutToProto(*layout);
+    so.reconnect_timeout = o.reconnect_timeout;
+    so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
+    Session session(&client, *layout, so);
+    if (absl::Status s = session.Join(weights); !s.ok()) return s;
+    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu\n", o.name.c_str(),
+                session.worker_id(), cuda ? "cuda" : "cpu", session.batch(), v1::Mode_Name(session.mode()).c_str(),
+                session.global_samples());
     std::fflush(stdout);
 
-    uint64_t version = ~0ull;
     auto pull = [&]() -> absl::Status {
-      absl::StatusOr<uint64_t> v = client.Pull(id, version, *layout, &weights);
-      if (!v.ok()) return v.status();
-      if (*v != version) params.Load(weights);
-      version = *v;
+      absl::StatusOr<bool> changed = session.Pull(&weights);
+      if (!changed.ok()) return changed.status();
+      if (*changed) params.Load(weights);
       return absl::OkStatus();
     };
     if (absl::Status s = pull(); !s.ok()) return s;
@@ -239,12 +291,13 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     int64_t cursor = 0;
     const double total_samples = o.epochs * train.size();
     uint64_t samples_seen = 0;
-    int64_t last_epoch_evaluated = 0;
+    int64_t last_epoch_evaluated = static_cast<int64_t>(session.global_samples() / train.size());
     TrainerResult result;
     std::optional<double> pending_accuracy;
     TrainerMetrics series(o.registry, o.name);
 
-    for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations; ++it) {
+    for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations;) {
+      const int64_t batch = session.batch();
       // This worker's own shuffled order; a new permutation at its end.
       if (cursor + batch > train.size()) {
         order = torch::randperm(train.size(), gen);
@@ -260,9 +313,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       }
 
       v1::PushHeader push;
-      push.set_worker_id(id);
       push.set_batch_size(batch);
-      push.set_model_version(version);
       push.set_iteration(it);
       std::vector<float> grad;
       double loss_value = 0;
@@ -281,52 +332,71 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         push.set_compute_seconds(real * o.slowdown);
         push.set_train_loss(loss_value);
         grad = params.Gradients();
-        samples_seen += batch;
       } catch (const c10::Error& e) {
         if (!IsOutOfMemory(e)) throw;
         std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
         push.set_out_of_memory(true);
         params.ZeroGrad();
       }
-      push.set_samples_seen(samples_seen);
+      push.set_samples_seen(samples_seen + (push.out_of_memory() ? 0 : batch));
       if (pending_accuracy) {
         push.set_has_test_accuracy(true);
         push.set_test_accuracy(*pending_accuracy);
-        pending_accuracy.reset();
       }
       const auto comm_start = Clock::now();
-      absl::StatusOr<v1::PushResponse> reply = client.Push(push, *layout, grad);
-      if (!reply.ok()) return reply.status();
-      result.iterations = it + 1;
+      v1::PushResponse reply;
+      absl::StatusOr<PushOutcome> outcome = session.Push(push, grad, weights, &reply);
+      if (!outcome.ok()) return outcome.status();
+      if (*outcome == PushOutcome::kStop) break;
+      if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
+        if (absl::Status s = pull(); !s.ok()) return s;
+        continue;
+      }
+      if (!push.out_of_memory()) samples_seen += batch;
+      pending_accuracy.reset();
+      result.iterations = ++it;
       result.last_loss = loss_value;
-      if (o.log_every > 0 && (it % o.log_every == 0)) {
-        std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o.name.c_str(), it, batch,
-                    loss_value, 1000 * push.compute_seconds(), reply->model_version());
+      if (o.log_every > 0 && ((it - 1) % o.log_every == 0)) {
+        std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o.name.c_str(), it - 1, batch,
+                    loss_value, 1000 * push.compute_seconds(), reply.model_version());
         std::fflush(stdout);
       }
-      if (reply->action() == v1::ACTION_STOP) break;
-      const int64_t used_batch = batch;
-      if (reply->next_batch_size() > 0) batch = reply->next_batch_size();
       if (absl::Status s = pull(); !s.ok()) return s;
-      series.Iteration(used_batch, push.compute_seconds(),
-                       std::chrono::duration<double>(Clock::now() - comm_start).count(), loss_value,
-                       push.out_of_memory());
+      series.Iteration(batch, push.compute_seconds(), std::chrono::duration<double>(Clock::now() - comm_start).count(),
+                       loss_value, push.out_of_memory());
 
-      const double global = static_cast<double>(reply->global_samples());
+      const double global = static_cast<double>(reply.global_samples());
       const int64_t epoch = static_cast<int64_t>(global / train.size());
       const bool finished = o.epochs > 0 && global >= total_samples;
-      if (o.evaluate && epoch > last_epoch_evaluated) {
+      if (o.evaluate && (finished || epoch > last_epoch_evaluated)) {
         last_epoch_evaluated = epoch;
         result.test_accuracy = Evaluate(model.get(), test, *device);
-        pending_accuracy = result.test_accuracy;
         series.Accuracy(result.test_accuracy);
-        std::printf("[%s] epoch %ld: test accuracy %.2f%%\n", o.name.c_str(), epoch, 100 * result.test_accuracy);
+        std::printf("[%s] epoch %ld: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), epoch,
+                    100 * result.test_accuracy, session.model_version());
         std::fflush(stdout);
+        pending_accuracy = result.test_accuracy;
       }
-      // An evaluation at the end is carried to the server by one more push.
-      if (finished && !pending_accuracy) break;
+      if (finished) {
+        // The last measurement goes to the server alone, on the model it was measured on:
+        // the final model, the summary and an export then agree.
+        if (pending_accuracy) {
+          v1::PushHeader report;
+          report.set_report_only(true);
+          report.set_has_test_accuracy(true);
+          report.set_test_accuracy(*pending_accuracy);
+          report.set_train_loss(loss_value);
+          absl::StatusOr<PushOutcome> r = session.Push(report, {}, weights, &reply);
+          if (!r.ok()) return r.status();
+        }
+        break;
+      }
     }
-    (void)client.Leave(id);
+    if (!o.save_model.empty()) {
+      if (absl::Status s = model->Save(o.save_model); !s.ok()) return s;
+      std::printf("[%s] saved the trained TorchScript module to %s\n", o.name.c_str(), o.save_model.c_str());
+    }
+    session.Leave();
     return result;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/metrics.h"
 #include "worker/ps_client.h"
 
@@ -30,6 +31,9 @@ struct TrainerOptions {
   uint64_t seed = 1;                  // model init (first worker) and this worker's data order
   bool evaluate = false;              // evaluate test accuracy at every epoch end and report it
   int64_t max_batch = 0;              // a ceiling this worker knows of (0 = none)
+  std::string init_from;              // safetensors export or checkpoint to start from (by tensor name)
+  std::string save_model;             // with model_file: write the trained TorchScript module here
+  absl::Duration reconnect_timeout = absl::Seconds(300);  // how long a server outage is ridden out
   int log_every = 50;                 // iterations between progress lines (0 = none)
   // Where to record the omnilearn_trainer_* series (step and communication times,
   // batch size, ...); null = none. Must outlive Train.
@@ -41,6 +45,11 @@ struct TrainerResult {
   double last_loss = 0;
   double test_accuracy = -1;  // -1 when not evaluated
 };
+
+// Loads the model (built-in or model_file) with init_from's weights and measures its
+// test accuracy (0..1). No server. InvalidArgument without init_from or for a file that
+// does not fit the model.
+absl::StatusOr<double> EvaluateOnly(const TrainerOptions& options);
 
 // Runs until the epochs are done, the server says stop, or an error. Errors:
 // InvalidArgument (options, model, data), Unavailable / DeadlineExceeded (server).
