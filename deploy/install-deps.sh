@@ -13,6 +13,8 @@ PACKAGES=(
   libtorch-dev               # CPU LibTorch 1.13
   libopenblas0-pthread       # without it LibTorch falls back to reference BLAS (30x slower)
   libcivetweb-dev            # HTTP server for /metrics
+  nlohmann-json3-dev         # JSON of safetensors headers (checkpoints, exports)
+  python3-numpy              # the numpy safetensors reader in the tests and README
   dataset-fashion-mnist      # the real data set (IDX .gz files)
   prometheus                 # promtool and a real Prometheus for the metrics tests
   iproute2                   # network namespaces for the separate-hosts test
