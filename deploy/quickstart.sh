@@ -52,7 +52,8 @@ trap cleanup EXIT
 
 "$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
   --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" \
-  --lr_decay_steps="$decay_steps" --lr_decay=0.2 --metrics_port="$metrics_port" --metrics_bind=127.0.0.1 &
+  --lr_decay_steps="$decay_steps" --lr_decay=0.2 --metrics_port="$metrics_port" --metrics_bind=127.0.0.1 \
+  --checkpoint_dir="$out/checkpoints" --export="$out/model.safetensors" &
 server_pid=$!
 sleep 1
 kill -0 "$server_pid" 2>/dev/null || { echo "quickstart: the server did not start (port $port or $metrics_port busy?)" >&2; exit 1; }
@@ -94,3 +95,5 @@ for w in sorted(s['workers'], key=lambda w: w['name']):
           f"   iterations {w['iterations']:5d}   samples {w['samples']}")
 PY
 echo "summary JSON: $summary"
+echo "checkpoints:  $out/checkpoints   trained model: $out/model.safetensors"
+echo "  check it:   $bin/worker/omnilearn_worker --evaluate_only --init_from=$out/model.safetensors --model=$model"

@@ -23,7 +23,7 @@ start_workers() {  # start_workers RUN
     local eval=false
     [ $i -eq 0 ] && eval=true
     start_worker "w$i" "$WORK/$run.w$i.log" --dataset=fashion-mnist --model=mlp --slowdown="$s" --seed=$((i + 1)) \
-      --epochs=$EPOCHS --evaluate=$eval --log_every=0 --reconnect_timeout=60
+      --epochs=$EPOCHS --evaluate=$eval --log_every=10 --reconnect_timeout=60
     i=$((i + 1))
   done
 }
@@ -67,9 +67,8 @@ run_pair() {  # run_pair MODE
   # SERVER_PID is the `timeout` wrapper: the server is its child.
   pkill -KILL -P "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
-  local last_ckpt killed_at
+  local last_ckpt
   last_ckpt=$(grep -o 'ckpt-[0-9]*' "$WORK/$mode-kill.server.log" | tail -1 | sed 's/ckpt-0*//')
-  killed_at=$(date +%s.%N)
   sleep 3  # the pause: every worker is now retrying
   PORT=$port
   SUMMARY=$WORK/$mode-resumed.json
@@ -86,15 +85,18 @@ run_pair() {  # run_pair MODE
   for i in 0 1 2; do
     grep -q "rejoined as worker" "$WORK/$mode-kill.w$i.log" || fail "$mode: w$i did not rejoin"
   done
-  # Seconds from the kill to the first rejoin after it, and versions lost.
-  local stall
-  stall=$(python3 - "$killed_at" "$WORK/$mode-kill".w*.log <<'PY'
+  # Seconds the workers spent waiting for the server (pause included), and the newest
+  # version a worker saw before the outage (versions lost = that - the resumed one).
+  local stall seen
+  read -r stall seen < <(python3 - "$WORK/$mode-kill".w*.log <<'PY'
 import re, sys
-waits = []
-for path in sys.argv[2:]:
-    m = re.search(r"rejoined as worker \d+ after ([0-9.]+) s", open(path).read())
-    waits.append(float(m.group(1)))
-print(f"{max(waits):.1f}")
+waits, seen = [], 0
+for path in sys.argv[1:]:
+    text = open(path).read()
+    waits.append(float(re.search(r"rejoined as worker \d+ after ([0-9.]+) s", text).group(1)))
+    before = text.split("waiting for the server")[0]
+    seen = max([seen] + [int(v) for v in re.findall(r"version=(\d+)", before)])
+print(f"{max(waits):.1f} {seen}")
 PY
 )
   stop_server
@@ -105,7 +107,8 @@ PY
   python3 -c "import sys; sys.exit(0 if $acc >= $ref - 0.01 else 1)" ||
     fail "$mode: accuracy after kill-and-resume $acc is more than 1 point under the uninterrupted $ref"
   echo "$mode: uninterrupted $ref, killed after ${delay}s past the first checkpoint (last checkpoint v$last_ckpt," \
-    "resumed at v$resumed), workers waited up to ${stall}s, final $acc at v$version" | tee -a "$REPORT"
+    "resumed at v$resumed, >= v$seen seen before the kill: $((seen > resumed ? seen - resumed : 0)) versions lost)," \
+    "workers waited up to ${stall}s, final $acc at v$version" | tee -a "$REPORT"
 
   # The export: numpy reads it, the worker evaluates it.
   PYTHONPATH=$RUNFILES_TOOLS python3 - "$export" <<'PY' || fail "$mode: the export does not load in numpy"

@@ -25,7 +25,9 @@ echo "not-the-token" > "$WORK/wrong-token"
 # run_worker NAME [flags]: trains 3 iterations; returns its exit status.
 run_worker() {
   local name=$1; shift
-  start_worker "$name" "$WORK/$name.log" --epochs=0 --max_iterations=3 --rpc_timeout=20 "$@"
+  # --reconnect_timeout=0: a refused TLS handshake looks like a server that is down (UNAVAILABLE);
+  # these workers must fail at once instead of waiting for it to come back.
+  start_worker "$name" "$WORK/$name.log" --epochs=0 --max_iterations=3 --rpc_timeout=20 --reconnect_timeout=0 "$@"
   wait_workers
 }
 # refused NAME PATTERN [flags]: the worker must fail and its log must match PATTERN.
