@@ -201,7 +201,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
   for (const auto& [k, v] : metadata) meta[k] = v;
   meta[kChecksumKey] = Hex32(static_cast<uint32_t>(crc));
   header[kMetadataKey] = meta;
-  std::string text = header.dump();
+  std::string text = header.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned, as safetensors writes it
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));

@@ -90,17 +90,7 @@ absl::StatusOr<BatchController> BatchController::Create(const ControllerOptions&
 }
 
 absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits) {
-  if (workers_.count(id)) return absl::AlreadyExistsError(absl::StrCat("worker ", id, " already added"));
-  Worker w;
-  w.min_batch = limits.min_batch > 0 ? limits.min_batch : options_.min_batch;
-  w.max_batch = limits.max_batch > 0 ? limits.max_batch : options_.max_batch;
-  if (limits.min_batch < 0 || limits.max_batch < 0 || w.max_batch < w.min_batch) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker ", id, ": bad batch bounds [", w.min_batch, ", ", w.max_batch, "]"));
-  }
-  workers_.emplace(id, std::move(w));
-  Replan();
-  return absl::OkStatus();
+  return AddWorker(id, limits, WorkerMemory{});
 }
 
 absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const WorkerMemory& memory) {

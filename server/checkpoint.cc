@@ -32,7 +32,7 @@ std::string ControllerJson(const std::map<std::string, controller::WorkerMemory>
     for (const auto& o : m.history) history.push_back({o.batch, o.mean_seconds, o.samples, o.m2});
     out[name] = {{"batch", m.batch}, {"guard_max", m.guard_max}, {"history", history}};
   }
-  return out.dump();
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 absl::StatusOr<std::map<std::string, controller::WorkerMemory>> ParseControllerJson(const std::string& text) {
@@ -88,23 +88,27 @@ std::vector<std::string> Entries(const std::string& dir) {
   return names;
 }
 
+// Views of the tensors of `layout` in `flat`, named prefix + the layout's names.
+std::vector<TensorView> Views(const ModelLayout& layout, const float* flat, const std::string& prefix = "") {
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    const TensorSpec& t = layout.tensors()[i];
+    views.push_back({prefix + t.name, t.shape, flat + layout.offset(static_cast<int>(i))});
+  }
+  return views;
+}
+
 }  // namespace
 
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
   if (s.weights == nullptr || static_cast<int64_t>(s.weights->size()) != s.layout.total_elements()) {
     return absl::InvalidArgumentError("checkpoint: weights do not match the layout");
   }
-  std::vector<TensorView> tensors;
-  for (size_t i = 0; i < s.layout.tensors().size(); ++i) {
-    const TensorSpec& t = s.layout.tensors()[i];
-    tensors.push_back({t.name, t.shape, s.weights->data() + s.layout.offset(static_cast<int>(i))});
-  }
+  std::vector<TensorView> tensors = Views(s.layout, s.weights->data());
   for (const auto& [buffer, values] : s.optimizer_state) {
     if (values.size() != s.weights->size()) return absl::InvalidArgumentError("checkpoint: optimizer buffer size");
-    for (size_t i = 0; i < s.layout.tensors().size(); ++i) {
-      const TensorSpec& t = s.layout.tensors()[i];
-      tensors.push_back({absl::StrCat(kOptimizerPrefix, buffer, "/", t.name), t.shape,
-                         values.data() + s.layout.offset(static_cast<int>(i))});
+    for (TensorView& v : Views(s.layout, values.data(), absl::StrCat(kOptimizerPrefix, buffer, "/"))) {
+      tensors.push_back(std::move(v));
     }
   }
   std::string buffers;
@@ -171,12 +175,7 @@ absl::Status ExportModel(const std::string& path, const ModelLayout& layout, con
   if (static_cast<int64_t>(weights.size()) != layout.total_elements()) {
     return absl::InvalidArgumentError("export: weights do not match the layout");
   }
-  std::vector<TensorView> tensors;
-  for (size_t i = 0; i < layout.tensors().size(); ++i) {
-    const TensorSpec& t = layout.tensors()[i];
-    tensors.push_back({t.name, t.shape, weights.data() + layout.offset(static_cast<int>(i))});
-  }
-  return WriteSafetensors(path, tensors, {{"format", kExportFormat}, {"omnilearn.version", absl::StrCat(version)}});
+  return WriteSafetensors(path, Views(layout, weights.data()), {{"format", kExportFormat}, {"omnilearn.version", absl::StrCat(version)}});
 }
 
 absl::Status CheckpointDir::Prepare() const {
