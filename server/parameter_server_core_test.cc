@@ -366,27 +366,14 @@ namespace omnilearn {
 namespace server {
 namespace {
 
+// The shared Options (lr 1, no momentum) on a fake clock, with round, lease and start
+// timeouts that only the clock's advance can reach.
 ServerOptions FakeTimed(Mode mode, int num_workers, const FakeClock* clock) {
-  ServerOptions o;
-  o.mode = mode;
-  o.num_workers = num_workers;
+  ServerOptions o = Options(mode, num_workers);
   o.clock = clock;
   o.lease = absl::Seconds(60);
-  o.round_timeout = absl::Seconds(10);
   o.start_timeout = absl::Minutes(5);
-  o.controller.global_batch = 8;
-  o.controller.policy = controller::Policy::kOff;
-  o.optimizer.momentum = 0;
-  o.optimizer.weight_decay = 0;
   return o;
-}
-
-JoinInfo Named(const std::string& name, bool with_params) {
-  JoinInfo j;
-  j.name = name;
-  j.layout = *ModelLayout::Create({{"w", {2, 2}}, {"b", {2}}});
-  if (with_params) j.initial_parameters = std::vector<float>(6, 0.0f);
-  return j;
 }
 
 // Waits (bounded, on real time) until `pred` holds: for states another thread reaches.
@@ -402,8 +389,8 @@ void AwaitState(Pred pred) {
 TEST_CASE("a silent worker's lease expires on the clock, a heartbeat keeps it", "[core][clock]") {
   FakeClock clock;
   auto core = *ParameterServerCore::Create(FakeTimed(Mode::kAsync, 1, &clock));
-  const JoinResult a = *core->Join(Named("a", true), clock.Now() + absl::Seconds(1));
-  const JoinResult b = *core->Join(Named("b", false), clock.Now() + absl::Seconds(1));
+  const JoinResult a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(1));
+  const JoinResult b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(1));
   clock.Advance(absl::Seconds(50));
   uint64_t version = 0;
   int64_t batch = 0;
@@ -424,7 +411,7 @@ TEST_CASE("the start barrier gives up after start_timeout on the clock", "[core]
   FakeClock clock;
   auto core = *ParameterServerCore::Create(FakeTimed(Mode::kSync, 3, &clock));
   absl::StatusOr<JoinResult> r;
-  std::thread t([&] { r = core->Join(Named("a", true), clock.Now() + absl::Hours(1)); });
+  std::thread t([&] { r = core->Join(Info("a", true), clock.Now() + absl::Hours(1)); });
   AwaitState([&] { return core->Snapshot().workers.size() == 1; });  // a is in, waiting
   clock.Advance(absl::Minutes(4));
   // Still waiting: nothing to observe but that it has not returned; the deadline is
@@ -440,9 +427,9 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
   auto core = *ParameterServerCore::Create(o);
   JoinResult a, b;
-  std::thread ja([&] { a = *core->Join(Named("a", true), clock.Now() + absl::Seconds(5)); });
+  std::thread ja([&] { a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
   AwaitState([&] { return core->Snapshot().parameter_count > 0; });
-  b = *core->Join(Named("b", false), clock.Now() + absl::Seconds(5));
+  b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(5));
   ja.join();
   absl::StatusOr<PushResult> r;
   std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
