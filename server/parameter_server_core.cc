@@ -151,12 +151,14 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   w.clock = SlowestClock(id).value_or(0);
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
+  // A worker a restored checkpoint remembers gets its batch and time model back.
   auto remembered = remembered_.find(info.name);
-  absl::Status added = remembered == remembered_.end()
-                           ? controller_.AddWorker(id, {0, info.max_batch})
-                           : controller_.AddWorker(id, {0, info.max_batch}, remembered->second);
-  if (!added.ok()) return added;
-  if (remembered != remembered_.end()) remembered_.erase(remembered);
+  const bool known = remembered != remembered_.end();
+  if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}, known ? remembered->second : controller::WorkerMemory{});
+      !s.ok()) {
+    return s;
+  }
+  if (known) remembered_.erase(remembered);
   workers_.emplace(id, std::move(w));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
 
@@ -191,11 +193,14 @@ void ParameterServerCore::Account(const PushInfo& info) {
   global_samples_ += info.batch;
   last_loss_ = info.train_loss;
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
-  if (info.test_accuracy) {
-    test_accuracy_ = info.test_accuracy;
-    test_accuracy_version_ = info.version;
-  }
+  RecordAccuracy(info);
   (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
+}
+
+void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
+  if (!info.test_accuracy) return;
+  test_accuracy_ = info.test_accuracy;
+  test_accuracy_version_ = info.version;
 }
 
 void ParameterServerCore::CountAdjustmentTick() {
@@ -251,10 +256,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
       return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
     }
     it->second.last_seen = now;
-    if (info.test_accuracy) {
-      test_accuracy_ = info.test_accuracy;
-      test_accuracy_version_ = info.version;
-    }
+    RecordAccuracy(info);
     CountPush(info.id, "report");
     return Reply(info.id, false, "report recorded");
   }
