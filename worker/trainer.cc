@@ -6,8 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -196,7 +198,7 @@ absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, 
   return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", o.dataset, "' (want fashion-mnist or synthetic)"));
 }
 
-// The model in training mode on `device`, with --init_from's weights when given.
+// The model (built-in or --model_file) in training mode on `device`; callers load --init_from.
 absl::StatusOr<std::unique_ptr<Model>> BuildModel(const TrainerOptions& o, const torch::Device& device) {
   absl::StatusOr<std::unique_ptr<Model>> made =
       o.model_file.empty() ? MakeModel(o.model, o.seed) : LoadScriptedModel(o.model_file);
