@@ -25,6 +25,7 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
     l.offsets_.push_back(l.total_);
     l.sizes_.push_back(n);
     l.total_ += n;
+    l.has_buffers_ = l.has_buffers_ || t.buffer;
   }
   l.tensors_ = std::move(tensors);
   return l;
@@ -37,7 +38,7 @@ int ModelLayout::Find(const std::string& name) const {
 
 std::string ModelLayout::DebugString() const {
   return absl::StrJoin(tensors_, ", ", [](std::string* out, const TensorSpec& t) {
-    absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]");
+    absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]", t.buffer ? "(buffer)" : "");
   });
 }
 

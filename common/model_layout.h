@@ -1,5 +1,5 @@
-// The model as the server sees it: an ordered list of named float32 tensors, stored
-// concatenated in one flat vector. No gRPC, no torch.
+// The model as the server sees it: an ordered list of named float32 tensors (parameters
+// and buffers), stored concatenated in one flat vector. No gRPC, no torch.
 #ifndef OMNILEARN_COMMON_MODEL_LAYOUT_H_
 #define OMNILEARN_COMMON_MODEL_LAYOUT_H_
 
@@ -15,7 +15,9 @@ namespace omnilearn {
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  bool operator==(const TensorSpec& o) const { return name == o.name && shape == o.shape; }
+  // A non-trainable buffer (BatchNorm running statistics): averaged, never optimized.
+  bool buffer = false;
+  bool operator==(const TensorSpec& o) const { return name == o.name && shape == o.shape && buffer == o.buffer; }
 };
 
 // Immutable after Create. Thread-safe (const).
@@ -31,6 +33,8 @@ class ModelLayout {
   int Find(const std::string& name) const;
   int64_t offset(int index) const { return offsets_[index]; }
   int64_t size(int index) const { return sizes_[index]; }
+  bool is_buffer(int index) const { return tensors_[index].buffer; }
+  bool has_buffers() const { return has_buffers_; }
   bool empty() const { return tensors_.empty(); }
   bool operator==(const ModelLayout& o) const { return tensors_ == o.tensors_; }
   bool operator!=(const ModelLayout& o) const { return !(*this == o); }
@@ -42,6 +46,7 @@ class ModelLayout {
   std::vector<int64_t> offsets_, sizes_;
   absl::flat_hash_map<std::string, int> index_;
   int64_t total_ = 0;
+  bool has_buffers_ = false;
 };
 
 }  // namespace omnilearn

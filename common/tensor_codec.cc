@@ -13,7 +13,7 @@ namespace omnilearn {
 absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto) {
   std::vector<TensorSpec> specs;
   for (const v1::TensorSpec& t : proto.tensors()) {
-    specs.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}});
+    specs.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.buffer()});
   }
   return ModelLayout::Create(std::move(specs));
 }
@@ -24,6 +24,7 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout) {
     v1::TensorSpec* s = out.add_tensors();
     s->set_name(t.name);
     for (int64_t d : t.shape) s->add_shape(d);
+    s->set_buffer(t.buffer);
   }
   return out;
 }

@@ -61,6 +61,57 @@ absl::StatusOr<std::map<std::string, controller::WorkerMemory>> ParseControllerJ
   return out;
 }
 
+std::string BufferNamesJson(const ModelLayout& layout) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.buffer) names.push_back(t.name);
+  }
+  return names.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The layout read back from a file, with the tensors named in `json` marked as buffers.
+absl::StatusOr<ModelLayout> MarkBuffers(const ModelLayout& layout, const std::string& json) {
+  if (json.empty()) return layout;  // written before buffers existed
+  const nlohmann::json names = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (names.is_discarded() || !names.is_array()) return absl::InvalidArgumentError("checkpoint: malformed buffer list");
+  std::vector<TensorSpec> specs = layout.tensors();
+  for (const nlohmann::json& n : names) {
+    const int i = n.is_string() ? layout.Find(n.get<std::string>()) : -1;
+    if (i < 0) return absl::InvalidArgumentError("checkpoint: the buffer list names a tensor it does not hold");
+    specs[i].buffer = true;
+  }
+  return ModelLayout::Create(std::move(specs));
+}
+
+std::string SamplerJson(const SamplerState& s) {
+  nlohmann::json pending = nlohmann::json::array();
+  for (const auto& [epoch, id] : s.pending) pending.push_back({epoch, id});
+  return nlohmann::json{{"dataset_size", s.dataset_size}, {"seed", s.seed},     {"epoch", s.epoch},
+                        {"cursor", s.cursor},             {"pending", pending}}
+      .dump();
+}
+
+absl::StatusOr<SamplerState> ParseSamplerJson(const std::string& text) {
+  SamplerState s;
+  if (text.empty()) return s;  // written before the server assigned samples
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [] { return absl::InvalidArgumentError("checkpoint: malformed sampler state"); };
+  if (j.is_discarded() || !j.is_object()) return bad();
+  for (auto [key, field] : {std::pair<const char*, uint64_t*>{"dataset_size", &s.dataset_size},
+                            {"seed", &s.seed},
+                            {"epoch", &s.epoch},
+                            {"cursor", &s.cursor}}) {
+    if (!j.contains(key) || !j[key].is_number_unsigned()) return bad();
+    *field = j[key].get<uint64_t>();
+  }
+  if (!j.contains("pending") || !j["pending"].is_array()) return bad();
+  for (const nlohmann::json& p : j["pending"]) {
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number_unsigned() || !p[1].is_number_unsigned()) return bad();
+    s.pending.emplace_back(p[0].get<uint64_t>(), p[1].get<uint64_t>());
+  }
+  return s;
+}
+
 absl::StatusOr<uint64_t> Number(const std::map<std::string, std::string>& meta, const std::string& key) {
   auto it = meta.find(key);
   uint64_t v = 0;
@@ -125,6 +176,8 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
       {"omnilearn.lr_schedule_version", absl::StrCat(s.version)},
       {"omnilearn.created_unix", absl::StrCat(absl::ToUnixSeconds(s.created))},
       {"omnilearn.controller", ControllerJson(s.controller)},
+      {"omnilearn.model_buffers", BufferNamesJson(s.layout)},
+      {"omnilearn.sampler", SamplerJson(s.sampler)},
   };
   return WriteSafetensors(path, tensors, meta);
 }
@@ -139,6 +192,8 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   }
   CheckpointState s;
   absl::StatusOr<ModelLayout> layout = f->Layout({kOptimizerPrefix});
+  if (!layout.ok()) return layout.status();
+  layout = MarkBuffers(*layout, f->metadata["omnilearn.model_buffers"]);
   if (!layout.ok()) return layout.status();
   s.layout = std::move(*layout);
   absl::StatusOr<std::vector<float>> weights = f->Gather(s.layout);
@@ -167,6 +222,9 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
       ParseControllerJson(f->metadata["omnilearn.controller"]);
   if (!c.ok()) return c.status();
   s.controller = std::move(*c);
+  absl::StatusOr<SamplerState> sampler = ParseSamplerJson(f->metadata["omnilearn.sampler"]);
+  if (!sampler.ok()) return sampler.status();
+  s.sampler = std::move(*sampler);
   return s;
 }
 
@@ -175,7 +233,10 @@ absl::Status ExportModel(const std::string& path, const ModelLayout& layout, con
   if (static_cast<int64_t>(weights.size()) != layout.total_elements()) {
     return absl::InvalidArgumentError("export: weights do not match the layout");
   }
-  return WriteSafetensors(path, Views(layout, weights.data()), {{"format", kExportFormat}, {"omnilearn.version", absl::StrCat(version)}});
+  return WriteSafetensors(path, Views(layout, weights.data()),
+                          {{"format", kExportFormat},
+                           {"omnilearn.version", absl::StrCat(version)},
+                           {"omnilearn.model_buffers", BufferNamesJson(layout)}});
 }
 
 absl::Status CheckpointDir::Prepare() const {

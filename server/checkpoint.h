@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
+#include "server/epoch_sampler.h"
 
 namespace omnilearn {
 namespace server {
@@ -40,6 +41,8 @@ struct CheckpointState {
   uint64_t rounds = 0;
   uint64_t adjustments = 0;
   std::map<std::string, controller::WorkerMemory> controller;  // by worker name
+  SamplerState sampler;          // the epoch's permutation position and samples still to train
+  uint64_t job = 1;              // the daemon's job counter (not restored: a new process starts at 1)
   absl::Time created = absl::UnixEpoch();
 };
 

@@ -19,6 +19,12 @@ absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
     return state.status();
   }
   last_ = core_->clock().Now();
+  if (state->job != last_job_) {
+    absl::StatusOr<std::string> aside = dir_.MoveAside(absl::Now());
+    if (!aside.ok()) return aside.status();
+    last_job_ = state->job;
+    last_version_ = ~0ull;
+  }
   if (state->version == last_version_) return std::string();
   absl::StatusOr<std::string> path = dir_.Write(*state);
   if (path.ok()) last_version_ = state->version;

@@ -25,7 +25,9 @@ class Checkpointer {
   // construction) and the model has moved since. Returns the path written, or "" when
   // none was due. Errors from writing (the previous checkpoints stay as they were).
   absl::StatusOr<std::string> MaybeCheckpoint();
-  // Writes one now unless the model is at the version last written ("" then).
+  // Writes one now unless the model is at the version last written ("" then). The first
+  // checkpoint of a new job on the same daemon (--reset_when_done) moves the previous
+  // job's checkpoints aside first, so they neither shadow nor replace the new ones.
   absl::StatusOr<std::string> CheckpointNow();
 
   uint64_t last_version() const { return last_version_; }
@@ -36,6 +38,7 @@ class Checkpointer {
   const absl::Duration every_;
   absl::Time last_;
   uint64_t last_version_;
+  uint64_t last_job_ = 1;
 };
 
 }  // namespace server

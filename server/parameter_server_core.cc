@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -59,11 +60,10 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
   }
   if (options.staleness_bound < 0) return absl::InvalidArgumentError("staleness_bound must be >= 0");
   if (options.clock == nullptr) return absl::InvalidArgumentError("a clock is required");
-  const OptimizerOptions& o = options.optimizer;
-  if (!(o.learning_rate > 0) || !(o.momentum >= 0 && o.momentum < 1) || !(o.weight_decay >= 0) ||
-      !(o.lr_decay > 0 && o.lr_decay <= 1)) {
-    return absl::InvalidArgumentError("optimizer options out of range (lr > 0, 0 <= momentum < 1, wd >= 0)");
+  if (options.round_timeout >= options.lease) {
+    return absl::InvalidArgumentError("round_timeout must be shorter than the lease (a waiting worker would expire)");
   }
+  if (absl::Status s = ValidateOptimizerOptions(options.optimizer); !s.ok()) return s;
   absl::StatusOr<controller::BatchController> c = controller::BatchController::Create(options.controller);
   if (!c.ok()) return c.status();
   return std::unique_ptr<ParameterServerCore>(new ParameterServerCore(options, std::move(*c)));
@@ -75,6 +75,8 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
       metrics_(registry_),
       controller_(std::move(controller)),
       store_(options.optimizer),
+      sampler_(options.data_seed),
+      job_start_(start_time_),
       staleness_counts_(kStalenessBuckets, 0) {
   registry_.AddCollectHook([this] { UpdateGauges(); });
 }
@@ -85,13 +87,59 @@ size_t ParameterServerCore::LiveCount() const {
   return n;
 }
 
+void ParameterServerCore::Event(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
 void ParameterServerCore::Retire(Worker& w, WorkerState state) {
   if (Live(w)) (void)controller_.RemoveWorker(w.id);
   w.state = state;
   round_pushed_.erase(w.id);
+  sampler_.Return(w.assigned);  // not trained: back to the epoch
+  w.assigned.clear();
+}
+
+SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
+  if (!w.uses_samples) return {};
+  sampler_.Return(w.assigned);
+  w.assigned = sampler_.Take(batch);
+  return w.assigned;
+}
+
+void ParameterServerCore::MaybeFinishJob() {
+  if (job_finished_ || !any_finished_ || LiveCount() > 0) return;
+  job_finished_ = true;
+  Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
+                        global_samples_,
+                        sampler_.enabled() ? static_cast<double>(global_samples_) / sampler_.dataset_size() : 0.0,
+                        rounds_));
+}
+
+void ParameterServerCore::ResetJob() {
+  Event(absl::StrFormat("job %d is over; a new job starts (--reset_when_done)", job_));
+  ++job_;
+  job_start_ = options_.clock->Now();
+  controller_ = *controller::BatchController::Create(options_.controller);  // validated in Create
+  store_ = ParameterStore(options_.optimizer);
+  sampler_ = EpochSampler(options_.data_seed);
+  workers_.clear();
+  started_ = false;
+  round_open_ = false;
+  round_sum_.clear();
+  round_samples_ = 0;
+  round_pushed_.clear();
+  round_samples_ids_.clear();
+  round_batches_.clear();
+  rounds_ = ticks_since_adjust_ = global_samples_ = 0;
+  last_loss_ = 0;
+  test_accuracy_.reset();
+  test_accuracy_version_ = 0;
+  remembered_.clear();
+  any_finished_ = job_finished_ = false;
 }
 
 void ParameterServerCore::Readmit(Worker& w) {
+  Event(absl::StrCat("worker ", w.name, " is back: readmitted from the next round"));
   w.state = WorkerState::kPending;
   (void)controller_.AddWorker(w.id);
   // ssp: a worker back from a drop must not hold the others to where it stopped.
@@ -110,12 +158,49 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
   bool changed = false;
   for (auto& [id, w] : workers_) {
     if (w.state != WorkerState::kLeft && now - w.last_seen > options_.lease) {
+      Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w.name, id,
+                            absl::ToDoubleSeconds(now - w.last_seen)));
       Retire(w, WorkerState::kLeft);
       w.expired = true;
       changed = true;
     }
   }
-  if (changed) MaybeCompleteRound();
+  if (changed) {
+    MaybeCompleteRound();
+    MaybeFinishJob();
+  }
+}
+
+absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
+  for (const auto& [id, w] : workers_) {
+    if (w.name != info.name || w.state == WorkerState::kLeft || id == info.resume_id) continue;
+    Event(absl::StrCat("refused a join from ", info.host, ": the name ", info.name, " belongs to live worker ", id));
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
+        "--name, or wait until that one leaves or its lease (%.0f s) expires",
+        info.name, id, w.host, absl::ToDoubleSeconds(options_.clock->Now() - w.last_seen),
+        absl::ToDoubleSeconds(options_.lease)));
+  }
+  if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", info.dataset_size,
+                                                   " samples, the job's has ", sampler_.dataset_size(),
+                                                   ": every worker of a job must train on the same data set"));
+  }
+  if (!store_.initialized()) {
+    if (!info.initial_parameters) {
+      return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
+    }
+    return absl::OkStatus();
+  }
+  if (info.layout == store_.layout()) return absl::OkStatus();
+  // An untrained model that no worker uses (its first worker broke before training) is
+  // not the job's for good: a worker with another model may replace it.
+  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && rounds_ == 0;
+  if (replaceable && info.initial_parameters) return absl::OkStatus();
+  const std::string what = absl::StrCat("model layout differs from the server's: got ", info.layout.DebugString(),
+                                        "; server has ", store_.layout().DebugString());
+  if (replaceable) return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
+  return absl::InvalidArgumentError(what);
 }
 
 absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time deadline) {
@@ -123,22 +208,34 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   if (info.layout.empty()) return absl::InvalidArgumentError("join without a model layout");
   if (info.max_batch < 0) return absl::InvalidArgumentError("max_batch must be >= 0");
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return absl::UnavailableError("the server is shutting down");
+  if (shutdown_) {
+    JoinResult stop;
+    stop.action = Action::kStop;
+    return stop;
+  }
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
-  if (!store_.initialized()) {
-    if (!info.initial_parameters) {
-      return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
+  if (job_finished_) {
+    if (!options_.reset_when_done) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
+          "it with --reset_when_done to take a new job",
+          store_.version(), global_samples_));
+    }
+    ResetJob();
+  }
+  if (absl::Status s = CheckJoin(info); !s.ok()) return s;
+  // From here on the join succeeds.
+  if (!store_.initialized() || info.layout != store_.layout()) {
+    if (store_.initialized()) {
+      Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
+      store_ = ParameterStore(options_.optimizer);
     }
     if (absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters)); !s.ok()) return s;
-  } else if (info.layout != store_.layout()) {
-    return absl::InvalidArgumentError(absl::StrCat("model layout differs from the server's: got ",
-                                                   info.layout.DebugString(), "; server has ",
-                                                   store_.layout().DebugString()));
   }
-  // A restarted worker process comes back under its old name: retire the old record.
-  for (auto& [id, w] : workers_) {
-    if (w.name == info.name && w.state != WorkerState::kLeft) Retire(w, WorkerState::kLeft);
+  if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
+  for (auto& [id, w] : workers_) {  // this process's previous session
+    if (id == info.resume_id && w.name == info.name && w.state != WorkerState::kLeft) Retire(w, WorkerState::kLeft);
   }
   const WorkerId id = next_id_++;
   Worker w;
@@ -149,6 +246,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   w.memory = info.device_memory_bytes;
   w.last_seen = now;
   w.clock = SlowestClock(id).value_or(0);
+  w.uses_samples = info.dataset_size > 0;
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
   // A worker a restored checkpoint remembers gets its batch and time model back.
@@ -160,17 +258,39 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   }
   if (known) remembered_.erase(remembered);
   workers_.emplace(id, std::move(w));
+  Event(absl::StrFormat("worker %s joined as id %d (host %s, %s)%s; %d live", info.name, id, info.host,
+                        info.device == Device::kCuda ? "cuda" : (info.device == Device::kCpu ? "cpu" : "device unknown"),
+                        known ? ", its controller memory restored" : "", LiveCount()));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
 
   if (!started_) {
+    const size_t live = LiveCount();
+    const absl::Time start_by = job_start_ + options_.start_timeout;
+    if (live < static_cast<size_t>(options_.num_workers)) {
+      Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
+                            options_.num_workers - static_cast<int>(live), options_.num_workers,
+                            std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
+    }
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
     };
-    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready),
-                                      std::min(deadline, start_time_ + options_.start_timeout));
+    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
+    if (!started_ && !shutdown_) {
+      const size_t n = LiveCount();
+      Event(n >= static_cast<size_t>(options_.num_workers)
+                ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
+                : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
+                                  options_.num_workers));
+    }
     started_ = true;  // with everyone, or with who came in time
   }
-  if (shutdown_) return absl::UnavailableError("the server is shutting down");
+  auto me = workers_.find(id);
+  if (shutdown_ || me == workers_.end()) {
+    JoinResult stop;
+    stop.action = Action::kStop;
+    if (me != workers_.end()) me->second.told_stop = true;
+    return stop;
+  }
   JoinResult r;
   r.id = id;
   r.lease = options_.lease;
@@ -180,6 +300,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   r.version = store_.version();
   r.global_batch = options_.controller.global_batch;
   r.global_samples = global_samples_;
+  r.samples = Assign(me->second, r.batch);
   return r;
 }
 
@@ -215,14 +336,21 @@ void ParameterServerCore::CountAdjustmentTick() {
   }
 }
 
-PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string message) const {
+PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string message, int64_t batch, bool assign) {
   PushResult r;
   r.action = shutdown_ ? Action::kStop : Action::kPull;
-  r.next_batch = controller_.plan().batch(id);
+  r.next_batch = batch >= 0 ? batch : controller_.plan().batch(id);
   r.version = store_.version();
   r.applied = applied;
   r.message = std::move(message);
   r.global_samples = global_samples_;
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return r;
+  if (shutdown_) {
+    it->second.told_stop = true;
+  } else if (assign && Live(it->second)) {
+    r.samples = Assign(it->second, r.next_batch);
+  }
   return r;
 }
 
@@ -258,7 +386,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     it->second.last_seen = now;
     RecordAccuracy(info);
     CountPush(info.id, "report");
-    return Reply(info.id, false, "report recorded");
+    return Reply(info.id, false, "report recorded", -1, /*assign=*/false);
   }
   if (info.batch < 1 || info.batch > kMaxPushBatch) {
     return reject("invalid", absl::InvalidArgumentError(absl::StrCat("batch size ", info.batch, " out of range")));
@@ -283,6 +411,11 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     }
   }
   Worker& w = it->second;
+  if (w.uses_samples && info.batch != CountSamples(w.assigned)) {
+    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("the push claims a batch of ", info.batch,
+                                                                     " samples; the server assigned ",
+                                                                     CountSamples(w.assigned))));
+  }
   w.last_seen = now;
   if (w.state == WorkerState::kDropped) Readmit(w);
   if (info.out_of_memory) {
@@ -298,8 +431,12 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
   switch (options_.mode) {
     case Mode::kSync:
       return PushSync(info, std::move(gradient), deadline);
-    case Mode::kAsync:
-      return ApplyOnArrival(info, gradient);
+    case Mode::kAsync: {
+      const uint64_t staleness = ApplyOnArrival(info, gradient);
+      PushResult r = Reply(info.id, true, "");
+      r.staleness = staleness;
+      return r;
+    }
     case Mode::kSsp:
       return PushSsp(info, gradient, deadline);
   }
@@ -319,6 +456,9 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
   for (size_t i = 0; i < gradient.size(); ++i) round_sum_[i] += b * gradient[i];
   round_samples_ += info.batch;
   round_pushed_.insert(info.id);
+  Worker& w = workers_.at(info.id);
+  round_samples_ids_.insert(round_samples_ids_.end(), w.assigned.begin(), w.assigned.end());
+  w.assigned.clear();  // in the round: trained when it closes
   Account(info);
   CountPush(info.id, "applied");
   MaybeCompleteRound();
@@ -335,11 +475,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
       }
     }
   }
-  PushResult r = Reply(info.id, true, "");
-  if (auto it = round_batches_.find(info.id); it != round_batches_.end() && store_.version() == version + 1) {
-    r.next_batch = it->second;
-  }
-  return r;
+  const bool closed = store_.version() != version;
+  auto planned = round_batches_.find(info.id);
+  return Reply(info.id, closed, closed ? "" : "the server is shutting down: the round did not close",
+               planned != round_batches_.end() && store_.version() == version + 1 ? planned->second : -1);
 }
 
 void ParameterServerCore::OpenRound() {
@@ -362,7 +501,11 @@ void ParameterServerCore::MaybeCompleteRound() {
 void ParameterServerCore::CompleteRound() {
   // Workers that were due and did not push are dropped; their share goes to the others.
   for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) Retire(w, WorkerState::kDropped);
+    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) {
+      Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w.name,
+                            absl::ToDoubleSeconds(options_.round_timeout)));
+      Retire(w, WorkerState::kDropped);
+    }
   }
   if (round_samples_ > 0) {
     std::vector<float> mean(round_sum_.size());
@@ -379,6 +522,7 @@ void ParameterServerCore::CompleteRound() {
   round_open_ = false;
   round_sum_.clear();
   round_samples_ = 0;
+  round_samples_ids_.clear();  // trained
   if (rounds_ > 0) CountAdjustmentTick();
   // Every member of the round is told the plan as it stood when the round closed, even
   // if another member leaves (and its share moves) before this one wakes up.
@@ -387,7 +531,7 @@ void ParameterServerCore::CompleteRound() {
   round_pushed_.clear();
 }
 
-PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
+uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
   // the model moved since the worker pulled and n the live workers. With n workers
   // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
@@ -399,7 +543,9 @@ PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::
   const double n = static_cast<double>(LiveCount());  // >= 1: the pushing worker is live
   const double damp = std::min(1.0, n / (1.0 + static_cast<double>(s)));
   const double momentum = std::max(0.0, options_.optimizer.momentum - (1.0 - 1.0 / n));
-  store_.Apply(gradient, share * damp, momentum);
+  // Buffers (BatchNorm statistics) move toward the push's by its batch share.
+  store_.Apply(gradient, share * damp, std::min(1.0, share), momentum);
+  workers_.at(info.id).assigned.clear();  // trained
   ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
   metrics_.staleness.Observe(static_cast<double>(s));
   Account(info);
@@ -407,14 +553,12 @@ PushResult ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::
   ++rounds_;
   metrics_.rounds.Increment();
   CountAdjustmentTick();
-  PushResult r = Reply(info.id, true, "");
-  r.staleness = s;
-  return r;
+  return s;
 }
 
 absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, const std::vector<float>& gradient,
                                                         absl::Time deadline) {
-  const uint64_t staleness = ApplyOnArrival(info, gradient).staleness;
+  const uint64_t staleness = ApplyOnArrival(info, gradient);
   Worker& me = workers_.at(info.id);
   ++me.clock;
   const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
@@ -432,7 +576,11 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
         // Whoever holds this worker back past the timeout is dropped, as a late worker
         // is from a sync round; it is readmitted when it pushes again.
         for (auto& [id, w] : workers_) {
-          if (id != info.id && Live(w) && w.clock + bound < me.clock) Retire(w, WorkerState::kDropped);
+          if (id != info.id && Live(w) && w.clock + bound < me.clock) {
+            Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w.name,
+                                  me.name, absl::ToDoubleSeconds(options_.round_timeout)));
+            Retire(w, WorkerState::kDropped);
+          }
         }
       } else if (options_.clock->Now() >= deadline) {
         return absl::DeadlineExceededError("the slowest worker did not catch up before the call's deadline");
@@ -462,7 +610,10 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
 
 Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* batch) {
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return Action::kStop;
+  if (shutdown_) {
+    if (auto it = workers_.find(id); it != workers_.end()) it->second.told_stop = true;
+    return Action::kStop;
+  }
   ExpireLeases(options_.clock->Now());
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.state == WorkerState::kLeft) return Action::kRejoin;
@@ -472,15 +623,31 @@ Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* b
   return Action::kContinue;
 }
 
-absl::Status ParameterServerCore::Leave(WorkerId id) {
+absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
     return absl::NotFoundError(absl::StrCat("unknown worker ", id));
   }
   Retire(it->second, WorkerState::kLeft);
+  Event(absl::StrFormat("worker %s left (%s) after %d iterations; %d live", it->second.name,
+                        finished ? "finished its training" : (shutdown_ ? "told to stop" : "interrupted"),
+                        it->second.iterations, LiveCount()));
+  any_finished_ = any_finished_ || finished;
   MaybeCompleteRound();
+  MaybeFinishJob();
   return absl::OkStatus();
+}
+
+bool ParameterServerCore::AwaitWorkersStopped(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto all_told = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, w] : workers_) {
+      if (Live(w) && !w.told_stop) return false;
+    }
+    return true;
+  };
+  return options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_told), deadline);
 }
 
 absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
@@ -506,6 +673,11 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
     if (!Live(w)) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) s.controller[w.name] = *m;
   }
+  std::vector<const SampleBatch*> outstanding = {&round_samples_ids_};
+  for (const auto& [id, w] : workers_) outstanding.push_back(&w.assigned);
+  s.sampler = sampler_.State(outstanding);
+  s.optimizer = OptimizerName(store_.options().kind);
+  s.job = job_;
   s.created = options_.clock->Now();
   return s;
 }
@@ -520,14 +692,18 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
                                                       ", the server runs in mode ", ModeName(options_.mode),
                                                       ": use the same --mode, or --fresh to start over"));
   }
-  if (state.optimizer != "sgd") {
+  if (state.optimizer != OptimizerName(options_.optimizer.kind)) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint's optimizer is ", state.optimizer,
-                                                      ", the server's is sgd"));
+                                                      ", the server's is ", OptimizerName(options_.optimizer.kind),
+                                                      ": use the same --optimizer, or --fresh to start over"));
   }
+  EpochSampler sampler(options_.data_seed);
+  if (absl::Status s = sampler.Restore(state.sampler); !s.ok()) return s;
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
   if (absl::Status s = store_.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
     return s;
   }
+  sampler_ = std::move(sampler);
   global_samples_ = state.global_samples;
   rounds_ = state.rounds;
   remembered_ = state.controller;
@@ -587,6 +763,9 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.adjustments = controller_.plan().adjustment;
   s.global_samples = global_samples_;
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
+  s.dataset_size = sampler_.dataset_size();
+  s.job = job_;
+  s.job_finished = job_finished_;
   s.last_train_loss = last_loss_;
   s.test_accuracy = test_accuracy_;
   s.test_accuracy_version = test_accuracy_version_;

@@ -5,6 +5,7 @@
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
 #include "server/checkpoint.h"
+#include "server/epoch_sampler.h"
 #include "server/parameter_store.h"
 #include "server/server_metrics.h"
 
@@ -53,6 +55,14 @@ struct ServerOptions {
   int adjust_every = 10;                          // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
+  uint64_t data_seed = 1;  // the epochs' sample permutations
+  // A finished job (every worker left, one at least having completed its training)
+  // refuses joins; with this set the next join starts a fresh job (a new model allowed).
+  bool reset_when_done = false;
+  // Receives one line per event: joins, leaves, drops, readmissions, lease expiries,
+  // the wait for missing workers, the end of the job. Called with the core's lock held:
+  // it must not call back into the core. Null = silent.
+  std::function<void(const std::string&)> log;
   // Every lease, deadline and timeout reads this clock (tests drive a FakeClock). Not owned.
   const Clock* clock = Clock::Real();
 };
@@ -65,9 +75,12 @@ struct JoinInfo {
   ModelLayout layout;
   std::optional<std::vector<float>> initial_parameters;
   int64_t max_batch = 0;  // 0 = none
+  uint64_t dataset_size = 0;  // > 0: the server assigns the samples this worker trains on
+  WorkerId resume_id = 0;     // the id of this process's previous session, when rejoining
 };
 
 struct JoinResult {
+  Action action = Action::kContinue;  // kStop: the server is shutting down (no id)
   WorkerId id = 0;
   absl::Duration lease;
   Mode mode = Mode::kSync;
@@ -76,6 +89,7 @@ struct JoinResult {
   uint64_t version = 0;
   int64_t global_batch = 0;
   uint64_t global_samples = 0;
+  SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
 };
 
 struct PushInfo {
@@ -101,6 +115,7 @@ struct PushResult {
   bool applied = false;
   std::string message;
   uint64_t global_samples = 0;  // samples trained on by all workers (defines the epoch)
+  SampleBatch samples;          // the next mini-batch's samples (with dataset_size)
 };
 
 struct ModelSnapshot {
@@ -132,6 +147,9 @@ struct ServerSnapshot {
   uint64_t adjustments = 0;
   uint64_t global_samples = 0;
   uint64_t parameter_count = 0;
+  uint64_t dataset_size = 0;
+  uint64_t job = 1;            // counts jobs run on this daemon (--reset_when_done)
+  bool job_finished = false;
   double last_train_loss = 0;
   std::optional<double> test_accuracy;
   uint64_t test_accuracy_version = 0;  // the model version the accuracy was measured on
@@ -149,10 +167,12 @@ class ParameterServerCore {
   static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(const ServerOptions& options);
 
   // Registers a worker. The first worker must bring initial parameters; later ones
-  // must bring the same layout. Until `num_workers` have joined (or start_timeout
-  // passed) the call waits, so the first round starts with everyone.
-  // InvalidArgument (bad name/layout/parameters), FailedPrecondition (no model yet),
-  // Unavailable (shutting down).
+  // must bring the same layout (an untrained model nobody uses may be replaced). Until
+  // `num_workers` have joined (or start_timeout passed) the call waits, so the first
+  // round starts with everyone. While shutting down it returns action kStop.
+  // InvalidArgument (bad name/layout/parameters/data set size), FailedPrecondition (no
+  // model yet; the job finished), AlreadyExists (the name belongs to a live session).
+  // A refused join changes nothing.
   absl::StatusOr<JoinResult> Join(JoinInfo info, absl::Time deadline);
 
   // Takes one gradient (mean over info.batch samples; empty for an OOM report).
@@ -171,8 +191,13 @@ class ParameterServerCore {
   // Keeps the lease. Returns what the worker must do (kRejoin for unknown ids).
   Action Heartbeat(WorkerId id, uint64_t* version, int64_t* batch);
 
-  // The worker leaves; its share goes to the others. NotFound.
-  absl::Status Leave(WorkerId id);
+  // The worker leaves (`finished`: it completed its training); its share goes to the
+  // others, its unfinished samples back to the epoch. NotFound.
+  absl::Status Leave(WorkerId id, bool finished = false);
+
+  // After Shutdown: waits until every live worker has been told to stop (by a reply or
+  // a heartbeat) or left, or the deadline. True when all were.
+  bool AwaitWorkersStopped(absl::Time deadline);
 
   ServerSnapshot Snapshot() const;
 
@@ -218,6 +243,9 @@ class ParameterServerCore {
     int64_t last_batch = 0;  // the batch of its last accepted push
     uint64_t clock = 0;      // ssp: iterations pushed, lifted to the slowest's on (re)admission
     bool expired = false;    // its lease ran out
+    bool uses_samples = false;  // joined with a data set size: trains what it is assigned
+    SampleBatch assigned;       // samples assigned and not yet trained
+    bool told_stop = false;     // was answered kStop
   };
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
@@ -230,17 +258,28 @@ class ParameterServerCore {
   void Readmit(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's next samples: what it held and did not train goes back to the epoch.
+  SampleBatch Assign(Worker& w, int64_t batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A finished job: no live worker and at least one that completed its training.
+  void MaybeFinishJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResetJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The Join's checks, before anything changes.
+  absl::Status CheckJoin(const JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the push's test accuracy, if any, with the version it was measured on.
   void RecordAccuracy(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  PushResult Reply(WorkerId id, bool applied, std::string message) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountPush(WorkerId id, const std::string& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Async and ssp: applies one push at once with the staleness rule.
-  PushResult ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient)
+  // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
+  // the worker gets its next samples (unless the server stops).
+  PushResult Reply(WorkerId id, bool applied, std::string message, int64_t batch = -1, bool assign = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountPush(WorkerId id, const std::string& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async and ssp: applies one push at once with the staleness rule; returns the
+  // staleness.
+  uint64_t ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ssp: the smallest clock among live workers other than `except` (nullopt: none).
   std::optional<uint64_t> SlowestClock(WorkerId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
@@ -260,6 +299,12 @@ class ParameterServerCore {
   WorkerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
+  // The job: its start (for start_timeout), whether a worker completed it, whether it is over.
+  uint64_t job_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Time job_start_ ABSL_GUARDED_BY(mu_);
+  bool any_finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
   // Sync round state.
   bool round_open_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time round_deadline_ ABSL_GUARDED_BY(mu_);
@@ -267,6 +312,7 @@ class ParameterServerCore {
   std::vector<double> round_sum_ ABSL_GUARDED_BY(mu_);  // sum of b_k * g_k
   int64_t round_samples_ ABSL_GUARDED_BY(mu_) = 0;      // sum of b_k
   std::set<WorkerId> round_pushed_ ABSL_GUARDED_BY(mu_);
+  SampleBatch round_samples_ids_ ABSL_GUARDED_BY(mu_);  // samples of the round's pushes, trained at its close
   std::map<WorkerId, int64_t> round_batches_ ABSL_GUARDED_BY(mu_);  // the last closed round's plan
   // Statistics.
   uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;

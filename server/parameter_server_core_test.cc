@@ -1,8 +1,13 @@
 #include "server/parameter_server_core.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <map>
+#include <set>
 #include <thread>
+
+#include "absl/strings/match.h"
 
 #include "catch2/catch.hpp"
 #include "common/clock.h"
@@ -59,6 +64,27 @@ WorkerSnapshot WorkerOf(const ServerSnapshot& s, WorkerId id) {
   return {};
 }
 WorkerState StateOf(const ServerSnapshot& s, WorkerId id) { return WorkerOf(s, id).state; }
+
+// The shared Options (lr 1, no momentum) on a fake clock, with round, lease and start
+// timeouts that only the clock's advance can reach.
+ServerOptions FakeTimed(Mode mode, int num_workers, const FakeClock* clock) {
+  ServerOptions o = Options(mode, num_workers);
+  o.clock = clock;
+  o.lease = absl::Seconds(60);
+  o.start_timeout = absl::Minutes(5);
+  return o;
+}
+
+// Waits (bounded, on real time) until `pred` holds: for states another thread reaches.
+template <typename Pred>
+void AwaitState(Pred pred) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (!pred()) {
+    REQUIRE(absl::Now() < until);
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 
 // Joins n workers "w0".."w{n-1}": w0 brings the model, the others wait for it.
 std::vector<JoinResult> JoinAll(ParameterServerCore& core, int n) {
@@ -209,11 +235,192 @@ TEST_CASE("joins are validated", "[core]") {
   JoinInfo other = Info("b", false);
   other.layout = *ModelLayout::Create({{"w", {4}}, {"b", {2}}});
   REQUIRE(core->Join(other, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
-  // A restarted worker rejoins under its name: the old id is retired.
-  JoinResult again = *core->Join(Info("a", false), Soon());
+  // A second process under a live worker's name is refused and changes nothing...
+  absl::Status taken = core->Join(Info("a", false), Soon()).status();
+  REQUIRE(taken.code() == absl::StatusCode::kAlreadyExists);
+  REQUIRE(absl::StrContains(taken.message(), "--name"));
+  REQUIRE(core->Snapshot().workers.size() == 1);
+  // ...while the same process, rejoining with its old id, replaces its session.
+  JoinInfo resume = Info("a", false);
+  resume.resume_id = 1;
+  JoinResult again = *core->Join(resume, Soon());
   REQUIRE(again.id == 2);
   REQUIRE(core->Pull(1, 0).status().code() == absl::StatusCode::kNotFound);
   REQUIRE(again.batch == 8);
+}
+
+TEST_CASE("a crashed worker's name is free again once its lease expired", "[core][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(FakeTimed(Mode::kAsync, 1, &clock));
+  REQUIRE(core->Join(Info("a", true), clock.Now() + absl::Seconds(1)).ok());
+  REQUIRE(core->Join(Info("a", false), clock.Now() + absl::Seconds(1)).status().code() ==
+          absl::StatusCode::kAlreadyExists);
+  clock.Advance(absl::Seconds(61));
+  REQUIRE(core->Join(Info("a", false), clock.Now() + absl::Seconds(1)).ok());
+}
+
+// Three sync workers of different speeds push exactly the samples they were assigned,
+// while the controller moves their batches.
+TEST_CASE("sync: every sample of an epoch is trained exactly once, whatever the batches", "[core][samples]") {
+  ServerOptions o = Options(Mode::kSync, 3);
+  o.controller.global_batch = 30;
+  o.controller.policy = controller::Policy::kOmniLearn;
+  o.adjust_every = 1;
+  auto core = *ParameterServerCore::Create(o);
+  std::vector<JoinResult> joined(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      if (i > 0) AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+      JoinInfo info = Info("w" + std::to_string(i), i == 0);
+      info.dataset_size = 97;  // not a multiple of any batch: rounds straddle the epoch's end
+      joined[i] = *core->Join(info, Soon());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<SampleBatch> assigned;
+  for (const JoinResult& j : joined) assigned.push_back(j.samples);
+  std::map<uint64_t, std::multiset<uint64_t>> trained;
+  const double speed[] = {1.0, 2.0, 4.0};  // seconds per sample differ: the controller moves batches
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t version = core->Snapshot().version;
+    std::vector<PushResult> replies(3);
+    threads.clear();
+    for (int i = 0; i < 3; ++i) {
+      for (const SampleSpan& span : assigned[i]) trained[span.epoch].insert(span.ids.begin(), span.ids.end());
+      threads.emplace_back([&, i] {
+        const int64_t b = CountSamples(assigned[i]);
+        PushInfo p = Grad(joined[i].id, b, version);
+        p.compute_seconds = 0.001 * speed[i] * b;
+        replies[i] = *core->Push(p, std::vector<float>(kParams, 0.0f), Soon());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < 3; ++i) {
+      REQUIRE(replies[i].applied);
+      REQUIRE(CountSamples(replies[i].samples) == replies[i].next_batch);
+      assigned[i] = replies[i].samples;
+    }
+  }
+  REQUIRE(core->Snapshot().adjustments > 0);
+  REQUIRE(core->Snapshot().dataset_size == 97);
+  // 300 samples trained: epochs 0 to 2 complete, each id once; epoch 3 in part.
+  for (uint64_t epoch : {0, 1, 2}) {
+    REQUIRE(trained[epoch].size() == 97);
+    REQUIRE(std::set<uint64_t>(trained[epoch].begin(), trained[epoch].end()).size() == 97);
+  }
+  REQUIRE(trained[3].size() == 300 - 3 * 97);
+}
+
+TEST_CASE("samples of a push that was not applied, or of a worker that left, are handed out again",
+          "[core][samples]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  JoinInfo ia = Info("a", true), ib = Info("b", false);
+  ia.dataset_size = ib.dataset_size = 50;
+  const JoinResult a = *core->Join(ia, Soon());
+  const JoinResult b = *core->Join(ib, Soon());
+  REQUIRE(CountSamples(a.samples) == 8);
+  // A push claiming another batch than the one assigned is refused.
+  REQUIRE(core->Push(Grad(a.id, 7, 0), std::vector<float>(kParams, 0.0f), Soon()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  // An out-of-memory report gives the samples back: they come first in the next batch.
+  PushInfo oom = Grad(a.id, 8, 0);
+  oom.out_of_memory = true;
+  const PushResult r = *core->Push(oom, {}, Soon());
+  REQUIRE_FALSE(r.applied);
+  std::vector<uint64_t> next;
+  for (const SampleSpan& span : r.samples) next.insert(next.end(), span.ids.begin(), span.ids.end());
+  REQUIRE(next.size() == static_cast<size_t>(r.next_batch));
+  REQUIRE(std::equal(next.begin(), next.end(), a.samples[0].ids.begin()));
+  // A worker that leaves returns what it held.
+  REQUIRE(core->Leave(b.id).ok());
+  JoinInfo ic = Info("c", false);
+  ic.dataset_size = 50;
+  const JoinResult c = *core->Join(ic, Soon());
+  REQUIRE(c.samples[0].ids[0] == b.samples[0].ids[0]);
+  // Another data set size does not join the job.
+  JoinInfo id = Info("d", false);
+  id.dataset_size = 60;
+  REQUIRE(core->Join(id, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("buffers are the batch-weighted mean of the round's values, never optimized", "[core][buffers]") {
+  ServerOptions o = Options(Mode::kSync, 2);
+  o.controller.global_batch = 40;
+  auto core = *ParameterServerCore::Create(o);
+  auto with_buffer = [](const std::string& name, bool params) {
+    JoinInfo j = Info(name, params);
+    j.layout = *ModelLayout::Create({{"w", {2, 2}}, {"bn.running_var", {2}, true}});
+    return j;
+  };
+  JoinResult a, b;
+  std::thread ta([&] { a = *core->Join(with_buffer("a", true), Soon()); });
+  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+  b = *core->Join(with_buffer("b", false), Soon());
+  ta.join();
+  PushInfo pa = Grad(a.id, 10, 0), pb = Grad(b.id, 30, 0);
+  std::thread push_a([&] { REQUIRE(core->Push(pa, {1, 1, 1, 1, 1, 2}, Soon()).ok()); });
+  REQUIRE(core->Push(pb, {1, 1, 1, 1, 5, 6}, Soon()).ok());
+  push_a.join();
+  const std::vector<float> w = Weights(*core, a.id);
+  REQUIRE(w[0] == Approx(-1.0));                    // parameters: w -= lr * mean gradient
+  REQUIRE(w[4] == Approx((10 * 1 + 30 * 5) / 40.0));  // buffers: the weighted mean of the values
+  REQUIRE(w[5] == Approx((10 * 2 + 30 * 6) / 40.0));
+}
+
+TEST_CASE("the job finishes when every worker left and one finished; then joins are refused or reset",
+          "[core][job]") {
+  std::vector<std::string> events;
+  ServerOptions o = Options(Mode::kAsync, 1);
+  o.log = [&](const std::string& line) { events.push_back(line); };
+  auto core = *ParameterServerCore::Create(o);
+  const JoinResult a = *core->Join(Info("a", true), Soon());
+  const JoinResult b = *core->Join(Info("b", false), Soon());
+  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  REQUIRE(core->Leave(a.id, /*finished=*/true).ok());
+  REQUIRE_FALSE(core->Snapshot().job_finished);  // b still trains
+  REQUIRE(core->Leave(b.id).ok());
+  REQUIRE(core->Snapshot().job_finished);
+  absl::Status refused = core->Join(Info("c", true), Soon()).status();
+  REQUIRE(refused.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(absl::StrContains(refused.message(), "--reset_when_done"));
+  auto joined = [&](const std::string& what) {
+    return std::any_of(events.begin(), events.end(), [&](const std::string& e) { return absl::StrContains(e, what); });
+  };
+  REQUIRE(joined("worker a joined"));
+  REQUIRE(joined("worker a left (finished its training)"));
+  REQUIRE(joined("worker b left (interrupted)"));
+  REQUIRE(joined("training finished"));
+
+  o.reset_when_done = true;
+  auto daemon = *ParameterServerCore::Create(o);
+  const JoinResult first = *daemon->Join(Info("a", true), Soon());
+  REQUIRE(daemon->Push(Grad(first.id, 8, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  REQUIRE(daemon->Leave(first.id, true).ok());
+  JoinInfo other = Info("a", true);  // a new job, with another model
+  other.layout = *ModelLayout::Create({{"v", {3}}});
+  other.initial_parameters = std::vector<float>(3, 0.0f);
+  const JoinResult next = *daemon->Join(other, Soon());
+  const ServerSnapshot s = daemon->Snapshot();
+  REQUIRE(s.job == 2);
+  REQUIRE(s.version == 0);
+  REQUIRE(s.global_samples == 0);
+  REQUIRE(s.parameter_count == 3);
+  REQUIRE(next.batch == 8);
+}
+
+TEST_CASE("shutdown: joins and heartbeats are told to stop, and the server knows when all were", "[core][job]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  const JoinResult a = *core->Join(Info("a", true), Soon());
+  const JoinResult b = *core->Join(Info("b", false), Soon());
+  core->Shutdown();
+  REQUIRE(core->Join(Info("c", false), Soon())->action == Action::kStop);
+  REQUIRE_FALSE(core->AwaitWorkersStopped(absl::Now()));
+  uint64_t version = 0;
+  int64_t batch = 0;
+  REQUIRE(core->Heartbeat(a.id, &version, &batch) == Action::kStop);
+  REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon())->action == Action::kStop);
+  REQUIRE(core->AwaitWorkersStopped(absl::Now()));
 }
 
 TEST_CASE("an out-of-memory report lowers the batch and does not stall the round", "[core]") {
@@ -365,26 +572,6 @@ TEST_CASE("the core's Prometheus series follow rounds, pushes and workers", "[co
 namespace omnilearn {
 namespace server {
 namespace {
-
-// The shared Options (lr 1, no momentum) on a fake clock, with round, lease and start
-// timeouts that only the clock's advance can reach.
-ServerOptions FakeTimed(Mode mode, int num_workers, const FakeClock* clock) {
-  ServerOptions o = Options(mode, num_workers);
-  o.clock = clock;
-  o.lease = absl::Seconds(60);
-  o.start_timeout = absl::Minutes(5);
-  return o;
-}
-
-// Waits (bounded, on real time) until `pred` holds: for states another thread reaches.
-template <typename Pred>
-void AwaitState(Pred pred) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (!pred()) {
-    REQUIRE(absl::Now() < until);
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-}
 
 TEST_CASE("a silent worker's lease expires on the clock, a heartbeat keeps it", "[core][clock]") {
   FakeClock clock;

@@ -2,11 +2,65 @@
 
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
 namespace server {
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "sgd") return OptimizerKind::kSgd;
+  if (n == "adam") return OptimizerKind::kAdam;
+  if (n == "adamw") return OptimizerKind::kAdamW;
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "' (want sgd, adam or adamw)"));
+}
+
+std::string OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "constant") return LrSchedule::kConstant;
+  if (n == "step") return LrSchedule::kStep;
+  if (n == "cosine") return LrSchedule::kCosine;
+  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name,
+                                                 "' (want constant, step or cosine)"));
+}
+
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
+  auto bad = [](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat("optimizer: ", what)); };
+  if (!(o.learning_rate > 0 && std::isfinite(o.learning_rate))) return bad("the learning rate must be > 0");
+  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum must be in [0, 1)");
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) return bad("weight decay must be >= 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) return bad("betas must be in [0, 1)");
+  if (!(o.eps > 0 && std::isfinite(o.eps))) return bad("eps must be > 0");
+  if (!(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm))) return bad("the clipping norm must be >= 0");
+  if (o.schedule == LrSchedule::kStep && (o.lr_decay_steps == 0 || !(o.lr_decay > 0 && o.lr_decay <= 1))) {
+    return bad("the step schedule needs lr_decay_steps > 0 and 0 < lr_decay <= 1");
+  }
+  if (o.schedule == LrSchedule::kCosine &&
+      (o.cosine_steps == 0 || !(o.lr_min >= 0 && o.lr_min <= o.learning_rate))) {
+    return bad("the cosine schedule needs cosine_steps > 0 and 0 <= lr_min <= lr");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ParameterStore::StateNames() const {
+  if (options_.kind == OptimizerKind::kSgd) return {"momentum"};
+  return {"exp_avg", "exp_avg_sq"};
+}
 
 absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> values, uint64_t version) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
@@ -16,50 +70,116 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
   layout_ = std::move(layout);
-  velocity_.assign(values.size(), 0.0f);
+  state_.assign(StateNames().size(), std::vector<float>(values.size(), 0.0f));
   weights_ = std::make_shared<const std::vector<float>>(std::move(values));
   version_ = version;
   return absl::OkStatus();
 }
 
 double ParameterStore::LearningRate() const {
-  if (options_.lr_decay_steps == 0) return options_.learning_rate;
-  return options_.learning_rate * std::pow(options_.lr_decay, static_cast<double>(version_ / options_.lr_decay_steps));
+  const OptimizerOptions& o = options_;
+  if (version_ < o.warmup_steps) {
+    return o.learning_rate * static_cast<double>(version_ + 1) / static_cast<double>(o.warmup_steps);
+  }
+  const uint64_t s = version_ - o.warmup_steps;
+  switch (o.schedule) {
+    case LrSchedule::kConstant:
+      return o.learning_rate;
+    case LrSchedule::kStep:
+      return o.learning_rate * std::pow(o.lr_decay, static_cast<double>(s / o.lr_decay_steps));
+    case LrSchedule::kCosine: {
+      const double progress = static_cast<double>(std::min(s, o.cosine_steps)) / static_cast<double>(o.cosine_steps);
+      return o.lr_min + (o.learning_rate - o.lr_min) * (1 + std::cos(M_PI * progress)) / 2;
+    }
+  }
+  return o.learning_rate;
 }
 
-void ParameterStore::Apply(const std::vector<float>& gradient, double lr_scale, double momentum) {
+void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum) {
+  const OptimizerOptions& o = options_;
   const float lr = static_cast<float>(LearningRate() * lr_scale);
-  const float mu = static_cast<float>(momentum >= 0 ? momentum : options_.momentum);
-  const float wd = static_cast<float>(options_.weight_decay);
+  const float wd = static_cast<float>(o.weight_decay);
+  const int tensors = static_cast<int>(layout_.tensors().size());
+  // Global-norm clipping over the parameters (buffers carry values, not gradients).
+  float clip = 1.0f;
+  if (o.clip_grad_norm > 0) {
+    double sum = 0;
+    for (int t = 0; t < tensors; ++t) {
+      if (layout_.is_buffer(t)) continue;
+      const float* g = update.data() + layout_.offset(t);
+      for (int64_t i = 0; i < layout_.size(t); ++i) sum += static_cast<double>(g[i]) * g[i];
+    }
+    const double coef = o.clip_grad_norm / (std::sqrt(sum) + 1e-6);
+    if (coef < 1) clip = static_cast<float>(coef);
+  }
   auto next = std::make_shared<std::vector<float>>(*weights_);
-  float* w = next->data();
-  float* v = velocity_.data();
-  const float* g = gradient.data();
-  const size_t n = next->size();
-  for (size_t i = 0; i < n; ++i) {
-    v[i] = mu * v[i] + g[i] + wd * w[i];
-    w[i] -= lr * v[i];
+  const uint64_t step = version_ + 1;  // Adam's step count: 1 on the first step
+  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2), eps = static_cast<float>(o.eps);
+  const float bias1 = static_cast<float>(1 - std::pow(o.beta1, static_cast<double>(step)));
+  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, static_cast<double>(step))));
+  const float step_size = lr / bias1;
+  const float mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
+  const float blend = static_cast<float>(buffer_blend);
+  for (int t = 0; t < tensors; ++t) {
+    const int64_t off = layout_.offset(t), n = layout_.size(t);
+    float* w = next->data() + off;
+    const float* u = update.data() + off;
+    if (layout_.is_buffer(t)) {
+      for (int64_t i = 0; i < n; ++i) w[i] += blend * (u[i] - w[i]);
+      continue;
+    }
+    if (o.kind == OptimizerKind::kSgd) {
+      float* v = state_[0].data() + off;
+      for (int64_t i = 0; i < n; ++i) {
+        v[i] = mu * v[i] + clip * u[i] + wd * w[i];
+        w[i] -= lr * v[i];
+      }
+      continue;
+    }
+    float* m = state_[0].data() + off;
+    float* v = state_[1].data() + off;
+    const bool decoupled = o.kind == OptimizerKind::kAdamW;
+    for (int64_t i = 0; i < n; ++i) {
+      float g = clip * u[i];
+      if (decoupled) {
+        w[i] *= 1 - lr * wd;
+      } else {
+        g += wd * w[i];
+      }
+      m[i] = b1 * m[i] + (1 - b1) * g;
+      v[i] = b2 * v[i] + (1 - b2) * g * g;
+      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bias2_sqrt + eps);
+    }
   }
   weights_ = std::move(next);
   ++version_;
 }
 
 std::vector<std::pair<std::string, std::vector<float>>> ParameterStore::OptimizerState() const {
-  return {{"momentum", velocity_}};
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  const std::vector<std::string> names = StateNames();
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], state_[i]);
+  return out;
 }
 
 absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights,
                                      std::vector<std::pair<std::string, std::vector<float>>> state,
                                      uint64_t version) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
-  if (state.size() != 1 || state[0].first != "momentum") {
-    return absl::InvalidArgumentError("the SGD optimizer's state is one buffer, 'momentum'");
+  const std::vector<std::string> names = StateNames();
+  std::vector<std::string> got;
+  for (const auto& [name, values] : state) got.push_back(name);
+  if (got != names) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", OptimizerName(options_.kind), " optimizer's state is ",
+                                                   absl::StrJoin(names, ", "), "; the checkpoint has ",
+                                                   got.empty() ? "none" : absl::StrJoin(got, ", ")));
   }
-  std::vector<float>& velocity = state[0].second;
-  if (velocity.size() != weights.size()) return absl::InvalidArgumentError("momentum buffer size mismatch");
-  if (!AllFinite(velocity)) return absl::InvalidArgumentError("momentum buffer contains NaN or Inf");
+  for (const auto& [name, values] : state) {
+    if (values.size() != weights.size()) return absl::InvalidArgumentError(absl::StrCat(name, " buffer size mismatch"));
+    if (!AllFinite(values)) return absl::InvalidArgumentError(absl::StrCat(name, " buffer contains NaN or Inf"));
+  }
   if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
-  velocity_ = std::move(velocity);
+  for (size_t i = 0; i < state.size(); ++i) state_[i] = std::move(state[i].second);
   return absl::OkStatus();
 }
 

@@ -1,4 +1,6 @@
-// The model weights and the optimizer (SGD with momentum and weight decay).
+// The model weights (parameters and buffers) and the optimizer: SGD with momentum, Adam
+// or AdamW, a learning-rate schedule (warm-up, then constant, step or cosine) and
+// optional global gradient-norm clipping.
 #ifndef OMNILEARN_SERVER_PARAMETER_STORE_H_
 #define OMNILEARN_SERVER_PARAMETER_STORE_H_
 
@@ -9,20 +11,47 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_layout.h"
 
 namespace omnilearn {
 namespace server {
 
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+enum class LrSchedule { kConstant, kStep, kCosine };
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
+std::string OptimizerName(OptimizerKind kind);
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
+
 struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
   double learning_rate = 0.05;   // for one step on a gradient averaged over the global batch
-  double momentum = 0.9;
-  double weight_decay = 1e-4;
-  // Step decay: the rate is multiplied by lr_decay every lr_decay_steps model versions
-  // (0 = constant). lr(v) = learning_rate * lr_decay ^ floor(v / lr_decay_steps).
+  double momentum = 0.9;         // sgd
+  double weight_decay = 1e-4;    // sgd, adam: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;            // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // The rate at step t (t = the model version before the step):
+  //   t < warmup_steps: learning_rate * (t + 1) / warmup_steps;
+  //   then, with s = t - warmup_steps:
+  //   kConstant: learning_rate
+  //   kStep:     learning_rate * lr_decay ^ floor(s / lr_decay_steps)
+  //   kCosine:   lr_min + (learning_rate - lr_min) * (1 + cos(pi * min(s, cosine_steps) / cosine_steps)) / 2
+  LrSchedule schedule = LrSchedule::kConstant;
+  uint64_t warmup_steps = 0;
   uint64_t lr_decay_steps = 0;
   double lr_decay = 0.1;
+  uint64_t cosine_steps = 0;
+  double lr_min = 0;
+  // Scales the parameters' gradient down to this global L2 norm when it is larger
+  // (0 = off), as torch.nn.utils.clip_grad_norm_ does.
+  double clip_grad_norm = 0;
 };
+
+// InvalidArgument naming the option out of range.
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
 
 // Thread-compatible: the server core serializes access. Snapshots returned by
 // weights() are immutable and may be read from any thread.
@@ -35,31 +64,36 @@ class ParameterStore {
   absl::Status Initialize(ModelLayout layout, std::vector<float> values, uint64_t version = 0);
   bool initialized() const { return weights_ != nullptr; }
 
-  // One optimizer step: v = momentum * v + g + wd * w;  w -= lr(version) * lr_scale * v.
-  // A gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push
-  // with lr_scale = b/B moves the model by its share of one global-batch step.
-  // Bumps the version. The gradient must have layout().total_elements() finite values
-  // (checked by callers).
-  // `momentum` overrides OptimizerOptions::momentum for this step when >= 0.
-  void Apply(const std::vector<float>& gradient, double lr_scale, double momentum = -1);
+  // One optimizer step with the rate LearningRate() * lr_scale on the parameters'
+  // slots of `update` (their gradient), and, for buffer tensors, a blend of the current
+  // values toward the update's (b += buffer_blend * (u - b); 1 = take them). For SGD a
+  // gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push with
+  // lr_scale = b/B moves the model by its share of one global-batch step. `momentum`
+  // overrides OptimizerOptions::momentum (SGD) for this step when >= 0. Bumps the
+  // version. `update` must have layout().total_elements() finite values (checked by callers).
+  void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1);
 
   double LearningRate() const;
   uint64_t version() const { return version_; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
-  // The optimizer's state buffers by name ("momentum" for SGD), each the model's size.
+  const OptimizerOptions& options() const { return options_; }
+  // The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
+  // "exp_avg" and "exp_avg_sq" (adam, adamw). Adam's step count is the version.
   std::vector<std::pair<std::string, std::vector<float>>> OptimizerState() const;
   // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
-  // model is already set; InvalidArgument on sizes, non-finite values, or a buffer this
+  // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
   // optimizer does not have (or lacks).
   absl::Status Restore(ModelLayout layout, std::vector<float> weights,
                        std::vector<std::pair<std::string, std::vector<float>>> state, uint64_t version);
 
  private:
+  std::vector<std::string> StateNames() const;
+
   OptimizerOptions options_;
   ModelLayout layout_;
   std::shared_ptr<const std::vector<float>> weights_;  // copy-on-write per step
-  std::vector<float> velocity_;
+  std::vector<std::vector<float>> state_;              // per StateNames()
   uint64_t version_ = 0;
 };
 

@@ -1,0 +1,113 @@
+// The store's arithmetic in closed form: schedules, clipping, buffers, state names.
+// server/optimizer_torch_test.cc checks the optimizers against LibTorch's own.
+#include "server/parameter_store.h"
+
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+ModelLayout TwoTensors(bool second_is_buffer) {
+  return *ModelLayout::Create({TensorSpec{"w", {2}}, TensorSpec{"bn.running_mean", {2}, second_is_buffer}});
+}
+
+double RateAt(OptimizerOptions o, uint64_t version) {
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}, version).ok());
+  return s.LearningRate();
+}
+
+TEST_CASE("Warm-up rises linearly, then step, cosine or constant") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.warmup_steps = 4;
+  REQUIRE(RateAt(o, 0) == Approx(0.25));
+  REQUIRE(RateAt(o, 3) == Approx(1.0));
+  REQUIRE(RateAt(o, 100) == Approx(1.0));
+  o.schedule = LrSchedule::kStep;
+  o.lr_decay_steps = 10;
+  o.lr_decay = 0.5;
+  REQUIRE(RateAt(o, 13) == Approx(1.0));   // s = 9
+  REQUIRE(RateAt(o, 14) == Approx(0.5));   // s = 10
+  REQUIRE(RateAt(o, 34) == Approx(0.125)); // s = 30
+  o.schedule = LrSchedule::kCosine;
+  o.cosine_steps = 100;
+  o.lr_min = 0.1;
+  REQUIRE(RateAt(o, 4) == Approx(1.0));
+  REQUIRE(RateAt(o, 54) == Approx(0.55));   // half way: the mean of lr and lr_min
+  REQUIRE(RateAt(o, 104) == Approx(0.1));
+  REQUIRE(RateAt(o, 1000) == Approx(0.1));  // stays at lr_min
+}
+
+TEST_CASE("Options out of range are refused, naming the option") {
+  OptimizerOptions o;
+  REQUIRE(ValidateOptimizerOptions(o).ok());
+  o.schedule = LrSchedule::kCosine;
+  REQUIRE(ValidateOptimizerOptions(o).code() == absl::StatusCode::kInvalidArgument);
+  o = OptimizerOptions();
+  o.beta2 = 1.0;
+  REQUIRE(ValidateOptimizerOptions(o).code() == absl::StatusCode::kInvalidArgument);
+  o = OptimizerOptions();
+  o.clip_grad_norm = -1;
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions(o).message(), "clipping"));
+  REQUIRE(ParseOptimizer("AdamW").value() == OptimizerKind::kAdamW);
+  REQUIRE(absl::StrContains(ParseOptimizer("lion").status().message(), "sgd, adam or adamw"));
+  REQUIRE(absl::StrContains(ParseLrSchedule("linear").status().message(), "constant, step or cosine"));
+}
+
+TEST_CASE("Clipping scales the parameters' gradient to the norm; buffers are not gradients") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  o.clip_grad_norm = 1.0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(true), {0, 0, 0, 0}).ok());
+  s.Apply({3, 4, 100, 100}, 1.0);  // norm 5 -> 1; the buffer's 100s are values
+  const std::vector<float>& w = *s.weights();
+  REQUIRE(w[0] == Approx(-0.6).margin(1e-5));
+  REQUIRE(w[1] == Approx(-0.8).margin(1e-5));
+  REQUIRE(w[2] == 100);
+  REQUIRE(w[3] == 100);
+}
+
+TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(true), {1, 1, 2, 4}).ok());
+  s.Apply({0, 0, 6, 8}, 1.0, /*buffer_blend=*/0.25);
+  const std::vector<float>& w = *s.weights();
+  REQUIRE(w[0] == 1);  // zero gradient
+  REQUIRE(w[2] == Approx(3.0));  // 2 + 0.25 * (6 - 2)
+  REQUIRE(w[3] == Approx(5.0));
+  REQUIRE(s.OptimizerState()[0].second[2] == 0);  // no optimizer state moves for a buffer
+}
+
+TEST_CASE("Each optimizer names its state, and a checkpoint of another is refused") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  ParameterStore adam(o);
+  REQUIRE(adam.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  auto state = adam.OptimizerState();
+  REQUIRE(state.size() == 2);
+  REQUIRE(state[0].first == "exp_avg");
+  REQUIRE(state[1].first == "exp_avg_sq");
+  ParameterStore sgd{OptimizerOptions()};
+  absl::Status s = sgd.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3);
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(s.message(), "momentum"));
+  ParameterStore adam2(o);
+  REQUIRE(adam2.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3).ok());
+  REQUIRE(adam2.version() == 3);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
