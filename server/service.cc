@@ -69,6 +69,14 @@ v1::WorkerState ToProto(WorkerState s) {
   return v1::WORKER_STATE_UNSPECIFIED;
 }
 
+void SamplesToProto(const SampleBatch& batch, google::protobuf::RepeatedPtrField<v1::SampleSpan>* out) {
+  for (const SampleSpan& span : batch) {
+    v1::SampleSpan* s = out->Add();
+    s->set_epoch(span.epoch);
+    s->mutable_ids()->Add(span.ids.begin(), span.ids.end());
+  }
+}
+
 }  // namespace
 
 grpc::Status ToGrpc(const absl::Status& s) {
@@ -110,6 +118,8 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   info.device = FromProto(header.device());
   info.device_memory_bytes = header.device_memory_bytes();
   info.max_batch = header.max_batch_size();
+  info.dataset_size = header.dataset_size();
+  info.resume_id = header.resume_worker_id();
   info.layout = *layout;
   ChunkAssembler assembler(&info.layout);
   bool any_chunk = false;
@@ -125,6 +135,8 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   }
   absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
   if (!r.ok()) return ToGrpc(r.status());
+  response->set_action(ToProto(r->action));
+  if (r->action == Action::kStop) return grpc::Status::OK;
   response->set_worker_id(r->id);
   response->set_lease_seconds(absl::ToDoubleSeconds(r->lease));
   response->set_mode(ToProto(r->mode));
@@ -133,6 +145,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   response->set_model_version(r->version);
   response->set_global_batch_size(r->global_batch);
   response->set_global_samples(r->global_samples);
+  SamplesToProto(r->samples, response->mutable_samples());
   return grpc::Status::OK;
 }
 
@@ -208,6 +221,7 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
   response->set_applied(r->applied);
   response->set_message(r->message);
   response->set_global_samples(r->global_samples);
+  SamplesToProto(r->samples, response->mutable_samples());
   return grpc::Status::OK;
 }
 
@@ -225,7 +239,7 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v
 grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request,
                                            v1::LeaveResponse*) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  return ToGrpc(core_->Leave(request->worker_id()));
+  return ToGrpc(core_->Leave(request->worker_id(), request->finished()));
 }
 
 grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
@@ -242,6 +256,9 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_test_accuracy(s.test_accuracy.value_or(0));
   response->set_controller_adjustments(s.adjustments);
   response->set_parameter_count(s.parameter_count);
+  response->set_job_finished(s.job_finished);
+  response->set_dataset_size(s.dataset_size);
+  response->set_global_samples(s.global_samples);
   for (const WorkerSnapshot& w : s.workers) {
     v1::WorkerStatus* ws = response->add_workers();
     ws->set_worker_id(w.id);

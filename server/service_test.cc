@@ -124,13 +124,49 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   REQUIRE(s.pushes_by_result.at("unknown_worker") == 1);
 }
 
+TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[service]") {
+  Fixture f;
+  const ModelLayout with_buffer = *ModelLayout::Create({{"w", {2}}, {"bn.running_mean", {2}, true}});
+  v1::JoinHeader h = Header(with_buffer);
+  h.set_dataset_size(20);
+  const std::vector<float> init = {1, 1, 0, 0};
+  auto joined = f.client->Join(h, with_buffer, &init);
+  REQUIRE(joined.ok());
+  REQUIRE(joined->layout().tensors(1).buffer());
+  REQUIRE(joined->samples_size() == 1);
+  REQUIRE(joined->samples(0).ids_size() == 8);
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  push.set_compute_seconds(0.01);
+  auto reply = f.client->Push(push, with_buffer, {0, 0, 4, 4});
+  REQUIRE(reply.ok());
+  REQUIRE(reply->samples(0).ids_size() == 8);
+  std::vector<float> weights;
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, with_buffer, &weights).ok());
+  REQUIRE(weights[2] == 4.0f);  // async: blended by the push's share, 8/8
+  REQUIRE(f.client->Leave(joined->worker_id(), /*finished=*/true).ok());
+  REQUIRE(f.core->Snapshot().job_finished);
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  grpc::ClientContext ctx;
+  v1::GetStatusResponse status;
+  REQUIRE(stub->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok());
+  REQUIRE(status.job_finished());
+  REQUIRE(status.dataset_size() == 20);
+  REQUIRE(status.global_samples() == 8);
+  f.core->Shutdown();
+  auto stopped = f.client->Join(h, with_buffer, &init);
+  REQUIRE(stopped.ok());
+  REQUIRE(stopped->action() == v1::ACTION_STOP);
+}
+
 TEST_CASE("with a token, calls without it or with another are refused and counted", "[service][auth]") {
   const std::vector<float> init(9, 1.0f);
   for (const std::string bad : {"", "not-the-token"}) {
     Fixture f("the-token", bad);
     auto joined = f.client->Join(Header(f.layout), f.layout, &init);
     REQUIRE(joined.status().code() == absl::StatusCode::kUnauthenticated);
-    REQUIRE(f.client->Leave(1).code() == absl::StatusCode::kUnauthenticated);
+    REQUIRE(f.client->Leave(1, false).code() == absl::StatusCode::kUnauthenticated);
     REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
     REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 2\n") != std::string::npos);
   }

@@ -83,10 +83,11 @@ class GrpcPsClient : public PsClient {
     return response;
   }
 
-  absl::Status Leave(uint64_t worker_id) override {
+  absl::Status Leave(uint64_t worker_id, bool finished) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::LeaveRequest request;
+    request.set_finished(finished);
     request.set_worker_id(worker_id);
     v1::LeaveResponse response;
     return FromGrpc(stub_->Leave(&ctx, request, &response), "Leave");

@@ -34,7 +34,8 @@ class PsClient {
                                                 const std::vector<float>& gradient) = 0;
   // Keeps the lease; the reply says whether to go on, rejoin or stop.
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) = 0;
-  virtual absl::Status Leave(uint64_t worker_id) = 0;
+  // `finished`: this worker completed its training (not interrupted or stopped).
+  virtual absl::Status Leave(uint64_t worker_id, bool finished) = 0;
 };
 
 struct ClientOptions {

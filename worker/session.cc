@@ -35,15 +35,21 @@ bool Session::Transient(const absl::Status& s) {
 absl::Status Session::TryJoin(const std::vector<float>& weights) {
   v1::JoinHeader header = options_.header;
   header.set_has_initial_parameters(false);
+  header.set_resume_worker_id(id_.load());  // a live session of ours (after a network fault) is replaced
   absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, nullptr);
   if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
     header.set_has_initial_parameters(true);
     r = client_->Join(header, layout_, &weights);
   }
   if (!r.ok()) return r.status();
+  if (r->action() == v1::ACTION_STOP) {
+    stop_.store(true);
+    return absl::OkStatus();
+  }
   id_.store(r->worker_id());
   lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds() * 1000)));
   batch_ = r->batch_size();
+  samples_ = r->samples();
   global_samples_ = r->global_samples();
   mode_ = r->mode();
   version_ = ~0ull;  // whatever we hold, pull the server's model
@@ -58,6 +64,9 @@ absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const abs
   absl::Duration backoff = options_.backoff_initial;
   absl::Status last = cause;
   for (int attempt = 0;; ++attempt) {
+    if (options_.interrupted != nullptr && options_.interrupted->load()) {
+      return absl::CancelledError("interrupted while waiting for the server");
+    }
     if (attempt > 0 || Transient(cause)) {
       const absl::Time now = clock.Now();
       if (now - start >= options_.reconnect_timeout) {
@@ -79,6 +88,7 @@ absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const abs
     if (last.ok()) break;
     if (!Transient(last)) return last;
   }
+  if (stop_.load()) return absl::OkStatus();  // the server is shutting down
   if (joined_once_) {
     ++rejoins_;
     Log(absl::StrFormat("rejoined as worker %d after %.1f s: batch %d, %d samples trained so far", id_.load(),
@@ -101,6 +111,7 @@ absl::StatusOr<bool> Session::Pull(std::vector<float>* weights) {
     }
     if (!absl::IsNotFound(v.status()) && !Transient(v.status())) return v.status();
     if (absl::Status s = JoinUntilBack(*weights, v.status()); !s.ok()) return s;
+    if (stop_.load()) return false;  // the server is shutting down: the next push learns it
   }
 }
 
@@ -117,7 +128,7 @@ absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vect
   if (!r.ok()) {
     if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
     if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;
-    return PushOutcome::kRejoined;
+    return stop_.load() ? PushOutcome::kStop : PushOutcome::kRejoined;
   }
   *reply = *r;
   global_samples_ = std::max(global_samples_, r->global_samples());
@@ -130,11 +141,12 @@ absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vect
     return PushOutcome::kRejoined;
   }
   if (r->next_batch_size() > 0) batch_ = r->next_batch_size();
+  if (!r->samples().empty()) samples_ = r->samples();
   return PushOutcome::kReplied;
 }
 
-void Session::Leave() {
-  if (id_.load() != 0) (void)client_->Leave(id_.load());
+void Session::Leave(bool finished) {
+  if (id_.load() != 0) (void)client_->Leave(id_.load(), finished);
 }
 
 void Session::HeartbeatLoop() {

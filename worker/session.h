@@ -46,6 +46,9 @@ struct SessionOptions {
   uint64_t jitter_seed = 0;
   // Where event lines go (joined, rejoined, waiting for the server); default stdout.
   std::function<void(const std::string&)> log;
+  // Set (e.g. by a signal) to give up waiting for the server: Join and the reconnect
+  // loop return Cancelled. Not owned; null = never.
+  const std::atomic<bool>* interrupted = nullptr;
 };
 
 // What a push came to.
@@ -63,8 +66,10 @@ class Session {
   ~Session();
 
   // Joins; `weights` (the model's current values) are sent only when the server has
-  // no model yet. Errors: anything not transient (InvalidArgument for another model...),
-  // or the server unreachable for longer than reconnect_timeout.
+  // no model yet. A server that is shutting down answers stop: OK with
+  // stop_requested() set. Errors: anything not transient (InvalidArgument for another
+  // model, AlreadyExists for a name in use...), the server unreachable for longer than
+  // reconnect_timeout, Cancelled when interrupted.
   absl::Status Join(const std::vector<float>& weights);
   // Brings `weights` to the server's current model if it moved (true then).
   absl::StatusOr<bool> Pull(std::vector<float>* weights);
@@ -72,11 +77,15 @@ class Session {
   // the model the worker holds, for a rejoin with a server that lost its own.
   absl::StatusOr<PushOutcome> Push(v1::PushHeader header, const std::vector<float>& gradient,
                                    const std::vector<float>& weights, v1::PushResponse* reply);
-  // Best effort: tells the server this worker is gone.
-  void Leave();
+  // Best effort: tells the server this worker is gone (`finished`: it completed its
+  // training).
+  void Leave(bool finished);
 
   uint64_t worker_id() const { return id_.load(); }
   int64_t batch() const { return batch_; }
+  // The samples the server assigned for the next mini-batch (empty when the server
+  // does not assign them: the worker picks its own).
+  const google::protobuf::RepeatedPtrField<v1::SampleSpan>& samples() const { return samples_; }
   uint64_t model_version() const { return version_; }
   uint64_t global_samples() const { return global_samples_; }
   v1::Mode mode() const { return mode_; }
@@ -99,6 +108,7 @@ class Session {
   std::atomic<uint64_t> id_{0};
   std::atomic<int64_t> lease_ms_{60000};
   int64_t batch_ = 0;
+  google::protobuf::RepeatedPtrField<v1::SampleSpan> samples_;
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;
   v1::Mode mode_ = v1::MODE_UNSPECIFIED;

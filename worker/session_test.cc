@@ -1,5 +1,6 @@
 #include "worker/session.h"
 
+#include <atomic>
 #include <deque>
 
 #include "catch2/catch.hpp"
@@ -15,7 +16,13 @@ class FakeServer : public PsClient {
                                         const std::vector<float>* initial) override {
     absl::MutexLock lock(&mu_);
     ++joins;
+    resume_ids.push_back(header.resume_worker_id());
     if (absl::Status s = Next(join_failures); !s.ok()) return s;
+    if (join_action == v1::ACTION_STOP) {
+      v1::JoinResponse stop;
+      stop.set_action(v1::ACTION_STOP);
+      return stop;
+    }
     if (!has_model) {
       if (initial == nullptr) return absl::FailedPreconditionError("the server has no model yet");
       has_model = true;
@@ -28,6 +35,8 @@ class FakeServer : public PsClient {
     r.set_batch_size(16);
     r.set_global_samples(global_samples);
     r.set_model_version(version);
+    v1::SampleSpan* span = r.add_samples();
+    for (uint64_t i = 0; i < 16; ++i) span->add_ids(100 + i);
     return r;
   }
   absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, std::vector<float>* weights) override {
@@ -47,6 +56,9 @@ class FakeServer : public PsClient {
     r.set_action(next_action);
     r.set_next_batch_size(24);
     r.set_global_samples(global_samples += h.batch_size());
+    v1::SampleSpan* span = r.add_samples();
+    span->set_epoch(1);
+    for (uint64_t i = 0; i < 24; ++i) span->add_ids(i);
     ++version;
     return r;
   }
@@ -57,9 +69,10 @@ class FakeServer : public PsClient {
     r.set_action(id == last_id ? heartbeat_action : v1::ACTION_REJOIN);
     return r;
   }
-  absl::Status Leave(uint64_t) override {
+  absl::Status Leave(uint64_t, bool finished) override {
     absl::MutexLock lock(&mu_);
     ++leaves;
+    finished_leaves += finished;
     return absl::OkStatus();
   }
 
@@ -67,7 +80,9 @@ class FakeServer : public PsClient {
   bool has_model = false;
   std::vector<float> model;
   uint64_t last_id = 0, version = 0, global_samples = 0;
-  int joins = 0, joins_with_parameters = 0, pushes = 0, heartbeats = 0, leaves = 0;
+  int joins = 0, joins_with_parameters = 0, pushes = 0, heartbeats = 0, leaves = 0, finished_leaves = 0;
+  std::vector<uint64_t> resume_ids;
+  v1::Action join_action = v1::ACTION_CONTINUE;
   v1::Action next_action = v1::ACTION_PULL;
   v1::Action heartbeat_action = v1::ACTION_CONTINUE;
   std::deque<absl::Status> join_failures, pull_failures, push_failures;
@@ -180,16 +195,46 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(clock.Now() == t0);  // no backoff for a server that answers
   REQUIRE(s.worker_id() == 100);
   REQUIRE(s.Pull(&w).ok());
+  REQUIRE(s.samples().size() == 1);
+  REQUIRE(s.samples().Get(0).ids_size() == 16);
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kReplied);
   REQUIRE(s.batch() == 24);
+  REQUIRE(s.samples().Get(0).epoch() == 1);  // the reply's assignment replaces the join's
+  REQUIRE(s.samples().Get(0).ids_size() == 24);
   server.next_action = v1::ACTION_REJOIN;
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
+  REQUIRE(server.resume_ids.back() == 100);  // the rejoin names the session it replaces
   server.next_action = v1::ACTION_STOP;
   REQUIRE(s.Pull(&w).ok());
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kStop);
   REQUIRE(s.stop_requested());
-  s.Leave();
+  s.Leave(/*finished=*/false);
   REQUIRE(server.leaves == 1);
+  REQUIRE(server.finished_leaves == 0);
+}
+
+TEST_CASE("a server shutting down answers a join with stop; an interrupt ends the wait for a server",
+          "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  server.join_action = v1::ACTION_STOP;
+  Session stopped(&server, Layout(), Options(&clock, &log));
+  REQUIRE(stopped.Join(kMine).ok());
+  REQUIRE(stopped.stop_requested());
+  std::vector<float> w;
+  v1::PushResponse reply;
+  REQUIRE(*stopped.Push({}, w, w, &reply) == PushOutcome::kStop);
+  REQUIRE(server.pushes == 0);
+
+  server.join_action = v1::ACTION_CONTINUE;
+  std::atomic<bool> interrupted{false};
+  SessionOptions o = Options(&clock, &log);
+  o.interrupted = &interrupted;
+  Session s(&server, Layout(), o);
+  server.join_failures = {absl::UnavailableError("down"), absl::UnavailableError("down")};
+  interrupted.store(true);
+  REQUIRE(absl::IsCancelled(s.Join(kMine)));
 }
 
 TEST_CASE("errors that are not faults are returned as they are", "[session]") {
