@@ -1,6 +1,7 @@
 // omnilearn_server: the OmniLearn parameter-server daemon.
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdio>
@@ -11,6 +12,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/flag_checks.h"
 #include "common/grpc_security.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
@@ -30,18 +33,39 @@ ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after th
 ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
 ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
 ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
+ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
-ABSL_FLAG(double, momentum, 0.9, "SGD momentum");
-ABSL_FLAG(double, weight_decay, 1e-4, "L2 weight decay");
-ABSL_FLAG(uint64_t, lr_decay_steps, 0, "multiply lr by --lr_decay every this many versions (0 = constant)");
-ABSL_FLAG(double, lr_decay, 0.1, "step decay factor");
+ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
+ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");
+ABSL_FLAG(double, beta1, 0.9, "adam, adamw: first-moment decay");
+ABSL_FLAG(double, beta2, 0.999, "adam, adamw: second-moment decay");
+ABSL_FLAG(double, eps, 1e-8, "adam, adamw: denominator epsilon");
+ABSL_FLAG(std::string, lr_schedule, "",
+          "constant | step (x --lr_decay every --lr_decay_steps versions) | cosine (to --lr_min over "
+          "--cosine_steps); default: step when --lr_decay_steps > 0, else constant");
+ABSL_FLAG(uint64_t, warmup_steps, 0, "versions of linear learning-rate warm-up before the schedule (0 = none)");
+ABSL_FLAG(uint64_t, lr_decay_steps, 0, "step schedule: versions between decays");
+ABSL_FLAG(double, lr_decay, 0.1, "step schedule: decay factor");
+ABSL_FLAG(uint64_t, cosine_steps, 0, "cosine schedule: versions from --lr to --lr_min (after warm-up)");
+ABSL_FLAG(double, lr_min, 0, "cosine schedule: the final learning rate");
+ABSL_FLAG(double, clip_grad_norm, 0, "clip the global gradient norm of each step to this (0 = off)");
+ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
 ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
 ABSL_FLAG(double, round_timeout, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
 ABSL_FLAG(double, lease, 60, "seconds without a call after which a worker is gone");
 ABSL_FLAG(std::string, summary_json, "", "write a JSON summary here on exit");
-ABSL_FLAG(bool, quiet, false, "no line per controller adjustment");
+ABSL_FLAG(bool, quiet, false, "no line per changed batch plan, no progress lines");
+ABSL_FLAG(double, progress_every_s, 10, "seconds between progress lines (epoch, samples/s, loss, accuracy); 0 = none");
+ABSL_FLAG(bool, exit_when_done, false,
+          "exit 0 once the job is finished (every worker left, one at least having completed its epochs), after "
+          "the checkpoint, export and summary: for Kubernetes Jobs, Slurm and scripts");
+ABSL_FLAG(bool, reset_when_done, false,
+          "once the job is finished, the next worker to join starts a new job on this daemon (a new model allowed) "
+          "instead of being refused");
+ABSL_FLAG(double, shutdown_grace_s, 10,
+          "on SIGTERM/SIGINT: seconds to keep answering so every worker is told to stop (and exits 0)");
 ABSL_FLAG(int, metrics_port, 9400, "Prometheus /metrics port (0 = off)");
 ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint listens on");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls_key: TLS on)");
@@ -60,6 +84,40 @@ ABSL_FLAG(std::string, export, "",
 namespace omnilearn {
 namespace server {
 namespace {
+
+absl::Status CheckFlags() {
+  auto d = [](auto v) { return static_cast<double>(v); };
+  return CheckFlagRanges({
+      {"port", d(absl::GetFlag(FLAGS_port)), 0, 65535},
+      {"staleness_bound", d(absl::GetFlag(FLAGS_staleness_bound)), 0, 1e6},
+      {"num_workers", d(absl::GetFlag(FLAGS_num_workers)), 1, 100000},
+      {"start_timeout_s", d(absl::GetFlag(FLAGS_start_timeout_s)), 1, 7 * 86400},
+      {"global_batch", d(absl::GetFlag(FLAGS_global_batch)), 1, 1 << 24},
+      {"min_batch", d(absl::GetFlag(FLAGS_min_batch)), 1, 1 << 24},
+      {"max_batch", d(absl::GetFlag(FLAGS_max_batch)), 0, 1 << 24},
+      {"lr", absl::GetFlag(FLAGS_lr), 1e-12, 100},
+      {"momentum", absl::GetFlag(FLAGS_momentum), 0, 0.999999},
+      {"weight_decay", absl::GetFlag(FLAGS_weight_decay), 0, 10},
+      {"beta1", absl::GetFlag(FLAGS_beta1), 0, 0.999999999},
+      {"beta2", absl::GetFlag(FLAGS_beta2), 0, 0.999999999},
+      {"eps", absl::GetFlag(FLAGS_eps), 1e-15, 1},
+      {"warmup_steps", d(absl::GetFlag(FLAGS_warmup_steps)), 0, 1e12},
+      {"lr_decay_steps", d(absl::GetFlag(FLAGS_lr_decay_steps)), 0, 1e12},
+      {"lr_decay", absl::GetFlag(FLAGS_lr_decay), 1e-9, 1},
+      {"cosine_steps", d(absl::GetFlag(FLAGS_cosine_steps)), 0, 1e12},
+      {"lr_min", absl::GetFlag(FLAGS_lr_min), 0, absl::GetFlag(FLAGS_lr)},
+      {"clip_grad_norm", absl::GetFlag(FLAGS_clip_grad_norm), 0, 1e9},
+      {"adjust_every", d(absl::GetFlag(FLAGS_adjust_every)), 1, 1e6},
+      {"deadband", absl::GetFlag(FLAGS_deadband), 0, 10},
+      {"round_timeout", absl::GetFlag(FLAGS_round_timeout), 0.001, 86400},
+      {"lease", absl::GetFlag(FLAGS_lease), 0.01, 86400},
+      {"metrics_port", d(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
+      {"checkpoint_every_s", absl::GetFlag(FLAGS_checkpoint_every_s), 0.01, 30 * 86400},
+      {"checkpoint_keep", d(absl::GetFlag(FLAGS_checkpoint_keep)), 1, 1000},
+      {"progress_every_s", absl::GetFlag(FLAGS_progress_every_s), 0, 86400},
+      {"shutdown_grace_s", absl::GetFlag(FLAGS_shutdown_grace_s), 0, 3600},
+  });
+}
 
 // Prints what a checkpoint attempt did; false on an error (the server goes on: the
 // previous checkpoints are intact).
@@ -83,9 +141,6 @@ absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpo
   if (path.empty()) {
     if (absl::GetFlag(FLAGS_fresh)) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
     return absl::OkStatus();
-  }
-  if (!(absl::GetFlag(FLAGS_checkpoint_every_s) > 0) || absl::GetFlag(FLAGS_checkpoint_keep) < 1) {
-    return absl::InvalidArgumentError("--checkpoint_every_s must be > 0 and --checkpoint_keep >= 1");
   }
   CheckpointDir dir(path, absl::GetFlag(FLAGS_checkpoint_keep));
   if (absl::Status s = dir.Prepare(); !s.ok()) return s;
@@ -126,14 +181,23 @@ int Run() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  if (absl::Status s = CheckFlags(); !s.ok()) return fail(s, 2);
   ServerOptions o;
   auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return fail(mode.status(), 2);
   auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
-  if (!mode.ok() || !policy.ok()) {
-    std::fprintf(stderr, "omnilearn_server: %s\n",
-                 std::string((!mode.ok() ? mode.status() : policy.status()).message()).c_str());
-    return 2;
-  }
+  if (!policy.ok()) return fail(policy.status(), 2);
+  auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
+  if (!optimizer.ok()) return fail(optimizer.status(), 2);
+  const std::string schedule_name = absl::GetFlag(FLAGS_lr_schedule).empty()
+                                        ? (absl::GetFlag(FLAGS_lr_decay_steps) > 0 ? "step" : "constant")
+                                        : absl::GetFlag(FLAGS_lr_schedule);
+  auto schedule = ParseLrSchedule(schedule_name);
+  if (!schedule.ok()) return fail(schedule.status(), 2);
   o.mode = *mode;
   o.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
@@ -146,14 +210,25 @@ int Run() {
   o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
   o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.controller.deadband = absl::GetFlag(FLAGS_deadband);
+  o.optimizer.kind = *optimizer;
   o.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
   o.optimizer.momentum = absl::GetFlag(FLAGS_momentum);
   o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
+  o.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
+  o.optimizer.eps = absl::GetFlag(FLAGS_eps);
+  o.optimizer.schedule = *schedule;
+  o.optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.optimizer.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   o.optimizer.lr_decay = absl::GetFlag(FLAGS_lr_decay);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
-    return code;
+  o.optimizer.cosine_steps = absl::GetFlag(FLAGS_cosine_steps);
+  o.optimizer.lr_min = absl::GetFlag(FLAGS_lr_min);
+  o.optimizer.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
+  o.data_seed = absl::GetFlag(FLAGS_data_seed);
+  o.reset_when_done = absl::GetFlag(FLAGS_reset_when_done);
+  o.log = [](const std::string& line) {
+    std::printf("omnilearn_server: %s\n", line.c_str());
+    std::fflush(stdout);
   };
   auto core = ParameterServerCore::Create(o);
   if (!core.ok()) return fail(core.status(), 2);
@@ -212,24 +287,55 @@ int Run() {
 
   std::atomic<bool> stopping{false};
   std::thread monitor([&] {
-    uint64_t shown = 0;
+    uint64_t shown_changes = 0;
+    const absl::Duration progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
+    absl::Time last_progress = absl::Now();
+    uint64_t last_samples = 0, last_job = 1;
     while (!stopping.load()) {
       absl::SleepFor(absl::Milliseconds(200));
       if (checkpointer) ReportCheckpoint(checkpointer->MaybeCheckpoint());
       const ServerSnapshot s = (*core)->Snapshot();
-      if (!absl::GetFlag(FLAGS_quiet) && s.adjustments != shown) {
-        shown = s.adjustments;
+      if (s.job != last_job) last_job = s.job, last_samples = 0, shown_changes = 0;
+      if (absl::GetFlag(FLAGS_quiet)) continue;
+      if (s.plan_changes != shown_changes) {  // a line only when the batch plan changed
+        shown_changes = s.plan_changes;
         std::printf("%s\n", AdjustmentLine(s).c_str());
         std::fflush(stdout);
+      }
+      const absl::Time now = absl::Now();
+      if (progress_every > absl::ZeroDuration() && now - last_progress >= progress_every && s.version > 0 &&
+          !s.job_finished) {
+        std::printf("%s\n", ProgressLine(s, s.global_samples - last_samples, now - last_progress).c_str());
+        std::fflush(stdout);
+        last_progress = now;
+        last_samples = s.global_samples;
       }
     }
   });
 
+  // Until a signal, or (--exit_when_done) the end of the job.
   int sig = 0;
-  sigwait(&signals, &sig);
-  std::printf("omnilearn_server: signal %d, shutting down\n", sig);
+  const timespec tick = {0, 200 * 1000 * 1000};
+  while (true) {
+    sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig > 0) {
+      std::printf("omnilearn_server: signal %d: shutting down; telling the workers to stop\n", sig);
+      break;
+    }
+    if (absl::GetFlag(FLAGS_exit_when_done) && (*core)->Snapshot().job_finished) {
+      std::printf("omnilearn_server: the job is finished: exiting (--exit_when_done)\n");
+      break;
+    }
+  }
+  std::fflush(stdout);
   (*core)->Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // Every later call is answered "stop"; keep answering until each live worker heard it.
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {
+    std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
+                absl::ToDoubleSeconds(grace));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping.store(true);
   monitor.join();
   int rc = 0;
@@ -268,7 +374,12 @@ int Run() {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("OmniLearn parameter server: balances mini-batches across heterogeneous workers.");
+  omnilearn::ShowOwnFlagsInHelp("server/main.cc");
+  absl::SetProgramUsageMessage(
+      "OmniLearn parameter server: holds the model, assigns every worker its samples and a mini-batch\n"
+      "proportional to its speed, applies gradients (sync, async or ssp).\n"
+      "  omnilearn_server --num_workers=N [--mode=sync|async|ssp] [--port=50051] [--checkpoint_dir=D] "
+      "[--exit_when_done]");
   absl::ParseCommandLine(argc, argv);
   return omnilearn::server::Run();
 }

@@ -761,6 +761,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.global_batch = options_.controller.global_batch;
   s.rounds = rounds_;
   s.adjustments = controller_.plan().adjustment;
+  s.plan_changes = controller_.plan().changes;
+  s.predicted_spread = controller_.plan().predicted_spread;
   s.global_samples = global_samples_;
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.dataset_size = sampler_.dataset_size();

@@ -145,6 +145,8 @@ struct ServerSnapshot {
   int64_t global_batch = 0;
   uint64_t rounds = 0;
   uint64_t adjustments = 0;
+  uint64_t plan_changes = 0;     // adjustments that changed a batch (and membership re-plans)
+  double predicted_spread = 1;   // of the plan in force, by the controller's time model
   uint64_t global_samples = 0;
   uint64_t parameter_count = 0;
   uint64_t dataset_size = 0;

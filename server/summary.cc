@@ -46,7 +46,8 @@ std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
 }
 
 std::string AdjustmentLine(const ServerSnapshot& s) {
-  std::string out = absl::StrFormat("adj %3d v=%-6d", s.adjustments, s.version);
+  std::string out = absl::StrFormat("plan %d (adj %d) v=%-6d spread %.2f", s.plan_changes, s.adjustments, s.version,
+                                    s.predicted_spread);
   for (const WorkerSnapshot& w : s.workers) {
     if (w.state == WorkerState::kLeft) continue;
     absl::StrAppend(&out, absl::StrFormat(" | %s b=%d t=%.1fms%s", w.name, w.batch, 1000 * w.last_compute_seconds,
@@ -54,6 +55,25 @@ std::string AdjustmentLine(const ServerSnapshot& s) {
   }
   absl::StrAppend(&out, absl::StrFormat(" | loss %.3f", s.last_train_loss));
   if (s.test_accuracy) absl::StrAppend(&out, absl::StrFormat(" acc %.2f%%", 100 * *s.test_accuracy));
+  return out;
+}
+
+std::string ProgressLine(const ServerSnapshot& s, uint64_t samples, absl::Duration elapsed) {
+  std::string out = "progress:";
+  if (s.dataset_size > 0) {
+    absl::StrAppend(&out, absl::StrFormat(" epoch %.2f |", static_cast<double>(s.global_samples) / s.dataset_size));
+  } else {
+    absl::StrAppend(&out, absl::StrFormat(" %d samples |", s.global_samples));
+  }
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  absl::StrAppend(&out, absl::StrFormat(" %.0f samples/s | v=%d | loss %.3f", seconds > 0 ? samples / seconds : 0.0,
+                                        s.version, s.last_train_loss));
+  if (s.test_accuracy) {
+    absl::StrAppend(&out, absl::StrFormat(" | acc %.2f%% (v=%d)", 100 * *s.test_accuracy, s.test_accuracy_version));
+  }
+  int live = 0;
+  for (const WorkerSnapshot& w : s.workers) live += w.state == WorkerState::kActive || w.state == WorkerState::kPending;
+  absl::StrAppend(&out, absl::StrFormat(" | %d live workers", live));
   return out;
 }
 

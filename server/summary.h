@@ -2,7 +2,10 @@
 #ifndef OMNILEARN_SERVER_SUMMARY_H_
 #define OMNILEARN_SERVER_SUMMARY_H_
 
+#include <cstdint>
 #include <string>
+
+#include "absl/time/time.h"
 
 #include "server/parameter_server_core.h"
 
@@ -13,8 +16,13 @@ namespace server {
 // batch, mean compute time, iterations and samples; the last test accuracy.
 std::string SummaryJson(const ServerSnapshot& s, double wall_seconds);
 
-// One line per controller adjustment: "adj 3 v=120 | w0 b=64 t=31.2ms | ...".
+// One line per changed batch plan: "plan 3 (adj 12) v=120 spread 1.04 | w0 b=64 t=31.2ms | ...";
+// the spread is the plan's predicted max/min iteration time.
 std::string AdjustmentLine(const ServerSnapshot& s);
+
+// The periodic progress line: "progress: epoch 1.23 | 1234 samples/s | v=456 | loss 0.412 |
+// acc 86.10% (v=400) | 4 live workers". `samples` were trained during `elapsed`.
+std::string ProgressLine(const ServerSnapshot& s, uint64_t samples, absl::Duration elapsed);
 
 }  // namespace server
 }  // namespace omnilearn

@@ -1,21 +1,30 @@
 // omnilearn_worker: trains a LibTorch model on CPU or CUDA against an OmniLearn server.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/flag_checks.h"
 #include "common/grpc_security.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
+#include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
-ABSL_FLAG(std::string, name, "worker", "this worker's unique name");
+ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default: <hostname>-<pid>)");
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
 ABSL_FLAG(std::string, device, "auto", "cpu | cuda | auto");
-ABSL_FLAG(std::string, model, "cnn", "mlp | cnn");
+ABSL_FLAG(std::string, model, "cnn", "mlp | cnn | cnn_bn (the CNN with BatchNorm)");
 ABSL_FLAG(std::string, model_file, "", "TorchScript module ([B,1,28,28] -> [B,10] logits) instead of --model");
 ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic");
 ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
@@ -23,7 +32,8 @@ ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads on CPU");
 ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F times the real compute time");
 ABSL_FLAG(double, epochs, 1.0, "stop after this many epochs of all workers together (0 = use --max_iterations)");
 ABSL_FLAG(int64_t, max_iterations, 0, "stop after this many iterations of this worker (0 = no limit)");
-ABSL_FLAG(uint64_t, seed, 1, "model initialization and data order");
+ABSL_FLAG(uint64_t, seed, 1,
+          "model initialization (the first worker's is the job's); the data order is the server's (--data_seed)");
 ABSL_FLAG(bool, evaluate, false, "evaluate test accuracy at epoch ends and report it");
 ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none)");
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
@@ -35,6 +45,7 @@ ABSL_FLAG(bool, evaluate_only, false, "with --init_from: measure test accuracy, 
 ABSL_FLAG(std::string, save_model, "",
           "with --model_file: write the trained TorchScript module here at the end (for torch.jit.load)");
 ABSL_FLAG(int, log_every, 50, "iterations between progress lines (0 = none)");
+ABSL_FLAG(std::string, log_samples, "", "test aid: write 'epoch id' for every sample this worker trained to this file");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics port for this worker's series (0 = off)");
 ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint listens on");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the server's certificate (TLS on)");
@@ -50,13 +61,44 @@ int Fail(const std::string& name, const absl::Status& s) {
   return 1;
 }
 
+std::string DefaultName() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid());
+}
+
+absl::Status CheckFlags() {
+  return omnilearn::CheckFlagRanges({
+      {"threads", static_cast<double>(absl::GetFlag(FLAGS_threads)), 1, 1024},
+      {"slowdown", absl::GetFlag(FLAGS_slowdown), 1, 1000},
+      {"epochs", absl::GetFlag(FLAGS_epochs), 0, 1e6},
+      {"max_iterations", static_cast<double>(absl::GetFlag(FLAGS_max_iterations)), 0, 1e12},
+      {"max_batch", static_cast<double>(absl::GetFlag(FLAGS_max_batch)), 0, 1 << 24},
+      {"rpc_timeout", absl::GetFlag(FLAGS_rpc_timeout), 0.001, 86400},
+      {"reconnect_timeout", absl::GetFlag(FLAGS_reconnect_timeout), 0, 7 * 86400},
+      {"log_every", static_cast<double>(absl::GetFlag(FLAGS_log_every)), 0, 1e9},
+      {"metrics_port", static_cast<double>(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("OmniLearn worker: trains with the mini-batch size the server assigns.");
+  // SIGINT / SIGTERM are taken by a thread (below) so the worker leaves the job before
+  // it exits. Blocked first, before any thread exists: threads inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  omnilearn::ShowOwnFlagsInHelp("worker/main.cc");
+  absl::SetProgramUsageMessage(
+      "OmniLearn worker: trains the samples and mini-batch sizes the server assigns.\n"
+      "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|auto] [--model=cnn] [--epochs=E]");
   absl::ParseCommandLine(argc, argv);
   omnilearn::worker::TrainerOptions o;
-  o.name = absl::GetFlag(FLAGS_name);
+  o.name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
+  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(o.name, s);
   o.host = absl::GetFlag(FLAGS_host);
   o.device = absl::GetFlag(FLAGS_device);
   o.model = absl::GetFlag(FLAGS_model);
@@ -73,9 +115,7 @@ int main(int argc, char** argv) {
   o.log_every = absl::GetFlag(FLAGS_log_every);
   o.init_from = absl::GetFlag(FLAGS_init_from);
   o.save_model = absl::GetFlag(FLAGS_save_model);
-  if (!(absl::GetFlag(FLAGS_reconnect_timeout) >= 0)) {
-    return Fail(o.name, absl::InvalidArgumentError("--reconnect_timeout must be >= 0 seconds"));
-  }
+  o.log_samples = absl::GetFlag(FLAGS_log_samples);
   o.reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
   if (!o.save_model.empty() && o.model_file.empty()) {
     return Fail(o.name, absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)"));
@@ -110,7 +150,32 @@ int main(int argc, char** argv) {
     exposer = std::move(*e);
     o.registry = &registry;
   }
+  std::atomic<bool> interrupted{false};
+  std::atomic<int> signal_number{0};
+  std::atomic<bool> done{false};
+  o.interrupted = &interrupted;
+  std::thread([&, name = o.name] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    signal_number.store(sig);
+    interrupted.store(true);
+    std::fprintf(stderr, "[%s] signal %d: leaving the job after the current step\n", name.c_str(), sig);
+    // A worker blocked in a call (a barrier the others never reach) cannot leave in
+    // time: give it a bounded while, then go without it.
+    for (int i = 0; i < 100 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done.load()) {
+      std::fprintf(stderr, "[%s] still blocked after 10 s: exiting without leaving\n", name.c_str());
+      std::fflush(stderr);
+      _exit(128 + sig);
+    }
+  }).detach();
   auto result = omnilearn::worker::Train(o, **client);
+  done.store(true);
+  if (interrupted.load()) {
+    std::fprintf(stderr, "[%s] interrupted: %s\n", o.name.c_str(),
+                 result.ok() ? "stopped" : std::string(result.status().message()).c_str());
+    return 128 + signal_number.load();
+  }
   if (!result.ok()) return Fail(o.name, result.status());
   std::printf("[%s] done: %ld iterations, last loss %.4f", o.name.c_str(), result->iterations, result->last_loss);
   if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);

@@ -3,6 +3,7 @@
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace omnilearn {
 namespace worker {
@@ -46,6 +47,35 @@ struct CnnImpl : torch::nn::Module {
 };
 TORCH_MODULE(Cnn);
 
+// The CNN with BatchNorm after each convolution: buffers (running statistics) that must
+// travel with the weights for the model to evaluate correctly.
+struct CnnBnImpl : torch::nn::Module {
+  CnnBnImpl()
+      : conv1(torch::nn::Conv2dOptions(1, 8, 5).padding(2).bias(false)),
+        bn1(8),
+        conv2(torch::nn::Conv2dOptions(8, 16, 5).padding(2).bias(false)),
+        bn2(16),
+        fc1(16 * 7 * 7, 64),
+        fc2(64, 10) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    register_module("fc1", fc1);
+    register_module("fc2", fc2);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(bn1(conv1(x))), 2);
+    x = torch::max_pool2d(torch::relu(bn2(conv2(x))), 2);
+    x = torch::relu(fc1(x.flatten(1)));
+    return fc2(x);
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::BatchNorm2d bn1, bn2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(CnnBn);
+
 template <typename Holder>
 class NativeModel : public Model {
  public:
@@ -54,6 +84,11 @@ class NativeModel : public Model {
   std::vector<std::pair<std::string, torch::Tensor>> Parameters() override {
     std::vector<std::pair<std::string, torch::Tensor>> out;
     for (const auto& item : module_->named_parameters()) out.emplace_back(item.key(), item.value());
+    return out;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> Buffers() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_->named_buffers()) out.emplace_back(item.key(), item.value());
     return out;
   }
   void SetTraining(bool on) override { module_->train(on); }
@@ -78,6 +113,11 @@ class ScriptedModel : public Model {
     }
     return out;
   }
+  std::vector<std::pair<std::string, torch::Tensor>> Buffers() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_.named_buffers(/*recurse=*/true)) out.emplace_back(item.name, item.value);
+    return out;
+  }
   void SetTraining(bool on) override { on ? module_.train() : module_.eval(); }
   void To(const torch::Device& device) override { module_.to(device); }
   absl::Status Save(const std::string& path) override {
@@ -99,7 +139,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64
   torch::manual_seed(seed);
   if (name == "mlp") return std::unique_ptr<Model>(new NativeModel<Mlp>());
   if (name == "cnn") return std::unique_ptr<Model>(new NativeModel<Cnn>());
-  return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (want mlp or cnn)"));
+  if (name == "cnn_bn") return std::unique_ptr<Model>(new NativeModel<CnnBn>());
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (want ", absl::StrJoin(kModelNames, ", "),
+                                                 ", or --model_file)"));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path) {

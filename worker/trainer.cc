@@ -42,62 +42,69 @@ bool IsOutOfMemory(const c10::Error& e) {
   return absl::StrContains(e.what_without_backtrace(), "out of memory");
 }
 
-// The model's parameters as a flat float vector in layout order (and back).
-class FlatParameters {
+// The model as one flat float vector in layout order: its parameters, then its buffers
+// (BatchNorm statistics, sent where a parameter sends its gradient). And back.
+class FlatModel {
  public:
-  explicit FlatParameters(Model* model) {
-    for (auto& [name, t] : model->Parameters()) {
-      std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
-      specs_.push_back(TensorSpec{name, shape});
-      params_.push_back(t);
-    }
+  explicit FlatModel(Model* model) {
+    for (auto& [name, t] : model->Parameters()) Add(name, t, /*buffer=*/false);
+    for (auto& [name, t] : model->Buffers()) Add(name, t, /*buffer=*/true);
   }
   absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
 
   std::vector<float> Values() const {
-    return Flatten([](const torch::Tensor& p) { return p.detach(); });
+    return Flatten([](const torch::Tensor& t, bool) { return t.detach(); });
   }
 
-  // Gradients, each copied once straight into the push buffer (one device-to-host copy
-  // per tensor on CUDA, no staging tensor).
-  std::vector<float> Gradients() const {
-    return Flatten([](const torch::Tensor& p) { return p.grad().defined() ? p.grad() : torch::zeros_like(p); });
+  // The parameters' gradients and the buffers' values, each copied once straight into
+  // the push buffer (one device-to-host copy per tensor on CUDA, no staging tensor).
+  std::vector<float> Update() const {
+    return Flatten([](const torch::Tensor& t, bool buffer) {
+      if (buffer) return t.detach();
+      return t.grad().defined() ? t.grad() : torch::zeros_like(t);
+    });
   }
 
   void Load(const std::vector<float>& flat) {
     torch::NoGradGuard no_grad;
     int64_t off = 0;
-    for (torch::Tensor& p : params_) {
-      const int64_t n = p.numel();
-      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data()) + off, p.sizes(), torch::kFloat32);
-      p.copy_(src, /*non_blocking=*/false);
-      off += n;
+    for (torch::Tensor& t : tensors_) {
+      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data()) + off, t.sizes(), torch::kFloat32);
+      // Integer buffers (num_batches_tracked) arrive as averages: round, do not truncate.
+      t.copy_(t.is_floating_point() ? src : src.round(), /*non_blocking=*/false);
+      off += t.numel();
     }
   }
 
   void ZeroGrad() {
-    for (torch::Tensor& p : params_) {
-      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    for (torch::Tensor& t : tensors_) {
+      if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
     }
   }
 
  private:
+  void Add(const std::string& name, const torch::Tensor& t, bool buffer) {
+    specs_.push_back(TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer});
+    tensors_.push_back(t);
+  }
+
   template <typename Pick>
   std::vector<float> Flatten(Pick pick) const {
     torch::NoGradGuard no_grad;
     int64_t total = 0;
-    for (const torch::Tensor& p : params_) total += p.numel();
+    for (const torch::Tensor& t : tensors_) total += t.numel();
     std::vector<float> out(total);
     int64_t off = 0;
-    for (const torch::Tensor& p : params_) {
-      torch::from_blob(out.data() + off, p.sizes(), torch::kFloat32).copy_(pick(p));
-      off += p.numel();
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      const torch::Tensor& t = tensors_[i];
+      torch::from_blob(out.data() + off, t.sizes(), torch::kFloat32).copy_(pick(t, specs_[i].buffer));
+      off += t.numel();
     }
     return out;
   }
 
   std::vector<TensorSpec> specs_;
-  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> tensors_;
 };
 
 double Evaluate(Model* model, const Dataset& test, const torch::Device& device) {
@@ -221,7 +228,7 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
     if (absl::Status s = LoadData(o, /*need_train=*/false, /*need_test=*/true, &train, &test); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(o, *device);
     if (!model.ok()) return model.status();
-    FlatParameters params(model->get());
+    FlatModel params(model->get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
     std::vector<float> weights;
@@ -254,7 +261,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, *device);
     if (!made.ok()) return made.status();
     std::unique_ptr<Model> model = std::move(*made);
-    FlatParameters params(model.get());
+    FlatModel params(model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
 
@@ -270,14 +277,25 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     so.header.set_host(o.host.empty() ? Hostname() : o.host);
     so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
     so.header.set_max_batch_size(o.max_batch);
+    so.header.set_dataset_size(static_cast<uint64_t>(train.size()));  // the server assigns the samples
     *so.header.mutable_layout() = LayoutToProto(*layout);
     so.reconnect_timeout = o.reconnect_timeout;
     so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
+    so.interrupted = o.interrupted;
     Session session(&client, *layout, so);
+    std::printf("[%s] joining the server (the first round waits until the server's --num_workers have joined)\n",
+                o.name.c_str());
+    std::fflush(stdout);
     if (absl::Status s = session.Join(weights); !s.ok()) return s;
-    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu\n", o.name.c_str(),
+    TrainerResult result;
+    if (session.stop_requested()) {
+      std::printf("[%s] the server is shutting down: nothing to train\n", o.name.c_str());
+      result.stopped_by_server = true;
+      return result;
+    }
+    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
                 session.worker_id(), cuda ? "cuda" : "cpu", session.batch(), v1::Mode_Name(session.mode()).c_str(),
-                session.global_samples());
+                session.global_samples(), session.samples().empty() ? " (own data order: the server assigns none)" : "");
     std::fflush(stdout);
 
     auto pull = [&]() -> absl::Status {
@@ -288,25 +306,50 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     };
     if (absl::Status s = pull(); !s.ok()) return s;
 
+    // A server that assigns no samples (an older one): this worker's own shuffled order.
     torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + 17);
     torch::Tensor order = torch::randperm(train.size(), gen);
     int64_t cursor = 0;
     const double total_samples = o.epochs * train.size();
     uint64_t samples_seen = 0;
     int64_t last_epoch_evaluated = static_cast<int64_t>(session.global_samples() / train.size());
-    TrainerResult result;
     std::optional<double> pending_accuracy;
     TrainerMetrics series(o.registry, o.name);
+    std::unique_ptr<FILE, int (*)(FILE*)> sample_log(nullptr, &std::fclose);
+    if (!o.log_samples.empty()) {
+      sample_log.reset(std::fopen(o.log_samples.c_str(), "w"));
+      if (!sample_log) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", o.log_samples));
+    }
+    bool finished = false;
 
     for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations;) {
-      const int64_t batch = session.batch();
-      // This worker's own shuffled order; a new permutation at its end.
-      if (cursor + batch > train.size()) {
-        order = torch::randperm(train.size(), gen);
-        cursor = 0;
+      if (o.interrupted != nullptr && o.interrupted->load()) {
+        session.Leave(/*finished=*/false);
+        return absl::CancelledError("interrupted: left the job");
       }
-      torch::Tensor idx = order.narrow(0, cursor, batch);
-      cursor += batch;
+      // The samples the server assigned, or the next ones of this worker's own order.
+      torch::Tensor idx;
+      const google::protobuf::RepeatedPtrField<v1::SampleSpan> spans = session.samples();
+      std::vector<int64_t> assigned;
+      for (const v1::SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids().begin(), span.ids().end());
+      int64_t batch = static_cast<int64_t>(assigned.size());
+      if (!assigned.empty()) {
+        for (int64_t id : assigned) {
+          if (id < 0 || id >= train.size()) {
+            return absl::InvalidArgumentError(absl::StrCat("the server assigned sample ", id, " of a data set of ",
+                                                           train.size()));
+          }
+        }
+        idx = torch::from_blob(assigned.data(), {batch}, torch::kInt64).clone();
+      } else {
+        batch = session.batch();
+        if (cursor + batch > train.size()) {
+          order = torch::randperm(train.size(), gen);
+          cursor = 0;
+        }
+        idx = order.narrow(0, cursor, batch);
+        cursor += batch;
+      }
       torch::Tensor x = train.images.index_select(0, idx);
       torch::Tensor y = train.labels.index_select(0, idx);
       if (cuda) {
@@ -333,7 +376,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         loss_value = loss.item<double>();
         push.set_compute_seconds(real * o.slowdown);
         push.set_train_loss(loss_value);
-        grad = params.Gradients();
+        grad = params.Update();
       } catch (const c10::Error& e) {
         if (!IsOutOfMemory(e)) throw;
         std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
@@ -349,10 +392,20 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       v1::PushResponse reply;
       absl::StatusOr<PushOutcome> outcome = session.Push(push, grad, weights, &reply);
       if (!outcome.ok()) return outcome.status();
-      if (*outcome == PushOutcome::kStop) break;
+      if (*outcome == PushOutcome::kStop) {
+        std::printf("[%s] the server stopped the job\n", o.name.c_str());
+        result.stopped_by_server = true;
+        break;
+      }
       if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
         if (absl::Status s = pull(); !s.ok()) return s;
         continue;
+      }
+      if (sample_log && reply.applied()) {  // test aid: the samples this worker's applied pushes trained
+        for (const v1::SampleSpan& span : spans) {
+          for (uint64_t id : span.ids()) std::fprintf(sample_log.get(), "%lu %lu\n", span.epoch(), id);
+        }
+        std::fflush(sample_log.get());
       }
       if (!push.out_of_memory()) samples_seen += batch;
       pending_accuracy.reset();
@@ -369,7 +422,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
 
       const double global = static_cast<double>(reply.global_samples());
       const int64_t epoch = static_cast<int64_t>(global / train.size());
-      const bool finished = o.epochs > 0 && global >= total_samples;
+      finished = (o.epochs > 0 && global >= total_samples) || (o.max_iterations > 0 && it >= o.max_iterations);
       if (o.evaluate && (finished || epoch > last_epoch_evaluated)) {
         last_epoch_evaluated = epoch;
         result.test_accuracy = Evaluate(model.get(), test, *device);
@@ -398,7 +451,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       if (absl::Status s = model->Save(o.save_model); !s.ok()) return s;
       std::printf("[%s] saved the trained TorchScript module to %s\n", o.name.c_str(), o.save_model.c_str());
     }
-    session.Leave();
+    session.Leave(finished);
     return result;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));

@@ -3,6 +3,7 @@
 #ifndef OMNILEARN_WORKER_TRAINER_H_
 #define OMNILEARN_WORKER_TRAINER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -15,10 +16,10 @@ namespace omnilearn {
 namespace worker {
 
 struct TrainerOptions {
-  std::string name = "worker";        // unique per worker
+  std::string name;                   // unique per worker (main defaults it to host-pid)
   std::string host;                   // reported to the server; default: hostname
   std::string device = "auto";        // cpu | cuda | auto (CUDA when LibTorch has it and a GPU is there)
-  std::string model = "cnn";          // mlp | cnn (ignored with model_file)
+  std::string model = "cnn";          // mlp | cnn | cnn_bn (ignored with model_file)
   std::string model_file;             // TorchScript module, [B,1,28,28] -> [B,10]
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
   std::string data_dir;               // default: Debian's /usr/share/datasets/fashion-mnist
@@ -35,6 +36,10 @@ struct TrainerOptions {
   std::string save_model;             // with model_file: write the trained TorchScript module here
   absl::Duration reconnect_timeout = absl::Seconds(300);  // how long a server outage is ridden out
   int log_every = 50;                 // iterations between progress lines (0 = none)
+  // Test aid: write "epoch id" for every sample of every applied push to this file.
+  std::string log_samples;
+  // Set by a signal handler: the worker leaves the job and Train returns Cancelled.
+  const std::atomic<bool>* interrupted = nullptr;
   // Where to record the omnilearn_trainer_* series (step and communication times,
   // batch size, ...); null = none. Must outlive Train.
   metrics::Registry* registry = nullptr;
@@ -44,6 +49,7 @@ struct TrainerResult {
   int64_t iterations = 0;
   double last_loss = 0;
   double test_accuracy = -1;  // -1 when not evaluated
+  bool stopped_by_server = false;  // the server ended the job (shutting down)
 };
 
 // Loads the model (built-in or model_file) with init_from's weights and measures its
