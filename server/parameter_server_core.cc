@@ -288,7 +288,6 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   if (shutdown_ || me == workers_.end()) {
     JoinResult stop;
     stop.action = Action::kStop;
-    if (me != workers_.end()) me->second.told_stop = true;
     return stop;
   }
   JoinResult r;
@@ -345,12 +344,7 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   r.message = std::move(message);
   r.global_samples = global_samples_;
   auto it = workers_.find(id);
-  if (it == workers_.end()) return r;
-  if (shutdown_) {
-    it->second.told_stop = true;
-  } else if (assign && Live(it->second)) {
-    r.samples = Assign(it->second, r.next_batch);
-  }
+  if (!shutdown_ && assign && it != workers_.end() && Live(it->second)) r.samples = Assign(it->second, r.next_batch);
   return r;
 }
 
@@ -610,10 +604,7 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
 
 Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* batch) {
   absl::MutexLock lock(&mu_);
-  if (shutdown_) {
-    if (auto it = workers_.find(id); it != workers_.end()) it->second.told_stop = true;
-    return Action::kStop;
-  }
+  if (shutdown_) return Action::kStop;
   ExpireLeases(options_.clock->Now());
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.state == WorkerState::kLeft) return Action::kRejoin;
@@ -641,13 +632,8 @@ absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
 
 bool ParameterServerCore::AwaitWorkersStopped(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto all_told = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const auto& [id, w] : workers_) {
-      if (Live(w) && !w.told_stop) return false;
-    }
-    return true;
-  };
-  return options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_told), deadline);
+  auto all_gone = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return LiveCount() == 0; };
+  return options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_gone), deadline);
 }
 
 absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {

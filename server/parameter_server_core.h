@@ -197,8 +197,8 @@ class ParameterServerCore {
   // others, its unfinished samples back to the epoch. NotFound.
   absl::Status Leave(WorkerId id, bool finished = false);
 
-  // After Shutdown: waits until every live worker has been told to stop (by a reply or
-  // a heartbeat) or left, or the deadline. True when all were.
+  // After Shutdown: waits until every live worker has left (each is told to stop by its
+  // next reply or heartbeat, and leaves), or the deadline. True when all did.
   bool AwaitWorkersStopped(absl::Time deadline);
 
   ServerSnapshot Snapshot() const;
@@ -247,7 +247,6 @@ class ParameterServerCore {
     bool expired = false;    // its lease ran out
     bool uses_samples = false;  // joined with a data set size: trains what it is assigned
     SampleBatch assigned;       // samples assigned and not yet trained
-    bool told_stop = false;     // was answered kStop
   };
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
@@ -275,7 +274,7 @@ class ParameterServerCore {
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
-  // the worker gets its next samples (unless the server stops).
+  // the worker gets its next samples (unless the server stops: action kStop).
   PushResult Reply(WorkerId id, bool applied, std::string message, int64_t batch = -1, bool assign = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountPush(WorkerId id, const std::string& result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

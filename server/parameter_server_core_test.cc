@@ -409,7 +409,8 @@ TEST_CASE("the job finishes when every worker left and one finished; then joins 
   REQUIRE(next.batch == 8);
 }
 
-TEST_CASE("shutdown: joins and heartbeats are told to stop, and the server knows when all were", "[core][job]") {
+TEST_CASE("shutdown: joins, pushes and heartbeats are told to stop; the server waits for the workers to leave",
+          "[core][job]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   const JoinResult a = *core->Join(Info("a", true), Soon());
   const JoinResult b = *core->Join(Info("b", false), Soon());
@@ -420,6 +421,9 @@ TEST_CASE("shutdown: joins and heartbeats are told to stop, and the server knows
   int64_t batch = 0;
   REQUIRE(core->Heartbeat(a.id, &version, &batch) == Action::kStop);
   REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon())->action == Action::kStop);
+  REQUIRE(core->Leave(a.id).ok());
+  REQUIRE_FALSE(core->AwaitWorkersStopped(absl::Now()));  // b was told, has not left yet
+  REQUIRE(core->Leave(b.id).ok());
   REQUIRE(core->AwaitWorkersStopped(absl::Now()));
 }
 

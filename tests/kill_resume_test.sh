@@ -22,7 +22,7 @@ start_workers() {  # start_workers RUN
   for s in 1 1 2; do
     local eval=false
     [ $i -eq 0 ] && eval=true
-    start_worker "w$i" "$WORK/$run.w$i.log" --dataset=fashion-mnist --model=mlp --slowdown="$s" --seed=$((i + 1)) \
+    start_worker "w$i" "$WORK/$run.w$i.log" --dataset=fashion-mnist --model=mlp --slowdown="$s" \
       --epochs=$EPOCHS --evaluate=$eval --log_every=10 --reconnect_timeout=60
     i=$((i + 1))
   done
@@ -140,7 +140,7 @@ FLAGS=("${BASE_FLAGS[@]}")
 run_pair async
 
 # A worker frozen past its lease rejoins and finishes.
-start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease=2 --checkpoint_every_s=60
+start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease=2 --round_timeout=1 --checkpoint_every_s=60
 # --slowdown stretches each step to ~20 ms, so s0 is still pushing when s1 wakes up.
 start_worker s0 "$WORK/stop.s0.log" --max_iterations=800 --epochs=0 --slowdown=20
 start_worker s1 "$WORK/stop.s1.log" --max_iterations=150 --epochs=0 --slowdown=20

@@ -12,7 +12,7 @@ start_server metrics --mode=sync --num_workers=2 --global_batch=64 --adjust_ever
 declare -A WMP
 for w in w0 w1; do
   WMP[$w]=$(free_port)
-  start_worker "$w" "$WORK/$w.log" --seed="${w#w}" --epochs=0 --max_iterations=100000 \
+  start_worker "$w" "$WORK/$w.log" --epochs=0 --max_iterations=100000 \
     --slowdown=$([ "$w" = w0 ] && echo 1 || echo 3) --metrics_port="${WMP[$w]}" --metrics_bind=127.0.0.1
 done
 wait_for_line "$WORK/w1.log" "it=10 " 300 || fail "workers did not start training"

@@ -13,7 +13,7 @@ run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
   EXTRA=()
   local i=0
   for s in "$@"; do
-    start_worker "w$i" "$WORK/$name.w$i.log" --slowdown="$s" --seed=$((i + 1)) --epochs=0.3
+    start_worker "w$i" "$WORK/$name.w$i.log" --slowdown="$s" --epochs=0.3
     i=$((i + 1))
   done
   wait_workers || { tail -5 "$WORK/$name".w*.log >&2; fail "$name: a worker failed"; }

@@ -4,9 +4,9 @@
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 start_server failure --mode=sync --num_workers=3 --global_batch=96 --round_timeout=2 --adjust_every=5
-start_worker w0 "$WORK/w0.log" --seed=1 --epochs=0 --max_iterations=80
-start_worker w1 "$WORK/w1.log" --seed=2 --epochs=0 --max_iterations=80
-start_worker victim "$WORK/victim.log" --seed=3 --epochs=0 --max_iterations=100000
+start_worker w0 "$WORK/w0.log" --epochs=0 --max_iterations=80
+start_worker w1 "$WORK/w1.log" --epochs=0 --max_iterations=80
+start_worker victim "$WORK/victim.log" --epochs=0 --max_iterations=100000
 victim=${WORKER_PIDS[2]}
 WORKER_PIDS=("${WORKER_PIDS[@]:0:2}")
 for _ in $(seq 300); do  # until the victim has trained a little

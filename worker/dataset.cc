@@ -63,8 +63,11 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
 }
 
 Dataset MakeSynthetic(int64_t n, uint64_t seed) {
+  // The class templates are the problem's, the same for every split; `seed` draws the
+  // labels and the noise (a training and a test split differ in those only).
+  torch::Generator problem = torch::make_generator<torch::CPUGeneratorImpl>(20240917);
+  torch::Tensor templates = torch::randn({10, 1, 28, 28}, problem);
   torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(seed);
-  torch::Tensor templates = torch::randn({10, 1, 28, 28}, gen);
   Dataset d;
   d.labels = torch::randint(0, 10, {n}, gen, torch::kInt64);
   d.images = templates.index_select(0, d.labels) + 1.5 * torch::randn({n, 1, 28, 28}, gen);

@@ -24,7 +24,8 @@ inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-m
 // NotFound / DataLoss with the file's name on a missing or malformed file.
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train);
 
-// A learnable 10-class problem of the same shape: class templates plus noise.
+// A learnable 10-class problem of the same shape: class templates (fixed) plus noise
+// drawn from `seed`.
 Dataset MakeSynthetic(int64_t n, uint64_t seed);
 
 }  // namespace worker
