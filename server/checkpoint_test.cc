@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/clock.h"
 #include "common/safetensors.h"
@@ -28,7 +29,7 @@ std::string FreshDir(const std::string& name) {
 
 CheckpointState Sample(uint64_t version) {
   CheckpointState s;
-  s.layout = *ModelLayout::Create({{"conv.weight", {2, 1, 2}}, {"conv.bias", {2}}});
+  s.layout = *ModelLayout::Create({{"conv.weight", {2, 1, 2}}, {"bn.running_var", {2}, /*buffer=*/true}});
   s.weights = std::make_shared<const std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
   s.optimizer_state = {{"momentum", {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f}}};
   s.mode = "async";
@@ -43,11 +44,17 @@ CheckpointState Sample(uint64_t version) {
   s.controller["gpu0"] = m;
   s.controller["cpu \"1\""] = controller::WorkerMemory{8, 0, {}};
   s.created = absl::FromUnixSeconds(1700000000);
+  s.sampler = SamplerState{60000, 7, 2, 1234, {{1, 59999}, {2, 5}}};
   return s;
 }
 
 void RequireSame(const CheckpointState& a, const CheckpointState& b) {
-  REQUIRE(a.layout == b.layout);
+  REQUIRE(a.layout == b.layout);  // buffer flags included
+  REQUIRE(a.sampler.dataset_size == b.sampler.dataset_size);
+  REQUIRE(a.sampler.seed == b.sampler.seed);
+  REQUIRE(a.sampler.epoch == b.sampler.epoch);
+  REQUIRE(a.sampler.cursor == b.sampler.cursor);
+  REQUIRE(a.sampler.pending == b.sampler.pending);
   REQUIRE(*a.weights == *b.weights);
   REQUIRE(a.optimizer_state == b.optimizer_state);
   REQUIRE(a.optimizer == b.optimizer);
@@ -89,7 +96,7 @@ TEST_CASE("a checkpoint round trip keeps every field", "[checkpoint]") {
   // Open format: the model under its own names, the optimizer under a prefix.
   auto f = *ReadSafetensors(dir + "/c.safetensors");
   REQUIRE(f.Find("conv.weight") != nullptr);
-  REQUIRE(f.Find("optimizer.momentum/conv.bias") != nullptr);
+  REQUIRE(f.Find("optimizer.momentum/bn.running_var") != nullptr);
   REQUIRE(f.metadata.at("format") == kCheckpointFormat);
 }
 
@@ -220,6 +227,32 @@ TEST_CASE("a restored core continues exactly where the captured one was", "[chec
   REQUIRE(b->Push(Grad(k.id, 8, 5), g, clock.Now()).ok());
   REQUIRE(*a->Pull(j.id, 0)->weights == *b->Pull(k.id, 0)->weights);
   REQUIRE(b->Snapshot().global_samples == 48);
+}
+
+TEST_CASE("a restored core hands out first the samples that were assigned but not trained", "[checkpoint][core]") {
+  FakeClock clock;
+  ServerOptions o = CoreOptions(Mode::kAsync, &clock);
+  o.optimizer.kind = OptimizerKind::kAdam;  // its state (two buffers) goes through the file too
+  auto a = *ParameterServerCore::Create(o);
+  JoinInfo info = Joiner("w0", true);
+  info.dataset_size = 100;
+  const JoinResult j = *a->Join(info, clock.Now() + absl::Seconds(5));
+  const PushResult r = *a->Push(Grad(j.id, 8, 0), std::vector<float>(kParams, 0.1f), clock.Now());
+  const CheckpointState captured = *a->Capture();  // r.samples: assigned, not trained
+  REQUIRE(captured.optimizer == "adam");
+  const std::string dir = FreshDir("samples");
+  REQUIRE(WriteCheckpoint(dir + "/c.safetensors", captured).ok());
+  auto b = *ParameterServerCore::Create(o);
+  REQUIRE(b->Restore(*ReadCheckpoint(dir + "/c.safetensors")).ok());
+  info.initial_parameters.reset();
+  const JoinResult k = *b->Join(info, clock.Now() + absl::Seconds(5));
+  REQUIRE(k.samples == r.samples);
+  REQUIRE(b->Snapshot().dataset_size == 100);
+  // And an SGD server does not take an Adam checkpoint.
+  auto sgd = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
+  absl::Status refused = sgd->Restore(captured);
+  REQUIRE(refused.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(absl::StrContains(refused.message(), "--optimizer"));
 }
 
 TEST_CASE("restoring refuses another mode, a second time, and a joined server", "[checkpoint][core]") {

@@ -34,12 +34,15 @@ expect_refusal "want mlp, cnn, cnn_bn" "$WORKER" --model=resnet --server=127.0.0
 expect_refusal "want fashion-mnist or synthetic" "$WORKER" --dataset=imagenet --server=127.0.0.1:1 --reconnect_timeout=0
 
 # ---- busy port, logs, names, Ctrl-C on a worker
-start_server sync --mode=sync --num_workers=2 --global_batch=64 --round_timeout=100 --lease=120
+# Not quiet, equal static batches: a plan line only when membership changes the plan (not
+# at every adjustment), and progress lines every second.
+start_server sync --mode=sync --num_workers=2 --global_batch=64 --round_timeout=100 --lease=120 --controller=off \
+  --quiet=false --progress_every_s=1
 if timeout 20 "$SERVER" --bind=127.0.0.1 --port="$PORT" --metrics_port=0 > "$WORK/second.log" 2>&1; then
   fail "a second server started on the busy port $PORT"
 fi
 grep -q "cannot listen" "$WORK/second.log" || fail "the second server did not say why it stopped"
-start_worker a "$WORK/a.log" --epochs=0 --max_iterations=400 --slowdown=3 --log_every=1
+start_worker a "$WORK/a.log" --epochs=0 --max_iterations=100000 --slowdown=3 --log_every=1
 wait_for_line "$WORK/sync.server.log" "waiting for 1 of 2 workers" 100 || fail "no 'waiting for' line"
 wait_for_line "$WORK/a.log" "joining the server" 100 || fail "the worker did not say it is joining"
 start_worker b "$WORK/b.log" --epochs=0 --max_iterations=100000 --slowdown=3 --log_every=1
@@ -62,9 +65,15 @@ kill -TERM "$SERVER_PID"
 wait_workers || { tail -3 "$WORK/a.log" >&2; fail "the worker did not exit 0 when the server stopped"; }
 grep -q "the server stopped the job" "$WORK/a.log" || fail "a did not say the server stopped the job"
 wait "$SERVER_PID" || fail "the server exited with an error on SIGTERM"
-for line in "worker a joined" "worker b joined" "all 2 workers joined" "refused a join" "worker a left (told to stop)"; do
+for line in "worker a joined" "worker b joined" "all 2 workers joined" "refused a join" "worker a left (told to stop)" \
+    "progress: epoch"; do
   grep -q "$line" "$WORK/sync.server.log" || fail "the server log lacks '$line'"
 done
+plans=$(grep -c "^plan " "$WORK/sync.server.log" || true)
+adjustments=$(sed -n 's/^final: plan [0-9]* (adj \([0-9]*\)).*/\1/p' "$WORK/sync.server.log")
+echo "plan lines: $plans for $adjustments adjustments"
+# Four membership changes (a, b join; b, a leave) re-plan; the adjustments in between do not.
+[ "$plans" -le 4 ] && [ "${adjustments:-0}" -gt 5 ] || fail "$plans plan lines for $adjustments adjustments"
 
 # ---- a finished job refuses joins...
 start_server done --mode=async --num_workers=1 --global_batch=32
