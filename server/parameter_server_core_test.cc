@@ -249,6 +249,24 @@ TEST_CASE("joins are validated", "[core]") {
   REQUIRE(again.batch == 8);
 }
 
+TEST_CASE("an untrained model nobody uses is replaced by the next worker's; a trained one is not", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  const JoinResult broken = *core->Join(Info("broken", true), Soon());
+  REQUIRE(core->Leave(broken.id).ok());  // left before training
+  JoinInfo other = Info("b", false);
+  other.layout = *ModelLayout::Create({{"v", {3}}});
+  // Without parameters: told to send them (the worker's session then does).
+  REQUIRE(core->Join(other, Soon()).status().code() == absl::StatusCode::kFailedPrecondition);
+  other.initial_parameters = std::vector<float>(3, 0.5f);
+  const JoinResult b = *core->Join(other, Soon());
+  REQUIRE(core->Snapshot().parameter_count == 3);
+  REQUIRE(core->Push(Grad(b.id, 8, 0), std::vector<float>(3, 1.0f), Soon()).ok());
+  REQUIRE(core->Leave(b.id).ok());
+  // Trained: the model stays, another layout is an error.
+  JoinInfo third = Info("c", true);
+  REQUIRE(core->Join(third, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a crashed worker's name is free again once its lease expired", "[core][clock]") {
   FakeClock clock;
   auto core = *ParameterServerCore::Create(FakeTimed(Mode::kAsync, 1, &clock));

@@ -77,8 +77,13 @@ echo "plan lines: $plans for $adjustments adjustments"
 
 # ---- a finished job refuses joins...
 start_server done --mode=async --num_workers=1 --global_batch=32
-start_worker d0 "$WORK/d0.log" --epochs=0.05
-wait_workers || fail "d0 failed"
+# No --name: the worker is <hostname>-<pid>.
+timeout 60 "$WORKER" --server="127.0.0.1:$PORT" --device=cpu --dataset=synthetic --model=mlp --epochs=0.05 \
+  > "$WORK/d0.log" 2>&1 &
+d0=$!
+STARTED+=("$d0")
+wait "$d0" || fail "d0 failed"
+grep -q "worker $(hostname)-[0-9]* joined" "$WORK/done.server.log" || fail "the default name is not <hostname>-<pid>"
 wait_for_line "$WORK/done.server.log" "training finished" 100 || fail "no 'training finished' line"
 timeout 30 "$WORKER" --server="127.0.0.1:$PORT" --name=late --device=cpu --dataset=synthetic --model=mlp \
   > "$WORK/late.log" 2>&1 && fail "a join to a finished job was accepted"
