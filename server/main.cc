@@ -264,11 +264,7 @@ int Run() {
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, *credentials, &bound_port);
-  // A second server on a busy port must fail, not share it (gRPC allows SO_REUSEPORT by
-  // default, which would split the workers between two servers).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  ConfigureServerBuilder(builder);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {

@@ -84,6 +84,14 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
+  // A second server on a busy port must fail, not share it (gRPC allows SO_REUSEPORT by
+  // default, which would split the workers between two servers).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
 absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
   // The client's deadline is in real time; the core waits in its own clock's time.
   const absl::Duration left = absl::FromChrono(ctx->deadline()) - absl::Now();

@@ -13,6 +13,10 @@ namespace server {
 
 grpc::Status ToGrpc(const absl::Status& status);
 
+// The gRPC server settings the daemon runs with (message size limits, a busy port is an
+// error rather than shared); the benchmarks use the same.
+void ConfigureServerBuilder(grpc::ServerBuilder& builder);
+
 // Thread-safe (the core is).
 class ParameterServerService final : public v1::ParameterServer::Service {
  public:

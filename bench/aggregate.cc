@@ -1,0 +1,149 @@
+// aggregate: one sync round of N pushes (N = 1, 4, 16) of an M MB gradient, server-side
+// work only: assembling the chunks as they come off the wire (protobuf messages built
+// beforehand), the checks, the accumulation, the optimizer step and the new snapshot.
+// Baseline: memcpy of the same bytes (one copy of every pushed byte), in the same run.
+//   bazel run -c opt //bench:aggregate -- [--megabytes=64] [--pushes=1,4,16] [--rounds=5]
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "common/tensor_codec.h"
+
+ABSL_FLAG(double, megabytes, 64, "gradient size in MB");
+ABSL_FLAG(std::string, pushes, "1,4,16", "pushes per round");
+ABSL_FLAG(int, rounds, 5, "rounds per measurement (the median is reported)");
+
+namespace omnilearn {
+namespace bench {
+namespace {
+
+std::vector<v1::TensorChunk> Chunks(const ModelLayout& layout, const std::vector<float>& values) {
+  std::vector<v1::TensorChunk> out;
+  ForEachChunk(layout, values.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+    out.push_back(c);
+    return true;
+  });
+  return out;
+}
+
+double MemcpySeconds(int64_t bytes, int copies, int reps) {
+  std::vector<char> src(bytes, 1), dst(bytes);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < copies; ++c) {
+      std::memcpy(dst.data(), src.data(), bytes);
+      src[c % bytes] = dst[(c * 7) % bytes];  // keep the copies from being elided
+    }
+    times.push_back(Seconds(start));
+  }
+  return Median(times);
+}
+
+nlohmann::json Measure(double megabytes, int n, int rounds) {
+  const ModelLayout layout = LayoutOfMegabytes(megabytes);
+  const int64_t bytes = layout.total_elements() * sizeof(float);
+  server::ServerOptions o;
+  o.mode = server::Mode::kSync;
+  o.num_workers = n;
+  o.controller.global_batch = 64 * n;
+  o.controller.policy = controller::Policy::kOff;
+  o.round_timeout = absl::Seconds(50);
+  auto core = *server::ParameterServerCore::Create(o);
+  std::vector<server::WorkerId> ids(n);
+  {
+    std::vector<std::thread> joins;
+    for (int i = 0; i < n; ++i) {
+      joins.emplace_back([&, i] {
+        server::JoinInfo info;
+        info.name = "w" + std::to_string(i);
+        info.layout = layout;
+        if (i == 0) info.initial_parameters = std::vector<float>(layout.total_elements(), 0.5f);
+        while (true) {
+          auto r = core->Join(info, absl::Now() + absl::Seconds(60));
+          if (r.ok()) {
+            ids[i] = r->id;
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // w0 brings the model first
+        }
+      });
+    }
+    for (auto& t : joins) t.join();
+  }
+  const std::vector<v1::TensorChunk> chunks = Chunks(layout, std::vector<float>(layout.total_elements(), 1e-3f));
+  const int64_t batch = 64;
+  std::vector<double> times;
+  for (int round = 0; round < rounds; ++round) {
+    const uint64_t version = core->version();
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pushers;
+    std::chrono::steady_clock::time_point start;
+    for (int i = 0; i < n; ++i) {
+      pushers.emplace_back([&, i] {
+        ++ready;
+        while (!go.load()) std::this_thread::yield();
+        ChunkAssembler assembler(&layout);
+        for (const v1::TensorChunk& c : chunks) {
+          if (!assembler.Add(c).ok()) throw std::runtime_error("bad chunk");
+        }
+        std::vector<float> g = std::move(*assembler.Finish());
+        server::PushInfo p;
+        p.id = ids[i];
+        p.batch = batch;
+        p.compute_seconds = 0.01;
+        p.version = version;
+        if (!core->Push(p, std::move(g), absl::Now() + absl::Seconds(60)).ok()) throw std::runtime_error("push");
+      });
+    }
+    while (ready.load() < n) std::this_thread::yield();
+    start = std::chrono::steady_clock::now();
+    go.store(true);
+    for (auto& t : pushers) t.join();
+    times.push_back(Seconds(start));
+  }
+  const double server_s = Median(times);
+  const double memcpy_s = MemcpySeconds(bytes, n, rounds);
+  const double gb = static_cast<double>(bytes) * n / 1e9;
+  std::printf("%3d pushes x %4.0f MB | server %6.2f GB/s (%7.1f ms) | memcpy %6.2f GB/s | ratio %.2f\n", n, megabytes,
+              gb / server_s, 1000 * server_s, gb / memcpy_s, memcpy_s / server_s);
+  std::fflush(stdout);
+  return {{"pushes", n},
+          {"megabytes", megabytes},
+          {"server_seconds", server_s},
+          {"memcpy_seconds", memcpy_s},
+          {"server_gbps", gb / server_s},
+          {"memcpy_gbps", gb / memcpy_s},
+          {"ratio", memcpy_s / server_s}};
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace omnilearn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace omnilearn::bench;
+  std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
+              "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_pushes), ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      std::fprintf(stderr, "aggregate: bad push count '%s'\n", std::string(part).c_str());
+      return 2;
+    }
+    rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), n, absl::GetFlag(FLAGS_rounds)));
+  }
+  const std::string path =
+      WriteResults("aggregate", {{"benchmark", "aggregate"}, {"machine", MachineDescription()}, {"rows", rows}});
+  std::printf("results: %s\n", path.c_str());
+  return 0;
+}

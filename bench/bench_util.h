@@ -1,0 +1,59 @@
+// Helpers shared by the benchmarks: a stopwatch, medians and percentiles, a raw TCP
+// stream over the loopback (the baseline the server is measured against), an in-process
+// server on 127.0.0.1, and the JSON results under bench/results/.
+#ifndef OMNILEARN_BENCH_BENCH_UTIL_H_
+#define OMNILEARN_BENCH_BENCH_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model_layout.h"
+#include "nlohmann/json.hpp"
+#include "server/parameter_server_core.h"
+#include "server/service.h"
+
+namespace omnilearn {
+namespace bench {
+
+inline double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+double Median(std::vector<double> v);
+double Percentile(std::vector<double> v, double p);  // p in [0, 100]
+
+// Seconds to send `bytes` over one TCP connection on 127.0.0.1 (writer and reader
+// threads, 1 MiB writes), the median of `reps` transfers.
+double TcpSeconds(int64_t bytes, int reps);
+
+// A model of about `megabytes` MB: tensors of at most 4M floats (16 MB), named t0, t1...
+ModelLayout LayoutOfMegabytes(double megabytes);
+
+// A parameter server (core + gRPC service) on 127.0.0.1, an ephemeral port.
+struct LocalServer {
+  std::unique_ptr<server::ParameterServerCore> core;
+  std::unique_ptr<server::ParameterServerService> service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  int port = 0;
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  ~LocalServer();
+};
+std::unique_ptr<LocalServer> StartLocalServer(const server::ServerOptions& options);
+
+// Writes `doc` to bench/results/<name>.json (in the workspace under `bazel run`) and
+// returns the path.
+std::string WriteResults(const std::string& name, const nlohmann::json& doc);
+// The folder results go to.
+std::string ResultsDir();
+// "2-core x86_64, Debian 12" style description of this machine.
+std::string MachineDescription();
+
+}  // namespace bench
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_BENCH_BENCH_UTIL_H_
