@@ -51,8 +51,10 @@ bool ForEachChunk(const ModelLayout& layout, const float* flat, int64_t max_chun
   return true;
 }
 
-ChunkAssembler::ChunkAssembler(const ModelLayout* layout)
-    : layout_(layout), flat_(layout->total_elements()), filled_(layout->tensors().size(), 0) {}
+ChunkAssembler::ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer)
+    : layout_(layout), flat_(std::move(buffer)), filled_(layout->tensors().size(), 0) {
+  flat_.resize(layout->total_elements());
+}
 
 absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
   const int i = layout_->Find(chunk.name());
@@ -76,7 +78,14 @@ absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
                                                    n, " values does not continue at ", filled_[i], " of ",
                                                    layout_->size(i)));
   }
-  std::memcpy(flat_.data() + layout_->offset(i) + filled_[i], data.data(), data.size());
+  // The payload may sit at any alignment in the message: read it as bytes.
+  float* dst = flat_.data() + layout_->offset(i) + filled_[i];
+  if (reinterpret_cast<uintptr_t>(data.data()) % alignof(float) == 0) {
+    all_finite_ &= CopyFinite(dst, reinterpret_cast<const float*>(data.data()), n);
+  } else {
+    std::memcpy(dst, data.data(), data.size());
+    for (int64_t k = 0; k < n; ++k) all_finite_ &= std::isfinite(dst[k]);
+  }
   filled_[i] += n;
   bytes_ += data.size();
   return absl::OkStatus();
@@ -92,11 +101,27 @@ absl::StatusOr<std::vector<float>> ChunkAssembler::Finish() {
   return std::move(flat_);
 }
 
-bool AllFinite(const std::vector<float>& values) {
-  for (float v : values) {
-    if (!std::isfinite(v)) return false;
+bool CopyFinite(float* __restrict dst, const float* __restrict src, int64_t n) {
+  // A float is NaN or Inf when its exponent bits are all ones: OR-reduce a flag per lane
+  // so the loop vectorizes (std::isfinite with an early exit does not).
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, src + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    dst[i] = src[i];
   }
-  return true;
+  return bad == 0;
+}
+
+bool AllFinite(const std::vector<float>& values) {
+  uint32_t bad = 0;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
 }
 
 }  // namespace omnilearn

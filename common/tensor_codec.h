@@ -32,23 +32,30 @@ bool ForEachChunk(const ModelLayout& layout, const float* flat, int64_t max_chun
 // Thread-compatible.
 class ChunkAssembler {
  public:
-  explicit ChunkAssembler(const ModelLayout* layout);
+  // `buffer` (optional) is storage to reuse: resized to the layout, its contents
+  // overwritten (a pooled buffer avoids allocating and faulting in pages per call).
+  explicit ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer = {});
   // InvalidArgument: unknown name, wrong shape, misplaced offset, ragged or
   // oversized payload.
   absl::Status Add(const v1::TensorChunk& chunk);
   // InvalidArgument when a tensor is incomplete. Moves the vector out.
   absl::StatusOr<std::vector<float>> Finish();
   int64_t bytes_received() const { return bytes_; }
+  // Whether every value received so far is finite (checked while copying).
+  bool all_finite() const { return all_finite_; }
 
  private:
   const ModelLayout* layout_;
   std::vector<float> flat_;
   std::vector<int64_t> filled_;  // per tensor: elements received so far
   int64_t bytes_ = 0;
+  bool all_finite_ = true;
 };
 
 // True when every value is finite.
 bool AllFinite(const std::vector<float>& values);
+// Copies n floats and says whether all were finite (one pass, vectorized).
+bool CopyFinite(float* dst, const float* src, int64_t n);
 
 }  // namespace omnilearn
 

@@ -32,6 +32,29 @@ TEST_CASE("chunks round-trip through the assembler", "[codec]") {
   REQUIRE(a.bytes_received() == 16 * 4);
 }
 
+TEST_CASE("the assembler reuses a buffer and notices any NaN or Inf while copying", "[codec]") {
+  const ModelLayout layout = TwoTensors();
+  for (float bad : {NAN, INFINITY, -INFINITY}) {
+    for (int at : {0, 7, 15}) {
+      std::vector<float> flat(layout.total_elements(), 1.0f);
+      flat[at] = bad;
+      std::vector<float> reused(64, 9.0f);  // larger and dirty: resized, overwritten
+      const float* storage = reused.data();
+      ChunkAssembler a(&layout, std::move(reused));
+      ForEachChunk(layout, flat.data(), 5 * sizeof(float), [&](v1::TensorChunk& c) { return a.Add(c).ok(); });
+      REQUIRE_FALSE(a.all_finite());
+      auto out = *a.Finish();
+      REQUIRE(out.data() == storage);
+      REQUIRE(out.size() == 16);
+      REQUIRE(out[(at + 1) % 16] == 1.0f);
+    }
+  }
+  std::vector<float> fine(16, 1e38f);
+  REQUIRE(AllFinite(fine));
+  fine[3] = NAN;
+  REQUIRE_FALSE(AllFinite(fine));
+}
+
 TEST_CASE("the assembler rejects bad chunks", "[codec]") {
   const ModelLayout layout = TwoTensors();
   std::vector<float> flat(layout.total_elements(), 1.0f);

@@ -125,7 +125,7 @@ void ParameterServerCore::ResetJob() {
   workers_.clear();
   started_ = false;
   round_open_ = false;
-  round_sum_.clear();
+  round_sum_ = {};
   round_samples_ = 0;
   round_pushed_.clear();
   round_samples_ids_.clear();
@@ -354,9 +354,34 @@ void ParameterServerCore::CountPush(WorkerId id, const std::string& result) {
   metrics_.pushes.Add({it == workers_.end() ? "unknown" : it->second.name, result}).Increment();
 }
 
+std::vector<float> ParameterServerCore::TakeBuffer() {
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_.empty()) return {};
+  std::vector<float> b = std::move(pool_.back());
+  pool_.pop_back();
+  return b;
+}
+
+void ParameterServerCore::ReturnBuffer(std::vector<float> buffer) {
+  constexpr size_t kPoolBuffers = 64;  // in practice the pool holds the peak number of pushes in flight
+  if (buffer.capacity() == 0) return;
+  absl::MutexLock lock(&pool_mu_);
+  if (pool_.size() < kPoolBuffers) pool_.push_back(std::move(buffer));
+}
+
 absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::vector<float> gradient,
                                                      absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
+  absl::StatusOr<PushResult> r;
+  {
+    absl::MutexLock lock(&mu_);
+    r = PushLocked(info, gradient, deadline);
+  }
+  ReturnBuffer(std::move(gradient));
+  return r;
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info, const std::vector<float>& gradient,
+                                                           absl::Time deadline) {
   auto reject = [this, &info](const char* result, absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     CountPush(info.id, result);
     return s;
@@ -400,7 +425,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
                                                                        " values, the model has ",
                                                                        store_.layout().total_elements())));
     }
-    if (!AllFinite(gradient)) {
+    if (!info.finite_checked && !AllFinite(gradient)) {
       return reject("invalid", absl::InvalidArgumentError("gradient contains NaN or Inf: not applied"));
     }
   }
@@ -424,7 +449,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
   }
   switch (options_.mode) {
     case Mode::kSync:
-      return PushSync(info, std::move(gradient), deadline);
+      return PushSync(info, gradient, deadline);
     case Mode::kAsync: {
       const uint64_t staleness = ApplyOnArrival(info, gradient);
       PushResult r = Reply(info.id, true, "");
@@ -437,7 +462,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
   return absl::InternalError("unknown mode");
 }
 
-absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, std::vector<float> gradient,
+absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, const std::vector<float>& gradient,
                                                          absl::Time deadline) {
   const uint64_t version = store_.version();
   if (info.version != version || round_pushed_.count(info.id)) {
@@ -446,8 +471,17 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, s
                  absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
   }
   OpenRound();
-  const double b = static_cast<double>(info.batch);
-  for (size_t i = 0; i < gradient.size(); ++i) round_sum_[i] += b * gradient[i];
+  // The round's sum of b_k * g_k, in float (vectorized): the first push writes it, so
+  // the buffer is reused from round to round without being cleared.
+  const float b = static_cast<float>(info.batch);
+  float* __restrict sum = round_sum_.data();
+  const float* __restrict g = gradient.data();
+  const size_t n = gradient.size();
+  if (round_samples_ == 0) {
+    for (size_t i = 0; i < n; ++i) sum[i] = b * g[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) sum[i] += b * g[i];
+  }
   round_samples_ += info.batch;
   round_pushed_.insert(info.id);
   Worker& w = workers_.at(info.id);
@@ -480,7 +514,7 @@ void ParameterServerCore::OpenRound() {
   round_open_ = true;
   round_opened_ = options_.clock->Now();
   round_deadline_ = round_opened_ + options_.round_timeout;
-  round_sum_.assign(store_.layout().total_elements(), 0.0);
+  round_sum_.resize(store_.layout().total_elements());  // kept from round to round: no clearing, no page faults
   round_samples_ = 0;
 }
 
@@ -502,10 +536,8 @@ void ParameterServerCore::CompleteRound() {
     }
   }
   if (round_samples_ > 0) {
-    std::vector<float> mean(round_sum_.size());
-    const double inv = 1.0 / static_cast<double>(round_samples_);
-    for (size_t i = 0; i < mean.size(); ++i) mean[i] = static_cast<float>(round_sum_[i] * inv);
-    store_.Apply(mean, 1.0);
+    // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
+    store_.Apply(round_sum_, 1.0, 1.0, -1, 1.0 / static_cast<double>(round_samples_));
     ++rounds_;
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_opened_));
@@ -514,7 +546,6 @@ void ParameterServerCore::CompleteRound() {
     if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
   }
   round_open_ = false;
-  round_sum_.clear();
   round_samples_ = 0;
   round_samples_ids_.clear();  // trained
   if (rounds_ > 0) CountAdjustmentTick();

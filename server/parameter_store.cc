@@ -71,7 +71,8 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
   layout_ = std::move(layout);
   state_.assign(StateNames().size(), std::vector<float>(values.size(), 0.0f));
-  weights_ = std::make_shared<const std::vector<float>>(std::move(values));
+  weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
+  spare_.reset();
   version_ = version;
   return absl::OkStatus();
 }
@@ -95,24 +96,36 @@ double ParameterStore::LearningRate() const {
   return o.learning_rate;
 }
 
-void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum) {
+void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
+                           double update_scale) {
   const OptimizerOptions& o = options_;
   const float lr = static_cast<float>(LearningRate() * lr_scale);
   const float wd = static_cast<float>(o.weight_decay);
   const int tensors = static_cast<int>(layout_.tensors().size());
+  const float us = static_cast<float>(update_scale);
   // Global-norm clipping over the parameters (buffers carry values, not gradients).
-  float clip = 1.0f;
+  float scale = us;
   if (o.clip_grad_norm > 0) {
     double sum = 0;
     for (int t = 0; t < tensors; ++t) {
       if (layout_.is_buffer(t)) continue;
       const float* g = update.data() + layout_.offset(t);
-      for (int64_t i = 0; i < layout_.size(t); ++i) sum += static_cast<double>(g[i]) * g[i];
+      float part = 0;
+      for (int64_t i = 0; i < layout_.size(t); ++i) part += g[i] * g[i];
+      sum += part;
     }
-    const double coef = o.clip_grad_norm / (std::sqrt(sum) + 1e-6);
-    if (coef < 1) clip = static_cast<float>(coef);
+    const double coef = o.clip_grad_norm / (update_scale * std::sqrt(sum) + 1e-6);
+    if (coef < 1) scale = static_cast<float>(update_scale * coef);
   }
-  auto next = std::make_shared<std::vector<float>>(*weights_);
+  // The new snapshot is written straight from the old one (no copy first), into the
+  // snapshot before it when no reader holds that any more (no allocation, no page faults).
+  std::shared_ptr<std::vector<float>> next;
+  if (spare_ != nullptr && spare_.use_count() == 1 && spare_->size() == weights_->size()) {
+    next = std::move(spare_);
+  } else {
+    next = std::make_shared<std::vector<float>>(weights_->size());
+  }
+  spare_.reset();
   const uint64_t step = version_ + 1;  // Adam's step count: 1 on the first step
   const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2), eps = static_cast<float>(o.eps);
   const float bias1 = static_cast<float>(1 - std::pow(o.beta1, static_cast<double>(step)));
@@ -122,35 +135,39 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   const float blend = static_cast<float>(buffer_blend);
   for (int t = 0; t < tensors; ++t) {
     const int64_t off = layout_.offset(t), n = layout_.size(t);
-    float* w = next->data() + off;
-    const float* u = update.data() + off;
+    const float* __restrict w = weights_->data() + off;
+    float* __restrict out = next->data() + off;
+    const float* __restrict u = update.data() + off;
     if (layout_.is_buffer(t)) {
-      for (int64_t i = 0; i < n; ++i) w[i] += blend * (u[i] - w[i]);
+      for (int64_t i = 0; i < n; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
       continue;
     }
     if (o.kind == OptimizerKind::kSgd) {
-      float* v = state_[0].data() + off;
+      float* __restrict v = state_[0].data() + off;
       for (int64_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] + clip * u[i] + wd * w[i];
-        w[i] -= lr * v[i];
+        const float vi = mu * v[i] + scale * u[i] + wd * w[i];
+        v[i] = vi;
+        out[i] = w[i] - lr * vi;
       }
       continue;
     }
-    float* m = state_[0].data() + off;
-    float* v = state_[1].data() + off;
+    float* __restrict m = state_[0].data() + off;
+    float* __restrict v = state_[1].data() + off;
     const bool decoupled = o.kind == OptimizerKind::kAdamW;
     for (int64_t i = 0; i < n; ++i) {
-      float g = clip * u[i];
+      float g = scale * u[i];
+      float wi = w[i];
       if (decoupled) {
-        w[i] *= 1 - lr * wd;
+        wi *= 1 - lr * wd;
       } else {
-        g += wd * w[i];
+        g += wd * wi;
       }
       m[i] = b1 * m[i] + (1 - b1) * g;
       v[i] = b2 * v[i] + (1 - b2) * g * g;
-      w[i] -= step_size * m[i] / (std::sqrt(v[i]) / bias2_sqrt + eps);
+      out[i] = wi - step_size * m[i] / (std::sqrt(v[i]) / bias2_sqrt + eps);
     }
   }
+  spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
   weights_ = std::move(next);
   ++version_;
 }

@@ -69,9 +69,12 @@ class ParameterStore {
   // values toward the update's (b += buffer_blend * (u - b); 1 = take them). For SGD a
   // gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push with
   // lr_scale = b/B moves the model by its share of one global-batch step. `momentum`
-  // overrides OptimizerOptions::momentum (SGD) for this step when >= 0. Bumps the
-  // version. `update` must have layout().total_elements() finite values (checked by callers).
-  void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1);
+  // overrides OptimizerOptions::momentum (SGD) for this step when >= 0. `update` is
+  // taken times `update_scale` (a sum of b_k * g_k times 1 / sum b_k is the weighted
+  // mean). Bumps the version. `update` must have layout().total_elements() finite values
+  // (checked by callers).
+  void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
+             double update_scale = 1.0);
 
   double LearningRate() const;
   uint64_t version() const { return version_; }
@@ -92,7 +95,8 @@ class ParameterStore {
 
   OptimizerOptions options_;
   ModelLayout layout_;
-  std::shared_ptr<const std::vector<float>> weights_;  // copy-on-write per step
+  std::shared_ptr<const std::vector<float>> weights_;  // a new snapshot per step
+  std::shared_ptr<std::vector<float>> spare_;          // the one before: reused once no reader holds it
   std::vector<std::vector<float>> state_;              // per StateNames()
   uint64_t version_ = 0;
 };

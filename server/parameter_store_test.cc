@@ -111,3 +111,31 @@ TEST_CASE("Each optimizer names its state, and a checkpoint of another is refuse
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reused", "[store]") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  std::shared_ptr<const std::vector<float>> held = s.weights();  // a pull in flight
+  s.Apply({1, 1, 1, 1}, 1.0);
+  s.Apply({1, 1, 1, 1}, 1.0);  // the spare is `held`: still read, so not reused
+  REQUIRE(*held == std::vector<float>{0, 0, 0, 0});
+  REQUIRE((*s.weights())[0] == -2);
+  const float* before = s.weights()->data();
+  s.Apply({1, 1, 1, 1}, 1.0);
+  held.reset();
+  s.Apply({1, 1, 1, 1}, 1.0);  // the snapshot of two steps ago, released: its storage is reused
+  REQUIRE(s.weights()->data() == before);
+  REQUIRE((*s.weights())[3] == -4);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

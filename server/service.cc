@@ -203,7 +203,7 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
   if (!info.out_of_memory && !info.report_only) {
     absl::StatusOr<ModelLayout> layout = core_->Layout();
     if (!layout.ok()) return ToGrpc(layout.status());
-    ChunkAssembler assembler(&*layout);
+    ChunkAssembler assembler(&*layout, core_->TakeBuffer());
     while (reader->Read(&msg)) {
       absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
                                        : absl::InvalidArgumentError("Push: a second header");
@@ -218,6 +218,7 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
       return ToGrpc(g.status());
     }
     core_->CountPushBytes(assembler.bytes_received());
+    info.finite_checked = assembler.all_finite();  // when not, the core says which problem it is
     gradient = std::move(*g);
   }
   absl::StatusOr<PushResult> r = core_->Push(info, std::move(gradient), Deadline(ctx));
