@@ -110,6 +110,30 @@ std::unique_ptr<LocalServer> StartLocalServer(const server::ServerOptions& optio
   return s;
 }
 
+std::unique_ptr<worker::PsClient> ClientTo(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one connection per worker
+  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args);
+  return worker::MakeGrpcPsClient(channel, worker::ClientOptions());
+}
+
+absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
+                                        bool first, const std::vector<float>& weights) {
+  v1::JoinHeader h;
+  h.set_name(name);
+  *h.mutable_layout() = LayoutToProto(layout);
+  h.set_has_initial_parameters(first);
+  absl::StatusOr<v1::JoinResponse> joined;
+  for (int attempt = 0; attempt < 5000; ++attempt) {  // the first worker brings the model
+    joined = client.Join(h, layout, first ? &weights : nullptr);
+    if (joined.ok() || !absl::IsFailedPrecondition(joined.status())) return joined;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return joined;
+}
+
 std::string ResultsDir() {
   const char* workspace = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   const std::string dir = absl::StrCat(workspace ? workspace : ".", "/bench/results");

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "server/parameter_server_core.h"
 #include "server/service.h"
+#include "worker/ps_client.h"
 
 namespace omnilearn {
 namespace bench {
@@ -44,6 +45,14 @@ struct LocalServer {
   ~LocalServer();
 };
 std::unique_ptr<LocalServer> StartLocalServer(const server::ServerOptions& options);
+
+// A worker's client with its own connection to 127.0.0.1:port (as separate processes
+// would have), the daemon's message limits.
+std::unique_ptr<worker::PsClient> ClientTo(int port);
+// Joins `name` with `layout` (the first worker brings `weights`); retries while the
+// server has no model yet.
+absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
+                                        bool first, const std::vector<float>& weights);
 
 // Writes `doc` to bench/results/<name>.json (in the workspace under `bazel run`) and
 // returns the path.

@@ -87,6 +87,7 @@ absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
     for (int64_t k = 0; k < n; ++k) all_finite_ &= std::isfinite(dst[k]);
   }
   filled_[i] += n;
+  received_ += n;
   bytes_ += data.size();
   return absl::OkStatus();
 }

@@ -41,6 +41,8 @@ class ChunkAssembler {
   // InvalidArgument when a tensor is incomplete. Moves the vector out.
   absl::StatusOr<std::vector<float>> Finish();
   int64_t bytes_received() const { return bytes_; }
+  // Whether every tensor has all its values.
+  bool complete() const { return received_ == layout_->total_elements(); }
   // Whether every value received so far is finite (checked while copying).
   bool all_finite() const { return all_finite_; }
 
@@ -49,6 +51,7 @@ class ChunkAssembler {
   std::vector<float> flat_;
   std::vector<int64_t> filled_;  // per tensor: elements received so far
   int64_t bytes_ = 0;
+  int64_t received_ = 0;  // values
   bool all_finite_ = true;
 };
 

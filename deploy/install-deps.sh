@@ -15,6 +15,7 @@ PACKAGES=(
   libcivetweb-dev            # HTTP server for /metrics
   nlohmann-json3-dev         # JSON of safetensors headers (checkpoints, exports)
   python3-numpy              # the numpy safetensors reader in the tests and README
+  python3-matplotlib         # bench/plot_scale.py
   dataset-fashion-mnist      # the real data set (IDX .gz files)
   prometheus                 # promtool and a real Prometheus for the metrics tests
   iproute2                   # network namespaces for the separate-hosts test

@@ -157,81 +157,122 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   return grpc::Status::OK;
 }
 
+// Sends a model snapshot as Pull does: a PullHeader, then (unless up to date) the chunks.
+// `emit` wraps each piece in the stream's message type and writes it.
+template <typename Emit>
+grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, Emit emit) {
+  v1::PullHeader header;
+  header.set_model_version(snap.version);
+  *header.mutable_layout() = LayoutToProto(snap.layout);
+  header.set_up_to_date(snap.weights == nullptr);
+  if (!emit(&header, nullptr)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  if (snap.weights == nullptr) return grpc::Status::OK;
+  const bool sent = ForEachChunk(snap.layout, snap.weights->data(), kMaxChunkBytes,
+                                 [&](v1::TensorChunk& c) { return emit(nullptr, &c); });
+  if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  core_->CountPullBytes(snap.layout.total_elements() * sizeof(float));
+  return grpc::Status::OK;
+}
+
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
                                           grpc::ServerWriter<v1::PullResponse>* writer) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request->worker_id(), request->have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
-  v1::PullResponse msg;
-  v1::PullHeader* header = msg.mutable_header();
-  header->set_model_version(snap->version);
-  *header->mutable_layout() = LayoutToProto(snap->layout);
-  header->set_up_to_date(snap->weights == nullptr);
-  if (!writer->Write(msg)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  if (snap->weights == nullptr) return grpc::Status::OK;
-  const bool sent = ForEachChunk(snap->layout, snap->weights->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+  return WriteModel(*snap, [writer](v1::PullHeader* h, v1::TensorChunk* c) {
     v1::PullResponse out;
-    out.mutable_chunk()->Swap(&c);
+    if (h != nullptr) out.mutable_header()->Swap(h);
+    if (c != nullptr) out.mutable_chunk()->Swap(c);
     return writer->Write(out);
   });
-  if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  core_->CountPullBytes(snap->layout.total_elements() * sizeof(float));
-  return grpc::Status::OK;
+}
+
+// Reads a push (its header, then the gradient's chunks) and hands it to the core.
+template <typename Stream>
+absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
+                                                               bool until_complete, PushInfo* info) {
+  v1::PushRequest msg;
+  if (!stream->Read(&msg) || !msg.has_header()) {
+    core_->CountRejectedPush(0, "invalid");
+    return absl::InvalidArgumentError("Push must start with a header");
+  }
+  const v1::PushHeader header = msg.header();
+  info->id = header.worker_id();
+  info->batch = header.batch_size();
+  info->compute_seconds = header.compute_seconds();
+  info->version = header.model_version();
+  info->iteration = header.iteration();
+  info->train_loss = header.train_loss();
+  if (header.has_test_accuracy()) info->test_accuracy = header.test_accuracy();
+  info->out_of_memory = header.out_of_memory();
+  info->samples_seen = header.samples_seen();
+  info->report_only = header.report_only();
+  std::vector<float> gradient;
+  if (!info->out_of_memory && !info->report_only) {
+    absl::StatusOr<ModelLayout> layout = core_->Layout();
+    if (!layout.ok()) return layout.status();
+    ChunkAssembler assembler(&*layout, core_->TakeBuffer());
+    // A PushPull's request stream has no end of its own before the reply: its chunks
+    // end when the layout is complete. A Push's stream is read to its end.
+    while (!(until_complete && assembler.complete()) && stream->Read(&msg)) {
+      absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
+                                       : absl::InvalidArgumentError("Push: a second header");
+      if (!s.ok()) {
+        core_->CountRejectedPush(info->id, "invalid");
+        return s;
+      }
+    }
+    absl::StatusOr<std::vector<float>> g = assembler.Finish();
+    if (!g.ok()) {
+      core_->CountRejectedPush(info->id, "invalid");
+      return g.status();
+    }
+    core_->CountPushBytes(assembler.bytes_received());
+    info->finite_checked = assembler.all_finite();  // when not, the core says which problem it is
+    gradient = std::move(*g);
+  }
+  return core_->Push(*info, std::move(gradient), Deadline(ctx));
+}
+
+void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* response) {
+  response->set_action(ToProto(r.action));
+  response->set_next_batch_size(r.next_batch);
+  response->set_model_version(r.version);
+  response->set_staleness(r.staleness);
+  response->set_applied(r.applied);
+  response->set_message(r.message);
+  response->set_global_samples(r.global_samples);
+  SamplesToProto(r.samples, response->mutable_samples());
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
                                           v1::PushResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  v1::PushRequest msg;
-  if (!reader->Read(&msg) || !msg.has_header()) {
-    core_->CountRejectedPush(0, "invalid");
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Push must start with a header");
-  }
-  const v1::PushHeader header = msg.header();
   PushInfo info;
-  info.id = header.worker_id();
-  info.batch = header.batch_size();
-  info.compute_seconds = header.compute_seconds();
-  info.version = header.model_version();
-  info.iteration = header.iteration();
-  info.train_loss = header.train_loss();
-  if (header.has_test_accuracy()) info.test_accuracy = header.test_accuracy();
-  info.out_of_memory = header.out_of_memory();
-  info.samples_seen = header.samples_seen();
-  info.report_only = header.report_only();
-  std::vector<float> gradient;
-  if (!info.out_of_memory && !info.report_only) {
-    absl::StatusOr<ModelLayout> layout = core_->Layout();
-    if (!layout.ok()) return ToGrpc(layout.status());
-    ChunkAssembler assembler(&*layout, core_->TakeBuffer());
-    while (reader->Read(&msg)) {
-      absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
-                                       : absl::InvalidArgumentError("Push: a second header");
-      if (!s.ok()) {
-        core_->CountRejectedPush(info.id, "invalid");
-        return ToGrpc(s);
-      }
-    }
-    absl::StatusOr<std::vector<float>> g = assembler.Finish();
-    if (!g.ok()) {
-      core_->CountRejectedPush(info.id, "invalid");
-      return ToGrpc(g.status());
-    }
-    core_->CountPushBytes(assembler.bytes_received());
-    info.finite_checked = assembler.all_finite();  // when not, the core says which problem it is
-    gradient = std::move(*g);
-  }
-  absl::StatusOr<PushResult> r = core_->Push(info, std::move(gradient), Deadline(ctx));
+  absl::StatusOr<PushResult> r = ReadAndPush(ctx, reader, /*until_complete=*/false, &info);
   if (!r.ok()) return ToGrpc(r.status());
-  response->set_action(ToProto(r->action));
-  response->set_next_batch_size(r->next_batch);
-  response->set_model_version(r->version);
-  response->set_staleness(r->staleness);
-  response->set_applied(r->applied);
-  response->set_message(r->message);
-  response->set_global_samples(r->global_samples);
-  SamplesToProto(r->samples, response->mutable_samples());
+  FillReply(*r, response);
   return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::PushPull(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::PushPullResponse, v1::PushRequest>* stream) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  PushInfo info;
+  absl::StatusOr<PushResult> r = ReadAndPush(ctx, stream, /*until_complete=*/true, &info);
+  if (!r.ok()) return ToGrpc(r.status());
+  v1::PushPullResponse out;
+  FillReply(*r, out.mutable_reply());
+  if (!stream->Write(out)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  if (r->action != Action::kPull && r->action != Action::kContinue) return grpc::Status::OK;
+  absl::StatusOr<ModelSnapshot> snap = core_->Pull(info.id, info.version);
+  if (!snap.ok()) return ToGrpc(snap.status());
+  return WriteModel(*snap, [stream](v1::PullHeader* h, v1::TensorChunk* c) {
+    v1::PushPullResponse piece;
+    if (h != nullptr) piece.mutable_header()->Swap(h);
+    if (c != nullptr) piece.mutable_chunk()->Swap(c);
+    return stream->Write(piece);
+  });
 }
 
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,

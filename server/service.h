@@ -33,6 +33,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                     grpc::ServerWriter<v1::PullResponse>* writer) override;
   grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
                     v1::PushResponse* response) override;
+  grpc::Status PushPull(grpc::ServerContext* ctx,
+                        grpc::ServerReaderWriter<v1::PushPullResponse, v1::PushRequest>* stream) override;
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
@@ -41,6 +43,12 @@ class ParameterServerService final : public v1::ParameterServer::Service {
 
  private:
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
+  template <typename Stream>
+  absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
+                                         PushInfo* info);
+  static void FillReply(const PushResult& r, v1::PushResponse* response);
+  template <typename Emit>
+  grpc::Status WriteModel(const ModelSnapshot& snap, Emit emit);
   // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 

@@ -160,6 +160,54 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   REQUIRE(stopped->action() == v1::ACTION_STOP);
 }
 
+TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull with a server without it",
+          "[service]") {
+  Fixture f;
+  const std::vector<float> init(9, 1.0f);
+  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  REQUIRE(joined.ok());
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  push.set_compute_seconds(0.01);
+  push.set_model_version(0);
+  std::vector<float> weights = init;
+  uint64_t version = 0;
+  auto reply = f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights);
+  REQUIRE(reply.ok());
+  REQUIRE(reply->applied());
+  REQUIRE(version == 1);
+  REQUIRE(weights == std::vector<float>(9, 0.0f));  // 1 - lr * (8/8) * 1
+  REQUIRE(f.core->Snapshot().pushes_by_result.at("applied") == 1);
+
+  // An older server (no PushPull): the client notices UNIMPLEMENTED and uses Push + Pull.
+  struct OldService : v1::ParameterServer::Service {
+    explicit OldService(ParameterServerService* s) : inner(s) {}
+    grpc::Status Push(grpc::ServerContext* c, grpc::ServerReader<v1::PushRequest>* r, v1::PushResponse* o) override {
+      return inner->Push(c, r, o);
+    }
+    grpc::Status Pull(grpc::ServerContext* c, const v1::PullRequest* r,
+                      grpc::ServerWriter<v1::PullResponse>* w) override {
+      return inner->Pull(c, r, w);
+    }
+    ParameterServerService* inner;
+  } old(f.service.get());
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&old);
+  auto server = builder.BuildAndStart();
+  grpc::ChannelArguments args;
+  auto client = worker::MakeGrpcPsClient(server->InProcessChannel(args), WithToken(""));
+  push.set_model_version(1);
+  for (int i = 0; i < 2; ++i) {  // the second call goes straight to Push + Pull
+    auto r = client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights);
+    REQUIRE(r.ok());
+    push.set_model_version(version);
+  }
+  REQUIRE(version == 3);
+  REQUIRE(weights == std::vector<float>(9, -2.0f));
+  server->Shutdown();
+}
+
 TEST_CASE("with a token, calls without it or with another are refused and counted", "[service][auth]") {
   const std::vector<float> init(9, 1.0f);
   for (const std::string bad : {"", "not-the-token"}) {

@@ -1,8 +1,11 @@
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
@@ -70,6 +73,65 @@ class GrpcPsClient : public PsClient {
         header.out_of_memory() || header.report_only() ? nullptr : &gradient);
   }
 
+  absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
+                                            const std::vector<float>& gradient, uint64_t* model_version,
+                                            std::vector<float>* weights) override {
+    if (!push_pull_.load()) return PsClient::PushPull(header, layout, gradient, model_version, weights);
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    auto stream = stub_->PushPull(&ctx);
+    v1::PushRequest msg;
+    *msg.mutable_header() = header;
+    if (stream->Write(msg) && !header.out_of_memory() && !header.report_only()) {
+      ForEachChunk(layout, gradient.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+        v1::PushRequest chunk;
+        chunk.mutable_chunk()->Swap(&c);
+        return stream->Write(chunk);
+      });
+    }
+    stream->WritesDone();
+    v1::PushPullResponse in;
+    v1::PushResponse reply;
+    bool got_reply = false, got_header = false, got_model = false;
+    uint64_t version = 0;
+    // The model is assembled into a spare buffer and swapped in only when complete: the
+    // worker's weights stay intact on any failure (a rejoin may send them).
+    absl::MutexLock lock(&spare_mu_);
+    std::optional<ChunkAssembler> assembler;
+    absl::Status chunk_status;
+    while (stream->Read(&in)) {
+      if (in.has_reply()) {
+        reply = in.reply();
+        got_reply = true;
+      } else if (in.has_header()) {
+        version = in.header().model_version();
+        got_header = true;
+        got_model = !in.header().up_to_date();
+        if (got_model) assembler.emplace(&layout, std::move(spare_));
+      } else if (!assembler) {
+        chunk_status = absl::InvalidArgumentError("PushPull: a chunk before the model's header");
+      } else if (chunk_status.ok()) {
+        chunk_status = assembler->Add(in.chunk());
+      }
+    }
+    grpc::Status s = stream->Finish();
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !got_reply) {
+      push_pull_.store(false);  // an older server: Push and Pull from now on
+      return PsClient::PushPull(header, layout, gradient, model_version, weights);
+    }
+    if (!s.ok()) return FromGrpc(s, "PushPull");
+    if (!chunk_status.ok()) return chunk_status;
+    if (!got_reply) return absl::InternalError("PushPull: the server sent no reply");
+    if (got_model) {
+      absl::StatusOr<std::vector<float>> flat = assembler->Finish();
+      if (!flat.ok()) return flat.status();
+      spare_ = std::move(*weights);
+      *weights = std::move(*flat);
+    }
+    if (got_header) *model_version = version;
+    return reply;
+  }
+
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
@@ -124,6 +186,9 @@ class GrpcPsClient : public PsClient {
   }
 
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  std::atomic<bool> push_pull_{true};  // the server implements PushPull
+  absl::Mutex spare_mu_;
+  std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one, reused
   const absl::Duration timeout_;
   const std::string authorization_;
 };

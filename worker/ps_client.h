@@ -32,6 +32,19 @@ class PsClient {
   // Sends the header and, unless it reports out-of-memory, the gradient.
   virtual absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                                 const std::vector<float>& gradient) = 0;
+  // Push, then the model, in one round trip (the PushPull call): `*weights` is filled
+  // and `*model_version` set when the reply allows training on and the server's model
+  // differs from header.model_version(). This default makes two calls, Push then Pull.
+  virtual absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
+                                                    const std::vector<float>& gradient, uint64_t* model_version,
+                                                    std::vector<float>* weights) {
+    absl::StatusOr<v1::PushResponse> r = Push(header, layout, gradient);
+    if (!r.ok() || (r->action() != v1::ACTION_PULL && r->action() != v1::ACTION_CONTINUE)) return r;
+    absl::StatusOr<uint64_t> v = Pull(header.worker_id(), header.model_version(), layout, weights);
+    if (!v.ok()) return v.status();
+    *model_version = *v;
+    return r;
+  }
   // Keeps the lease; the reply says whether to go on, rejoin or stop.
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) = 0;
   // `finished`: this worker completed its training (not interrupted or stopped).

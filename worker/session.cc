@@ -117,6 +117,27 @@ absl::StatusOr<bool> Session::Pull(std::vector<float>* weights) {
 
 absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vector<float>& gradient,
                                           const std::vector<float>& weights, v1::PushResponse* reply) {
+  return Send(std::move(header), weights, reply,
+              [&](const v1::PushHeader& h) { return client_->Push(h, layout_, gradient); });
+}
+
+absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, const std::vector<float>& gradient,
+                                              std::vector<float>* weights, v1::PushResponse* reply, bool* changed) {
+  *changed = false;
+  uint64_t version = version_;
+  absl::StatusOr<PushOutcome> outcome = Send(std::move(header), *weights, reply, [&](const v1::PushHeader& h) {
+    return client_->PushPull(h, layout_, gradient, &version, weights);
+  });
+  if (outcome.ok() && *outcome == PushOutcome::kReplied) {
+    *changed = version != version_;
+    version_ = version;
+  }
+  return outcome;
+}
+
+template <typename Call>
+absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, const std::vector<float>& weights,
+                                          v1::PushResponse* reply, Call call) {
   if (stop_.load()) return PushOutcome::kStop;
   if (rejoin_.load()) {  // the heartbeat learnt the session is gone
     if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
@@ -124,7 +145,7 @@ absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vect
   }
   header.set_worker_id(id_.load());
   header.set_model_version(version_);
-  absl::StatusOr<v1::PushResponse> r = client_->Push(header, layout_, gradient);
+  absl::StatusOr<v1::PushResponse> r = call(header);
   if (!r.ok()) {
     if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
     if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;

@@ -77,6 +77,10 @@ class Session {
   // the model the worker holds, for a rejoin with a server that lost its own.
   absl::StatusOr<PushOutcome> Push(v1::PushHeader header, const std::vector<float>& gradient,
                                    const std::vector<float>& weights, v1::PushResponse* reply);
+  // Push, then the model, in one round trip (PushPull): on kReplied `*weights` holds the
+  // server's current model and `*changed` says whether it moved. Otherwise as Push.
+  absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, const std::vector<float>& gradient,
+                                       std::vector<float>* weights, v1::PushResponse* reply, bool* changed);
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);
@@ -99,6 +103,10 @@ class Session {
   // Joins until it works, a non-transient error, or reconnect_timeout.
   absl::Status JoinUntilBack(const std::vector<float>& weights, const absl::Status& cause);
   void HeartbeatLoop();
+  // A push by `call` (given the completed header), with the replies' and faults' handling.
+  template <typename Call>
+  absl::StatusOr<PushOutcome> Send(v1::PushHeader header, const std::vector<float>& weights, v1::PushResponse* reply,
+                                   Call call);
   void Log(const std::string& line) const;
 
   PsClient* const client_;

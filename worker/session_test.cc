@@ -213,6 +213,22 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(server.finished_leaves == 0);
 }
 
+TEST_CASE("PushPull brings the new model with the reply", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  Session s(&server, Layout(), Options(&clock, &log));
+  REQUIRE(s.Join(kMine).ok());
+  std::vector<float> w;
+  REQUIRE(s.Pull(&w).ok());
+  v1::PushResponse reply;
+  bool changed = false;
+  REQUIRE(*s.PushPull({}, w, &w, &reply, &changed) == PushOutcome::kReplied);
+  REQUIRE(changed);  // the push moved the fake server's version
+  REQUIRE(s.model_version() == server.version);
+  REQUIRE(w == server.model);
+}
+
 TEST_CASE("a server shutting down answers a join with stop; an interrupt ends the wait for a server",
           "[session]") {
   FakeClock clock;

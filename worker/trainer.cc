@@ -390,7 +390,8 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       }
       const auto comm_start = Clock::now();
       v1::PushResponse reply;
-      absl::StatusOr<PushOutcome> outcome = session.Push(push, grad, weights, &reply);
+      bool model_changed = false;  // one round trip: the reply brings the new model
+      absl::StatusOr<PushOutcome> outcome = session.PushPull(push, grad, &weights, &reply, &model_changed);
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
         std::printf("[%s] the server stopped the job\n", o.name.c_str());
@@ -416,7 +417,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
                     loss_value, 1000 * push.compute_seconds(), reply.model_version());
         std::fflush(stdout);
       }
-      if (absl::Status s = pull(); !s.ok()) return s;
+      if (model_changed) params.Load(weights);
       series.Iteration(batch, push.compute_seconds(), std::chrono::duration<double>(Clock::now() - comm_start).count(),
                        loss_value, push.out_of_memory());
 

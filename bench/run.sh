@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Every benchmark, each against its baseline measured in the same run; tables on stdout,
+# JSON (and the scale plot) in bench/results/. About 5 minutes on 2 cores.
+#   ./bench/run.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./deploy/install-deps.sh
+bazel build -c opt //bench:transfer //bench:aggregate //bench:round //bench:scale
+for b in transfer aggregate round scale; do
+  echo
+  bazel run -c opt --ui_event_filters=-info,-stdout,-stderr --noshow_progress "//bench:$b"
+done
+/usr/bin/python3 bench/plot_scale.py bench/results/scale.json

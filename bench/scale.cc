@@ -1,0 +1,122 @@
+// scale: 1 to 64 workers (threads, each with its own connection), a 1 MB model, zero
+// compute, sync and async, each worker calling PushPull in a loop for --seconds: rounds
+// (sync) or pushes (async) per second, and the p50/p99 latency of a push. Errors are
+// counted (there must be none). bench/plot_scale.py draws the curve.
+//   bazel run -c opt //bench:scale -- [--workers=1,2,4,8,16,32,64] [--seconds=3]
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+
+ABSL_FLAG(std::string, workers, "1,2,4,8,16,32,64", "worker counts");
+ABSL_FLAG(double, megabytes, 1, "model size in MB");
+ABSL_FLAG(double, seconds, 3, "seconds per point");
+
+namespace omnilearn {
+namespace bench {
+namespace {
+
+nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double seconds) {
+  const ModelLayout layout = LayoutOfMegabytes(megabytes);
+  server::ServerOptions o;
+  o.mode = mode;
+  o.num_workers = workers;
+  o.controller.global_batch = 32 * workers;
+  o.controller.policy = controller::Policy::kOff;
+  o.optimizer.momentum = 0;
+  o.round_timeout = absl::Seconds(50);
+  std::unique_ptr<LocalServer> s = StartLocalServer(o);
+  std::mutex mu;
+  std::vector<double> latencies;
+  std::atomic<int64_t> pushes{0}, errors{0};
+  std::atomic<bool> measuring{false}, stop{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      auto client = ClientTo(s->port);
+      std::vector<float> weights(layout.total_elements(), 0.5f), gradient(layout.total_elements(), 1e-6f);
+      absl::StatusOr<v1::JoinResponse> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
+      if (!joined.ok()) return (void)++errors;
+      auto v = client->Pull(joined->worker_id(), ~0ull, layout, &weights);
+      if (!v.ok()) return (void)++errors;
+      uint64_t version = *v;
+      std::vector<double> mine;
+      while (!stop.load()) {
+        v1::PushHeader ph;
+        ph.set_worker_id(joined->worker_id());
+        ph.set_batch_size(joined->batch_size());
+        ph.set_compute_seconds(0.001);
+        ph.set_model_version(version);
+        const auto start = std::chrono::steady_clock::now();
+        auto r = client->PushPull(ph, layout, gradient, &version, &weights);
+        if (!r.ok()) {
+          ++errors;
+          return;
+        }
+        if (measuring.load()) {
+          mine.push_back(Seconds(start));
+          ++pushes;
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+    });
+  }
+  // Warm up (joins, the first rounds), then measure.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const uint64_t v0 = s->core->version();
+  measuring.store(true);
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  measuring.store(false);
+  const double elapsed = Seconds(start);
+  const uint64_t v1 = s->core->version();
+  stop.store(true);
+  s->core->Shutdown();  // wakes workers waiting in a round; their calls end
+  for (auto& t : threads) t.join();
+  const double rate = (mode == server::Mode::kSync ? static_cast<double>(v1 - v0) : pushes.load()) / elapsed;
+  const double p50 = Percentile(latencies, 50), p99 = Percentile(latencies, 99);
+  std::printf("%-5s %3d workers | %8.1f %s/s | push p50 %7.2f ms  p99 %7.2f ms | errors %ld\n",
+              mode == server::Mode::kSync ? "sync" : "async", workers, rate,
+              mode == server::Mode::kSync ? "rounds" : "pushes", 1000 * p50, 1000 * p99, errors.load());
+  std::fflush(stdout);
+  return {{"mode", mode == server::Mode::kSync ? "sync" : "async"},
+          {"workers", workers},
+          {"rate_per_second", rate},
+          {"unit", mode == server::Mode::kSync ? "rounds" : "pushes"},
+          {"push_p50_ms", 1000 * p50},
+          {"push_p99_ms", 1000 * p99},
+          {"pushes", pushes.load()},
+          {"errors", errors.load()}};
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace omnilearn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace omnilearn::bench;
+  using omnilearn::server::Mode;
+  std::printf("scale: N workers, %.0f MB model, zero compute, PushPull in a loop; sync and async.\n",
+              absl::GetFlag(FLAGS_megabytes));
+  nlohmann::json rows = nlohmann::json::array();
+  int64_t errors = 0;
+  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
+    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
+      int n = 0;
+      if (!absl::SimpleAtoi(part, &n) || n < 1) return 2;
+      rows.push_back(Measure(mode, n, absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
+      errors += rows.back()["errors"].get<int64_t>();
+    }
+  }
+  const std::string path = WriteResults("scale", {{"benchmark", "scale"}, {"machine", MachineDescription()}, {"rows", rows}});
+  std::printf("results: %s\n", path.c_str());
+  return errors == 0 ? 0 : 1;
+}
