@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 
 ABSL_FLAG(double, megabytes, 64, "gradient size in MB");
@@ -130,6 +131,7 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
+  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
   absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
   std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"

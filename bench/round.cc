@@ -22,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -197,6 +198,7 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
+  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
   absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
   const int workers = absl::GetFlag(FLAGS_workers);

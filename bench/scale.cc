@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/large_buffers.h"
 
 ABSL_FLAG(std::string, workers, "1,2,4,8,16,32,64", "worker counts");
 ABSL_FLAG(double, megabytes, 1, "model size in MB");
@@ -101,6 +102,7 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
+  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
   absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
   using omnilearn::server::Mode;

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -82,6 +83,7 @@ nlohmann::json Measure(double megabytes) {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
+  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
   absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
   std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flag_checks.h"
+#include "common/large_buffers.h"
 #include "common/grpc_security.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
@@ -370,6 +371,7 @@ int Run() {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
+  omnilearn::KeepLargeBuffersInHeap();
   omnilearn::ShowOwnFlagsInHelp("server/main.cc");
   absl::SetProgramUsageMessage(
       "OmniLearn parameter server: holds the model, assigns every worker its samples and a mini-batch\n"

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flag_checks.h"
+#include "common/large_buffers.h"
 #include "common/grpc_security.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  omnilearn::KeepLargeBuffersInHeap();
   omnilearn::ShowOwnFlagsInHelp("worker/main.cc");
   absl::SetProgramUsageMessage(
       "OmniLearn worker: trains the samples and mini-batch sizes the server assigns.\n"
