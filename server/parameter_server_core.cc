@@ -107,7 +107,10 @@ SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
 }
 
 void ParameterServerCore::MaybeFinishJob() {
-  if (job_finished_ || !any_finished_ || LiveCount() > 0) return;
+  if (job_finished_ || !any_finished_) return;
+  for (const auto& [id, w] : workers_) {
+    if (w.state != WorkerState::kLeft) return;  // a dropped worker may still come back and finish
+  }
   job_finished_ = true;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
                         global_samples_,

@@ -270,7 +270,8 @@ class ParameterServerCore {
   void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's next samples: what it held and did not train goes back to the epoch.
   SampleBatch Assign(Worker& w, int64_t batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A finished job: no live worker and at least one that completed its training.
+  // A finished job: every worker left (none live or dropped) and one at least completed
+  // its training.
   void MaybeFinishJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResetJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The Join's checks, before anything changes.

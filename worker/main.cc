@@ -179,7 +179,8 @@ int main(int argc, char** argv) {
     return 128 + signal_number.load();
   }
   if (!result.ok()) return Fail(o.name, result.status());
-  std::printf("[%s] done: %ld iterations, last loss %.4f", o.name.c_str(), result->iterations, result->last_loss);
+  std::printf("[%s] done%s: %ld iterations, last loss %.4f", o.name.c_str(),
+              result->stopped_by_server ? " (stopped by the server)" : "", result->iterations, result->last_loss);
   if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
   std::printf("\n");
   return 0;

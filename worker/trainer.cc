@@ -307,7 +307,9 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     if (absl::Status s = pull(); !s.ok()) return s;
 
     // A server that assigns no samples (an older one): this worker's own shuffled order.
-    torch::Generator gen = torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + 17);
+    // Seeded by the name too, so two such workers do not train the same order.
+    torch::Generator gen =
+        torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + std::hash<std::string>()(o.name));
     torch::Tensor order = torch::randperm(train.size(), gen);
     int64_t cursor = 0;
     const double total_samples = o.epochs * train.size();
