@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tensor_codec.h"
+#include "server/async_rule.h"
 
 namespace omnilearn {
 namespace server {
@@ -14,7 +15,6 @@ namespace {
 
 // Largest batch a push may claim (a sanity bound, not a policy).
 constexpr int64_t kMaxPushBatch = int64_t{1} << 24;
-constexpr size_t kStalenessBuckets = 64;
 
 }  // namespace
 
@@ -34,20 +34,6 @@ std::string ModeName(Mode mode) {
       return "async";
     case Mode::kSsp:
       return "ssp";
-  }
-  return "unknown";
-}
-
-std::string WorkerStateName(WorkerState state) {
-  switch (state) {
-    case WorkerState::kActive:
-      return "active";
-    case WorkerState::kPending:
-      return "pending";
-    case WorkerState::kDropped:
-      return "dropped";
-    case WorkerState::kLeft:
-      return "left";
   }
   return "unknown";
 }
@@ -76,15 +62,8 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
       controller_(std::move(controller)),
       store_(options.optimizer),
       sampler_(options.data_seed),
-      job_start_(start_time_),
-      staleness_counts_(kStalenessBuckets, 0) {
+      job_start_(start_time_) {
   registry_.AddCollectHook([this] { UpdateGauges(); });
-}
-
-size_t ParameterServerCore::LiveCount() const {
-  size_t n = 0;
-  for (const auto& [id, w] : workers_) n += Live(w) ? 1 : 0;
-  return n;
 }
 
 void ParameterServerCore::Event(const std::string& line) const {
@@ -92,9 +71,9 @@ void ParameterServerCore::Event(const std::string& line) const {
 }
 
 void ParameterServerCore::Retire(Worker& w, WorkerState state) {
-  if (Live(w)) (void)controller_.RemoveWorker(w.id);
+  if (w.live()) (void)controller_.RemoveWorker(w.id);
   w.state = state;
-  round_pushed_.erase(w.id);
+  round_.Forget(w.id);
   sampler_.Return(w.assigned);  // not trained: back to the epoch
   w.assigned.clear();
 }
@@ -107,15 +86,13 @@ SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
 }
 
 void ParameterServerCore::MaybeFinishJob() {
-  if (job_finished_ || !any_finished_) return;
-  for (const auto& [id, w] : workers_) {
-    if (w.state != WorkerState::kLeft) return;  // a dropped worker may still come back and finish
-  }
+  // A dropped worker may still come back and finish.
+  if (job_finished_ || !any_finished_ || !workers_.AllLeft()) return;
   job_finished_ = true;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
-                        global_samples_,
-                        sampler_.enabled() ? static_cast<double>(global_samples_) / sampler_.dataset_size() : 0.0,
-                        rounds_));
+                        stats_.global_samples(),
+                        sampler_.enabled() ? static_cast<double>(stats_.global_samples()) / sampler_.dataset_size() : 0.0,
+                        stats_.rounds()));
 }
 
 void ParameterServerCore::ResetJob() {
@@ -125,18 +102,11 @@ void ParameterServerCore::ResetJob() {
   controller_ = *controller::BatchController::Create(options_.controller);  // validated in Create
   store_ = ParameterStore(options_.optimizer);
   sampler_ = EpochSampler(options_.data_seed);
-  workers_.clear();
+  workers_.Clear();
   started_ = false;
-  round_open_ = false;
-  round_sum_ = {};
-  round_samples_ = 0;
-  round_pushed_.clear();
-  round_samples_ids_.clear();
-  round_batches_.clear();
-  rounds_ = ticks_since_adjust_ = global_samples_ = 0;
-  last_loss_ = 0;
-  test_accuracy_.reset();
-  test_accuracy_version_ = 0;
+  round_.Reset();
+  ticks_since_adjust_ = 0;
+  stats_ = TrainingStats();
   remembered_.clear();
   any_finished_ = job_finished_ = false;
 }
@@ -146,42 +116,30 @@ void ParameterServerCore::Readmit(Worker& w) {
   w.state = WorkerState::kPending;
   (void)controller_.AddWorker(w.id);
   // ssp: a worker back from a drop must not hold the others to where it stopped.
-  w.clock = std::max(w.clock, SlowestClock(w.id).value_or(w.clock));
-}
-
-std::optional<uint64_t> ParameterServerCore::SlowestClock(WorkerId except) const {
-  std::optional<uint64_t> slowest;
-  for (const auto& [id, w] : workers_) {
-    if (id != except && Live(w)) slowest = std::min(slowest.value_or(w.clock), w.clock);
-  }
-  return slowest;
+  w.clock = std::max(w.clock, workers_.SlowestClock(w.id).value_or(w.clock));
 }
 
 void ParameterServerCore::ExpireLeases(absl::Time now) {
-  bool changed = false;
-  for (auto& [id, w] : workers_) {
-    if (w.state != WorkerState::kLeft && now - w.last_seen > options_.lease) {
-      Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w.name, id,
-                            absl::ToDoubleSeconds(now - w.last_seen)));
-      Retire(w, WorkerState::kLeft);
-      w.expired = true;
-      changed = true;
-    }
+  const std::vector<Worker*> expired = workers_.LeaseExpired(now, options_.lease);
+  for (Worker* w : expired) {
+    Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w->name, w->id,
+                          absl::ToDoubleSeconds(now - w->last_seen)));
+    Retire(*w, WorkerState::kLeft);
+    w->expired = true;
   }
-  if (changed) {
+  if (!expired.empty()) {
     MaybeCompleteRound();
     MaybeFinishJob();
   }
 }
 
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
-  for (const auto& [id, w] : workers_) {
-    if (w.name != info.name || w.state == WorkerState::kLeft || id == info.resume_id) continue;
-    Event(absl::StrCat("refused a join from ", info.host, ": the name ", info.name, " belongs to live worker ", id));
+  if (const Worker* w = workers_.CurrentNamed(info.name, info.resume_id); w != nullptr) {
+    Event(absl::StrCat("refused a join from ", info.host, ": the name ", info.name, " belongs to live worker ", w->id));
     return absl::AlreadyExistsError(absl::StrFormat(
         "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
         "--name, or wait until that one leaves or its lease (%.0f s) expires",
-        info.name, id, w.host, absl::ToDoubleSeconds(options_.clock->Now() - w.last_seen),
+        info.name, w->id, w->host, absl::ToDoubleSeconds(options_.clock->Now() - w->last_seen),
         absl::ToDoubleSeconds(options_.lease)));
   }
   if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
@@ -198,7 +156,7 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   if (info.layout == store_.layout()) return absl::OkStatus();
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
-  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && rounds_ == 0;
+  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
   if (replaceable && info.initial_parameters) return absl::OkStatus();
   const std::string what = absl::StrCat("model layout differs from the server's: got ", info.layout.DebugString(),
                                         "; server has ", store_.layout().DebugString());
@@ -223,7 +181,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
       return absl::FailedPreconditionError(absl::StrFormat(
           "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
           "it with --reset_when_done to take a new job",
-          store_.version(), global_samples_));
+          store_.version(), stats_.global_samples()));
     }
     ResetJob();
   }
@@ -237,30 +195,29 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     if (absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters)); !s.ok()) return s;
   }
   if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
-  for (auto& [id, w] : workers_) {  // this process's previous session
-    if (id == info.resume_id && w.name == info.name && w.state != WorkerState::kLeft) Retire(w, WorkerState::kLeft);
+  if (Worker* old = workers_.FindCurrent(info.resume_id); old != nullptr && old->name == info.name) {
+    Retire(*old, WorkerState::kLeft);  // this process's previous session
   }
-  const WorkerId id = next_id_++;
   Worker w;
-  w.id = id;
   w.name = info.name;
   w.host = info.host;
   w.device = info.device;
   w.memory = info.device_memory_bytes;
   w.last_seen = now;
-  w.clock = SlowestClock(id).value_or(0);
+  w.clock = workers_.SlowestClock(0).value_or(0);
   w.uses_samples = info.dataset_size > 0;
   // Joining an open sync round: take part from the next one.
-  w.state = (options_.mode == Mode::kSync && round_open_) ? WorkerState::kPending : WorkerState::kActive;
+  w.state = (options_.mode == Mode::kSync && round_.open()) ? WorkerState::kPending : WorkerState::kActive;
   // A worker a restored checkpoint remembers gets its batch and time model back.
   auto remembered = remembered_.find(info.name);
   const bool known = remembered != remembered_.end();
+  const WorkerId id = workers_.Add(std::move(w)).id;
   if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}, known ? remembered->second : controller::WorkerMemory{});
       !s.ok()) {
+    workers_.Find(id)->state = WorkerState::kLeft;  // cannot happen (fresh id, valid limits); never half-added
     return s;
   }
   if (known) remembered_.erase(remembered);
-  workers_.emplace(id, std::move(w));
   Event(absl::StrFormat("worker %s joined as id %d (host %s, %s)%s; %d live", info.name, id, info.host,
                         info.device == Device::kCuda ? "cuda" : (info.device == Device::kCpu ? "cpu" : "device unknown"),
                         known ? ", its controller memory restored" : "", LiveCount()));
@@ -287,8 +244,8 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     }
     started_ = true;  // with everyone, or with who came in time
   }
-  auto me = workers_.find(id);
-  if (shutdown_ || me == workers_.end()) {
+  Worker* me = workers_.Find(id);
+  if (shutdown_ || me == nullptr) {
     JoinResult stop;
     stop.action = Action::kStop;
     return stop;
@@ -301,20 +258,19 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   r.layout = store_.layout();
   r.version = store_.version();
   r.global_batch = options_.controller.global_batch;
-  r.global_samples = global_samples_;
-  r.samples = Assign(me->second, r.batch);
+  r.global_samples = stats_.global_samples();
+  r.samples = Assign(*me, r.batch);
   return r;
 }
 
 void ParameterServerCore::Account(const PushInfo& info) {
-  Worker& w = workers_.at(info.id);
+  Worker& w = *workers_.Find(info.id);
   w.iterations += 1;
   w.samples += info.batch;
   w.last_batch = info.batch;
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
-  global_samples_ += info.batch;
-  last_loss_ = info.train_loss;
+  stats_.Trained(info.batch, info.train_loss);
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
   RecordAccuracy(info);
   (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
@@ -322,8 +278,7 @@ void ParameterServerCore::Account(const PushInfo& info) {
 
 void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
   if (!info.test_accuracy) return;
-  test_accuracy_ = info.test_accuracy;
-  test_accuracy_version_ = info.version;
+  stats_.Accuracy(*info.test_accuracy, info.version);
 }
 
 void ParameterServerCore::CountAdjustmentTick() {
@@ -345,16 +300,16 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   r.version = store_.version();
   r.applied = applied;
   r.message = std::move(message);
-  r.global_samples = global_samples_;
-  auto it = workers_.find(id);
-  if (!shutdown_ && assign && it != workers_.end() && Live(it->second)) r.samples = Assign(it->second, r.next_batch);
+  r.global_samples = stats_.global_samples();
+  Worker* w = workers_.Find(id);
+  if (!shutdown_ && assign && w != nullptr && w->live()) r.samples = Assign(*w, r.next_batch);
   return r;
 }
 
 void ParameterServerCore::CountPush(WorkerId id, const std::string& result) {
-  ++pushes_by_result_[result];
-  auto it = workers_.find(id);
-  metrics_.pushes.Add({it == workers_.end() ? "unknown" : it->second.name, result}).Increment();
+  stats_.CountPush(result);
+  const Worker* w = workers_.Find(id);
+  metrics_.pushes.Add({w == nullptr ? "unknown" : w->name, result}).Increment();
 }
 
 std::vector<float> ParameterServerCore::TakeBuffer() {
@@ -395,8 +350,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
   }
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
-  auto it = workers_.find(info.id);
-  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
+  Worker* current = workers_.FindCurrent(info.id);
+  if (current == nullptr) {
     return reject("unknown_worker", absl::NotFoundError(absl::StrCat("unknown or expired worker ", info.id,
                                                                      ": join again")));
   }
@@ -405,7 +360,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     if (info.test_accuracy && !(*info.test_accuracy >= 0 && *info.test_accuracy <= 1)) {
       return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
     }
-    it->second.last_seen = now;
+    current->last_seen = now;
     RecordAccuracy(info);
     CountPush(info.id, "report");
     return Reply(info.id, false, "report recorded", -1, /*assign=*/false);
@@ -432,7 +387,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
       return reject("invalid", absl::InvalidArgumentError("gradient contains NaN or Inf: not applied"));
     }
   }
-  Worker& w = it->second;
+  Worker& w = *current;
   if (w.uses_samples && info.batch != CountSamples(w.assigned)) {
     return reject("invalid", absl::InvalidArgumentError(absl::StrCat("the push claims a batch of ", info.batch,
                                                                      " samples; the server assigned ",
@@ -445,7 +400,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     CountPush(info.id, "out_of_memory");
     if (options_.mode == Mode::kSync && info.version == store_.version()) {
       OpenRound();
-      round_pushed_.insert(info.id);  // counts as present, contributes nothing
+      round_.MarkPresent(info.id);  // counts as present, contributes nothing
       MaybeCompleteRound();
     }
     return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
@@ -468,38 +423,25 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
 absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, const std::vector<float>& gradient,
                                                          absl::Time deadline) {
   const uint64_t version = store_.version();
-  if (info.version != version || round_pushed_.count(info.id)) {
+  if (info.version != version || round_.Pushed(info.id)) {
     CountPush(info.id, "stale");
     return Reply(info.id, false,
                  absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
   }
   OpenRound();
-  // The round's sum of b_k * g_k, in float (vectorized): the first push writes it, so
-  // the buffer is reused from round to round without being cleared.
-  const float b = static_cast<float>(info.batch);
-  float* __restrict sum = round_sum_.data();
-  const float* __restrict g = gradient.data();
-  const size_t n = gradient.size();
-  if (round_samples_ == 0) {
-    for (size_t i = 0; i < n; ++i) sum[i] = b * g[i];
-  } else {
-    for (size_t i = 0; i < n; ++i) sum[i] += b * g[i];
-  }
-  round_samples_ += info.batch;
-  round_pushed_.insert(info.id);
-  Worker& w = workers_.at(info.id);
-  round_samples_ids_.insert(round_samples_ids_.end(), w.assigned.begin(), w.assigned.end());
-  w.assigned.clear();  // in the round: trained when it closes
+  Worker& w = *workers_.Find(info.id);
+  round_.Add(info.id, info.batch, gradient, std::move(w.assigned));  // its samples: trained when the round closes
+  w.assigned.clear();
   Account(info);
   CountPush(info.id, "applied");
   MaybeCompleteRound();
   auto done = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || store_.version() != version || !round_open_;
+    return shutdown_ || store_.version() != version || !round_.open();
   };
   while (!done()) {
-    const absl::Time until = std::min(deadline, round_deadline_);
+    const absl::Time until = std::min(deadline, round_.deadline());
     if (!options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), until)) {
-      if (options_.clock->Now() >= round_deadline_ && round_open_ && store_.version() == version) {
+      if (options_.clock->Now() >= round_.deadline() && round_.open() && store_.version() == version) {
         CompleteRound();  // the round timed out: go on without the missing workers
       } else if (options_.clock->Now() >= deadline) {
         return absl::DeadlineExceededError("the round did not close before the call's deadline");
@@ -507,24 +449,18 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
     }
   }
   const bool closed = store_.version() != version;
-  auto planned = round_batches_.find(info.id);
   return Reply(info.id, closed, closed ? "" : "the server is shutting down: the round did not close",
-               planned != round_batches_.end() && store_.version() == version + 1 ? planned->second : -1);
+               store_.version() == version + 1 ? round_.batch_for(info.id) : -1);
 }
 
 void ParameterServerCore::OpenRound() {
-  if (round_open_) return;
-  round_open_ = true;
-  round_opened_ = options_.clock->Now();
-  round_deadline_ = round_opened_ + options_.round_timeout;
-  round_sum_.resize(store_.layout().total_elements());  // kept from round to round: no clearing, no page faults
-  round_samples_ = 0;
+  round_.Open(options_.clock->Now(), options_.round_timeout, store_.layout().total_elements());
 }
 
 void ParameterServerCore::MaybeCompleteRound() {
-  if (!round_open_) return;
+  if (!round_.open()) return;
   for (const auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) return;
+    if (w.state == WorkerState::kActive && !round_.Pushed(id)) return;
   }
   CompleteRound();
 }
@@ -532,53 +468,40 @@ void ParameterServerCore::MaybeCompleteRound() {
 void ParameterServerCore::CompleteRound() {
   // Workers that were due and did not push are dropped; their share goes to the others.
   for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_pushed_.count(id)) {
+    if (w.state == WorkerState::kActive && !round_.Pushed(id)) {
       Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w.name,
                             absl::ToDoubleSeconds(options_.round_timeout)));
       Retire(w, WorkerState::kDropped);
     }
   }
-  if (round_samples_ > 0) {
+  if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
-    store_.Apply(round_sum_, 1.0, 1.0, -1, 1.0 / static_cast<double>(round_samples_));
-    ++rounds_;
+    store_.Apply(round_.sum(), 1.0, 1.0, -1, 1.0 / static_cast<double>(round_.samples()));
+    stats_.Round();
     metrics_.rounds.Increment();
-    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_opened_));
+    metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
   }
   for (auto& [id, w] : workers_) {
     if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
   }
-  round_open_ = false;
-  round_samples_ = 0;
-  round_samples_ids_.clear();  // trained
-  if (rounds_ > 0) CountAdjustmentTick();
+  if (stats_.rounds() > 0) CountAdjustmentTick();
   // Every member of the round is told the plan as it stood when the round closed, even
-  // if another member leaves (and its share moves) before this one wakes up.
-  round_batches_.clear();
-  for (WorkerId id : round_pushed_) round_batches_[id] = controller_.plan().batch(id);
-  round_pushed_.clear();
+  // if another member leaves (and its share moves) before this one wakes up. Its
+  // samples are trained.
+  round_.Close([this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return controller_.plan().batch(id); });
 }
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
-  // Staleness rule: the step is lr * (b / B) * min(1, n / (1 + s)), with s the versions
-  // the model moved since the worker pulled and n the live workers. With n workers
-  // pushing in turn s is about n - 1, which is not damped; only staler pushes are.
-  // Asynchrony itself acts like momentum of about 1 - 1/n (Mitliagkas et al., 2016,
-  // "Asynchrony begets momentum"): the explicit momentum per push is lowered by that
-  // much so the total stays near the configured one.
-  const uint64_t s = store_.version() - info.version;
-  const double share = static_cast<double>(info.batch) / static_cast<double>(options_.controller.global_batch);
-  const double n = static_cast<double>(LiveCount());  // >= 1: the pushing worker is live
-  const double damp = std::min(1.0, n / (1.0 + static_cast<double>(s)));
-  const double momentum = std::max(0.0, options_.optimizer.momentum - (1.0 - 1.0 / n));
-  // Buffers (BatchNorm statistics) move toward the push's by its batch share.
-  store_.Apply(gradient, share * damp, std::min(1.0, share), momentum);
-  workers_.at(info.id).assigned.clear();  // trained
-  ++staleness_counts_[std::min<uint64_t>(s, kStalenessBuckets - 1)];
+  const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
+  const AsyncStep step =
+      AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum);
+  store_.Apply(gradient, step.lr_scale, step.buffer_blend, step.momentum);
+  workers_.Find(info.id)->assigned.clear();  // trained
+  stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
   Account(info);
   CountPush(info.id, "applied");
-  ++rounds_;
+  stats_.Round();
   metrics_.rounds.Increment();
   CountAdjustmentTick();
   return s;
@@ -587,12 +510,12 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
 absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, const std::vector<float>& gradient,
                                                         absl::Time deadline) {
   const uint64_t staleness = ApplyOnArrival(info, gradient);
-  Worker& me = workers_.at(info.id);
+  Worker& me = *workers_.Find(info.id);
   ++me.clock;
   const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
   auto within_bound = [this, &info, &me, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (shutdown_ || !Live(me)) return true;
-    const std::optional<uint64_t> slowest = SlowestClock(info.id);
+    if (shutdown_ || !me.live()) return true;
+    const std::optional<uint64_t> slowest = workers_.SlowestClock(info.id);
     return !slowest || me.clock <= *slowest + bound;
   };
   if (!within_bound()) {
@@ -604,7 +527,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
         // Whoever holds this worker back past the timeout is dropped, as a late worker
         // is from a sync round; it is readmitted when it pushes again.
         for (auto& [id, w] : workers_) {
-          if (id != info.id && Live(w) && w.clock + bound < me.clock) {
+          if (id != info.id && w.live() && w.clock + bound < me.clock) {
             Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w.name,
                                   me.name, absl::ToDoubleSeconds(options_.round_timeout)));
             Retire(w, WorkerState::kDropped);
@@ -623,12 +546,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
 
 absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t have_version) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
-    return absl::NotFoundError(absl::StrCat("unknown or expired worker ", id, ": join again"));
-  }
+  Worker* w = workers_.FindCurrent(id);
+  if (w == nullptr) return absl::NotFoundError(absl::StrCat("unknown or expired worker ", id, ": join again"));
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model");
-  it->second.last_seen = options_.clock->Now();
+  w->last_seen = options_.clock->Now();
   ModelSnapshot snap;
   snap.version = store_.version();
   snap.layout = store_.layout();
@@ -640,9 +561,9 @@ Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* b
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Action::kStop;
   ExpireLeases(options_.clock->Now());
-  auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.state == WorkerState::kLeft) return Action::kRejoin;
-  it->second.last_seen = options_.clock->Now();
+  Worker* w = workers_.FindCurrent(id);
+  if (w == nullptr) return Action::kRejoin;
+  w->last_seen = options_.clock->Now();
   *version = store_.version();
   *batch = controller_.plan().batch(id);
   return Action::kContinue;
@@ -650,14 +571,12 @@ Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* b
 
 absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
   absl::MutexLock lock(&mu_);
-  auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.state == WorkerState::kLeft) {
-    return absl::NotFoundError(absl::StrCat("unknown worker ", id));
-  }
-  Retire(it->second, WorkerState::kLeft);
-  Event(absl::StrFormat("worker %s left (%s) after %d iterations; %d live", it->second.name,
+  Worker* w = workers_.FindCurrent(id);
+  if (w == nullptr) return absl::NotFoundError(absl::StrCat("unknown worker ", id));
+  Retire(*w, WorkerState::kLeft);
+  Event(absl::StrFormat("worker %s left (%s) after %d iterations; %d live", w->name,
                         finished ? "finished its training" : (shutdown_ ? "told to stop" : "interrupted"),
-                        it->second.iterations, LiveCount()));
+                        w->iterations, LiveCount()));
   any_finished_ = any_finished_ || finished;
   MaybeCompleteRound();
   MaybeFinishJob();
@@ -685,15 +604,15 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   s.optimizer_state = store_.OptimizerState();
   s.mode = ModeName(options_.mode);
   s.version = store_.version();
-  s.global_samples = global_samples_;
-  s.rounds = rounds_;
+  s.global_samples = stats_.global_samples();
+  s.rounds = stats_.rounds();
   s.adjustments = controller_.plan().adjustment;
   s.controller = remembered_;
   for (const auto& [id, w] : workers_) {
-    if (!Live(w)) continue;
+    if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) s.controller[w.name] = *m;
   }
-  std::vector<const SampleBatch*> outstanding = {&round_samples_ids_};
+  std::vector<const SampleBatch*> outstanding = {&round_.sample_ids()};
   for (const auto& [id, w] : workers_) outstanding.push_back(&w.assigned);
   s.sampler = sampler_.State(outstanding);
   s.optimizer = OptimizerName(store_.options().kind);
@@ -724,8 +643,7 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
     return s;
   }
   sampler_ = std::move(sampler);
-  global_samples_ = state.global_samples;
-  rounds_ = state.rounds;
+  stats_.Restore(state.global_samples, state.rounds);
   remembered_ = state.controller;
   return absl::OkStatus();
 }
@@ -747,14 +665,14 @@ void ParameterServerCore::CountPullBytes(int64_t bytes) { metrics_.pull_bytes.In
 void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
   metrics_.model_version.Set(static_cast<double>(store_.version()));
-  metrics_.train_loss.Set(last_loss_);
-  if (test_accuracy_) metrics_.test_accuracy.Set(*test_accuracy_);
+  metrics_.train_loss.Set(stats_.last_loss());
+  if (stats_.test_accuracy()) metrics_.test_accuracy.Set(*stats_.test_accuracy());
   std::map<WorkerState, int> by_state = {
       {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
   std::set<std::string> live, gone;
   for (const auto& [id, w] : workers_) {
     ++by_state[w.state];
-    if (Live(w)) {
+    if (w.live()) {
       live.insert(w.name);
       metrics_.worker_batch_size.Add({w.name}).Set(static_cast<double>(controller_.plan().batch(id)));
     } else {
@@ -779,21 +697,21 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.controller = controller::PolicyName(options_.controller.policy);
   s.version = store_.version();
   s.global_batch = options_.controller.global_batch;
-  s.rounds = rounds_;
+  s.rounds = stats_.rounds();
   s.adjustments = controller_.plan().adjustment;
   s.plan_changes = controller_.plan().changes;
   s.predicted_spread = controller_.plan().predicted_spread;
-  s.global_samples = global_samples_;
+  s.global_samples = stats_.global_samples();
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.dataset_size = sampler_.dataset_size();
   s.job = job_;
   s.job_finished = job_finished_;
-  s.last_train_loss = last_loss_;
-  s.test_accuracy = test_accuracy_;
-  s.test_accuracy_version = test_accuracy_version_;
+  s.last_train_loss = stats_.last_loss();
+  s.test_accuracy = stats_.test_accuracy();
+  s.test_accuracy_version = stats_.test_accuracy_version();
   s.uptime_seconds = absl::ToDoubleSeconds(options_.clock->Now() - start_time_);
-  s.pushes_by_result = pushes_by_result_;
-  s.staleness_counts = staleness_counts_;
+  s.pushes_by_result = stats_.pushes_by_result();
+  s.staleness_counts = stats_.staleness_counts();
   for (const auto& [id, w] : workers_) {
     WorkerSnapshot ws;
     ws.id = id;
@@ -801,7 +719,7 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.host = w.host;
     ws.device = w.device;
     ws.state = w.state;
-    ws.batch = Live(w) ? controller_.plan().batch(id) : w.last_batch;
+    ws.batch = w.live() ? controller_.plan().batch(id) : w.last_batch;
     auto p = controller_.plan().workers.find(id);
     ws.max_batch = p == controller_.plan().workers.end() ? 0 : p->second.max_batch;
     ws.last_compute_seconds = w.last_compute;

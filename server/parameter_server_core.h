@@ -1,6 +1,15 @@
-// The parameter server's logic, free of gRPC: membership and leases, the synchronous
-// round barrier, the asynchronous applier, the stale-synchronous (SSP) bound, the batch
-// controller, statistics and Prometheus series.
+// The parameter server's logic, free of gRPC, behind one mutex: this class is the
+// locking facade that sequences the parts, each thread-compatible and tested on its own
+// (the way leveldb's DBImpl calls helpers that require its mutex):
+//   membership.h      the worker table, leases, names, the slowest SSP clock
+//   sync_round.h      a sync round's sum of b_k * g_k, members, clock and closing plan
+//   async_rule.h      the asynchronous staleness rule (step, buffer blend, momentum)
+//   epoch_sampler.h   the epochs' permutations and the samples handed out
+//   parameter_store.h the weights, buffers and optimizer
+//   training_stats.h  rounds, samples, loss, accuracy, pushes by result, staleness
+//   batch_controller  the batch plan (controller/)
+// Here: joins and the start barrier, the job's life, the SSP wait, the order of the
+// steps, the Prometheus series.
 #ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
@@ -24,26 +33,24 @@
 #include "controller/batch_controller.h"
 #include "server/checkpoint.h"
 #include "server/epoch_sampler.h"
+#include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/server_metrics.h"
+#include "server/sync_round.h"
+#include "server/training_stats.h"
 
 namespace omnilearn {
 namespace server {
-
-using WorkerId = uint64_t;
 
 // sync: one step per round over all live workers. async: each push applied on arrival.
 // ssp: applied on arrival like async, but a worker may be at most `staleness_bound`
 // iterations ahead of the slowest live one (its push reply waits until it is not).
 enum class Mode { kSync, kAsync, kSsp };
-enum class Device { kUnknown, kCpu, kCuda };
-enum class WorkerState { kActive, kPending, kDropped, kLeft };
 // What the worker must do next (mirrors the proto's Action).
 enum class Action { kContinue, kPull, kRejoin, kStop };
 
 absl::StatusOr<Mode> ParseMode(absl::string_view name);
 std::string ModeName(Mode mode);
-std::string WorkerStateName(WorkerState state);
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
@@ -241,31 +248,16 @@ class ParameterServerCore {
   void CountPullBytes(int64_t bytes);
 
  private:
-  struct Worker {
-    WorkerId id = 0;
-    std::string name, host;
-    Device device = Device::kUnknown;
-    int64_t memory = 0;
-    WorkerState state = WorkerState::kActive;
-    absl::Time last_seen;
-    uint64_t iterations = 0, samples = 0;
-    double last_compute = 0, sum_compute = 0;
-    int64_t last_batch = 0;  // the batch of its last accepted push
-    uint64_t clock = 0;      // ssp: iterations pushed, lifted to the slowest's on (re)admission
-    bool expired = false;    // its lease ran out
-    bool uses_samples = false;  // joined with a data set size: trains what it is assigned
-    SampleBatch assigned;       // samples assigned and not yet trained
-  };
+  using Worker = WorkerRecord;
 
   ParameterServerCore(const ServerOptions& options, controller::BatchController controller);
 
-  bool Live(const Worker& w) const { return w.state == WorkerState::kActive || w.state == WorkerState::kPending; }
   void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the worker out of rounds and the controller (dropped or left).
   void Retire(Worker& w, WorkerState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a dropped worker back (from the next round on).
   void Readmit(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.LiveCount(); }
   void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's next samples: what it held and did not train goes back to the epoch.
@@ -278,7 +270,7 @@ class ParameterServerCore {
   absl::Status CheckJoin(const JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the push's test accuracy, if any, with the version it was measured on.
   void RecordAccuracy(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock
+  void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock (sync_round.h)
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -290,8 +282,6 @@ class ParameterServerCore {
   // Async and ssp: applies one push at once with the staleness rule; returns the
   // staleness.
   uint64_t ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ssp: the smallest clock among live workers other than `except` (nullopt: none).
-  std::optional<uint64_t> SlowestClock(WorkerId except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -307,8 +297,7 @@ class ParameterServerCore {
   mutable absl::Mutex mu_;
   controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
   ParameterStore store_ ABSL_GUARDED_BY(mu_);
-  std::map<WorkerId, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  WorkerId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  Membership workers_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
@@ -317,26 +306,12 @@ class ParameterServerCore {
   absl::Time job_start_ ABSL_GUARDED_BY(mu_);
   bool any_finished_ ABSL_GUARDED_BY(mu_) = false;
   bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
-  // Sync round state.
-  bool round_open_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time round_deadline_ ABSL_GUARDED_BY(mu_);
-  absl::Time round_opened_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> round_sum_ ABSL_GUARDED_BY(mu_);  // sum of b_k * g_k (valid while round_samples_ > 0)
-  int64_t round_samples_ ABSL_GUARDED_BY(mu_) = 0;      // sum of b_k
-  std::set<WorkerId> round_pushed_ ABSL_GUARDED_BY(mu_);
-  SampleBatch round_samples_ids_ ABSL_GUARDED_BY(mu_);  // samples of the round's pushes, trained at its close
-  std::map<WorkerId, int64_t> round_batches_ ABSL_GUARDED_BY(mu_);  // the last closed round's plan
+  SyncRound round_ ABSL_GUARDED_BY(mu_);
   // Statistics.
-  uint64_t rounds_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t global_samples_ ABSL_GUARDED_BY(mu_) = 0;
-  double last_loss_ ABSL_GUARDED_BY(mu_) = 0;
-  std::optional<double> test_accuracy_ ABSL_GUARDED_BY(mu_);
-  uint64_t test_accuracy_version_ ABSL_GUARDED_BY(mu_) = 0;
+  TrainingStats stats_ ABSL_GUARDED_BY(mu_);
   // From a restored checkpoint: the controller's memory of workers not yet back, by name.
   std::map<std::string, controller::WorkerMemory> remembered_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, uint64_t> pushes_by_result_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> staleness_counts_ ABSL_GUARDED_BY(mu_);
   // Reusable push buffers (taken and returned outside mu_ as well).
   absl::Mutex pool_mu_ ABSL_ACQUIRED_AFTER(mu_);
   std::vector<std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);

@@ -1,0 +1,30 @@
+// The asynchronous staleness rule, as a pure function. A push of batch b on a model s
+// versions old, with n live workers and global batch B, takes the step
+//   lr * (b / B) * min(1, n / (1 + s)):
+// with n workers pushing in turn s is about n - 1, which is not damped; only staler
+// pushes are. Asynchrony itself acts like momentum of about 1 - 1/n (Mitliagkas et al.,
+// 2016, "Asynchrony begets momentum"), so the explicit momentum per push is lowered by
+// that much and the total stays near the configured one. Buffers (BatchNorm statistics)
+// move toward the push's by its batch share.
+#ifndef OMNILEARN_SERVER_ASYNC_RULE_H_
+#define OMNILEARN_SERVER_ASYNC_RULE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace omnilearn {
+namespace server {
+
+struct AsyncStep {
+  double lr_scale = 1;      // (b / B) * damping
+  double buffer_blend = 1;  // min(1, b / B)
+  double momentum = 0;      // max(0, momentum - (1 - 1/n))
+};
+
+// `live` >= 1 (the pushing worker is live), `global_batch` >= 1.
+AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum);
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_ASYNC_RULE_H_

@@ -1,0 +1,78 @@
+#include "server/membership.h"
+
+#include <algorithm>
+
+namespace omnilearn {
+namespace server {
+
+std::string WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kActive:
+      return "active";
+    case WorkerState::kPending:
+      return "pending";
+    case WorkerState::kDropped:
+      return "dropped";
+    case WorkerState::kLeft:
+      return "left";
+  }
+  return "unknown";
+}
+
+WorkerRecord& Membership::Add(WorkerRecord w) {
+  w.id = next_id_++;
+  const WorkerId id = w.id;
+  return workers_.emplace(id, std::move(w)).first->second;
+}
+
+WorkerRecord* Membership::Find(WorkerId id) {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const WorkerRecord* Membership::Find(WorkerId id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+WorkerRecord* Membership::FindCurrent(WorkerId id) {
+  WorkerRecord* w = Find(id);
+  return w != nullptr && w->state != WorkerState::kLeft ? w : nullptr;
+}
+
+const WorkerRecord* Membership::CurrentNamed(const std::string& name, WorkerId except) const {
+  for (const auto& [id, w] : workers_) {
+    if (w.name == name && w.state != WorkerState::kLeft && id != except) return &w;
+  }
+  return nullptr;
+}
+
+size_t Membership::LiveCount() const {
+  size_t n = 0;
+  for (const auto& [id, w] : workers_) n += w.live() ? 1 : 0;
+  return n;
+}
+
+std::optional<uint64_t> Membership::SlowestClock(WorkerId except) const {
+  std::optional<uint64_t> slowest;
+  for (const auto& [id, w] : workers_) {
+    if (id != except && w.live()) slowest = std::min(slowest.value_or(w.clock), w.clock);
+  }
+  return slowest;
+}
+
+std::vector<WorkerRecord*> Membership::LeaseExpired(absl::Time now, absl::Duration lease) {
+  std::vector<WorkerRecord*> out;
+  for (auto& [id, w] : workers_) {
+    if (w.state != WorkerState::kLeft && now - w.last_seen > lease) out.push_back(&w);
+  }
+  return out;
+}
+
+bool Membership::AllLeft() const {
+  return std::all_of(workers_.begin(), workers_.end(),
+                     [](const auto& entry) { return entry.second.state == WorkerState::kLeft; });
+}
+
+}  // namespace server
+}  // namespace omnilearn

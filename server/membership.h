@@ -1,0 +1,82 @@
+// The server's worker table: one record per session, its state, lease and counters,
+// and the queries the core's rules need (live workers, the slowest SSP clock, expired
+// leases, a name's live session). Thread-compatible: the core calls it under its mutex.
+#ifndef OMNILEARN_SERVER_MEMBERSHIP_H_
+#define OMNILEARN_SERVER_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/epoch_sampler.h"
+
+namespace omnilearn {
+namespace server {
+
+using WorkerId = uint64_t;
+
+enum class Device { kUnknown, kCpu, kCuda };
+// kPending: joined during an open sync round, takes part from the next one.
+enum class WorkerState { kActive, kPending, kDropped, kLeft };
+std::string WorkerStateName(WorkerState state);
+
+struct WorkerRecord {
+  WorkerId id = 0;
+  std::string name, host;
+  Device device = Device::kUnknown;
+  int64_t memory = 0;
+  WorkerState state = WorkerState::kActive;
+  absl::Time last_seen;
+  uint64_t iterations = 0, samples = 0;
+  double last_compute = 0, sum_compute = 0;
+  int64_t last_batch = 0;     // the batch of its last accepted push
+  uint64_t clock = 0;         // ssp: iterations pushed, lifted to the slowest's on (re)admission
+  bool expired = false;       // its lease ran out
+  bool uses_samples = false;  // joined with a data set size: trains what it is assigned
+  SampleBatch assigned;       // samples assigned and not yet trained
+
+  // Takes part in rounds (active or pending).
+  bool live() const { return state == WorkerState::kActive || state == WorkerState::kPending; }
+};
+
+class Membership {
+ public:
+  using Map = std::map<WorkerId, WorkerRecord>;
+
+  // Adds the record under the next id (ids are never reused, across jobs too).
+  WorkerRecord& Add(WorkerRecord w);
+  // The record, or null for an unknown id.
+  WorkerRecord* Find(WorkerId id);
+  const WorkerRecord* Find(WorkerId id) const;
+  // The record of a session that has not left, or null.
+  WorkerRecord* FindCurrent(WorkerId id);
+  // A session under `name` that has not left, other than `except`; or null.
+  const WorkerRecord* CurrentNamed(const std::string& name, WorkerId except) const;
+
+  size_t LiveCount() const;
+  // ssp: the smallest clock among live workers other than `except` (nullopt: none).
+  std::optional<uint64_t> SlowestClock(WorkerId except) const;
+  // Sessions that have not left and were silent for longer than `lease` at `now`.
+  std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
+  bool AllLeft() const;
+
+  bool empty() const { return workers_.empty(); }
+  // Forgets every record (a new job); ids keep counting.
+  void Clear() { workers_.clear(); }
+  Map::iterator begin() { return workers_.begin(); }
+  Map::iterator end() { return workers_.end(); }
+  Map::const_iterator begin() const { return workers_.begin(); }
+  Map::const_iterator end() const { return workers_.end(); }
+
+ private:
+  Map workers_;
+  WorkerId next_id_ = 1;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_MEMBERSHIP_H_

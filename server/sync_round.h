@@ -1,0 +1,75 @@
+// One synchronous round's state, apart from membership: who pushed, the running sum of
+// b_k * g_k (float, reused from round to round without clearing), the samples in it,
+// its clock, and the plan its members are told once it closed. Thread-compatible: the
+// core calls it under its mutex.
+#ifndef OMNILEARN_SERVER_SYNC_ROUND_H_
+#define OMNILEARN_SERVER_SYNC_ROUND_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/epoch_sampler.h"
+
+namespace omnilearn {
+namespace server {
+
+class SyncRound {
+ public:
+  using WorkerId = uint64_t;
+
+  bool open() const { return open_; }
+  absl::Time opened() const { return opened_; }
+  absl::Time deadline() const { return deadline_; }
+  // Opens the round at `now` (the first push starts its clock) for a model of
+  // `elements` values. No-op when it is open.
+  void Open(absl::Time now, absl::Duration timeout, int64_t elements);
+
+  bool Pushed(WorkerId id) const { return pushed_.count(id) > 0; }
+  // The worker is present without contributing (an out-of-memory report).
+  void MarkPresent(WorkerId id) { pushed_.insert(id); }
+  // Adds b * gradient to the sum and takes the push's samples (trained when the round
+  // closes). The round must be open.
+  void Add(WorkerId id, int64_t batch, const std::vector<float>& gradient, SampleBatch samples);
+  // A worker that left: it is no longer awaited (a contribution already summed stays).
+  void Forget(WorkerId id) { pushed_.erase(id); }
+
+  int64_t samples() const { return samples_; }
+  // sum(b_k * g_k); valid while samples() > 0.
+  const std::vector<float>& sum() const { return sum_; }
+  // Samples of the pushes in the round (not trained until it closes).
+  const SampleBatch& sample_ids() const { return sample_ids_; }
+
+  // Closes the round: `plan` gives each member's next batch, which batch_for() then
+  // tells them. The sum's storage is kept for the next round.
+  template <typename Plan>
+  void Close(Plan plan) {
+    batches_.clear();
+    for (WorkerId id : pushed_) batches_[id] = plan(id);
+    pushed_.clear();
+    open_ = false;
+    samples_ = 0;
+    sample_ids_.clear();
+  }
+  // The batch the closed round planned for `id`, or -1.
+  int64_t batch_for(WorkerId id) const;
+
+  // Forgets everything, the sum's storage included (a new job).
+  void Reset() { *this = SyncRound(); }
+
+ private:
+  bool open_ = false;
+  absl::Time opened_, deadline_;
+  std::vector<float> sum_;
+  int64_t samples_ = 0;
+  std::set<WorkerId> pushed_;
+  SampleBatch sample_ids_;
+  std::map<WorkerId, int64_t> batches_;  // the last closed round's plan
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_SYNC_ROUND_H_
