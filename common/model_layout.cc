@@ -22,6 +22,9 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
     if (!l.index_.emplace(t.name, static_cast<int>(i)).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' appears twice"));
     }
+    if (l.total_ > (int64_t{1} << 40) - n) {
+      return absl::InvalidArgumentError("the model has more than 2^40 values in all");
+    }
     l.offsets_.push_back(l.total_);
     l.sizes_.push_back(n);
     l.total_ += n;

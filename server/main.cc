@@ -50,6 +50,8 @@ ABSL_FLAG(double, lr_decay, 0.1, "step schedule: decay factor");
 ABSL_FLAG(uint64_t, cosine_steps, 0, "cosine schedule: versions from --lr to --lr_min (after warm-up)");
 ABSL_FLAG(double, lr_min, 0, "cosine schedule: the final learning rate");
 ABSL_FLAG(double, clip_grad_norm, 0, "clip the global gradient norm of each step to this (0 = off)");
+ABSL_FLAG(int64_t, max_model_bytes, int64_t{4} << 30,
+          "the largest model (float32 bytes) a worker may bring; larger joins are refused before any allocation");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
 ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
@@ -117,6 +119,7 @@ absl::Status CheckFlags() {
       {"checkpoint_keep", d(absl::GetFlag(FLAGS_checkpoint_keep)), 1, 1000},
       {"progress_every_s", absl::GetFlag(FLAGS_progress_every_s), 0, 86400},
       {"shutdown_grace_s", absl::GetFlag(FLAGS_shutdown_grace_s), 0, 3600},
+      {"max_model_bytes", d(absl::GetFlag(FLAGS_max_model_bytes)), 4, 1e15},
   });
 }
 
@@ -226,6 +229,7 @@ int Run() {
   o.optimizer.lr_min = absl::GetFlag(FLAGS_lr_min);
   o.optimizer.clip_grad_norm = absl::GetFlag(FLAGS_clip_grad_norm);
   o.data_seed = absl::GetFlag(FLAGS_data_seed);
+  o.max_model_bytes = absl::GetFlag(FLAGS_max_model_bytes);
   o.reset_when_done = absl::GetFlag(FLAGS_reset_when_done);
   o.log = [](const std::string& line) {
     std::printf("omnilearn_server: %s\n", line.c_str());

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tensor_codec.h"
@@ -45,6 +46,9 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
     return absl::InvalidArgumentError("round_timeout and lease must be > 0");
   }
   if (options.staleness_bound < 0) return absl::InvalidArgumentError("staleness_bound must be >= 0");
+  if (options.max_model_bytes < static_cast<int64_t>(sizeof(float))) {
+    return absl::InvalidArgumentError("max_model_bytes must hold at least one value");
+  }
   if (options.clock == nullptr) return absl::InvalidArgumentError("a clock is required");
   if (options.round_timeout >= options.lease) {
     return absl::InvalidArgumentError("round_timeout must be shorter than the lease (a waiting worker would expire)");
@@ -164,10 +168,35 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   return absl::InvalidArgumentError(what);
 }
 
+absl::Status ParameterServerCore::CheckJoinHeader(const std::string& name, const std::string& host,
+                                                  const ModelLayout& layout) const {
+  constexpr size_t kMaxName = 128, kMaxHost = 255;
+  if (name.empty()) return absl::InvalidArgumentError("a worker needs a name");
+  const bool name_ok = name.size() <= kMaxName && std::all_of(name.begin(), name.end(), [](char c) {
+                         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '@';
+                       });
+  if (!name_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
+                     "' is not 1-128 characters of letters, digits and . _ - : @"));
+  }
+  if (host.size() > kMaxHost || !std::all_of(host.begin(), host.end(), [](char c) { return absl::ascii_isgraph(c); })) {
+    return absl::InvalidArgumentError("the host name must be at most 255 printable characters without spaces");
+  }
+  if (layout.empty()) return absl::InvalidArgumentError("join without a model layout");
+  const int64_t bytes = layout.total_elements() * static_cast<int64_t>(sizeof(float));
+  if (layout.total_elements() > options_.max_model_bytes / static_cast<int64_t>(sizeof(float))) {
+    return absl::ResourceExhaustedError(absl::StrCat("the model has ", bytes, " bytes of float32 values; this server "
+                                                     "takes at most --max_model_bytes=", options_.max_model_bytes));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time deadline) {
-  if (info.name.empty()) return absl::InvalidArgumentError("a worker needs a name");
-  if (info.layout.empty()) return absl::InvalidArgumentError("join without a model layout");
-  if (info.max_batch < 0) return absl::InvalidArgumentError("max_batch must be >= 0");
+  if (absl::Status s = CheckJoinHeader(info.name, info.host, info.layout); !s.ok()) return s;
+  if (info.max_batch < 0 || info.max_batch > (int64_t{1} << 24)) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch ", info.max_batch, " is not in [0, 2^24]"));
+  }
   absl::MutexLock lock(&mu_);
   if (shutdown_) {
     JoinResult stop;

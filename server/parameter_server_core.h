@@ -63,6 +63,9 @@ struct ServerOptions {
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
   uint64_t data_seed = 1;  // the epochs' sample permutations
+  // The largest model a worker may declare (float32 bytes), checked before anything is
+  // allocated for it: a Join declaring more is refused with RESOURCE_EXHAUSTED.
+  int64_t max_model_bytes = int64_t{4} << 30;
   // A finished job (every worker left, one at least having completed its training)
   // refuses joins; with this set the next join starts a fresh job (a new model allowed).
   bool reset_when_done = false;
@@ -235,6 +238,13 @@ class ParameterServerCore {
   uint64_t version() const;
 
   const Clock& clock() const { return *options_.clock; }
+  int64_t max_model_bytes() const { return options_.max_model_bytes; }
+
+  // InvalidArgument unless the name is 1-128 characters of [A-Za-z0-9._:@-] (names
+  // become Prometheus label values and log words), and ResourceExhausted when the layout
+  // is larger than max_model_bytes. Join calls it; the service calls it before it
+  // allocates anything for the join's parameters.
+  absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout) const;
 
   // Model-sized buffers for assembling pushes, reused across calls (no allocation and
   // no page faults per push). Thread-safe; Push returns its gradient's buffer here.

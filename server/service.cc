@@ -120,6 +120,8 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   const v1::JoinHeader header = msg.header();
   absl::StatusOr<ModelLayout> layout = ParseLayout(header.layout());
   if (!layout.ok()) return ToGrpc(layout.status());
+  // Before anything is allocated for the parameters the join may bring.
+  if (absl::Status s = core_->CheckJoinHeader(header.name(), header.host(), *layout); !s.ok()) return ToGrpc(s);
   JoinInfo info;
   info.name = header.name();
   info.host = header.host();

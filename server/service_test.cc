@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
@@ -206,6 +207,25 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   REQUIRE(version == 3);
   REQUIRE(weights == std::vector<float>(9, -2.0f));
   server->Shutdown();
+}
+
+TEST_CASE("a join declaring a huge model or a bad name is refused before anything is allocated", "[service]") {
+  Fixture f;
+  // 2^38 floats = 1 TiB: refused from the header alone (this test would be killed otherwise).
+  const ModelLayout huge = *ModelLayout::Create({{"w", {int64_t{1} << 19, int64_t{1} << 19}}});
+  v1::JoinHeader h = Header(huge);
+  h.set_has_initial_parameters(false);
+  auto r = f.client->Join(h, huge, nullptr);
+  REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(absl::StrContains(r.status().message(), "--max_model_bytes"));
+  for (const std::string bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
+    v1::JoinHeader named = Header(f.layout);
+    named.set_name(bad);
+    const std::vector<float> init(9, 1.0f);
+    REQUIRE(f.client->Join(named, f.layout, &init).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
+  REQUIRE(f.core->Snapshot().workers.empty());
 }
 
 TEST_CASE("with a token, calls without it or with another are refused and counted", "[service][auth]") {
