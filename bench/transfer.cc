@@ -47,6 +47,7 @@ nlohmann::json Measure(double megabytes) {
   header.set_has_initial_parameters(true);
   auto joined = client->Join(header, layout, &weights);
   if (!joined.ok()) throw std::runtime_error(joined.status().ToString());
+  client->SetSessionSecret(joined->session_secret());
 
   std::vector<double> pull, push;
   uint64_t version = joined->model_version();

@@ -37,6 +37,7 @@ struct WorkerRecord {
   bool expired = false;       // its lease ran out
   bool uses_samples = false;  // joined with a data set size: trains what it is assigned
   SampleBatch assigned;       // samples assigned and not yet trained
+  std::string secret;         // the session's secret (JoinResponse.session_secret)
 
   // Takes part in rounds (active or pending).
   bool live() const { return state == WorkerState::kActive || state == WorkerState::kPending; }

@@ -1,5 +1,7 @@
 #include "server/parameter_server_core.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -137,8 +139,44 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
   }
 }
 
+namespace {
+
+// 16 bytes from the kernel's CSPRNG.
+std::string NewSecret() {
+  std::string secret(16, '\0');
+  for (size_t got = 0; got < secret.size();) {
+    const ssize_t n = getrandom(secret.data() + got, secret.size() - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return secret;
+}
+
+bool SameSecret(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;  // constant time: no early exit on the first difference
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// The session a rejoining process may replace: its previous one, proven by its secret.
+WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
+  const WorkerRecord* old = workers.Find(info.resume_id);
+  return old != nullptr && old->name == info.name && SameSecret(old->secret, info.resume_secret) ? info.resume_id : 0;
+}
+
+}  // namespace
+
+absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view secret) const {
+  absl::MutexLock lock(&mu_);
+  const Worker* w = workers_.Find(id);
+  if (w == nullptr || SameSecret(w->secret, secret)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id,
+                                                  "'s session secret: only the process that joined as ", id,
+                                                  " can act for it"));
+}
+
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
-  if (const Worker* w = workers_.CurrentNamed(info.name, info.resume_id); w != nullptr) {
+  if (const Worker* w = workers_.CurrentNamed(info.name, Resumable(workers_, info)); w != nullptr) {
     Event(absl::StrCat("refused a join from ", info.host, ": the name ", info.name, " belongs to live worker ", w->id));
     return absl::AlreadyExistsError(absl::StrFormat(
         "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
@@ -224,7 +262,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     if (absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters)); !s.ok()) return s;
   }
   if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
-  if (Worker* old = workers_.FindCurrent(info.resume_id); old != nullptr && old->name == info.name) {
+  if (Worker* old = workers_.FindCurrent(Resumable(workers_, info)); old != nullptr) {
     Retire(*old, WorkerState::kLeft);  // this process's previous session
   }
   Worker w;
@@ -235,6 +273,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   w.last_seen = now;
   w.clock = workers_.SlowestClock(0).value_or(0);
   w.uses_samples = info.dataset_size > 0;
+  w.secret = NewSecret();
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_.open()) ? WorkerState::kPending : WorkerState::kActive;
   // A worker a restored checkpoint remembers gets its batch and time model back.
@@ -289,6 +328,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   r.global_batch = options_.controller.global_batch;
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);
+  r.secret = me->secret;
   return r;
 }
 

@@ -87,10 +87,12 @@ struct JoinInfo {
   int64_t max_batch = 0;  // 0 = none
   uint64_t dataset_size = 0;  // > 0: the server assigns the samples this worker trains on
   WorkerId resume_id = 0;     // the id of this process's previous session, when rejoining
+  std::string resume_secret;  // ...and its secret: the session is replaced only when it matches
 };
 
 struct JoinResult {
   Action action = Action::kContinue;  // kStop: the server is shutting down (no id)
+  std::string secret;                 // the session's secret: later calls must carry it
   WorkerId id = 0;
   absl::Duration lease;
   Mode mode = Mode::kSync;
@@ -202,6 +204,11 @@ class ParameterServerCore {
   // The current model, or only its version when the worker has it already.
   // NotFound for an unknown worker, FailedPrecondition when there is no model.
   absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version);
+
+  // The edge (the service) calls this before acting for `id`: PermissionDenied when the
+  // worker exists and `secret` is not its session's. Unknown ids pass (the call itself
+  // then answers NotFound or rejoin). The core's own calls trust their caller.
+  absl::Status Authenticate(WorkerId id, absl::string_view secret) const;
 
   // Keeps the lease. Returns what the worker must do (kRejoin for unknown ids).
   Action Heartbeat(WorkerId id, uint64_t* version, int64_t* batch);

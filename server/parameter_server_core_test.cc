@@ -231,7 +231,7 @@ TEST_CASE("joins are validated", "[core]") {
   (*nan.initial_parameters)[1] = NAN;
   REQUIRE(core->Join(nan, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(core->Join(Info("", true), Soon()).status().code() == absl::StatusCode::kInvalidArgument);
-  REQUIRE(core->Join(Info("a", true), Soon()).ok());
+  const JoinResult first = *core->Join(Info("a", true), Soon());
   JoinInfo other = Info("b", false);
   other.layout = *ModelLayout::Create({{"w", {4}}, {"b", {2}}});
   REQUIRE(core->Join(other, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
@@ -240,9 +240,13 @@ TEST_CASE("joins are validated", "[core]") {
   REQUIRE(taken.code() == absl::StatusCode::kAlreadyExists);
   REQUIRE(absl::StrContains(taken.message(), "--name"));
   REQUIRE(core->Snapshot().workers.size() == 1);
-  // ...while the same process, rejoining with its old id, replaces its session.
+  // ...and so is one that names the live session's id without its secret...
   JoinInfo resume = Info("a", false);
-  resume.resume_id = 1;
+  resume.resume_id = first.id;
+  resume.resume_secret = "not the secret";
+  REQUIRE(core->Join(resume, Soon()).status().code() == absl::StatusCode::kAlreadyExists);
+  // ...while the same process, rejoining with its old id and secret, replaces its session.
+  resume.resume_secret = first.secret;
   JoinResult again = *core->Join(resume, Soon());
   REQUIRE(again.id == 2);
   REQUIRE(core->Pull(1, 0).status().code() == absl::StatusCode::kNotFound);

@@ -130,6 +130,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   info.max_batch = header.max_batch_size();
   info.dataset_size = header.dataset_size();
   info.resume_id = header.resume_worker_id();
+  info.resume_secret = header.resume_secret();
   info.layout = *layout;
   ChunkAssembler assembler(&info.layout);
   bool any_chunk = false;
@@ -156,6 +157,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   response->set_global_batch_size(r->global_batch);
   response->set_global_samples(r->global_samples);
   SamplesToProto(r->samples, response->mutable_samples());
+  response->set_session_secret(r->secret);
   return grpc::Status::OK;
 }
 
@@ -179,6 +181,7 @@ grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, Emit 
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
                                           grpc::ServerWriter<v1::PullResponse>* writer) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request->worker_id(), request->have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
   return WriteModel(*snap, [writer](v1::PullHeader* h, v1::TensorChunk* c) {
@@ -199,6 +202,11 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     return absl::InvalidArgumentError("Push must start with a header");
   }
   const v1::PushHeader header = msg.header();
+  // Before the gradient is read: a push for another worker's session goes no further.
+  if (absl::Status s = core_->Authenticate(header.worker_id(), header.session_secret()); !s.ok()) {
+    core_->CountRejectedPush(header.worker_id(), "unauthenticated");
+    return s;
+  }
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
@@ -280,6 +288,7 @@ grpc::Status ParameterServerService::PushPull(
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
   uint64_t version = 0;
   int64_t batch = 0;
   response->set_action(ToProto(core_->Heartbeat(request->worker_id(), &version, &batch)));
@@ -291,6 +300,7 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v
 grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request,
                                            v1::LeaveResponse*) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
   return ToGrpc(core_->Leave(request->worker_id(), request->finished()));
 }
 

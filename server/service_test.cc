@@ -62,6 +62,7 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   Fixture f;
   const std::vector<float> init = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   REQUIRE(joined->batch_size() == 8);
   std::vector<float> weights;
@@ -99,6 +100,7 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   Fixture f;
   const std::vector<float> init(9, 0.5f);
   auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   v1::PushHeader push;
   push.set_worker_id(joined->worker_id());
@@ -132,6 +134,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   h.set_dataset_size(20);
   const std::vector<float> init = {1, 1, 0, 0};
   auto joined = f.client->Join(h, with_buffer, &init);
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   REQUIRE(joined->layout().tensors(1).buffer());
   REQUIRE(joined->samples_size() == 1);
@@ -166,6 +169,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   Fixture f;
   const std::vector<float> init(9, 1.0f);
   auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   v1::PushHeader push;
   push.set_worker_id(joined->worker_id());
@@ -198,6 +202,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   auto server = builder.BuildAndStart();
   grpc::ChannelArguments args;
   auto client = worker::MakeGrpcPsClient(server->InProcessChannel(args), WithToken(""));
+  client->SetSessionSecret(joined->session_secret());
   push.set_model_version(1);
   for (int i = 0; i < 2; ++i) {  // the second call goes straight to Push + Pull
     auto r = client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights);
@@ -207,6 +212,48 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   REQUIRE(version == 3);
   REQUIRE(weights == std::vector<float>(9, -2.0f));
   server->Shutdown();
+}
+
+TEST_CASE("calls for a worker without its session secret are refused and change nothing", "[service][auth]") {
+  Fixture f;
+  const std::vector<float> init(9, 1.0f);
+  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  REQUIRE(joined.ok());
+  REQUIRE(joined->session_secret().size() == 16);
+  const uint64_t id = joined->worker_id();
+  v1::PushHeader push;
+  push.set_worker_id(id);
+  push.set_batch_size(8);
+  push.set_compute_seconds(0.01);
+  std::vector<float> weights;
+  uint64_t version = 0;
+  for (const std::string secret : {std::string(), std::string(16, 'x'), joined->session_secret().substr(1)}) {
+    f.client->SetSessionSecret(secret);  // none, a guess, almost right
+    REQUIRE(f.client->Pull(id, ~0ull, f.layout, &weights).status().code() == absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
+            absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights).status().code() ==
+            absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->Heartbeat(id).status().code() == absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->Leave(id, true).code() == absl::StatusCode::kPermissionDenied);
+  }
+  ServerSnapshot s = f.core->Snapshot();
+  REQUIRE(s.version == 0);
+  REQUIRE(s.workers.size() == 1);
+  REQUIRE(s.workers[0].state == WorkerState::kActive);
+  REQUIRE(s.pushes_by_result.at("unauthenticated") == 6);
+  // Resuming the session by its id alone does not take it over either.
+  v1::JoinHeader again = Header(f.layout);
+  again.set_has_initial_parameters(false);
+  again.set_resume_worker_id(id);
+  again.set_resume_secret("guess");
+  REQUIRE(f.client->Join(again, f.layout, nullptr).status().code() == absl::StatusCode::kAlreadyExists);
+  again.set_resume_secret(joined->session_secret());
+  auto resumed = f.client->Join(again, f.layout, nullptr);
+  REQUIRE(resumed.ok());
+  REQUIRE(resumed->session_secret() != joined->session_secret());
+  f.client->SetSessionSecret(resumed->session_secret());
+  REQUIRE(f.client->Pull(resumed->worker_id(), ~0ull, f.layout, &weights).ok());
 }
 
 TEST_CASE("a join declaring a huge model or a bad name is refused before anything is allocated", "[service]") {
@@ -240,6 +287,7 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   }
   Fixture f("the-token", "the-token");
   auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   std::vector<float> weights;
   REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());

@@ -41,6 +41,7 @@ class GrpcPsClient : public PsClient {
     v1::PullRequest request;
     request.set_worker_id(worker_id);
     request.set_have_version(have_version);
+    request.set_session_secret(secret());
     auto reader = stub_->Pull(&ctx, request);
     v1::PullResponse msg;
     uint64_t version = have_version;
@@ -68,9 +69,11 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
+    v1::PushHeader signed_header = header;
+    signed_header.set_session_secret(secret());
     return Upload<v1::PushRequest, v1::PushResponse>(
-        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, header, layout,
-        header.out_of_memory() || header.report_only() ? nullptr : &gradient);
+        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, signed_header,
+        layout, header.out_of_memory() || header.report_only() ? nullptr : &gradient);
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -82,6 +85,7 @@ class GrpcPsClient : public PsClient {
     auto stream = stub_->PushPull(&ctx);
     v1::PushRequest msg;
     *msg.mutable_header() = header;
+    msg.mutable_header()->set_session_secret(secret());
     if (stream->Write(msg) && !header.out_of_memory() && !header.report_only()) {
       ForEachChunk(layout, gradient.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
         v1::PushRequest chunk;
@@ -139,10 +143,16 @@ class GrpcPsClient : public PsClient {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::HeartbeatRequest request;
     request.set_worker_id(worker_id);
+    request.set_session_secret(secret());
     v1::HeartbeatResponse response;
     grpc::Status s = stub_->Heartbeat(&ctx, request, &response);
     if (!s.ok()) return FromGrpc(s, "Heartbeat");
     return response;
+  }
+
+  void SetSessionSecret(const std::string& secret) override {
+    absl::MutexLock lock(&secret_mu_);
+    secret_ = secret;
   }
 
   absl::Status Leave(uint64_t worker_id, bool finished) override {
@@ -151,11 +161,17 @@ class GrpcPsClient : public PsClient {
     v1::LeaveRequest request;
     request.set_finished(finished);
     request.set_worker_id(worker_id);
+    request.set_session_secret(secret());
     v1::LeaveResponse response;
     return FromGrpc(stub_->Leave(&ctx, request, &response), "Leave");
   }
 
  private:
+  std::string secret() const {
+    absl::MutexLock lock(&secret_mu_);
+    return secret_;
+  }
+
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
     if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
@@ -187,6 +203,8 @@ class GrpcPsClient : public PsClient {
 
   std::unique_ptr<v1::ParameterServer::Stub> stub_;
   std::atomic<bool> push_pull_{true};  // the server implements PushPull
+  mutable absl::Mutex secret_mu_;
+  std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
   absl::Mutex spare_mu_;
   std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one, reused
   const absl::Duration timeout_;

@@ -38,13 +38,16 @@ class PsClient {
   virtual absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
                                                     const std::vector<float>& gradient, uint64_t* model_version,
                                                     std::vector<float>* weights) {
-    absl::StatusOr<v1::PushResponse> r = Push(header, layout, gradient);
+    absl::StatusOr<v1::PushResponse> r = Push(header, layout, gradient);  // Push adds the secret
     if (!r.ok() || (r->action() != v1::ACTION_PULL && r->action() != v1::ACTION_CONTINUE)) return r;
     absl::StatusOr<uint64_t> v = Pull(header.worker_id(), header.model_version(), layout, weights);
     if (!v.ok()) return v.status();
     *model_version = *v;
     return r;
   }
+  // The session's secret (JoinResponse.session_secret), sent with every later call:
+  // Pull, Push, PushPull, Heartbeat, Leave. Thread-safe.
+  virtual void SetSessionSecret(const std::string& secret) = 0;
   // Keeps the lease; the reply says whether to go on, rejoin or stop.
   virtual absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) = 0;
   // `finished`: this worker completed its training (not interrupted or stopped).

@@ -35,7 +35,9 @@ bool Session::Transient(const absl::Status& s) {
 absl::Status Session::TryJoin(const std::vector<float>& weights) {
   v1::JoinHeader header = options_.header;
   header.set_has_initial_parameters(false);
-  header.set_resume_worker_id(id_.load());  // a live session of ours (after a network fault) is replaced
+  // A live session of ours (after a network fault) is replaced: proven by its secret.
+  header.set_resume_worker_id(id_.load());
+  header.set_resume_secret(secret_);
   absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, nullptr);
   if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
     header.set_has_initial_parameters(true);
@@ -47,6 +49,8 @@ absl::Status Session::TryJoin(const std::vector<float>& weights) {
     return absl::OkStatus();
   }
   id_.store(r->worker_id());
+  secret_ = r->session_secret();
+  client_->SetSessionSecret(secret_);
   lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds() * 1000)));
   batch_ = r->batch_size();
   samples_ = r->samples();

@@ -116,6 +116,7 @@ class Session {
   std::atomic<uint64_t> id_{0};
   std::atomic<int64_t> lease_ms_{60000};
   int64_t batch_ = 0;
+  std::string secret_;  // the session's (the client sends it with every call)
   google::protobuf::RepeatedPtrField<v1::SampleSpan> samples_;
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;

@@ -17,6 +17,7 @@ class FakeServer : public PsClient {
     absl::MutexLock lock(&mu_);
     ++joins;
     resume_ids.push_back(header.resume_worker_id());
+    resume_secrets.push_back(header.resume_secret());
     if (absl::Status s = Next(join_failures); !s.ok()) return s;
     if (join_action == v1::ACTION_STOP) {
       v1::JoinResponse stop;
@@ -31,6 +32,7 @@ class FakeServer : public PsClient {
     if (initial != nullptr) ++joins_with_parameters;
     v1::JoinResponse r;
     r.set_worker_id(++last_id);
+    r.set_session_secret("secret-" + std::to_string(last_id));
     r.set_lease_seconds(3);
     r.set_batch_size(16);
     r.set_global_samples(global_samples);
@@ -69,6 +71,10 @@ class FakeServer : public PsClient {
     r.set_action(id == last_id ? heartbeat_action : v1::ACTION_REJOIN);
     return r;
   }
+  void SetSessionSecret(const std::string& secret) override {
+    absl::MutexLock lock(&mu_);
+    client_secret = secret;
+  }
   absl::Status Leave(uint64_t, bool finished) override {
     absl::MutexLock lock(&mu_);
     ++leaves;
@@ -82,6 +88,8 @@ class FakeServer : public PsClient {
   uint64_t last_id = 0, version = 0, global_samples = 0;
   int joins = 0, joins_with_parameters = 0, pushes = 0, heartbeats = 0, leaves = 0, finished_leaves = 0;
   std::vector<uint64_t> resume_ids;
+  std::vector<std::string> resume_secrets;
+  std::string client_secret;  // what the session told the client to send
   v1::Action join_action = v1::ACTION_CONTINUE;
   v1::Action next_action = v1::ACTION_PULL;
   v1::Action heartbeat_action = v1::ACTION_CONTINUE;
@@ -203,7 +211,9 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(s.samples().Get(0).ids_size() == 24);
   server.next_action = v1::ACTION_REJOIN;
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
-  REQUIRE(server.resume_ids.back() == 100);  // the rejoin names the session it replaces
+  REQUIRE(server.resume_ids.back() == 100);  // the rejoin names the session it replaces...
+  REQUIRE(server.resume_secrets.back() == "secret-100");  // ...and proves it is its own
+  REQUIRE(server.client_secret == "secret-101");          // then sends the new session's secret
   server.next_action = v1::ACTION_STOP;
   REQUIRE(s.Pull(&w).ok());
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kStop);
