@@ -136,15 +136,10 @@ int main(int argc, char** argv) {
   using namespace omnilearn::bench;
   std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
               "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
+  auto pushes = ParseNumbers("pushes", absl::GetFlag(FLAGS_pushes), 1);
+  if (!pushes.ok()) return std::fprintf(stderr, "aggregate: %s\n", std::string(pushes.status().message()).c_str()), 2;
   nlohmann::json rows = nlohmann::json::array();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_pushes), ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(part, &n) || n < 1) {
-      std::fprintf(stderr, "aggregate: bad push count '%s'\n", std::string(part).c_str());
-      return 2;
-    }
-    rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), n, absl::GetFlag(FLAGS_rounds)));
-  }
+  for (double n : *pushes) rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds)));
   const std::string path =
       WriteResults("aggregate", {{"benchmark", "aggregate"}, {"machine", MachineDescription()}, {"rows", rows}});
   std::printf("results: %s\n", path.c_str());

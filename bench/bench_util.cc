@@ -15,7 +15,9 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -133,6 +135,18 @@ absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::str
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return joined;
+}
+
+absl::StatusOr<std::vector<double>> ParseNumbers(const std::string& flag, const std::string& csv, double min) {
+  std::vector<double> out;
+  for (absl::string_view part : absl::StrSplit(csv, ',')) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(v >= min)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not a number >= ", min));
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 std::string ResultsDir() {

@@ -54,6 +54,10 @@ std::unique_ptr<worker::PsClient> ClientTo(int port);
 absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
                                         bool first, const std::vector<float>& weights);
 
+// "1,16,100" -> {1, 16, 100}; InvalidArgument naming `flag` for a value that is not a
+// number >= `min`.
+absl::StatusOr<std::vector<double>> ParseNumbers(const std::string& flag, const std::string& csv, double min);
+
 // Writes `doc` to bench/results/<name>.json (in the workspace under `bazel run`) and
 // returns the path.
 std::string WriteResults(const std::string& name, const nlohmann::json& doc);

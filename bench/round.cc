@@ -207,9 +207,9 @@ int main(int argc, char** argv) {
               "pure transfer = the round's bytes (2 x workers x model) at the TCP rate of this run.\n",
               workers);
   nlohmann::json rows = nlohmann::json::array();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    double mb = 0;
-    if (!absl::SimpleAtod(part, &mb) || mb <= 0) return 2;
+  auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
+  if (!sizes.ok()) return std::fprintf(stderr, "round: %s\n", std::string(sizes.status().message()).c_str()), 2;
+  for (double mb : *sizes) {
     const int64_t bytes = static_cast<int64_t>(mb * (1 << 20));
     const double tcp_gbps = bytes / 1e9 / TcpSeconds(bytes, 5);
     const double pure = 2.0 * workers * bytes / 1e9 / tcp_gbps;

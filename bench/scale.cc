@@ -110,11 +110,11 @@ int main(int argc, char** argv) {
               absl::GetFlag(FLAGS_megabytes));
   nlohmann::json rows = nlohmann::json::array();
   int64_t errors = 0;
+  auto counts = ParseNumbers("workers", absl::GetFlag(FLAGS_workers), 1);
+  if (!counts.ok()) return std::fprintf(stderr, "scale: %s\n", std::string(counts.status().message()).c_str()), 2;
   for (Mode mode : {Mode::kSync, Mode::kAsync}) {
-    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',')) {
-      int n = 0;
-      if (!absl::SimpleAtoi(part, &n) || n < 1) return 2;
-      rows.push_back(Measure(mode, n, absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
+    for (double n : *counts) {
+      rows.push_back(Measure(mode, static_cast<int>(n), absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
       errors += rows.back()["errors"].get<int64_t>();
     }
   }

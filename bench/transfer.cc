@@ -89,15 +89,10 @@ int main(int argc, char** argv) {
   using namespace omnilearn::bench;
   std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
               "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
+  auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
+  if (!sizes.ok()) return std::fprintf(stderr, "transfer: %s\n", std::string(sizes.status().message()).c_str()), 2;
   nlohmann::json rows = nlohmann::json::array();
-  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',')) {
-    double mb = 0;
-    if (!absl::SimpleAtod(part, &mb) || mb <= 0) {
-      std::fprintf(stderr, "transfer: bad size '%s'\n", std::string(part).c_str());
-      return 2;
-    }
-    rows.push_back(Measure(mb));
-  }
+  for (double mb : *sizes) rows.push_back(Measure(mb));
   const std::string path = WriteResults("transfer", {{"benchmark", "transfer"}, {"machine", MachineDescription()}, {"rows", rows}});
   std::printf("results: %s\n", path.c_str());
   return 0;

@@ -227,7 +227,7 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   push.set_compute_seconds(0.01);
   std::vector<float> weights;
   uint64_t version = 0;
-  for (const std::string secret : {std::string(), std::string(16, 'x'), joined->session_secret().substr(1)}) {
+  for (const std::string& secret : {std::string(), std::string(16, 'x'), joined->session_secret().substr(1)}) {
     f.client->SetSessionSecret(secret);  // none, a guess, almost right
     REQUIRE(f.client->Pull(id, ~0ull, f.layout, &weights).status().code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
@@ -265,7 +265,7 @@ TEST_CASE("a join declaring a huge model or a bad name is refused before anythin
   auto r = f.client->Join(h, huge, nullptr);
   REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(absl::StrContains(r.status().message(), "--max_model_bytes"));
-  for (const std::string bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
+  for (const std::string& bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
     v1::JoinHeader named = Header(f.layout);
     named.set_name(bad);
     const std::vector<float> init(9, 1.0f);

@@ -70,8 +70,10 @@ struct CnnBnImpl : torch::nn::Module {
     x = torch::relu(fc1(x.flatten(1)));
     return fc2(x);
   }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::BatchNorm2d bn1, bn2;
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::BatchNorm2d bn2;
   torch::nn::Linear fc1, fc2;
 };
 TORCH_MODULE(CnnBn);
