@@ -33,6 +33,8 @@ struct WorkerRecord {
   uint64_t iterations = 0, samples = 0;
   double last_compute = 0, sum_compute = 0;
   int64_t last_batch = 0;     // the batch of its last accepted push
+  double last_loss = 0;       // ...its loss
+  uint64_t last_version = 0;  // ...and the version it was computed on
   uint64_t clock = 0;         // ssp: iterations pushed, lifted to the slowest's on (re)admission
   bool expired = false;       // its lease ran out
   bool uses_samples = false;  // joined with a data set size: trains what it is assigned

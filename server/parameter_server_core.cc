@@ -337,6 +337,8 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.iterations += 1;
   w.samples += info.batch;
   w.last_batch = info.batch;
+  w.last_loss = info.train_loss;
+  w.last_version = info.version;
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
   stats_.Trained(info.batch, info.train_loss);
@@ -796,6 +798,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.iterations = w.iterations;
     ws.samples = w.samples;
     ws.expired = w.expired;
+    ws.last_loss = w.last_loss;
+    ws.last_version = w.last_version;
     s.workers.push_back(ws);
   }
   return s;

@@ -150,6 +150,8 @@ struct WorkerSnapshot {
   double mean_compute_seconds = 0;
   uint64_t iterations = 0;
   uint64_t samples = 0;
+  double last_loss = 0;       // of its last accepted push
+  uint64_t last_version = 0;  // the version that push was computed on
   bool expired = false;  // left because its lease ran out (not by Leave)
 };
 

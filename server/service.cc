@@ -321,6 +321,11 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_job_finished(s.job_finished);
   response->set_dataset_size(s.dataset_size);
   response->set_global_samples(s.global_samples);
+  response->set_predicted_spread(s.predicted_spread);
+  response->set_plan_changes(s.plan_changes);
+  response->set_job(s.job);
+  response->set_test_accuracy_version(s.test_accuracy_version);
+  response->set_rounds(s.rounds);
   for (const WorkerSnapshot& w : s.workers) {
     v1::WorkerStatus* ws = response->add_workers();
     ws->set_worker_id(w.id);
@@ -334,6 +339,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
     ws->set_iterations(w.iterations);
     ws->set_samples(w.samples);
     ws->set_max_batch_size(w.max_batch);
+    ws->set_last_train_loss(w.last_loss);
+    ws->set_last_model_version(w.last_version);
   }
   return grpc::Status::OK;
 }
