@@ -126,6 +126,9 @@ void ParameterServerCore::Readmit(Worker& w) {
 }
 
 void ParameterServerCore::ExpireLeases(absl::Time now) {
+  // Before training starts the workers that joined are blocked in Join's barrier and
+  // cannot send heartbeats: their leases run from the start (see Join).
+  if (!started_) return;
   const std::vector<Worker*> expired = workers_.LeaseExpired(now, options_.lease);
   for (Worker* w : expired) {
     Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w->name, w->id,
@@ -318,6 +321,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     stop.action = Action::kStop;
     return stop;
   }
+  me->last_seen = options_.clock->Now();  // its call was open all along: the lease starts now
   JoinResult r;
   r.id = id;
   r.lease = options_.lease;

@@ -635,6 +635,31 @@ TEST_CASE("the start barrier gives up after start_timeout on the clock", "[core]
   REQUIRE(r->batch == 8);  // started with the one that came: the whole global batch
 }
 
+TEST_CASE("a worker waiting at the start barrier longer than its lease is not expired", "[core][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(FakeTimed(Mode::kSync, 2, &clock));
+  absl::StatusOr<JoinResult> a;
+  std::thread t([&] { a = core->Join(Info("a", true), clock.Now() + absl::Hours(1)); });
+  AwaitState([&] { return core->Snapshot().workers.size() == 1; });
+  clock.Advance(absl::Seconds(90));  // past the 60 s lease, within the 5 min start timeout
+  const JoinResult b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(1));
+  t.join();
+  REQUIRE(a.ok());
+  const ServerSnapshot s = core->Snapshot();
+  REQUIRE(StateOf(s, a->id) == WorkerState::kActive);
+  REQUIRE(StateOf(s, b.id) == WorkerState::kActive);
+  REQUIRE(a->batch == 4);  // the plan has both
+  // Its lease runs from the start: still there 50 s later, gone 61 s later without a call.
+  clock.Advance(absl::Seconds(50));
+  uint64_t version = 0;
+  int64_t batch = 0;
+  REQUIRE(core->Heartbeat(b.id, &version, &batch) == Action::kContinue);
+  REQUIRE(StateOf(core->Snapshot(), a->id) == WorkerState::kActive);
+  clock.Advance(absl::Seconds(11));
+  REQUIRE(core->Heartbeat(b.id, &version, &batch) == Action::kContinue);
+  REQUIRE(StateOf(core->Snapshot(), a->id) == WorkerState::kLeft);
+}
+
 TEST_CASE("a sync round closes at its deadline on the clock and drops the late worker", "[core][clock]") {
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
