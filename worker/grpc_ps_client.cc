@@ -20,6 +20,63 @@ absl::Status FromGrpc(const grpc::Status& s, const char* call) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(call, ": ", s.error_message()));
 }
 
+// Writes a client stream's header, then `values` (when given) as chunks, then closes the
+// writing side. Join, Push and PushPull send the same way.
+template <typename Request, typename Header, typename Writer>
+void WriteHeaderAndChunks(Writer* writer, const Header& header, const ModelLayout& layout,
+                          const std::vector<float>* values) {
+  Request msg;
+  *msg.mutable_header() = header;
+  if (writer->Write(msg) && values != nullptr) {
+    ForEachChunk(layout, values->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
+      Request chunk;
+      chunk.mutable_chunk()->Swap(&c);
+      return writer->Write(chunk);
+    });
+  }
+  writer->WritesDone();
+}
+
+// Receives a model as Pull and PushPull send it: a PullHeader, then (unless up to date)
+// the chunks. They are assembled into a spare buffer, swapped in only when complete: the
+// worker's weights stay intact on any failure (a rejoin may send them), and the old
+// weights become the next spare (no allocation per model).
+class ModelReceiver {
+ public:
+  ModelReceiver(const ModelLayout* layout, std::vector<float>* spare) : layout_(layout), spare_(spare) {}
+
+  void Header(const v1::PullHeader& h) {
+    version_ = h.model_version();
+    got_header_ = true;
+    if (!h.up_to_date()) assembler_.emplace(layout_, std::move(*spare_));
+  }
+  void Chunk(const v1::TensorChunk& c) {
+    if (!status_.ok()) return;
+    status_ = assembler_ ? assembler_->Add(c) : absl::InvalidArgumentError("a model chunk before the model's header");
+  }
+  // After the stream ended well: the new weights (when the model came) and the version
+  // (when a header came).
+  absl::Status Finish(uint64_t* version, std::vector<float>* weights) {
+    if (!status_.ok()) return status_;
+    if (assembler_) {
+      absl::StatusOr<std::vector<float>> flat = assembler_->Finish();
+      if (!flat.ok()) return flat.status();
+      *spare_ = std::move(*weights);
+      *weights = std::move(*flat);
+    }
+    if (got_header_) *version = version_;
+    return absl::OkStatus();
+  }
+
+ private:
+  const ModelLayout* layout_;
+  std::vector<float>* spare_;
+  std::optional<ChunkAssembler> assembler_;
+  absl::Status status_;
+  uint64_t version_ = 0;
+  bool got_header_ = false;
+};
+
 class GrpcPsClient : public PsClient {
  public:
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
@@ -43,37 +100,28 @@ class GrpcPsClient : public PsClient {
     request.set_have_version(have_version);
     request.set_session_secret(secret());
     auto reader = stub_->Pull(&ctx, request);
+    absl::MutexLock lock(&spare_mu_);
+    ModelReceiver model(&layout, &spare_);
     v1::PullResponse msg;
-    uint64_t version = have_version;
-    bool up_to_date = true;
-    ChunkAssembler assembler(&layout);
-    absl::Status chunk_status;
     while (reader->Read(&msg)) {
       if (msg.has_header()) {
-        version = msg.header().model_version();
-        up_to_date = msg.header().up_to_date();
-      } else if (chunk_status.ok()) {
-        chunk_status = assembler.Add(msg.chunk());
+        model.Header(msg.header());
+      } else {
+        model.Chunk(msg.chunk());
       }
     }
     grpc::Status s = reader->Finish();
     if (!s.ok()) return FromGrpc(s, "Pull");
-    if (!chunk_status.ok()) return chunk_status;
-    if (!up_to_date) {
-      auto flat = assembler.Finish();
-      if (!flat.ok()) return flat.status();
-      *weights = std::move(*flat);
-    }
+    uint64_t version = have_version;
+    if (absl::Status r = model.Finish(&version, weights); !r.ok()) return r;
     return version;
   }
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
-    v1::PushHeader signed_header = header;
-    signed_header.set_session_secret(secret());
     return Upload<v1::PushRequest, v1::PushResponse>(
-        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, signed_header,
-        layout, header.out_of_memory() || header.report_only() ? nullptr : &gradient);
+        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, Signed(header),
+        layout, GradientOf(header, gradient));
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -83,57 +131,34 @@ class GrpcPsClient : public PsClient {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     auto stream = stub_->PushPull(&ctx);
-    v1::PushRequest msg;
-    *msg.mutable_header() = header;
-    msg.mutable_header()->set_session_secret(secret());
-    if (stream->Write(msg) && !header.out_of_memory() && !header.report_only()) {
-      ForEachChunk(layout, gradient.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
-        v1::PushRequest chunk;
-        chunk.mutable_chunk()->Swap(&c);
-        return stream->Write(chunk);
-      });
-    }
-    stream->WritesDone();
-    v1::PushPullResponse in;
-    v1::PushResponse reply;
-    bool got_reply = false, got_header = false, got_model = false;
-    uint64_t version = 0;
-    // The model is assembled into a spare buffer and swapped in only when complete: the
-    // worker's weights stay intact on any failure (a rejoin may send them).
-    absl::MutexLock lock(&spare_mu_);
-    std::optional<ChunkAssembler> assembler;
-    absl::Status chunk_status;
-    while (stream->Read(&in)) {
-      if (in.has_reply()) {
-        reply = in.reply();
-        got_reply = true;
-      } else if (in.has_header()) {
-        version = in.header().model_version();
-        got_header = true;
-        got_model = !in.header().up_to_date();
-        if (got_model) assembler.emplace(&layout, std::move(spare_));
-      } else if (!assembler) {
-        chunk_status = absl::InvalidArgumentError("PushPull: a chunk before the model's header");
-      } else if (chunk_status.ok()) {
-        chunk_status = assembler->Add(in.chunk());
+    WriteHeaderAndChunks<v1::PushRequest>(stream.get(), Signed(header), layout, GradientOf(header, gradient));
+    std::optional<v1::PushResponse> reply;
+    grpc::Status s;
+    absl::Status received;
+    {
+      absl::MutexLock lock(&spare_mu_);
+      ModelReceiver model(&layout, &spare_);
+      v1::PushPullResponse in;
+      while (stream->Read(&in)) {
+        if (in.has_reply()) {
+          reply = in.reply();
+        } else if (in.has_header()) {
+          model.Header(in.header());
+        } else {
+          model.Chunk(in.chunk());
+        }
       }
+      s = stream->Finish();
+      if (s.ok() && reply) received = model.Finish(model_version, weights);
     }
-    grpc::Status s = stream->Finish();
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !got_reply) {
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !reply) {
       push_pull_.store(false);  // an older server: Push and Pull from now on
       return PsClient::PushPull(header, layout, gradient, model_version, weights);
     }
     if (!s.ok()) return FromGrpc(s, "PushPull");
-    if (!chunk_status.ok()) return chunk_status;
-    if (!got_reply) return absl::InternalError("PushPull: the server sent no reply");
-    if (got_model) {
-      absl::StatusOr<std::vector<float>> flat = assembler->Finish();
-      if (!flat.ok()) return flat.status();
-      spare_ = std::move(*weights);
-      *weights = std::move(*flat);
-    }
-    if (got_header) *model_version = version;
-    return reply;
+    if (!reply) return absl::InternalError("PushPull: the server sent no reply");
+    if (!received.ok()) return received;
+    return *reply;
   }
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {
@@ -172,6 +197,17 @@ class GrpcPsClient : public PsClient {
     return secret_;
   }
 
+  v1::PushHeader Signed(const v1::PushHeader& header) const {
+    v1::PushHeader h = header;
+    h.set_session_secret(secret());
+    return h;
+  }
+
+  // A push's gradient, or none for an out-of-memory or report-only push.
+  static const std::vector<float>* GradientOf(const v1::PushHeader& header, const std::vector<float>& gradient) {
+    return header.out_of_memory() || header.report_only() ? nullptr : &gradient;
+  }
+
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() + absl::ToChronoSeconds(timeout_));
     if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
@@ -186,16 +222,7 @@ class GrpcPsClient : public PsClient {
     Prepare(&ctx);
     Response response;
     auto writer = open(&ctx, &response);
-    Request msg;
-    *msg.mutable_header() = header;
-    if (writer->Write(msg) && values != nullptr) {
-      ForEachChunk(layout, values->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
-        Request chunk;
-        chunk.mutable_chunk()->Swap(&c);
-        return writer->Write(chunk);
-      });
-    }
-    writer->WritesDone();
+    WriteHeaderAndChunks<Request>(writer.get(), header, layout, values);
     grpc::Status s = writer->Finish();
     if (!s.ok()) return FromGrpc(s, call);
     return response;
@@ -206,7 +233,7 @@ class GrpcPsClient : public PsClient {
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
   absl::Mutex spare_mu_;
-  std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one, reused
+  std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one (ModelReceiver)
   const absl::Duration timeout_;
   const std::string authorization_;
 };
