@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/constant_time.h"
 
 namespace omnilearn {
 namespace {
@@ -86,10 +87,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 bool BearerTokenMatches(absl::string_view header_value, absl::string_view token) {
   constexpr absl::string_view kPrefix = "Bearer ";
   if (token.empty() || !absl::StartsWith(header_value, kPrefix)) return false;
-  const absl::string_view got = header_value.substr(kPrefix.size());
-  unsigned char diff = got.size() == token.size() ? 0 : 1;
-  for (size_t i = 0; i < token.size(); ++i) diff |= token[i] ^ (i < got.size() ? got[i] : 0);
-  return diff == 0;
+  return ConstantTimeEquals(header_value.substr(kPrefix.size()), token);
 }
 
 bool IsLoopbackAddress(absl::string_view address) {

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/constant_time.h"
 #include "common/tensor_codec.h"
 #include "server/async_rule.h"
 
@@ -154,17 +155,10 @@ std::string NewSecret() {
   return secret;
 }
 
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;  // constant time: no early exit on the first difference
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 // The session a rejoining process may replace: its previous one, proven by its secret.
 WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
   const WorkerRecord* old = workers.Find(info.resume_id);
-  return old != nullptr && old->name == info.name && SameSecret(old->secret, info.resume_secret) ? info.resume_id : 0;
+  return old != nullptr && old->name == info.name && ConstantTimeEquals(info.resume_secret, old->secret) ? info.resume_id : 0;
 }
 
 }  // namespace
@@ -172,7 +166,7 @@ WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
 absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view secret) const {
   absl::MutexLock lock(&mu_);
   const Worker* w = workers_.Find(id);
-  if (w == nullptr || SameSecret(w->secret, secret)) return absl::OkStatus();
+  if (w == nullptr || ConstantTimeEquals(secret, w->secret)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id,
                                                   "'s session secret: only the process that joined as ", id,
                                                   " can act for it"));
