@@ -1,5 +1,7 @@
 #include "common/model_layout.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -37,6 +39,14 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
 int ModelLayout::Find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? -1 : it->second;
+}
+
+bool ModelLayout::SameTensors(const ModelLayout& o) const {
+  if (tensors_.size() != o.tensors_.size()) return false;
+  return std::all_of(o.tensors_.begin(), o.tensors_.end(), [this](const TensorSpec& t) {
+    const int i = Find(t.name);
+    return i >= 0 && tensors_[i] == t;
+  });
 }
 
 std::string ModelLayout::DebugString() const {

@@ -38,6 +38,10 @@ class ModelLayout {
   bool empty() const { return tensors_.empty(); }
   bool operator==(const ModelLayout& o) const { return tensors_ == o.tensors_; }
   bool operator!=(const ModelLayout& o) const { return !(*this == o); }
+  // The same tensors (names, shapes, buffer flags), in any order: what workers must
+  // share. The wire addresses tensors by name, so a worker whose framework lists them
+  // in another order (a Python model next to C++ ones) trains the same model.
+  bool SameTensors(const ModelLayout& o) const;
   // "conv1.weight[16,1,5,5], ..." for error messages.
   std::string DebugString() const;
 

@@ -26,9 +26,8 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 constexpr char kMetadataKey[] = "__metadata__";
 
-uint32_t Crc32(const float* data, size_t floats) {
-  return static_cast<uint32_t>(
-      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(data), floats * sizeof(float)));
+uint32_t Crc32(const void* data, size_t bytes) {
+  return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), bytes));
 }
 
 std::string Hex32(uint32_t v) { return absl::StrFormat("%08x", v); }
@@ -53,8 +52,9 @@ struct Header {
   std::vector<SafetensorsEntry> tensors;
 };
 
-// Validates the JSON header against a data section of `data_bytes` bytes.
-absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes) {
+// Validates the JSON header against a data section of `data_bytes` bytes. F32 only
+// unless `any_dtype` (then every dtype SafetensorsDtypeBytes knows).
+absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, bool any_dtype) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt("the header is not a JSON object");
   Header h;
@@ -100,12 +100,17 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes) 
     if (elements < 0 || begin > end || end > data_bytes) {
       return Corrupt(absl::StrCat("tensor '", name, "' lies outside the data"));
     }
-    if (dtype->get<std::string>() != "F32") {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ",
-                                                     dtype->get<std::string>(), "; only F32 is supported"));
+    e.dtype = dtype->get<std::string>();
+    const int width = SafetensorsDtypeBytes(e.dtype);
+    if ((!any_dtype && e.dtype != "F32") || width == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
+                                                     any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are"
+                                                               : "F32 is",
+                                                     " supported"));
     }
-    if (end - begin != static_cast<uint64_t>(elements) * sizeof(float)) {
-      return Corrupt(absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " floats"));
+    if (end - begin != static_cast<uint64_t>(elements) * width) {
+      return Corrupt(absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " ", e.dtype,
+                                  " values"));
     }
     e.elements = elements;
     spans.push_back({begin, end, h.tensors.size()});
@@ -120,7 +125,8 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes) 
     if (s.begin != at) return Corrupt("tensors overlap or leave a hole in the data");
     at = s.end;
     SafetensorsEntry e = std::move(h.tensors[s.index]);
-    e.offset = static_cast<int64_t>(s.begin / sizeof(float));
+    e.offset = static_cast<int64_t>(s.begin / sizeof(float));  // meaningful for F32 files
+    e.byte_offset = static_cast<int64_t>(s.begin);
     ordered.push_back(std::move(e));
   }
   if (at != data_bytes) return Corrupt(absl::StrCat("the data holds ", data_bytes, " bytes, the tensors ", at));
@@ -128,10 +134,11 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes) 
   return h;
 }
 
-absl::Status VerifyChecksum(const SafetensorsFile& f) {
+template <typename File>
+absl::Status VerifyChecksum(const File& f) {
   auto it = f.metadata.find(kChecksumKey);
   if (it == f.metadata.end()) return absl::OkStatus();
-  const std::string actual = Hex32(Crc32(f.data.data(), f.data.size()));
+  const std::string actual = Hex32(Crc32(f.data.data(), f.data.size() * sizeof(f.data[0])));
   if (actual != it->second) {
     return Corrupt(absl::StrCat("checksum mismatch (header says ", it->second, ", data has ", actual, ")"));
   }
@@ -144,14 +151,25 @@ uint64_t ReadLe64(const unsigned char* p) {
   return v;
 }
 
-}  // namespace
-
-const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const {
+const SafetensorsEntry* FindEntry(const std::vector<SafetensorsEntry>& tensors, const std::string& name) {
   for (const SafetensorsEntry& e : tensors) {
     if (e.name == name) return &e;
   }
   return nullptr;
 }
+
+}  // namespace
+
+int SafetensorsDtypeBytes(const std::string& dtype) {
+  static const std::map<std::string, int>* const kBytes = new std::map<std::string, int>{
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+      {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  auto it = kBytes->find(dtype);
+  return it == kBytes->end() ? 0 : it->second;
+}
+
+const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const { return FindEntry(tensors, name); }
+const SafetensorsEntry* RawSafetensorsFile::Find(const std::string& name) const { return FindEntry(tensors, name); }
 
 absl::StatusOr<std::vector<float>> SafetensorsFile::Gather(const ModelLayout& layout, const std::string& prefix) const {
   std::vector<float> out(layout.total_elements());
@@ -219,7 +237,7 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
   const uint64_t n = ReadLe64(reinterpret_cast<const unsigned char*>(bytes.data()));
   if (n > kMaxHeaderBytes || n > bytes.size() - 8) return Corrupt("header length past the end of the file");
   const uint64_t data_bytes = bytes.size() - 8 - n;
-  absl::StatusOr<Header> h = ParseHeader(absl::string_view(bytes).substr(8, n), data_bytes);
+  absl::StatusOr<Header> h = ParseHeader(absl::string_view(bytes).substr(8, n), data_bytes, /*any_dtype=*/false);
   if (!h.ok()) return h.status();
   SafetensorsFile f;
   f.metadata = std::move(h->metadata);
@@ -231,7 +249,12 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
   return f;
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes) {
+namespace {
+
+// Reads and validates a whole file into a SafetensorsFile (F32, as floats) or a
+// RawSafetensorsFile (any dtype, as bytes).
+template <typename File>
+absl::StatusOr<File> ReadFileOf(const std::string& path, int64_t max_bytes, bool any_dtype) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
@@ -266,12 +289,12 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t
   std::string text(n, '\0');
   if (!read_all(text.data(), n, 8)) return Corrupt(absl::StrCat(path, ": cannot read the header"));
   const uint64_t data_bytes = size - 8 - n;
-  absl::StatusOr<Header> h = ParseHeader(text, data_bytes);
+  absl::StatusOr<Header> h = ParseHeader(text, data_bytes, any_dtype);
   if (!h.ok()) return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
-  SafetensorsFile f;
+  File f;
   f.metadata = std::move(h->metadata);
   f.tensors = std::move(h->tensors);
-  f.data.resize(data_bytes / sizeof(float));
+  f.data.resize(data_bytes / sizeof(f.data[0]));  // F32 only: whole floats
   if (data_bytes > 0 && !read_all(f.data.data(), data_bytes, 8 + n)) {
     return Corrupt(absl::StrCat(path, ": cannot read the data"));
   }
@@ -279,6 +302,16 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
   return f;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes) {
+  return ReadFileOf<SafetensorsFile>(path, max_bytes, /*any_dtype=*/false);
+}
+
+absl::StatusOr<RawSafetensorsFile> ReadRawSafetensors(const std::string& path, int64_t max_bytes) {
+  return ReadFileOf<RawSafetensorsFile>(path, max_bytes, /*any_dtype=*/true);
 }
 
 }  // namespace omnilearn

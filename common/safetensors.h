@@ -42,6 +42,8 @@ struct SafetensorsEntry {
   std::vector<int64_t> shape;
   int64_t offset = 0;    // in floats, into SafetensorsFile::data
   int64_t elements = 0;
+  std::string dtype = "F32";
+  int64_t byte_offset = 0;  // into the data section
 };
 
 struct SafetensorsFile {
@@ -65,6 +67,22 @@ struct SafetensorsFile {
 // InvalidArgument for a valid file this reader does not support (another dtype),
 // ResourceExhausted when the file is larger than `max_bytes`.
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes = int64_t{1} << 40);
+
+// A file of tensors of any numeric dtype (F64, F32, F16, BF16, I64, I32, I16, I8, U8,
+// BOOL), kept as the data section's raw little-endian bytes: data sets written from
+// Python. Same validation and errors as ReadSafetensors, except that these dtypes are
+// accepted (InvalidArgument for any other).
+struct RawSafetensorsFile {
+  std::map<std::string, std::string> metadata;
+  std::vector<SafetensorsEntry> tensors;  // in data order; offsets in bytes (byte_offset)
+  std::string data;
+
+  const SafetensorsEntry* Find(const std::string& name) const;
+};
+absl::StatusOr<RawSafetensorsFile> ReadRawSafetensors(const std::string& path, int64_t max_bytes = int64_t{1} << 40);
+
+// Bytes per element of a safetensors dtype this code reads, or 0 for any other.
+int SafetensorsDtypeBytes(const std::string& dtype);
 
 // Parses a file's bytes (what ReadSafetensors does after reading them). Same errors.
 absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes);

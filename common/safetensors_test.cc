@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -128,6 +129,45 @@ TEST_CASE("corrupt and truncated files are refused with DataLoss", "[safetensors
     REQUIRE(ParseSafetensors(bytes).status().code() == absl::StatusCode::kDataLoss);
   }
   REQUIRE(ReadSafetensors(TempPath("does-not-exist")).status().code() == absl::StatusCode::kNotFound);
+}
+
+// A file of mixed dtypes as Python's omnilearn.save_tensors writes it (the bytes of
+// {"y": int64 [7, -1], "x": uint8 [1, 2, 3]}).
+std::string MixedDtypeFile(const std::string& x_dtype = "U8") {
+  const std::string json = R"({"y":{"dtype":"I64","shape":[2],"data_offsets":[0,16]},"x":{"dtype":")" + x_dtype +
+                           R"(","shape":[3],"data_offsets":[16,19]}})";
+  std::string bytes(8, '\0');
+  bytes[0] = static_cast<char>(json.size());
+  bytes += json;
+  const int64_t y[2] = {7, -1};
+  bytes.append(reinterpret_cast<const char*>(y), sizeof(y));
+  bytes += std::string("\x01\x02\x03", 3);
+  return bytes;
+}
+
+TEST_CASE("the raw reader takes every numeric dtype as bytes; the model reader still wants F32", "[safetensors]") {
+  const std::string path = TempPath("mixed.safetensors");
+  Spit(path, MixedDtypeFile());
+  absl::StatusOr<RawSafetensorsFile> raw = ReadRawSafetensors(path);
+  REQUIRE(raw.ok());
+  const SafetensorsEntry* y = raw->Find("y");
+  const SafetensorsEntry* x = raw->Find("x");
+  REQUIRE((y != nullptr && x != nullptr));
+  REQUIRE((y->dtype == "I64" && y->byte_offset == 0 && y->elements == 2));
+  REQUIRE((x->dtype == "U8" && x->byte_offset == 16 && x->shape == std::vector<int64_t>{3}));
+  int64_t y_values[2];
+  memcpy(y_values, raw->data.data() + y->byte_offset, sizeof(y_values));
+  REQUIRE((y_values[0] == 7 && y_values[1] == -1));
+  REQUIRE(raw->data.substr(16) == "\x01\x02\x03");
+  REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kInvalidArgument);
+  // A dtype nobody reads, and a byte count that does not fit the dtype.
+  Spit(path, MixedDtypeFile("C64"));
+  absl::Status s = ReadRawSafetensors(path).status();
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(s.message().find("C64") != absl::string_view::npos);
+  Spit(path, MixedDtypeFile("I16"));
+  REQUIRE(ReadRawSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
+  REQUIRE(SafetensorsDtypeBytes("BF16") == 2);
 }
 
 TEST_CASE("a write that fails before the rename leaves the previous file intact", "[safetensors]") {

@@ -192,7 +192,7 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
     }
     return absl::OkStatus();
   }
-  if (info.layout == store_.layout()) return absl::OkStatus();
+  if (info.layout.SameTensors(store_.layout())) return absl::OkStatus();
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
   const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
@@ -251,7 +251,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   }
   if (absl::Status s = CheckJoin(info); !s.ok()) return s;
   // From here on the join succeeds.
-  if (!store_.initialized() || info.layout != store_.layout()) {
+  if (!store_.initialized() || !info.layout.SameTensors(store_.layout())) {
     if (store_.initialized()) {
       Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
       store_ = ParameterStore(options_.optimizer);

@@ -253,6 +253,21 @@ TEST_CASE("joins are validated", "[core]") {
   REQUIRE(again.batch == 8);
 }
 
+TEST_CASE("a worker listing the same tensors in another order trains the same model", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  const JoinResult a = *core->Join(Info("a", true), Soon());
+  JoinInfo reordered = Info("b", false);
+  reordered.layout = *ModelLayout::Create({{"b", {2}}, {"w", {2, 2}}});
+  const JoinResult b = *core->Join(reordered, Soon());
+  REQUIRE(b.layout == Info("a", true).layout);  // the server's order: chunks are addressed by name
+  REQUIRE(core->Push(Grad(a.id, 8, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  REQUIRE(core->Snapshot().parameter_count == kParams);
+  // Another shape under a known name is still another model.
+  JoinInfo other = Info("c", false);
+  other.layout = *ModelLayout::Create({{"b", {2}}, {"w", {4}}});
+  REQUIRE(core->Join(other, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("an untrained model nobody uses is replaced by the next worker's; a trained one is not", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   const JoinResult broken = *core->Join(Info("broken", true), Soon());

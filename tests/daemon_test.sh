@@ -31,7 +31,7 @@ expect_refusal "unknown optimizer 'lion' (want sgd, adam or adamw)" "$SERVER" --
 expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout=90 --lease=60
 expect_refusal "--epochs must be in \[0, 1e+06\], got -1" "$WORKER" --epochs=-1
 expect_refusal "want mlp, cnn, cnn_bn" "$WORKER" --model=resnet --server=127.0.0.1:1 --reconnect_timeout=0
-expect_refusal "want fashion-mnist or synthetic" "$WORKER" --dataset=imagenet --server=127.0.0.1:1 --reconnect_timeout=0
+expect_refusal "want fashion-mnist, synthetic or tensors:PATH" "$WORKER" --dataset=imagenet --server=127.0.0.1:1 --reconnect_timeout=0
 
 # ---- busy port, logs, names, Ctrl-C on a worker
 # Not quiet, equal static batches: a plan line only when membership changes the plan (not

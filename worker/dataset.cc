@@ -2,9 +2,13 @@
 
 #include <zlib.h>
 
+#include <cstring>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/safetensors.h"
 
 namespace omnilearn {
 namespace worker {
@@ -25,6 +29,55 @@ absl::StatusOr<std::vector<uint8_t>> ReadGz(const std::string& path) {
   gzclose(f);
   if (error) return absl::DataLossError(absl::StrCat("corrupt gzip file ", path));
   return out;
+}
+
+// The tensor `name` of `file` as a torch tensor of its own dtype (copied: the file's
+// bytes may sit at any alignment).
+absl::StatusOr<torch::Tensor> TensorOf(const RawSafetensorsFile& file, const std::string& path,
+                                       const std::string& name) {
+  const SafetensorsEntry* e = file.Find(name);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat(path, " has no tensor '", name, "'"));
+  static const std::map<std::string, torch::ScalarType>* const kTypes = new std::map<std::string, torch::ScalarType>{
+      {"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf}, {"BF16", torch::kBFloat16},
+      {"I64", torch::kLong},   {"I32", torch::kInt},   {"I16", torch::kShort}, {"I8", torch::kChar},
+      {"U8", torch::kByte},    {"BOOL", torch::kBool}};
+  torch::Tensor t = torch::empty(e->shape, kTypes->at(e->dtype));
+  if (t.nbytes() > 0) memcpy(t.data_ptr(), file.data.data() + e->byte_offset, t.nbytes());
+  return t;
+}
+
+// Checks and converts one split: x [N, ...] -> float32, y [N] integers >= 0 -> int64.
+absl::StatusOr<Dataset> SplitOf(const RawSafetensorsFile& file, const std::string& path, const std::string& x_name,
+                                const std::string& y_name) {
+  absl::StatusOr<torch::Tensor> x = TensorOf(file, path, x_name);
+  if (!x.ok()) return x.status();
+  absl::StatusOr<torch::Tensor> y = TensorOf(file, path, y_name);
+  if (!y.ok()) return y.status();
+  const std::string where = absl::StrCat(path, ": ");
+  if (y->dim() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, y_name, " must be 1-D [N] class indices, it has shape [",
+                                                   absl::StrJoin(y->sizes(), ","), "]"));
+  }
+  if (!torch::isIntegralType(y->scalar_type(), /*includeBool=*/false)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, y_name, " must hold integer class indices (I64, I32, I16, "
+                                                   "I8 or U8), it is ",
+                                                   file.Find(y_name)->dtype));
+  }
+  if (x->dim() < 1 || x->size(0) != y->size(0) || y->size(0) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, x_name, " has shape [", absl::StrJoin(x->sizes(), ","),
+                                                   "] and ", y_name, " [", y->size(0),
+                                                   "]: want [N, ...] and [N] with the same N > 0"));
+  }
+  Dataset d;
+  d.labels = y->to(torch::kLong);
+  if (d.labels.min().item<int64_t>() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, y_name, " has a negative class index"));
+  }
+  if (file.Find(x_name)->dtype == "BOOL") {
+    return absl::InvalidArgumentError(absl::StrCat(where, x_name, " is BOOL; want a numeric dtype"));
+  }
+  d.images = x->to(torch::kFloat);
+  return d;
 }
 
 uint32_t BigEndian32(const uint8_t* p) { return (uint32_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3]; }
@@ -60,6 +113,30 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
   d.labels = torch::from_blob(labels->data() + 8, {n}, torch::kUInt8).to(torch::kInt64);
   if (d.labels.max().item<int64_t>() > 9) return absl::DataLossError(absl::StrCat(label_path, ": label > 9"));
   return d;
+}
+
+absl::Status LoadTensorFile(const std::string& path, Dataset* train, Dataset* test) {
+  absl::StatusOr<RawSafetensorsFile> file = ReadRawSafetensors(path);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<Dataset> tr = SplitOf(*file, path, "train_x", "train_y");
+  if (!tr.ok()) return tr.status();
+  *train = std::move(*tr);
+  const bool has_x = file->Find("test_x") != nullptr, has_y = file->Find("test_y") != nullptr;
+  if (has_x != has_y) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": test_x and test_y go together (only ",
+                                                   has_x ? "test_x" : "test_y", " is there)"));
+  }
+  *test = Dataset();
+  if (!has_x) return absl::OkStatus();
+  absl::StatusOr<Dataset> te = SplitOf(*file, path, "test_x", "test_y");
+  if (!te.ok()) return te.status();
+  if (te->images.sizes().slice(1) != train->images.sizes().slice(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": test_x's samples have shape [",
+                                                   absl::StrJoin(te->images.sizes().slice(1), ","), "], train_x's [",
+                                                   absl::StrJoin(train->images.sizes().slice(1), ","), "]"));
+  }
+  *test = std::move(*te);
+  return absl::OkStatus();
 }
 
 Dataset MakeSynthetic(int64_t n, uint64_t seed) {

@@ -26,8 +26,8 @@ ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default:
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
 ABSL_FLAG(std::string, device, "auto", "cpu | cuda | auto");
 ABSL_FLAG(std::string, model, "cnn", "mlp | cnn | cnn_bn (the CNN with BatchNorm)");
-ABSL_FLAG(std::string, model_file, "", "TorchScript module ([B,1,28,28] -> [B,10] logits) instead of --model");
-ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic");
+ABSL_FLAG(std::string, model_file, "", "TorchScript module (a batch of the data's samples [B,...] -> [B,classes] logits) instead of --model");
+ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic | tensors:PATH (a safetensors file with train_x, train_y, optional test_x, test_y)");
 ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
 ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads on CPU");
 ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F times the real compute time");

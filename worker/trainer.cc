@@ -15,6 +15,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/tensor_codec.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -202,7 +204,51 @@ absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, 
     *test = MakeSynthetic(2000, 8);
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", o.dataset, "' (want fashion-mnist or synthetic)"));
+  if (absl::StartsWith(o.dataset, kTensorsPrefix)) {
+    const std::string path = o.dataset.substr(strlen(kTensorsPrefix));
+    Dataset file_test;
+    if (absl::Status s = LoadTensorFile(path, train, &file_test); !s.ok()) return s;
+    if (need_test && !file_test.labels.defined()) {
+      return absl::InvalidArgumentError(absl::StrCat("--evaluate needs test_x and test_y in ", path));
+    }
+    *test = std::move(file_test);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dataset '", o.dataset, "' (want fashion-mnist, synthetic or tensors:PATH)"));
+}
+
+// The model must take the data's samples and have an output per class: checked on two
+// samples before joining, so a mismatch is a clear error instead of a crash mid-job.
+absl::Status CheckModelFitsData(Model* model, const Dataset& data, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = std::min<int64_t>(2, data.size());
+  const std::string sample_shape = absl::StrJoin(data.images.sizes().slice(1), ",");
+  torch::Tensor out;
+  try {
+    model->SetTraining(false);
+    out = model->Forward(data.images.narrow(0, 0, n).to(device));
+    model->SetTraining(true);
+  } catch (const std::exception& e) {
+    model->SetTraining(true);
+    // The cause: a native error's first line; a TorchScript error's last (the lines
+    // before it are the interpreter's stack).
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::vector<std::string> lines =
+        absl::StrSplit(c10_error ? c10_error->what_without_backtrace() : e.what(), '\n', absl::SkipWhitespace());
+    const bool scripted = absl::StrContains(e.what(), "TorchScript interpreter");
+    const std::string what = lines.empty() ? "" : scripted ? lines.back() : lines.front();
+    return absl::InvalidArgumentError(absl::StrCat("the model does not take this data's samples of shape [",
+                                                   sample_shape, "] (a batch of them is [B,", sample_shape,
+                                                   "]): ", what));
+  }
+  const int64_t classes = data.labels.max().item<int64_t>() + 1;
+  if (out.dim() != 2 || out.size(0) != n || out.size(1) < classes) {
+    return absl::InvalidArgumentError(absl::StrCat("the model maps [B,", sample_shape, "] to [",
+                                                   absl::StrJoin(out.sizes(), ","), "]; the data needs [B,C] logits "
+                                                   "with C >= ", classes, " (its labels go up to ", classes - 1, ")"));
+  }
+  return absl::OkStatus();
 }
 
 // The model (built-in or --model_file) in training mode on `device`; callers load --init_from.
@@ -228,6 +274,7 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
     if (absl::Status s = LoadData(o, /*need_train=*/false, /*need_test=*/true, &train, &test); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<Model>> model = BuildModel(o, *device);
     if (!model.ok()) return model.status();
+    if (absl::Status s = CheckModelFitsData(model->get(), test, *device); !s.ok()) return s;
     FlatModel params(model->get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
@@ -261,6 +308,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, *device);
     if (!made.ok()) return made.status();
     std::unique_ptr<Model> model = std::move(*made);
+    if (absl::Status s = CheckModelFitsData(model.get(), train, *device); !s.ok()) return s;
     FlatModel params(model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();

@@ -1,0 +1,292 @@
+"""The Worker against an in-process fake server (a Python gRPC servicer on 127.0.0.1):
+join, one round trip per step, the server's actions, faults, and misuse. The clock the
+worker times steps and backs off with is a fake one, driven by the tests."""
+
+import threading
+import unittest
+from concurrent import futures
+from unittest import mock
+
+import grpc
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from omnilearn import codec, models
+from omnilearn import worker as worker_mod
+from omnilearn.worker import ServerError, Worker
+
+pb2, pb2_grpc = worker_mod.pb2, worker_mod.pb2_grpc
+SECRET = b"s3cret"
+
+
+class FakeTime:
+    """perf_counter/monotonic that move only when sleep() or the test moves them."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.slept = []
+
+    def perf_counter(self):
+        return self.now
+
+    def monotonic(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+
+class FakeServer(pb2_grpc.ParameterServerServicer):
+    """A tiny parameter server: w -= 0.5 * grad per push, 4 samples per batch."""
+
+    def __init__(self, model):
+        self.flat = codec.FlatModel(model)  # the server's copy, same layout
+        self.have_model = False
+        self.version = 0
+        self.next_id = 1
+        self.joins, self.pushes, self.leaves, self.calls = [], [], [], []
+        self.faults = {}  # call name -> list of (code, message) to answer, in order
+        self.push_actions = {}  # push number (1-based) -> action to reply with
+        self.token = None
+        self.lock = threading.Lock()
+        self.sample = 0
+
+    def _check(self, name, context, worker_id=None, secret=None):
+        self.calls.append(name)
+        if self.token and ("authorization", f"Bearer {self.token}") not in context.invocation_metadata():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+        if self.faults.get(name):
+            code, message = self.faults[name].pop(0)
+            context.abort(code, message)
+        if worker_id is not None and (worker_id != self.next_id - 1 or secret != SECRET + bytes([worker_id])):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, "wrong session")
+
+    def _samples(self, n=4):
+        ids = list(range(self.sample, self.sample + n))
+        self.sample += n
+        return [pb2.SampleSpan(epoch=0, ids=ids)]
+
+    def Join(self, request_iterator, context):
+        with self.lock:
+            header = next(request_iterator).header
+            self._check("Join", context)
+            if not self.have_model and not header.has_initial_parameters:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "the server has no model yet")
+            if header.has_initial_parameters:
+                a = codec.Assembler(self.flat)
+                for m in request_iterator:
+                    a.add(m.chunk)
+                self.flat.load(a.finish())
+                self.have_model = True
+            self.joins.append(header)
+            wid = self.next_id
+            self.next_id += 1
+            return pb2.JoinResponse(worker_id=wid, lease_seconds=60, mode=pb2.MODE_ASYNC, batch_size=4,
+                                    model_version=self.version, samples=self._samples(),
+                                    session_secret=SECRET + bytes([wid]), action=pb2.ACTION_CONTINUE)
+
+    def _model(self, have_version):
+        if have_version == self.version:
+            yield pb2.PullHeader(model_version=self.version, up_to_date=True)
+            return
+        yield pb2.PullHeader(model_version=self.version)
+        yield from codec.chunks(self.flat, self.flat.values(), pb2, max_bytes=1 << 16)
+
+    def Pull(self, request, context):
+        with self.lock:
+            self._check("Pull", context, request.worker_id, request.session_secret)
+            out = [pb2.PullResponse(header=m) if isinstance(m, pb2.PullHeader) else pb2.PullResponse(chunk=m)
+                   for m in self._model(request.have_version)]
+        yield from out
+
+    def _push(self, request_iterator, context, name):
+        header = next(request_iterator).header
+        self._check(name, context, header.worker_id, header.session_secret)
+        a = codec.Assembler(self.flat)
+        for m in request_iterator:
+            a.add(m.chunk)
+        self.pushes.append(header)
+        action = self.push_actions.get(len(self.pushes), pb2.ACTION_CONTINUE)
+        if action == pb2.ACTION_CONTINUE and not header.out_of_memory and not header.report_only:
+            grad = a.finish()
+            self.flat.load(self.flat.values() - 0.5 * grad)
+            self.version += 1
+        batch = 2 if header.out_of_memory else 4
+        return pb2.PushResponse(action=action, next_batch_size=batch, model_version=self.version,
+                                applied=action == pb2.ACTION_CONTINUE, global_samples=4 * len(self.pushes),
+                                samples=self._samples(batch)), header
+
+    def Push(self, request_iterator, context):
+        with self.lock:
+            return self._push(request_iterator, context, "Push")[0]
+
+    def PushPull(self, request_iterator, context):
+        with self.lock:
+            reply, header = self._push(request_iterator, context, "PushPull")
+            out = [pb2.PushPullResponse(reply=reply)]
+            if reply.action == pb2.ACTION_CONTINUE:
+                for m in self._model(header.model_version):
+                    out.append(pb2.PushPullResponse(header=m) if isinstance(m, pb2.PullHeader)
+                               else pb2.PushPullResponse(chunk=m))
+        yield from out
+
+    def Heartbeat(self, request, context):
+        self._check("Heartbeat", context)
+        return pb2.HeartbeatResponse(action=pb2.ACTION_CONTINUE)
+
+    def Leave(self, request, context):
+        self._check("Leave", context, request.worker_id, request.session_secret)
+        self.leaves.append(request)
+        return pb2.LeaveResponse()
+
+
+class WorkerTest(unittest.TestCase):
+    def setUp(self):
+        self.model = models.make("mlp", seed=1)
+        self.fake = FakeServer(models.make("mlp", seed=2))
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb2_grpc.add_ParameterServerServicer_to_server(self.fake, self.server)
+        port = self.server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{port}"
+        self.server.start()
+        self.clock = FakeTime()
+        patcher = mock.patch.object(worker_mod, "time", self.clock)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        self.addCleanup(self.server.stop, None)
+        self.x = torch.randn(64, 1, 28, 28)
+        self.y = torch.randint(0, 10, (64,))
+
+    def make_worker(self, **kw):
+        kw.setdefault("max_iterations", 3)
+        return Worker(self.address, self.model, name="py0", dataset_size=64, rpc_timeout=30,
+                      log=lambda line: None, **kw)
+
+    def train(self, w, data_seconds=0.0, compute_seconds=0.25):
+        steps = []
+        for step in w:
+            steps.append(step)
+            self.clock.now += data_seconds  # loading the batch: not the worker's compute time
+            loss = F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples])
+            loss.backward()
+            self.clock.now += compute_seconds
+            w.push(loss)
+        return steps
+
+    def assert_same_model(self):
+        self.assertTrue(np.array_equal(codec.FlatModel(self.model).values(), self.fake.flat.values()))
+
+    def test_joins_with_its_model_then_trains_the_assigned_samples_in_one_round_trip_each(self):
+        with self.make_worker() as w:
+            steps = self.train(w, data_seconds=3.0)
+            self.assertTrue(w.finished)
+        self.assertEqual([j.has_initial_parameters for j in self.fake.joins], [True])
+        self.assertEqual(self.fake.calls.count("Join"), 2)  # asked without parameters first
+        self.assertEqual([s.samples.tolist() for s in steps], [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+        self.assertEqual([p.compute_seconds for p in self.fake.pushes], [0.25] * 3)  # data loading untimed
+        self.assertEqual([p.model_version for p in self.fake.pushes], [0, 1, 2])
+        self.assertEqual([p.samples_seen for p in self.fake.pushes], [4, 8, 12])
+        self.assertEqual(self.fake.calls.count("PushPull"), 3)
+        self.assertEqual(self.fake.calls.count("Push") + self.fake.calls.count("Pull"), 1)  # the first pull
+        self.assert_same_model()
+        self.assertEqual([(l.worker_id, l.finished) for l in self.fake.leaves], [(1, True)])
+
+    def test_a_second_worker_does_not_send_parameters_and_takes_the_servers_model(self):
+        self.fake.have_model = True
+        with self.make_worker(max_iterations=1) as w:
+            self.assert_same_model()
+            self.train(w)
+        self.assertEqual([j.has_initial_parameters for j in self.fake.joins], [False])
+
+    def test_rejoin_action_rejoins_with_its_secret_and_trains_the_step_again(self):
+        self.fake.push_actions[2] = pb2.ACTION_REJOIN
+        with self.make_worker() as w:
+            steps = self.train(w)
+        self.assertEqual([s.iteration for s in steps], [0, 1, 1, 2])
+        second = self.fake.joins[-1]
+        self.assertEqual((second.resume_worker_id, second.resume_secret), (1, SECRET + bytes([1])))
+        self.assertEqual(w.rejoins, 1)
+        self.assert_same_model()
+
+    def test_a_lost_session_or_an_outage_is_ridden_out(self):
+        self.fake.faults["PushPull"] = [(grpc.StatusCode.NOT_FOUND, "no such worker"),
+                                        (grpc.StatusCode.UNAVAILABLE, "restarting")]
+        self.fake.faults["Join"] = [(grpc.StatusCode.UNAVAILABLE, "down")] * 3
+        with self.make_worker() as w:
+            self.train(w)
+        self.assertEqual(len(self.fake.joins), 3)
+        self.assertGreaterEqual(len(self.clock.slept), 3)  # backed off on the fake clock
+        self.assertTrue(all(s <= 2.0 for s in self.clock.slept))
+        self.assert_same_model()
+
+    def test_the_outage_gives_up_after_reconnect_timeout(self):
+        self.fake.faults["Join"] = [(grpc.StatusCode.UNAVAILABLE, "down")] * 1000
+        with self.assertRaisesRegex(ServerError, "did not come back within 5 s"):
+            with self.make_worker(reconnect_timeout=5):
+                pass
+
+    def test_stop_ends_the_loop_without_finishing(self):
+        self.fake.push_actions[2] = pb2.ACTION_STOP
+        with self.make_worker(max_iterations=10) as w:
+            steps = self.train(w)
+            self.assertFalse(w.finished)
+        self.assertEqual(len(steps), 2)
+        self.assertEqual([l.finished for l in self.fake.leaves], [False])
+
+    def test_an_older_server_without_pushpull_gets_push_then_pull(self):
+        self.fake.faults["PushPull"] = [(grpc.StatusCode.UNIMPLEMENTED, "unknown method")]
+        with self.make_worker() as w:
+            self.train(w)
+        self.assertEqual(self.fake.calls.count("PushPull"), 1)
+        self.assertEqual(self.fake.calls.count("Push"), 3)
+        self.assert_same_model()
+
+    def test_refusals_are_errors_with_the_servers_reason(self):
+        self.fake.faults["Join"] = [(grpc.StatusCode.ALREADY_EXISTS, "a live worker is named py0")]
+        with self.assertRaisesRegex(ServerError, "ALREADY_EXISTS: a live worker is named py0"):
+            with self.make_worker():
+                pass
+
+    def test_token_is_sent_with_every_call(self):
+        self.fake.token = "tok"
+        with self.assertRaisesRegex(ServerError, "UNAUTHENTICATED"):
+            with self.make_worker():
+                pass
+        with self.make_worker(auth_token="tok") as w:
+            self.train(w)
+        self.assert_same_model()
+
+    def test_out_of_memory_report_and_accuracy_report(self):
+        with self.make_worker(max_iterations=3) as w:  # an OOM report counts as an iteration
+            for step in w:
+                if step.batch_size == 4 and step.iteration == 0 and not self.fake.pushes:
+                    w.report_out_of_memory()
+                    continue
+                self.model(self.x[:2]).sum().backward()
+                w.push(torch.tensor(1.5), test_accuracy=0.5)
+            w.report(0.75)
+        oom, first, second, report = self.fake.pushes
+        self.assertTrue(oom.out_of_memory)
+        self.assertEqual((first.batch_size, first.train_loss, first.test_accuracy), (2, 1.5, 0.5))
+        self.assertTrue(report.report_only and report.test_accuracy == 0.75)
+        self.assertEqual(report.model_version, 2)
+
+    def test_misuse_is_refused_clearly(self):
+        with self.assertRaisesRegex(ValueError, "needs dataset_size"):
+            Worker(self.address, self.model, epochs=1)
+        with self.assertRaisesRegex(ValueError, "slowdown"):
+            Worker(self.address, self.model, slowdown=0.5)
+        with self.make_worker() as w:
+            with self.assertRaisesRegex(RuntimeError, "outside a step"):
+                w.push(torch.tensor(0.0))
+            with self.assertRaisesRegex(RuntimeError, "must call push"):
+                for _ in w:
+                    pass
+            with self.assertRaisesRegex(ValueError, r"not in \[0, 1\]"):
+                w.report(1.5)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Python workers (python/omnilearn) in one job with C++ workers, multi-process:
+# 1. Own data and model: a tensors file and a TorchScript CNN written from Python (3x8x8
+#    inputs, 5 classes, float16 images, uint8 labels). Files that do not fit are refused
+#    by the C++ worker with a clear error. Then a C++ worker (--dataset=tensors:PATH) and
+#    a Python worker train it together to the accuracy bar.
+# 2. Fashion-MNIST with the CNN: one Python and two C++ workers reach the accuracy of an
+#    all-C++ run of the same job (within 1.5 points, and at least 85%).
+source "$(dirname "$0")/e2e_lib.sh"
+PY_RUNFILES=$RUNFILES/python
+TRAIN_PY=$PY_RUNFILES/examples/train.py
+export PYTHONPATH=$PY_RUNFILES
+
+# start_py_worker NAME LOG [flags...]: a Python worker (python/examples/train.py).
+start_py_worker() {
+  local name=$1 log=$2; shift 2
+  timeout 240 /usr/bin/python3 "$TRAIN_PY" --server="127.0.0.1:$PORT" --name="$name" --log_every=50 "$@" \
+    > "$log" 2>&1 &
+  WORKER_PIDS+=($!)
+  STARTED+=($!)
+}
+
+expect_refusal() {  # expect_refusal FILE MESSAGE: the C++ worker refuses the data before joining
+  local out
+  if out=$(timeout 60 "$WORKER" --dataset="tensors:$WORK/$1" --model_file="$WORK/model.pt" --device=cpu \
+      --server=127.0.0.1:1 --reconnect_timeout=0 2>&1); then
+    fail "$1 was accepted"
+  fi
+  echo "$out" | grep -q "$2" || { echo "$out" >&2; fail "$1: no '$2' in the error"; }
+  echo "refused $1: $(echo "$out" | tail -n 1)"
+}
+
+# ---- 1. own data and model
+/usr/bin/python3 "$RUNFILES/tests/make_tensor_job.py" "$WORK"
+expect_refusal bad_labels.safetensors "train_y must hold integer class indices"
+expect_refusal bad_shape.safetensors "does not take this data's samples of shape \[4,8,8\]"
+expect_refusal bad_classes.safetensors "C >= 6"
+expect_refusal missing.safetensors "no file"
+
+WORKER_PIDS=()
+start_server tensors --mode=sync --num_workers=2 --global_batch=64 --lr=0.05 --exit_when_done
+start_worker c0 "$WORK/tensors.c0.log" --dataset="tensors:$WORK/data.safetensors" --model_file="$WORK/model.pt" \
+  --epochs=3 --evaluate --log_every=50
+start_py_worker py0 "$WORK/tensors.py0.log" --dataset="tensors:$WORK/data.safetensors" \
+  --model_file="$WORK/model.pt" --epochs=3 --slowdown=2
+wait_workers || { tail -n 5 "$WORK"/tensors.*.log >&2; fail "tensors: a worker failed"; }
+wait "$SERVER_PID" || fail "tensors: the server exited with an error"
+python3 - "$SUMMARY" <<'PY' || fail "tensors: the job's summary is wrong"
+import json, sys
+s = json.load(open(sys.argv[1]))
+names = sorted((w["name"], w["state"]) for w in s["workers"])
+print(f"tensors job: accuracy {s['test_accuracy']:.4f}, version {s['model_version']}, workers {names}")
+assert names == [("c0", "left"), ("py0", "left")], names
+assert all(w["iterations"] > 10 for w in s["workers"]), s["workers"]
+assert s["test_accuracy"] >= 0.80, "5 classes: chance is 0.20"
+PY
+
+# ---- 2. Fashion-MNIST: one Python and two C++ workers against three C++ workers
+FLAGS=(--mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --exit_when_done)
+run_job() {  # run_job NAME PYTHON(true|false): prints the final accuracy
+  local name=$1 python=$2
+  start_server "$name" "${FLAGS[@]}" >&2
+  WORKER_PIDS=()
+  start_worker c0 "$WORK/$name.c0.log" --dataset=fashion-mnist --model=cnn --epochs=1 --evaluate --log_every=100
+  start_worker c1 "$WORK/$name.c1.log" --dataset=fashion-mnist --model=cnn --epochs=1 --slowdown=2 --log_every=100
+  if $python; then
+    start_py_worker py2 "$WORK/$name.py2.log" --model=cnn --epochs=1
+  else
+    start_worker c2 "$WORK/$name.c2.log" --dataset=fashion-mnist --model=cnn --epochs=1 --log_every=100
+  fi
+  wait_workers || { tail -n 5 "$WORK/$name".*.log >&2; fail "$name: a worker failed"; }
+  wait "$SERVER_PID" || fail "$name: the server exited with an error"
+  python3 -c "import json; s = json.load(open('$SUMMARY')); print(s['test_accuracy'])"
+}
+ref=$(run_job cpp false)
+mixed=$(run_job mixed true)
+grep -q "joined as worker" "$WORK/mixed.py2.log" || fail "the Python worker did not join"
+python3 - "$ref" "$mixed" "$WORK/mixed.json" <<'PY' || fail "the mixed job's accuracy is off"
+import json, sys
+ref, mixed = float(sys.argv[1]), float(sys.argv[2])
+s = json.load(open(sys.argv[3]))
+py = [w for w in s["workers"] if w["name"] == "py2"][0]
+print(f"Fashion-MNIST, 1 epoch: all C++ {100 * ref:.2f}%, one Python worker {100 * mixed:.2f}% "
+      f"(the Python worker: {py['iterations']} iterations, {py['samples']} samples)")
+assert py["samples"] > 5000, py
+assert mixed >= 0.85 and mixed >= ref - 0.015
+PY
+echo "python_worker_test: OK"
