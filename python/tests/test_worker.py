@@ -2,6 +2,9 @@
 join, one round trip per step, the server's actions, faults, and misuse. The clock the
 worker times steps and backs off with is a fake one, driven by the tests."""
 
+import os
+import subprocess
+import tempfile
 import threading
 import unittest
 from concurrent import futures
@@ -286,6 +289,52 @@ class WorkerTest(unittest.TestCase):
                     pass
             with self.assertRaisesRegex(ValueError, r"not in \[0, 1\]"):
                 w.report(1.5)
+
+
+def make_pki(d):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, by openssl."""
+    def run(*args, ext=None):
+        if ext:
+            with open(os.path.join(d, "ext"), "w") as f:
+                f.write(ext)
+            args += ("-extfile", os.path.join(d, "ext"))
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=ca", "-keyout", "ca.key",
+        "-out", "ca.pem")
+    for name, ext in (("server", "subjectAltName=DNS:ps.example"), ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
+            "2", "-out", f"{name}.pem", ext=ext)
+    return {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d) if n.endswith((".pem", ".key"))}
+
+
+class TlsTest(unittest.TestCase):
+    def test_mutual_tls_with_a_server_name_override(self):
+        with tempfile.TemporaryDirectory() as d:
+            pki = make_pki(d)
+            fake = FakeServer(models.make("mlp", seed=2))
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            pb2_grpc.add_ParameterServerServicer_to_server(fake, server)
+            creds = grpc.ssl_server_credentials([(pki["server.key"], pki["server.pem"])],
+                                                root_certificates=pki["ca.pem"], require_client_auth=True)
+            port = server.add_secure_port("127.0.0.1:0", creds)
+            server.start()
+            self.addCleanup(server.stop, None)
+            address = f"127.0.0.1:{port}"
+            model = models.make("mlp")
+            tls = dict(tls_ca=f"{d}/ca.pem", tls_server_name="ps.example")
+            with self.assertRaises(ServerError):  # no client certificate: the handshake fails
+                with Worker(address, model, rpc_timeout=5, reconnect_timeout=0, log=lambda _: None, **tls):
+                    pass
+            with Worker(address, model, max_iterations=1, dataset_size=64, rpc_timeout=30, log=lambda _: None,
+                        tls_cert=f"{d}/client.pem", tls_key=f"{d}/client.key", **tls) as w:
+                for _ in w:
+                    model(torch.zeros(1, 784)).sum().backward()
+                    w.push(torch.tensor(0.0))
+            self.assertEqual(len(fake.pushes), 1)
+            with self.assertRaisesRegex(ValueError, "go together"):
+                Worker(address, model, tls_cert=f"{d}/client.pem")
 
 
 if __name__ == "__main__":
