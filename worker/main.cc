@@ -19,12 +19,17 @@
 #include "common/metrics_exposer.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
+#include "worker/device.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
 ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default: <hostname>-<pid>)");
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
-ABSL_FLAG(std::string, device, "auto", "cpu | cuda | auto");
+ABSL_FLAG(std::string, device, "auto", "cpu | cuda | cuda:N | auto (cuda:0 if LibTorch has CUDA and sees a GPU, else cpu)");
+ABSL_FLAG(std::string, check_device, "",
+          "print whether this worker can use the device (cpu, cuda, cuda:N) and exit: 0 yes, 1 no (job scripts)");
+ABSL_FLAG(std::string, warmup, "auto",
+          "an untimed step after joining and after each batch change: on | off | auto (on for CUDA devices)");
 ABSL_FLAG(std::string, model, "cnn", "mlp | cnn | cnn_bn (the CNN with BatchNorm)");
 ABSL_FLAG(std::string, model_file, "", "TorchScript module (a batch of the data's samples [B,...] -> [B,classes] logits) instead of --model");
 ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic | tensors:PATH (a safetensors file with train_x, train_y, optional test_x, test_y)");
@@ -96,13 +101,27 @@ int main(int argc, char** argv) {
   omnilearn::ShowOwnFlagsInHelp("worker/main.cc");
   absl::SetProgramUsageMessage(
       "OmniLearn worker: trains the samples and mini-batch sizes the server assigns.\n"
-      "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|auto] [--model=cnn] [--epochs=E]");
+      "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|cuda:N|auto] [--model=cnn] [--epochs=E]");
   absl::ParseCommandLine(argc, argv);
+  if (const std::string check = absl::GetFlag(FLAGS_check_device); !check.empty()) {
+    const omnilearn::worker::CudaInfo cuda = omnilearn::worker::ProbeCuda();
+    std::string note;
+    absl::StatusOr<torch::Device> d = omnilearn::worker::PickDevice(check, cuda, &note);
+    std::printf("LibTorch with CUDA: %s; CUDA devices visible: %d\n", cuda.built_with_cuda ? "yes" : "no",
+                cuda.devices);
+    if (!d.ok()) {
+      std::fprintf(stderr, "cannot use %s: %s\n", check.c_str(), std::string(d.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s: usable as %s%s%s\n", check.c_str(), d->str().c_str(), note.empty() ? "" : "; ", note.c_str());
+    return 0;
+  }
   omnilearn::worker::TrainerOptions o;
   o.name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(o.name, s);
   o.host = absl::GetFlag(FLAGS_host);
   o.device = absl::GetFlag(FLAGS_device);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
   o.model = absl::GetFlag(FLAGS_model);
   o.model_file = absl::GetFlag(FLAGS_model_file);
   o.dataset = absl::GetFlag(FLAGS_dataset);

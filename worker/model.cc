@@ -148,7 +148,9 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64
 
 absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path) {
   try {
-    torch::jit::Module m = torch::jit::load(path);
+    // Loaded onto the CPU whatever device it was saved on (a module saved on a GPU loads
+    // on a CPU worker); the trainer then moves it to the worker's device.
+    torch::jit::Module m = torch::jit::load(path, torch::Device(torch::kCPU));
     auto model = std::make_unique<ScriptedModel>(std::move(m));
     if (model->Parameters().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": the module has no trainable parameters"));

@@ -16,9 +16,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/tensor_codec.h"
 #include "worker/dataset.h"
+#include "worker/device.h"
 #include "worker/model.h"
 #include "worker/session.h"
 #include "common/safetensors.h"
@@ -28,21 +28,6 @@ namespace worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::StatusOr<torch::Device> PickDevice(const std::string& name) {
-  const bool cuda = torch::cuda::is_available();
-  if (name == "cpu") return torch::Device(torch::kCPU);
-  if (name == "cuda") {
-    if (!cuda) return absl::InvalidArgumentError("--device=cuda but LibTorch sees no CUDA device");
-    return torch::Device(torch::kCUDA, 0);
-  }
-  if (name == "auto") return cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  return absl::InvalidArgumentError(absl::StrCat("unknown device '", name, "' (want cpu, cuda or auto)"));
-}
-
-bool IsOutOfMemory(const c10::Error& e) {
-  return absl::StrContains(e.what_without_backtrace(), "out of memory");
-}
 
 // The model as one flat float vector in layout order: its parameters, then its buffers
 // (BatchNorm statistics, sent where a parameter sends its gradient). And back.
@@ -231,13 +216,7 @@ absl::Status CheckModelFitsData(Model* model, const Dataset& data, const torch::
     model->SetTraining(true);
   } catch (const std::exception& e) {
     model->SetTraining(true);
-    // The cause: a native error's first line; a TorchScript error's last (the lines
-    // before it are the interpreter's stack).
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    std::vector<std::string> lines =
-        absl::StrSplit(c10_error ? c10_error->what_without_backtrace() : e.what(), '\n', absl::SkipWhitespace());
-    const bool scripted = absl::StrContains(e.what(), "TorchScript interpreter");
-    const std::string what = lines.empty() ? "" : scripted ? lines.back() : lines.front();
+    const std::string what = ErrorCause(e);
     return absl::InvalidArgumentError(absl::StrCat("the model does not take this data's samples of shape [",
                                                    sample_shape, "] (a batch of them is [B,", sample_shape,
                                                    "]): ", what));
@@ -268,7 +247,8 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
   if (o.init_from.empty()) return absl::InvalidArgumentError("--evaluate_only needs --init_from");
   try {
     torch::set_num_threads(o.threads);
-    absl::StatusOr<torch::Device> device = PickDevice(o.device);
+    std::string note;
+    absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
     if (!device.ok()) return device.status();
     Dataset train, test;
     if (absl::Status s = LoadData(o, /*need_train=*/false, /*need_test=*/true, &train, &test); !s.ok()) return s;
@@ -282,8 +262,8 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
     if (absl::Status s = LoadInitialWeights(o.init_from, *layout, &weights); !s.ok()) return s;
     params.Load(weights);
     return Evaluate(model->get(), test, *device);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));
   }
 }
 
@@ -295,16 +275,25 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
   }
   try {
     torch::set_num_threads(o.threads);
-    absl::StatusOr<torch::Device> device = PickDevice(o.device);
+    std::string note;
+    absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
     if (!device.ok()) return device.status();
+    if (!note.empty()) std::printf("[%s] %s\n", o.name.c_str(), note.c_str());
     const bool cuda = device->is_cuda();
 
     Dataset train, test;
     if (absl::Status s = LoadData(o, /*need_train=*/true, o.evaluate, &train, &test); !s.ok()) return s;
-    if (cuda) {  // pinned host memory: batches are copied to the GPU asynchronously
-      train.images = train.images.pin_memory();
-      train.labels = train.labels.pin_memory();
+    if (o.warmup != "auto" && o.warmup != "on" && o.warmup != "off") {
+      return absl::InvalidArgumentError(absl::StrCat("--warmup=", o.warmup, ": want auto, on or off"));
     }
+    // An untimed step after joining and after each batch change: the first steps of a
+    // shape on a GPU (handles, lazy kernels, new allocations, TorchScript's profiling
+    // recompiles) would otherwise show the controller times that are not the worker's.
+    const bool warmup = o.warmup == "on" || (o.warmup == "auto" && cuda);
+    int64_t warm_batch = -1;
+    // GPU: each batch is gathered straight into a reused pinned buffer and copied to the
+    // device asynchronously (one host copy; the wait before the timed step covers it).
+    torch::Tensor stage_x, stage_y;
     absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, *device);
     if (!made.ok()) return made.status();
     std::unique_ptr<Model> model = std::move(*made);
@@ -400,25 +389,41 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         idx = order.narrow(0, cursor, batch);
         cursor += batch;
       }
-      torch::Tensor x = train.images.index_select(0, idx);
-      torch::Tensor y = train.labels.index_select(0, idx);
-      if (cuda) {
-        x = x.pin_memory().to(*device, /*non_blocking=*/true);
-        y = y.pin_memory().to(*device, /*non_blocking=*/true);
-      }
-
       v1::PushHeader push;
       push.set_batch_size(batch);
       push.set_iteration(it);
       std::vector<float> grad;
       double loss_value = 0;
       try {
+        torch::Tensor x, y;
+        if (cuda) {
+          std::vector<int64_t> shape(train.images.sizes().begin(), train.images.sizes().end());
+          if (!stage_x.defined() || stage_x.size(0) < batch) {
+            shape[0] = batch;
+            stage_x = torch::empty(shape, train.images.options().pinned_memory(true));
+            stage_y = torch::empty({batch}, train.labels.options().pinned_memory(true));
+          }
+          Synchronize(*device);  // the previous batch's copy out of the buffers is done
+          torch::Tensor hx = stage_x.narrow(0, 0, batch), hy = stage_y.narrow(0, 0, batch);
+          torch::index_select_out(hx, train.images, 0, idx);
+          torch::index_select_out(hy, train.labels, 0, idx);
+          x = hx.to(*device, /*non_blocking=*/true);
+          y = hy.to(*device, /*non_blocking=*/true);
+        } else {
+          x = train.images.index_select(0, idx);
+          y = train.labels.index_select(0, idx);
+        }
+        if (warmup && batch != warm_batch) {
+          torch::nn::functional::cross_entropy(model->Forward(x), y).backward();
+          warm_batch = batch;
+          std::printf("[%s] untimed warm-up step at batch %ld\n", o.name.c_str(), batch);
+        }
         params.ZeroGrad();
-        if (cuda) torch::cuda::synchronize();
+        Synchronize(*device);
         const auto t0 = Clock::now();
         torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
         loss.backward();
-        if (cuda) torch::cuda::synchronize();
+        Synchronize(*device);
         const double real = std::chrono::duration<double>(Clock::now() - t0).count();
         if (o.slowdown > 1.0) {
           std::this_thread::sleep_for(std::chrono::duration<double>((o.slowdown - 1.0) * real));
@@ -427,7 +432,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         push.set_compute_seconds(real * o.slowdown);
         push.set_train_loss(loss_value);
         grad = params.Update();
-      } catch (const c10::Error& e) {
+      } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
         if (!IsOutOfMemory(e)) throw;
         std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
         push.set_out_of_memory(true);
@@ -504,8 +509,8 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     }
     session.Leave(finished);
     return result;
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));
   }
 }
 

@@ -18,7 +18,8 @@ namespace worker {
 struct TrainerOptions {
   std::string name;                   // unique per worker (main defaults it to host-pid)
   std::string host;                   // reported to the server; default: hostname
-  std::string device = "auto";        // cpu | cuda | auto (CUDA when LibTorch has it and a GPU is there)
+  std::string device = "auto";        // cpu | cuda | cuda:N | auto (cuda:0 when LibTorch has CUDA and a GPU is there)
+  std::string warmup = "auto";        // untimed step after join and batch changes: on | off | auto (= on CUDA)
   std::string model = "cnn";          // mlp | cnn | cnn_bn (ignored with model_file)
   std::string model_file;             // TorchScript module, [B,1,28,28] -> [B,10]
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
