@@ -21,6 +21,8 @@ PACKAGES=(
   dataset-fashion-mnist      # the real data set (IDX .gz files)
   prometheus                 # promtool and a real Prometheus for the metrics tests
   iproute2                   # network namespaces for the separate-hosts test
+  slurm-wlm munge            # the Slurm test: a three-node cluster on this machine
+  systemd                    # systemd-analyze verify of the units
   python3 curl ca-certificates openssl
 )
 
