@@ -7,6 +7,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/cmake}
 mkdir -p "$(dirname "$BUILD")"
+
+# A LibTorch of the pre-C++11 ABI is refused at configure time, with the reason.
+FAKE=$(mktemp -d)
+cat > "$FAKE/TorchConfig.cmake" <<'EOF2'
+set(Torch_FOUND TRUE)
+set(TORCH_LIBRARIES "")
+set(TORCH_INCLUDE_DIRS "")
+set(TORCH_CXX_FLAGS "-D_GLIBCXX_USE_CXX11_ABI=0")
+EOF2
+if cmake -S . -B "$FAKE/build" -G Ninja -DTorch_DIR="$FAKE" > "$FAKE/log" 2>&1; then
+  echo "FAIL: a pre-C++11-ABI LibTorch was accepted"; exit 1
+fi
+grep -q "built with the pre-C++11 ABI" "$FAKE/log" || { tail -20 "$FAKE/log"; echo "FAIL: no clear ABI refusal"; exit 1; }
+echo "cmake: a pre-C++11-ABI LibTorch is refused at configure time"
+rm -rf "$FAKE"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$BUILD.configure.log" 2>&1 ||
   { tail -20 "$BUILD.configure.log"; echo "FAIL: cmake configure"; exit 1; }
 ninja -C "$BUILD" -j"$(nproc)" > "$BUILD.build.log" 2>&1 || { grep -A5 error "$BUILD.build.log" | head -40; echo "FAIL: build"; exit 1; }
