@@ -23,6 +23,7 @@ PACKAGES=(
   iproute2                   # network namespaces for the separate-hosts test
   slurm-wlm munge            # the Slurm test: a three-node cluster on this machine
   systemd                    # systemd-analyze verify of the units
+  python3-yaml               # the offline check of the Kubernetes manifests
   python3 curl ca-certificates openssl
 )
 
