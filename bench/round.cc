@@ -169,17 +169,19 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
       absl::StatusOr<v1::JoinResponse> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
       if (!joined.ok()) return (void)++failures;
       uint64_t version = *client->Pull(joined->worker_id(), ~0ull, layout, &weights);
+      int64_t batch = joined->batch_size();  // the batch the server last told this worker
       for (int r = 0; r < rounds; ++r) {
         v1::PushHeader ph;
         ph.set_worker_id(joined->worker_id());
-        ph.set_batch_size(joined->batch_size());
+        ph.set_batch_size(batch);
         ph.set_compute_seconds(0.001);
         ph.set_model_version(version);
         const auto start = std::chrono::steady_clock::now();
-        if (one_call) {
-          if (!client->PushPull(ph, layout, gradient, &version, &weights).ok()) return (void)++failures;
-        } else {
-          if (!client->Push(ph, layout, gradient).ok()) return (void)++failures;
+        absl::StatusOr<v1::PushResponse> reply = one_call ? client->PushPull(ph, layout, gradient, &version, &weights)
+                                                           : client->Push(ph, layout, gradient);
+        if (!reply.ok()) return (void)++failures;
+        if (reply->next_batch_size() > 0) batch = reply->next_batch_size();
+        if (!one_call) {
           auto v = client->Pull(joined->worker_id(), version, layout, &weights);
           if (!v.ok()) return (void)++failures;
           version = *v;

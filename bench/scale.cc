@@ -48,10 +48,11 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
       if (!v.ok()) return (void)++errors;
       uint64_t version = *v;
       std::vector<double> mine;
+      int64_t batch = joined->batch_size();  // the batch the server last told this worker
       while (!stop.load()) {
         v1::PushHeader ph;
         ph.set_worker_id(joined->worker_id());
-        ph.set_batch_size(joined->batch_size());
+        ph.set_batch_size(batch);
         ph.set_compute_seconds(0.001);
         ph.set_model_version(version);
         const auto start = std::chrono::steady_clock::now();
@@ -60,6 +61,7 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
           ++errors;
           return;
         }
+        if (r->next_batch_size() > 0) batch = r->next_batch_size();
         if (measuring.load()) {
           mine.push_back(Seconds(start));
           ++pushes;

@@ -59,7 +59,7 @@ nlohmann::json Measure(double megabytes) {
     version = *v;
     v1::PushHeader ph;
     ph.set_worker_id(joined->worker_id());
-    ph.set_batch_size(32);
+    ph.set_batch_size(joined->batch_size());  // alone: always the whole global batch
     ph.set_compute_seconds(0.01);
     ph.set_model_version(version);
     start = std::chrono::steady_clock::now();

@@ -118,6 +118,14 @@ void Family<T>::Remove(const std::vector<std::string>& label_values) {
   children_.erase(label_values);
 }
 
+template <typename T>
+void Family<T>::RemoveFirstLabel(const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = children_.begin(); it != children_.end();) {
+    it = !it->first.empty() && it->first[0] == value ? children_.erase(it) : std::next(it);
+  }
+}
+
 namespace {
 
 template <typename T>

@@ -98,6 +98,8 @@ class Family final : public FamilyBase {
   T& Add(const std::vector<std::string>& label_values);
   // Drops the child (its series disappears from the next scrape); no-op when absent.
   void Remove(const std::vector<std::string>& label_values);
+  // Drops every child whose first label value is `value` (all series of one worker).
+  void RemoveFirstLabel(const std::string& value);
 
  private:
   friend class Registry;

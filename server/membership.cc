@@ -1,6 +1,8 @@
 #include "server/membership.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace omnilearn {
 namespace server {
@@ -72,6 +74,28 @@ std::vector<WorkerRecord*> Membership::LeaseExpired(absl::Time now, absl::Durati
 bool Membership::AllLeft() const {
   return std::all_of(workers_.begin(), workers_.end(),
                      [](const auto& entry) { return entry.second.state == WorkerState::kLeft; });
+}
+
+std::vector<std::string> Membership::PruneLeft(size_t max_left) {
+  // The newest session (highest id) of each name, and the left records, oldest first.
+  std::map<std::string, WorkerId> newest;
+  for (const auto& [id, w] : workers_) newest[w.name] = id;  // ids ascend
+  std::vector<WorkerId> left;
+  for (const auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kLeft) left.push_back(id);
+  }
+  std::set<std::string> erased;
+  size_t kept = left.size();
+  for (WorkerId id : left) {
+    const std::string& name = workers_.at(id).name;
+    if (newest.at(name) != id || kept > max_left) {
+      erased.insert(name);
+      workers_.erase(id);
+      --kept;
+    }
+  }
+  for (const auto& [id, w] : workers_) erased.erase(w.name);
+  return std::vector<std::string>(erased.begin(), erased.end());
 }
 
 }  // namespace server

@@ -33,6 +33,7 @@ struct WorkerRecord {
   uint64_t iterations = 0, samples = 0;
   double last_compute = 0, sum_compute = 0;
   int64_t last_batch = 0;     // the batch of its last accepted push
+  int64_t told_batch = 0;     // the batch the server last told it to train (join, reply)
   double last_loss = 0;       // ...its loss
   uint64_t last_version = 0;  // ...and the version it was computed on
   uint64_t clock = 0;         // ssp: iterations pushed, lifted to the slowest's on (re)admission
@@ -66,6 +67,15 @@ class Membership {
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
   bool AllLeft() const;
 
+  // Keeps the table bounded under churn (joins and leaves for as long as the daemon
+  // runs): a left session's record stays (for status and the summary) until a newer
+  // session of the same name exists, and at most `max_left` left records stay in all (the
+  // oldest go first). Returns the names no remaining record carries (their per-worker
+  // metric series can go).
+  std::vector<std::string> PruneLeft(size_t max_left = kMaxLeftRecords);
+  static constexpr size_t kMaxLeftRecords = 256;
+
+  size_t size() const { return workers_.size(); }
   bool empty() const { return workers_.empty(); }
   // Forgets every record (a new job); ids keep counting.
   void Clear() { workers_.clear(); }

@@ -43,6 +43,41 @@ TEST_CASE("the worker table answers the core's questions", "[membership]") {
   REQUIRE(m.Add(WorkerRecord()).id == 5);  // ids are never reused
 }
 
+TEST_CASE("left records are pruned: one per name, and a bounded number in all", "[membership]") {
+  Membership m;
+  auto add = [&](const std::string& name, WorkerState state) {
+    WorkerRecord w;
+    w.name = name;
+    w.state = state;
+    return m.Add(std::move(w)).id;
+  };
+  const WorkerId a1 = add("a", WorkerState::kLeft);
+  add("b", WorkerState::kActive);
+  REQUIRE(m.PruneLeft().empty());  // a's only record stays (status, summary)
+  REQUIRE(m.size() == 2);
+  const WorkerId a2 = add("a", WorkerState::kActive);  // a rejoins: its left record goes
+  REQUIRE(m.PruneLeft().empty());                      // the name is still carried by a2
+  REQUIRE(m.Find(a1) == nullptr);
+  REQUIRE(m.Find(a2) != nullptr);
+  // Churn: 300 join/leave cycles under 3 names leave 3 records plus the live one.
+  for (int i = 0; i < 300; ++i) {
+    add("c" + std::to_string(i % 3), WorkerState::kLeft);
+    m.PruneLeft();
+  }
+  REQUIRE(m.size() == 2 + 3);
+  // 300 distinct names: at most max_left left records stay; the dropped names are reported.
+  size_t dropped = 0;
+  for (int i = 0; i < 300; ++i) {
+    add("n" + std::to_string(i), WorkerState::kLeft);
+    dropped += m.PruneLeft(/*max_left=*/10).size();
+  }
+  size_t left = 0;
+  for (const auto& [id, w] : m) left += w.state == WorkerState::kLeft ? 1 : 0;
+  REQUIRE(left == 10);
+  REQUIRE(dropped == 303 - 10);  // 303 left records (c0..c2 too), 10 kept: every other name is gone
+  REQUIRE(m.Find(a2) != nullptr);           // live records are never pruned
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -19,6 +19,7 @@ namespace {
 
 // Largest batch a push may claim (a sanity bound, not a policy).
 constexpr int64_t kMaxPushBatch = int64_t{1} << 24;
+constexpr double kMaxComputeSeconds = 86400;  // a day per mini-batch: beyond it, a broken clock
 
 }  // namespace
 
@@ -85,6 +86,14 @@ void ParameterServerCore::Retire(Worker& w, WorkerState state) {
   w.assigned.clear();
 }
 
+void ParameterServerCore::PruneLeft() {
+  for (const std::string& name : workers_.PruneLeft()) {
+    metrics_.pushes.RemoveFirstLabel(name);
+    metrics_.worker_compute_seconds.Remove({name});
+    metrics_.worker_batch_size.Remove({name});
+  }
+}
+
 SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
   if (!w.uses_samples) return {};
   sampler_.Return(w.assigned);
@@ -137,6 +146,7 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
     Retire(*w, WorkerState::kLeft);
     w->expired = true;
   }
+  PruneLeft();
   if (!expired.empty()) {
     MaybeCompleteRound();
     MaybeFinishJob();
@@ -287,6 +297,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
                         info.device == Device::kCuda ? "cuda" : (info.device == Device::kCpu ? "cpu" : "device unknown"),
                         known ? ", its controller memory restored" : "", LiveCount()));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
+  PruneLeft();           // this name's earlier sessions
 
   if (!started_) {
     const size_t live = LiveCount();
@@ -326,6 +337,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   r.global_batch = options_.controller.global_batch;
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);
+  me->told_batch = r.batch;
   r.secret = me->secret;
   return r;
 }
@@ -371,6 +383,7 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   r.message = std::move(message);
   r.global_samples = stats_.global_samples();
   Worker* w = workers_.Find(id);
+  if (w != nullptr) w->told_batch = r.next_batch;
   if (!shutdown_ && assign && w != nullptr && w->live()) r.samples = Assign(*w, r.next_batch);
   return r;
 }
@@ -425,10 +438,13 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
                                                                      ": join again")));
   }
   if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
+  if (info.test_accuracy && !(*info.test_accuracy >= 0 && *info.test_accuracy <= 1)) {
+    return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
+  }
+  if (!std::isfinite(info.train_loss)) {
+    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("train loss must be finite, got ", info.train_loss)));
+  }
   if (info.report_only) {
-    if (info.test_accuracy && !(*info.test_accuracy >= 0 && *info.test_accuracy <= 1)) {
-      return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
-    }
     current->last_seen = now;
     RecordAccuracy(info);
     CountPush(info.id, "report");
@@ -443,9 +459,9 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
                                                                      store_.version())));
   }
   if (!info.out_of_memory) {
-    if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0) {
-      return reject("invalid", absl::InvalidArgumentError(
-                                   absl::StrCat("compute seconds must be finite and > 0, got ", info.compute_seconds)));
+    if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0 || info.compute_seconds > kMaxComputeSeconds) {
+      return reject("invalid", absl::InvalidArgumentError(absl::StrCat(
+                                   "compute seconds must be in (0, ", kMaxComputeSeconds, "], got ", info.compute_seconds)));
     }
     if (static_cast<int64_t>(gradient.size()) != store_.layout().total_elements()) {
       return reject("invalid", absl::InvalidArgumentError(absl::StrCat("gradient has ", gradient.size(),
@@ -457,10 +473,12 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     }
   }
   Worker& w = *current;
-  if (w.uses_samples && info.batch != CountSamples(w.assigned)) {
+  // A push trains the batch it was assigned (its samples, or its size): a worker cannot
+  // scale its own weight in the round or its async step by claiming another.
+  const int64_t assigned = w.uses_samples ? CountSamples(w.assigned) : w.told_batch;
+  if (info.batch != assigned && (w.uses_samples || info.batch != controller_.plan().batch(info.id))) {
     return reject("invalid", absl::InvalidArgumentError(absl::StrCat("the push claims a batch of ", info.batch,
-                                                                     " samples; the server assigned ",
-                                                                     CountSamples(w.assigned))));
+                                                                     " samples; the server assigned ", assigned)));
   }
   w.last_seen = now;
   if (w.state == WorkerState::kDropped) Readmit(w);
@@ -649,6 +667,7 @@ absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
   any_finished_ = any_finished_ || finished;
   MaybeCompleteRound();
   MaybeFinishJob();
+  PruneLeft();
   return absl::OkStatus();
 }
 

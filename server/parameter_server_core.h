@@ -274,6 +274,8 @@ class ParameterServerCore {
   void ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the worker out of rounds and the controller (dropped or left).
   void Retire(Worker& w, WorkerState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Membership::PruneLeft, and the per-worker metric series of the names it drops.
+  void PruneLeft() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a dropped worker back (from the next round on).
   void Readmit(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.LiveCount(); }

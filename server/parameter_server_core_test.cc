@@ -106,15 +106,45 @@ TEST_CASE("a sync round applies exactly the batch-weighted mean", "[core]") {
   REQUIRE(a.batch == 4);
   REQUIRE(b.batch == 4);
   PushResult ra, rb;
-  // batch 1 with gradient 1, batch 3 with gradient 5: mean = (1 + 15) / 4 = 4.
-  std::thread ta([&] { ra = *core->Push(Grad(a.id, 1, 0), std::vector<float>(kParams, 1.0f), Soon()); });
-  rb = *core->Push(Grad(b.id, 3, 0), std::vector<float>(kParams, 5.0f), Soon());
+  // Gradients 1 and 5 at batch 4 each: mean 3 (unequal batches: sync_round_test).
+  std::thread ta([&] { ra = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  rb = *core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 5.0f), Soon());
   ta.join();
   REQUIRE(ra.applied);
   REQUIRE(rb.version == 1);
   REQUIRE(ra.version == 1);
-  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -4.0f));
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -3.0f));
   REQUIRE(core->Snapshot().rounds == 1);
+}
+
+TEST_CASE("a push must carry the batch it was assigned, a finite loss, a sane time and accuracy", "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  const JoinResult a = *core->Join(Info("a", true), Soon());
+  REQUIRE(a.batch == 8);
+  const std::vector<float> before = Weights(*core, a.id);
+  auto refused = [&](PushInfo p, const std::string& says) {
+    absl::Status s = core->Push(p, std::vector<float>(kParams, 1.0f), Soon()).status();
+    INFO(s.message());
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(absl::StrContains(s.message(), says));
+  };
+  refused(Grad(a.id, int64_t{1} << 30, 0), "out of range");  // the async step would scale by b/B
+  refused(Grad(a.id, 7, 0), "the server assigned 8");     // not the assigned batch
+  PushInfo nan_loss = Grad(a.id, 8, 0);
+  nan_loss.train_loss = NAN;
+  refused(nan_loss, "train loss must be finite");
+  PushInfo slow = Grad(a.id, 8, 0);
+  slow.compute_seconds = 1e9;
+  refused(slow, "compute seconds must be in");
+  PushInfo accuracy = Grad(a.id, 8, 0);
+  accuracy.test_accuracy = 1.5;
+  refused(accuracy, "test accuracy must be in [0, 1]");
+  PushInfo future = Grad(a.id, 8, 7);
+  refused(future, "newer than the server's");
+  // Nothing of it reached the model.
+  REQUIRE(Weights(*core, a.id) == before);
+  REQUIRE(core->Snapshot().version == 0);
+  REQUIRE(core->Push(Grad(a.id, 8, 0), std::vector<float>(kParams, 1.0f), Soon())->applied);
 }
 
 TEST_CASE("a worker that misses the round deadline is dropped and rejoins", "[core]") {
@@ -391,10 +421,13 @@ TEST_CASE("buffers are the batch-weighted mean of the round's values, never opti
     return j;
   };
   JoinResult a, b;
-  std::thread ta([&] { a = *core->Join(with_buffer("a", true), Soon()); });
+  JoinInfo ia = with_buffer("a", true);
+  ia.max_batch = 10;  // a's ceiling: the plan gives a 10 and b 30 of the 40
+  std::thread ta([&] { a = *core->Join(ia, Soon()); });
   AwaitState([&] { return core->Snapshot().parameter_count > 0; });
   b = *core->Join(with_buffer("b", false), Soon());
   ta.join();
+  REQUIRE((a.batch == 10 && b.batch == 30));
   PushInfo pa = Grad(a.id, 10, 0), pb = Grad(b.id, 30, 0);
   std::thread push_a([&] { REQUIRE(core->Push(pa, {1, 1, 1, 1, 1, 2}, Soon()).ok()); });
   REQUIRE(core->Push(pb, {1, 1, 1, 1, 5, 6}, Soon()).ok());
@@ -563,17 +596,18 @@ TEST_CASE("ssp: a dead worker is dropped after the timeout, no deadlock", "[core
   const auto j = JoinAll(*core, 2);
   const std::vector<float> g(kParams, 1.0f);
   const absl::Time start = absl::Now();
-  REQUIRE(core->Push(Current(*core, j[0].id, 4), g, Soon()).ok());
+  const PushResult first = *core->Push(Current(*core, j[0].id, 4), g, Soon());
   REQUIRE(absl::Now() - start >= absl::Milliseconds(250));
   REQUIRE(StateOf(core->Snapshot(), j[1].id) == WorkerState::kDropped);
   // Alone now: the survivor goes on without waiting, with the whole global batch.
+  REQUIRE(first.next_batch == 8);
   const absl::Time next = absl::Now();
-  PushResult r = *core->Push(Current(*core, j[0].id, 4), g, Soon());
+  PushResult r = *core->Push(Current(*core, j[0].id, first.next_batch), g, Soon());
   REQUIRE(absl::Now() - next < absl::Milliseconds(200));
   REQUIRE(r.next_batch == 8);
   // The dead one comes back: readmitted at the survivor's clock, so nobody waits on its past.
   std::thread back([&] { (void)*core->Push(Grad(j[1].id, 4, 0), g, Soon()); });
-  (void)*core->Push(Current(*core, j[0].id, 4), g, Soon());
+  (void)*core->Push(Current(*core, j[0].id, r.next_batch), g, Soon());  // the batch it was told
   back.join();
   REQUIRE(StateOf(core->Snapshot(), j[1].id) != WorkerState::kDropped);
 }
