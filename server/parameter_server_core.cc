@@ -129,7 +129,8 @@ void ParameterServerCore::ResetJob() {
 
 void ParameterServerCore::Readmit(Worker& w) {
   Event(absl::StrCat("worker ", w.name, " is back: readmitted from the next round"));
-  w.state = WorkerState::kPending;
+  // Sync: pending until the round it missed closes. Async and ssp have no rounds to wait for.
+  w.state = options_.mode == Mode::kSync ? WorkerState::kPending : WorkerState::kActive;
   (void)controller_.AddWorker(w.id);
   // ssp: a worker back from a drop must not hold the others to where it stopped.
   w.clock = std::max(w.clock, workers_.SlowestClock(w.id).value_or(w.clock));
@@ -531,7 +532,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
       if (options_.clock->Now() >= round_.deadline() && round_.open() && store_.version() == version) {
         CompleteRound();  // the round timed out: go on without the missing workers
       } else if (options_.clock->Now() >= deadline) {
-        return absl::DeadlineExceededError("the round did not close before the call's deadline");
+        // The gradient is in the round (applied when it closes): never an error now.
+        return Reply(info.id, true, "the round had not closed by the call's deadline; the gradient is in it: pull");
       }
     }
   }
@@ -621,7 +623,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
           }
         }
       } else if (options_.clock->Now() >= deadline) {
-        return absl::DeadlineExceededError("the slowest worker did not catch up before the call's deadline");
+        // The gradient was applied on arrival: never an error now.
+        PushResult r = Reply(info.id, true, "the slowest worker had not caught up by the call's deadline");
+        r.staleness = staleness;
+        return r;
       }
     }
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

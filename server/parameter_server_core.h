@@ -198,9 +198,11 @@ class ParameterServerCore {
   // sync: waits for the round to close (all active workers pushed, or round_timeout);
   // async: applies it at once; ssp: applies it at once, then waits while the worker is
   // more than staleness_bound iterations ahead of the slowest live worker (a worker
-  // that keeps it waiting past round_timeout is dropped). The model is unchanged on any error.
-  // NotFound (unknown or expired worker: rejoin), InvalidArgument (batch, time,
-  // version from the future, size, NaN/Inf), Unavailable (shutting down).
+  // that keeps it waiting past round_timeout is dropped). The model is unchanged on any error,
+  // and once a gradient is summed or applied the call never fails: reaching the deadline
+  // then answers applied with a message (the sync round applies it when it closes).
+  // NotFound (unknown or expired worker: rejoin), InvalidArgument (batch not the one
+  // assigned, time, loss, accuracy, version from the future, size, NaN/Inf).
   absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline);
 
   // The current model, or only its version when the worker has it already.

@@ -732,6 +732,31 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
 }
 
+
+TEST_CASE("a push whose gradient is summed never fails: the call's deadline answers applied", "[core][clock]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  auto core = *ParameterServerCore::Create(o);
+  JoinResult a, b;
+  std::thread ja([&] { a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
+  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+  b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(5));
+  ja.join();
+  absl::StatusOr<PushResult> r;
+  // The call's deadline (2 s) comes before the round's (10 s).
+  std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Seconds(2)); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });
+  clock.Advance(absl::Seconds(3));
+  pusher.join();
+  REQUIRE(r.ok());  // not DeadlineExceeded: the gradient is in the round
+  REQUIRE(r->applied);
+  REQUIRE(absl::StrContains(r->message, "the gradient is in it"));
+  REQUIRE(core->Snapshot().version == 0);
+  // b's push closes the round with both gradients: (4 * 1 + 4 * 3) / 8 = 2.
+  REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(6, 3.0f), clock.Now() + absl::Seconds(5))->version == 1);
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(6, -2.0f));
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn
