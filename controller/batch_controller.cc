@@ -189,7 +189,7 @@ void BatchController::FoldWindow(Worker& w) {
     total += win.sum;
     count += win.count;
     auto it = std::find_if(w.history.begin(), w.history.end(),
-                           [&](const Observation& o) { return o.batch == batch; });
+                           [b = batch](const Observation& o) { return o.batch == b; });
     if (it != w.history.end()) {
       if (std::abs(fresh.mean_seconds - it->mean_seconds) > options_.change_threshold * it->mean_seconds) {
         // Same batch, different time: the worker's speed changed. Start over.

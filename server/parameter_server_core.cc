@@ -577,7 +577,8 @@ void ParameterServerCore::CompleteRound() {
   // Every member of the round is told the plan as it stood when the round closed, even
   // if another member leaves (and its share moves) before this one wakes up. Its
   // samples are trained.
-  round_.Close([this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return controller_.plan().batch(id); });
+  const auto& plan = controller_.plan();  // read under mu_, here; Close runs before it returns
+  round_.Close([&plan](WorkerId id) { return plan.batch(id); });
 }
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
