@@ -58,6 +58,9 @@ ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
 ABSL_FLAG(double, round_timeout, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
 ABSL_FLAG(double, lease, 60, "seconds without a call after which a worker is gone");
+ABSL_FLAG(double, stream_idle_timeout_s, 60,
+          "a Join/Push stream that sends nothing for this long is cancelled (stalled or hostile callers)");
+ABSL_FLAG(int, max_rpc_threads, 1024, "calls served at once; beyond them a call gets RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, summary_json, "", "write a JSON summary here on exit");
 ABSL_FLAG(bool, quiet, false, "no line per changed batch plan, no progress lines");
 ABSL_FLAG(double, progress_every_s, 10, "seconds between progress lines (epoch, samples/s, loss, accuracy); 0 = none");
@@ -114,6 +117,8 @@ absl::Status CheckFlags() {
       {"deadband", absl::GetFlag(FLAGS_deadband), 0, 10},
       {"round_timeout", absl::GetFlag(FLAGS_round_timeout), 0.001, 86400},
       {"lease", absl::GetFlag(FLAGS_lease), 0.01, 86400},
+      {"stream_idle_timeout_s", absl::GetFlag(FLAGS_stream_idle_timeout_s), 0.1, 86400},
+      {"max_rpc_threads", static_cast<double>(absl::GetFlag(FLAGS_max_rpc_threads)), 16, 65536},
       {"metrics_port", d(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
       {"checkpoint_every_s", absl::GetFlag(FLAGS_checkpoint_every_s), 0.01, 30 * 86400},
       {"checkpoint_keep", d(absl::GetFlag(FLAGS_checkpoint_keep)), 1, 1000},
@@ -264,12 +269,14 @@ int Run() {
     exposer = std::move(*e);
   }
 
-  ParameterServerService service(core->get(), absl::Minutes(10), token);
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
+  ParameterServerService service(core->get(), absl::Minutes(10), token, limits);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(address, *credentials, &bound_port);
-  ConfigureServerBuilder(builder);
+  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {

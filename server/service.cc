@@ -1,5 +1,8 @@
 #include "server/service.h"
 
+#include <functional>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
@@ -84,12 +87,71 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-void ConfigureServerBuilder(grpc::ServerBuilder& builder) {
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
   // A second server on a busy port must fail, not share it (gRPC allows SO_REUSEPORT by
   // default, which would split the workers between two servers).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  grpc::ResourceQuota quota("omnilearn_server");
+  quota.SetMaxThreads(max_threads);
+  builder.SetResourceQuota(quota);
+}
+
+ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::Duration max_wait,
+                                               std::string auth_token, ServiceLimits limits)
+    : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)), limits_(limits) {
+  watchdog_ = std::thread([this] { WatchdogLoop(); });
+}
+
+ParameterServerService::~ParameterServerService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  watchdog_.join();
+}
+
+void ParameterServerService::WatchdogLoop() {
+  absl::MutexLock lock(&mu_);
+  const absl::Duration tick = std::min(absl::Seconds(1), limits_.stream_idle_timeout / 4);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) {
+    const absl::Time now = absl::Now();
+    for (auto& [ctx, deadline] : idle_deadline_) {
+      if (now >= deadline) {
+        ctx->TryCancel();  // the handler's next Read fails; it returns and unregisters
+        deadline = absl::InfiniteFuture();
+      }
+    }
+  }
+}
+
+ParameterServerService::StreamWatch::StreamWatch(ParameterServerService* service, grpc::ServerContext* ctx)
+    : service_(service), ctx_(ctx) {
+  Touch();
+}
+
+ParameterServerService::StreamWatch::~StreamWatch() {
+  absl::MutexLock lock(&service_->mu_);
+  service_->idle_deadline_.erase(ctx_);
+}
+
+void ParameterServerService::StreamWatch::Touch() {
+  absl::MutexLock lock(&service_->mu_);
+  auto [it, inserted] = service_->idle_deadline_.try_emplace(ctx_);
+  if (inserted || it->second != absl::InfiniteFuture()) {
+    it->second = absl::Now() + service_->limits_.stream_idle_timeout;
+  }
+}
+
+bool ParameterServerService::BeginUpload(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  return uploading_.insert(id).second;
+}
+
+void ParameterServerService::EndUpload(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  uploading_.erase(id);
 }
 
 absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
@@ -113,6 +175,7 @@ grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) c
 grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                           v1::JoinResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  StreamWatch watch(this, ctx);
   v1::JoinRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join must start with a header");
@@ -132,18 +195,44 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   info.resume_id = header.resume_worker_id();
   info.resume_secret = header.resume_secret();
   info.layout = *layout;
-  ChunkAssembler assembler(&info.layout);
+  // A model upload holds up to --max_model_bytes: only a few at once, each in its turn.
+  bool uploading = false;
+  auto release = [&] {
+    if (!uploading) return;
+    absl::MutexLock lock(&mu_);
+    --join_uploads_;
+    uploading = false;
+  };
+  struct Release {
+    std::function<void()> f;
+    ~Release() { f(); }
+  } release_at_exit{release};
+  std::optional<ChunkAssembler> assembler;
   bool any_chunk = false;
   while (reader->Read(&msg)) {
+    watch.Touch();
     if (!msg.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join: a second header");
-    if (absl::Status s = assembler.Add(msg.chunk()); !s.ok()) return ToGrpc(s);
+    if (!assembler) {
+      absl::MutexLock lock(&mu_);
+      auto turn = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return join_uploads_ < limits_.max_join_uploads; };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&turn), absl::Now() + std::min(max_wait_, absl::FromChrono(
+                                                                                       ctx->deadline()) - absl::Now()))) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "other joins are uploading models: retry");
+      }
+      ++join_uploads_;
+      uploading = true;
+      assembler.emplace(&info.layout);
+    }
+    if (absl::Status s = assembler->Add(msg.chunk()); !s.ok()) return ToGrpc(s);
     any_chunk = true;
   }
   if (header.has_initial_parameters() || any_chunk) {
-    absl::StatusOr<std::vector<float>> values = assembler.Finish();
+    if (!assembler) assembler.emplace(&info.layout);  // no chunks: Finish says what is missing
+    absl::StatusOr<std::vector<float>> values = assembler->Finish();
     if (!values.ok()) return ToGrpc(values.status());
     info.initial_parameters = std::move(*values);
   }
+  release();  // the parameters are assembled; the core's wait for the others holds no slot
   absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
   if (!r.ok()) return ToGrpc(r.status());
   response->set_action(ToProto(r->action));
@@ -196,6 +285,7 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::Pu
 template <typename Stream>
 absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
                                                                bool until_complete, PushInfo* info) {
+  StreamWatch watch(this, ctx);
   v1::PushRequest msg;
   if (!stream->Read(&msg) || !msg.has_header()) {
     core_->CountRejectedPush(0, "invalid");
@@ -207,6 +297,17 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     core_->CountRejectedPush(header.worker_id(), "unauthenticated");
     return s;
   }
+  // One push in flight per session: the gradients held are at most one model per worker.
+  if (!BeginUpload(header.worker_id())) {
+    core_->CountRejectedPush(header.worker_id(), "busy");
+    return absl::ResourceExhaustedError(
+        absl::StrCat("worker ", header.worker_id(), " has a push in flight already: one at a time"));
+  }
+  struct EndAtExit {
+    ParameterServerService* s;
+    WorkerId id;
+    ~EndAtExit() { s->EndUpload(id); }
+  } end_upload{this, header.worker_id()};
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
@@ -225,6 +326,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     // A PushPull's request stream has no end of its own before the reply: its chunks
     // end when the layout is complete. A Push's stream is read to its end.
     while (!(until_complete && assembler.complete()) && stream->Read(&msg)) {
+      watch.Touch();
       absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
                                        : absl::InvalidArgumentError("Push: a second header");
       if (!s.ok()) {

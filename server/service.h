@@ -5,6 +5,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/parameter_server_core.h"
 
@@ -14,8 +22,20 @@ namespace server {
 grpc::Status ToGrpc(const absl::Status& status);
 
 // The gRPC server settings the daemon runs with (message size limits, a busy port is an
-// error rather than shared); the benchmarks use the same.
-void ConfigureServerBuilder(grpc::ServerBuilder& builder);
+// error rather than shared, at most `max_threads` calls served at once: beyond them a
+// call gets RESOURCE_EXHAUSTED instead of a thread); the benchmarks use the same.
+void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads = 1024);
+
+// Bounds on what callers can hold of the server: every client stream (Join, Push,
+// PushPull) is cancelled when no message arrived for `stream_idle_timeout`, so stalled or
+// slow streams give their thread back; a worker session has at most one push in flight
+// (the memory of in-flight gradients is at most one model per live worker; streams that
+// are not a session's never allocate one); at most `max_join_uploads` joins upload a model
+// at once (the others wait for their turn until their deadline).
+struct ServiceLimits {
+  absl::Duration stream_idle_timeout = absl::Seconds(60);
+  int max_join_uploads = 2;
+};
 
 // Thread-safe (the core is).
 class ParameterServerService final : public v1::ParameterServer::Service {
@@ -24,8 +44,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // when the client set no deadline. With an `auth_token`, every call must carry
   // "authorization: Bearer <token>" or gets UNAUTHENTICATED (and is counted).
   explicit ParameterServerService(ParameterServerCore* core, absl::Duration max_wait = absl::Minutes(10),
-                                  std::string auth_token = "")
-      : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)) {}
+                                  std::string auth_token = "", ServiceLimits limits = {});
+  ~ParameterServerService() override;
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
@@ -52,9 +72,34 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
+  // Watches a client stream from construction to destruction: the stream's call is
+  // cancelled when Touch() was not called for the idle timeout.
+  class StreamWatch {
+   public:
+    StreamWatch(ParameterServerService* service, grpc::ServerContext* ctx);
+    ~StreamWatch();
+    void Touch();
+
+   private:
+    ParameterServerService* const service_;
+    grpc::ServerContext* const ctx_;
+  };
+  void WatchdogLoop();
+  // A session's upload slot (one push in flight); false when it holds one already.
+  bool BeginUpload(WorkerId id);
+  void EndUpload(WorkerId id);
+
   ParameterServerCore* core_;
   const absl::Duration max_wait_;
   const std::string auth_token_;
+  const ServiceLimits limits_;
+
+  absl::Mutex mu_;
+  std::map<grpc::ServerContext*, absl::Time> idle_deadline_ ABSL_GUARDED_BY(mu_);
+  std::set<WorkerId> uploading_ ABSL_GUARDED_BY(mu_);
+  int join_uploads_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
 };
 
 }  // namespace server

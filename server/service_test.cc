@@ -21,7 +21,7 @@ worker::ClientOptions WithToken(std::string token) {
 }
 
 struct Fixture {
-  explicit Fixture(std::string server_token = "", std::string client_token = "") {
+  explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {}) {
     ServerOptions o;
     o.mode = Mode::kAsync;
     o.controller.global_batch = 8;
@@ -29,7 +29,7 @@ struct Fixture {
     o.optimizer.momentum = 0;
     o.optimizer.weight_decay = 0;
     core = std::move(*ParameterServerCore::Create(o));
-    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token);
+    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
@@ -292,6 +292,53 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   std::vector<float> weights;
   REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
+}
+
+
+TEST_CASE("one push in flight per session; a stalled stream is cancelled and frees its slot", "[service]") {
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Milliseconds(300);
+  Fixture f("", "", limits);
+  const std::vector<float> init(9, 1.0f);
+  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  REQUIRE(joined.ok());
+  f.client->SetSessionSecret(joined->session_secret());
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  v1::PushRequest header;
+  header.mutable_header()->set_worker_id(joined->worker_id());
+  header.mutable_header()->set_session_secret(joined->session_secret());
+  header.mutable_header()->set_batch_size(8);
+  header.mutable_header()->set_compute_seconds(0.01);
+  // A stream that sends its header and then nothing: it holds the session's slot...
+  grpc::ClientContext stalled_ctx;
+  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::PushResponse stalled_reply;
+  auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
+  REQUIRE(stalled->Write(header));
+  // ...so a second push of the same session is refused (bounded memory: one gradient per
+  // session). Retried until the first stream's header has reached the server.
+  grpc::Status second;
+  for (int i = 0; i < 1000; ++i) {
+    grpc::ClientContext ctx;
+    v1::PushResponse r;
+    auto w = stub->Push(&ctx, &r);
+    w->Write(header);
+    w->WritesDone();
+    second = w->Finish();
+    if (second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  REQUIRE(second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  REQUIRE(absl::StrContains(second.error_message(), "in flight"));
+  // The stalled stream is cancelled by the server once idle (its Finish returns then).
+  REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  // Its slot is free again: a whole push goes through, and the model moved once.
+  std::vector<float> gradient(9, 1.0f);
+  v1::PushHeader push = header.header();
+  auto ok = f.client->Push(push, f.layout, gradient);
+  REQUIRE(ok.ok());
+  REQUIRE(ok->applied());
+  REQUIRE(f.core->version() == 1);
 }
 
 }  // namespace

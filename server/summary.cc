@@ -1,6 +1,12 @@
 #include "server/summary.h"
 
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 
 namespace omnilearn {
@@ -41,8 +47,28 @@ std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
                         w.id, JsonString(w.name), JsonString(w.host), WorkerStateName(w.state), w.batch,
                         w.max_batch, w.mean_compute_seconds, w.iterations, w.samples, w.expired ? "true" : "false"));
   }
-  absl::StrAppend(&out, "\n  ]\n}\n");
+  absl::StrAppend(&out, "\n  ],\n  \"pushes_by_result\": {");
+  bool first = true;
+  for (const auto& [result, n] : s.pushes_by_result) {
+    absl::StrAppend(&out, first ? "" : ", ", JsonString(result), ": ", n);
+    first = false;
+  }
+  absl::StrAppend(&out, "},\n  \"peak_rss_bytes\": ", PeakRssBytes(), "\n}\n");
   return out;
+}
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kb = 0;
+    if (absl::StartsWith(line, "VmHWM:") && absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(
+                                                                  line.substr(6), "kB")),
+                                                              &kb)) {
+      return kb * 1024;
+    }
+  }
+  return 0;
 }
 
 std::string AdjustmentLine(const ServerSnapshot& s) {

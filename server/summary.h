@@ -13,8 +13,12 @@ namespace omnilearn {
 namespace server {
 
 // The --summary_json document: mode, wall time, model version, per worker its final
-// batch, mean compute time, iterations and samples; the last test accuracy.
+// batch, mean compute time, iterations and samples; the last test accuracy; the pushes
+// counted by result; this process's peak resident memory.
 std::string SummaryJson(const ServerSnapshot& s, double wall_seconds);
+
+// This process's peak resident set (VmHWM) in bytes, 0 when unknown.
+int64_t PeakRssBytes();
 
 // One line per changed batch plan: "plan 3 (adj 12) v=120 spread 1.04 | w0 b=64 t=31.2ms | ...";
 // the spread is the plan's predicted max/min iteration time.

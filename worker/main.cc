@@ -33,6 +33,8 @@ ABSL_FLAG(std::string, warmup, "auto",
 ABSL_FLAG(std::string, model, "cnn", "mlp | cnn | cnn_bn (the CNN with BatchNorm)");
 ABSL_FLAG(std::string, model_file, "", "TorchScript module (a batch of the data's samples [B,...] -> [B,classes] logits) instead of --model");
 ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic | tensors:PATH (a safetensors file with train_x, train_y, optional test_x, test_y)");
+ABSL_FLAG(int64_t, synthetic_samples, 20000,
+          "--dataset=synthetic: training samples (the test split has a tenth); every worker of a job the same");
 ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
 ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads on CPU");
 ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F times the real compute time");
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
   o.model_file = absl::GetFlag(FLAGS_model_file);
   o.dataset = absl::GetFlag(FLAGS_dataset);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.slowdown = absl::GetFlag(FLAGS_slowdown);
   o.epochs = absl::GetFlag(FLAGS_epochs);
@@ -201,6 +204,6 @@ int main(int argc, char** argv) {
   std::printf("[%s] done%s: %ld iterations, last loss %.4f", o.name.c_str(),
               result->stopped_by_server ? " (stopped by the server)" : "", result->iterations, result->last_loss);
   if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
-  std::printf("\n");
+  std::printf("; pushes: sent %lu, answered %lu\n", result->pushes_sent, result->pushes_answered);
   return 0;
 }

@@ -149,7 +149,9 @@ absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, const std::vect
   }
   header.set_worker_id(id_.load());
   header.set_model_version(version_);
+  ++pushes_sent_;
   absl::StatusOr<v1::PushResponse> r = call(header);
+  if (r.ok()) ++pushes_answered_;
   if (!r.ok()) {
     if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
     if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;

@@ -95,6 +95,10 @@ class Session {
   v1::Mode mode() const { return mode_; }
   bool stop_requested() const { return stop_.load(); }
   int rejoins() const { return rejoins_; }
+  // Pushes sent (every call, report-only ones too) and the ones the server answered (a
+  // reply, whatever it said): the server counts exactly the answered ones by result.
+  uint64_t pushes_sent() const { return pushes_sent_; }
+  uint64_t pushes_answered() const { return pushes_answered_; }
 
  private:
   static bool Transient(const absl::Status& s);
@@ -122,6 +126,7 @@ class Session {
   uint64_t global_samples_ = 0;
   v1::Mode mode_ = v1::MODE_UNSPECIFIED;
   int rejoins_ = 0;
+  uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<bool> rejoin_{false};

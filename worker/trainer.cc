@@ -185,8 +185,9 @@ absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, 
     return absl::OkStatus();
   }
   if (o.dataset == "synthetic") {
-    *train = MakeSynthetic(20000, 7);  // same data on every worker: a fixed seed
-    *test = MakeSynthetic(2000, 8);
+    if (o.synthetic_samples < 10) return absl::InvalidArgumentError("--synthetic_samples must be >= 10");
+    *train = MakeSynthetic(o.synthetic_samples, 7);  // same data on every worker: a fixed seed
+    *test = MakeSynthetic(std::max<int64_t>(1, o.synthetic_samples / 10), 8);
     return absl::OkStatus();
   }
   if (absl::StartsWith(o.dataset, kTensorsPrefix)) {
@@ -508,6 +509,8 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       std::printf("[%s] saved the trained TorchScript module to %s\n", o.name.c_str(), o.save_model.c_str());
     }
     session.Leave(finished);
+    result.pushes_sent = session.pushes_sent();
+    result.pushes_answered = session.pushes_answered();
     return result;
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));

@@ -22,7 +22,8 @@ struct TrainerOptions {
   std::string warmup = "auto";        // untimed step after join and batch changes: on | off | auto (= on CUDA)
   std::string model = "cnn";          // mlp | cnn | cnn_bn (ignored with model_file)
   std::string model_file;             // TorchScript module, [B,1,28,28] -> [B,10]
-  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | tensors:PATH
+  int64_t synthetic_samples = 20000;      // the synthetic training set's size (test: a tenth)
   std::string data_dir;               // default: Debian's /usr/share/datasets/fashion-mnist
   int threads = 1;                    // intra-op threads for LibTorch on CPU
   double slowdown = 1.0;              // sleeps (slowdown - 1) x compute time after each step
@@ -51,6 +52,7 @@ struct TrainerResult {
   double last_loss = 0;
   double test_accuracy = -1;  // -1 when not evaluated
   bool stopped_by_server = false;  // the server ended the job (shutting down)
+  uint64_t pushes_sent = 0, pushes_answered = 0;  // Session::pushes_sent/answered
 };
 
 // Loads the model (built-in or model_file) with init_from's weights and measures its

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Soak: 64 worker processes (synthetic data, the MLP, one thread each) against one server
+# on 127.0.0.1 for SOAK_SECONDS (default 45) in sync mode, then again in async mode. The
+# server is stopped with SIGTERM at the end of each phase; every worker must then exit 0.
+# Asserted per phase: no deadlock (rounds or pushes keep coming: the progress is sampled),
+# every push accounted for (the pushes the workers were answered = the pushes the server
+# counted by result in its summary), no push refused as invalid, and the server's peak
+# RSS under 1 GiB.
+source "$(dirname "$0")/e2e_lib.sh"
+N=${SOAK_WORKERS:-64}
+SECONDS_PER_PHASE=${SOAK_SECONDS:-45}
+
+phase() {  # phase MODE
+  local mode=$1
+  WORKER_PIDS=()
+  start_server "soak-$mode" --mode="$mode" --num_workers="$N" --global_batch=$((8 * N)) --lr=0.05 \
+    --round_timeout=20 --lease=60 --start_timeout_s=120 --shutdown_grace_s=60
+  for i in $(seq 0 $((N - 1))); do
+    timeout $((SECONDS_PER_PHASE + 300)) "$WORKER" --server="127.0.0.1:$PORT" --name="s$i" --device=cpu \
+      --dataset=synthetic --synthetic_samples=2000 --model=mlp --epochs=0 --max_iterations=100000000 --threads=1 \
+      --log_every=0 \
+      > "$WORK/soak-$mode.w$i.log" 2>&1 &
+    WORKER_PIDS+=($!)
+    STARTED+=($!)
+  done
+  wait_for_line "$WORK/soak-$mode.server.log" "training starts" 1200 ||
+    { tail -n 5 "$WORK/soak-$mode.server.log" >&2; fail "$mode: the $N workers did not all join in 120 s"; }
+  # Progress all along: the model version (GetStatus) must move in every 15 s window.
+  local last=-1 now
+  for _ in $(seq $((SECONDS_PER_PHASE / 15))); do
+    sleep 15
+    now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["model_version"])')
+    [ "$now" != "$last" ] || fail "$mode: no progress in 15 s (version $now): a deadlock?"
+    echo "soak $mode: model version $now"
+    last=$now
+  done
+  kill -TERM "$SERVER_PID"
+  wait_workers || { grep -L "done" "$WORK"/soak-"$mode".w*.log | head -3 >&2; fail "$mode: a worker did not exit 0"; }
+  wait "$SERVER_PID" || fail "$mode: the server exited with an error"
+  python3 - "$SUMMARY" "$WORK" "$mode" "$N" <<'PY' || fail "$mode: pushes not accounted for"
+import glob, json, re, sys
+summary, work, mode, n = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], int(sys.argv[4])
+sent = answered = 0
+for path in glob.glob(f"{work}/soak-{mode}.w*.log"):
+    m = re.search(r"pushes: sent (\d+), answered (\d+)", open(path).read())
+    assert m, f"{path}: no push tally"
+    sent += int(m.group(1))
+    answered += int(m.group(2))
+counted = summary["pushes_by_result"]
+total = sum(counted.values())
+rss = summary.get("peak_rss_bytes", 0)
+print(f"soak {mode}: {n} workers, version {summary['model_version']}, pushes sent {sent}, answered {answered}, "
+      f"counted by the server {total} {counted}, server peak RSS {rss / 2**20:.0f} MiB")
+assert answered == total, (answered, total)
+assert sent - answered <= n, "more unanswered pushes than one in flight per worker"
+assert counted.get("invalid", 0) == 0, counted
+assert 0 < rss < 2**30, rss
+PY
+}
+phase sync
+phase async
+echo "soak_test: OK"
