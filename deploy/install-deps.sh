@@ -24,6 +24,7 @@ PACKAGES=(
   slurm-wlm munge            # the Slurm test: a three-node cluster on this machine
   systemd                    # systemd-analyze verify of the units
   python3-yaml               # the offline check of the Kubernetes manifests
+  clang-14 libfuzzer-14-dev  # the thread-safety build and the fuzzers (tests/fuzz_test.sh)
   python3 curl ca-certificates openssl
 )
 

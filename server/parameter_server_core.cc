@@ -192,6 +192,15 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
         info.name, w->id, w->host, absl::ToDoubleSeconds(options_.clock->Now() - w->last_seen),
         absl::ToDoubleSeconds(options_.lease)));
   }
+  // The epoch's permutation holds one id per sample: bound it before anything is allocated.
+  constexpr uint64_t kMaxDatasetSize = uint64_t{1} << 32;
+  if (info.dataset_size > kMaxDatasetSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a training set of ", info.dataset_size, " samples is more than this server takes (2^32)"));
+  }
+  if (info.device_memory_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("device memory ", info.device_memory_bytes, " bytes is negative"));
+  }
   if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
     return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", info.dataset_size,
                                                    " samples, the job's has ", sampler_.dataset_size(),

@@ -261,6 +261,12 @@ TEST_CASE("joins are validated", "[core]") {
   (*nan.initial_parameters)[1] = NAN;
   REQUIRE(core->Join(nan, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(core->Join(Info("", true), Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  JoinInfo huge_data = Info("a", true);
+  huge_data.dataset_size = uint64_t{1} << 62;  // its permutation would not fit any memory
+  REQUIRE(core->Join(huge_data, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+  JoinInfo negative_memory = Info("a", true);
+  negative_memory.device_memory_bytes = -1;
+  REQUIRE(core->Join(negative_memory, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
   const JoinResult first = *core->Join(Info("a", true), Soon());
   JoinInfo other = Info("b", false);
   other.layout = *ModelLayout::Create({{"w", {4}}, {"b", {2}}});

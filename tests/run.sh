@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The one test command: installs what is missing, runs every test, prints
 # "N passed, N failed" on a line of its own and exits non-zero on any failure.
-#   ./tests/run.sh            all tests
-#   ./tests/run.sh //server/...   a subset (Bazel target patterns; skips the CMake build)
+#   ./tests/run.sh                all tests: Bazel (unit, multi-process, Slurm, soak), the unit
+#                                 tests and a multi-process test again under ASan+UBSan, the CMake
+#                                 build, the clang thread-safety build and the fuzzers
+#   ./tests/run.sh //server/...   a subset (Bazel target patterns only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,21 +16,41 @@ targets=("$@")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # A fixed disk cache keeps repeated runs on one machine incremental.
-bazel test --disk_cache="$HOME/.cache/omnilearn-bazel-disk" --keep_going "${targets[@]}" 2>&1 | tee "$log"
+CACHE=(--disk_cache="$HOME/.cache/omnilearn-bazel-disk")
+bazel test "${CACHE[@]}" --keep_going "${targets[@]}" 2>&1 | tee "$log"
 bazel_rc=${PIPESTATUS[0]}
 
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$log")
+count() { grep -cE "^//[^ ]+ +(\(cached\) )?($1)" "$log"; }
+passed=$(count PASSED)
+failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
 # A build failure fails no test by name: count it so it cannot read as green.
 if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 
-# The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
-if [ $# -eq 0 ]; then
-  if ./tests/cmake_build_test.sh; then
-    echo "cmake_build_test PASSED"; passed=$((passed + 1))
+step() {  # step NAME COMMAND...: one more passed or failed entry
+  if "${@:2}"; then
+    echo "$1 PASSED"; passed=$((passed + 1))
   else
-    echo "cmake_build_test FAILED"; failed=$((failed + 1))
+    echo "$1 FAILED"; failed=$((failed + 1))
   fi
+}
+
+if [ $# -eq 0 ]; then
+  # The unit tests and a multi-process test (a server under ASan, Python clients) again
+  # under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch-linked tests excepted:
+  # Debian's LibTorch is not instrumented).
+  : > "$log"
+  bazel test "${CACHE[@]}" --config=asan --keep_going -- //common/... //controller/... //server/... \
+    //worker:session_test //tests:churn_test -//server:optimizer_torch_test 2>&1 | tee "$log"
+  asan_rc=${PIPESTATUS[0]}
+  asan_passed=$(count PASSED)
+  asan_failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
+  if [ "$asan_rc" -ne 0 ] && [ "$asan_failed" -eq 0 ]; then asan_failed=1; fi
+  echo "asan+ubsan: $asan_passed passed, $asan_failed failed"
+  passed=$((passed + asan_passed)); failed=$((failed + asan_failed))
+  # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
+  step cmake_build_test ./tests/cmake_build_test.sh
+  # clang-14 with -Werror=thread-safety, ASan, UBSan; each libFuzzer target for 60 s.
+  step fuzz_test ./tests/fuzz_test.sh
 fi
 echo
 echo "${passed} passed, ${failed} failed"
