@@ -21,8 +21,18 @@ struct AsyncStep {
   double momentum = 0;      // max(0, momentum - (1 - 1/n))
 };
 
+// The ablation's switches (the defaults are the rule above). Without `lr_scaling` every
+// push takes the equal share 1/n instead of b/B (batch-proportional steps off); without
+// `staleness_damping` no push is damped and the momentum is not lowered: the paper's
+// "plain async" baseline when the batches are equal.
+struct AsyncRuleOptions {
+  bool lr_scaling = true;
+  bool staleness_damping = true;
+};
+
 // `live` >= 1 (the pushing worker is live), `global_batch` >= 1.
-AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum);
+AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
+                       AsyncRuleOptions rule = {});
 
 }  // namespace server
 }  // namespace omnilearn

@@ -35,6 +35,11 @@ ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
 ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
 ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
+ABSL_FLAG(std::string, aggregation, "weighted",
+          "sync: weighted (each push by its batch) | mean (every push once: an ablation)");
+ABSL_FLAG(std::string, lr_scaling, "on", "async/ssp: on (a push's step scales with b/B) | off (1/n each: ablation)");
+ABSL_FLAG(std::string, staleness_damping, "on",
+          "async/ssp: on (stale pushes damped, momentum lowered) | off (plain async: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
 ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
 ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");
@@ -207,6 +212,22 @@ int Run() {
                                         : absl::GetFlag(FLAGS_lr_schedule);
   auto schedule = ParseLrSchedule(schedule_name);
   if (!schedule.ok()) return fail(schedule.status(), 2);
+  auto on_off = [](const std::string& flag, const std::string& value) -> absl::StatusOr<bool> {
+    if (value == "on") return true;
+    if (value == "off") return false;
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": want on or off"));
+  };
+  auto lr_scaling = on_off("lr_scaling", absl::GetFlag(FLAGS_lr_scaling));
+  if (!lr_scaling.ok()) return fail(lr_scaling.status(), 2);
+  auto damping = on_off("staleness_damping", absl::GetFlag(FLAGS_staleness_damping));
+  if (!damping.ok()) return fail(damping.status(), 2);
+  const std::string aggregation = absl::GetFlag(FLAGS_aggregation);
+  if (aggregation != "weighted" && aggregation != "mean") {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean")), 2);
+  }
+  o.aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
+  o.async_rule.lr_scaling = *lr_scaling;
+  o.async_rule.staleness_damping = *damping;
   o.mode = *mode;
   o.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);

@@ -527,7 +527,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
   }
   OpenRound();
   Worker& w = *workers_.Find(info.id);
-  round_.Add(info.id, info.batch, gradient, std::move(w.assigned));  // its samples: trained when the round closes
+  const double weight = options_.aggregation == ServerOptions::Aggregation::kMean ? 1.0 : info.batch;
+  round_.Add(info.id, info.batch, weight, gradient, std::move(w.assigned));  // samples: trained when it closes
   w.assigned.clear();
   Account(info);
   CountPush(info.id, "applied");
@@ -574,7 +575,7 @@ void ParameterServerCore::CompleteRound() {
   }
   if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
-    store_.Apply(round_.sum(), 1.0, 1.0, -1, 1.0 / static_cast<double>(round_.samples()));
+    store_.Apply(round_.sum(), 1.0, 1.0, -1, 1.0 / round_.weight());
     stats_.Round();
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
@@ -593,7 +594,8 @@ void ParameterServerCore::CompleteRound() {
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
   const AsyncStep step =
-      AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum);
+      AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum,
+                   options_.async_rule);
   store_.Apply(gradient, step.lr_scale, step.buffer_blend, step.momentum);
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);

@@ -33,6 +33,7 @@
 #include "controller/batch_controller.h"
 #include "server/checkpoint.h"
 #include "server/epoch_sampler.h"
+#include "server/async_rule.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/server_metrics.h"
@@ -63,6 +64,11 @@ struct ServerOptions {
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
   uint64_t data_seed = 1;  // the epochs' sample permutations
+  // Sync: the round's mean weights each push by its batch (the default), or counts every
+  // push once (kMean, an ablation: what equal-weight aggregation does with unequal batches).
+  enum class Aggregation { kWeighted, kMean };
+  Aggregation aggregation = Aggregation::kWeighted;
+  AsyncRuleOptions async_rule;  // async, ssp: the per-push step's ablation switches
   // The largest model a worker may declare (float32 bytes), checked before anything is
   // allocated for it: a Join declaring more is refused with RESOURCE_EXHAUSTED.
   int64_t max_model_bytes = int64_t{4} << 30;

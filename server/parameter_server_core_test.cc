@@ -763,6 +763,28 @@ TEST_CASE("a push whose gradient is summed never fails: the call's deadline answ
   REQUIRE(Weights(*core, a.id) == std::vector<float>(6, -2.0f));
 }
 
+
+TEST_CASE("aggregation=mean counts every push once, whatever its batch (an ablation)", "[core]") {
+  for (const bool mean : {false, true}) {
+    ServerOptions o = Options(Mode::kSync, 2);
+    o.controller.global_batch = 40;
+    if (mean) o.aggregation = ServerOptions::Aggregation::kMean;
+    auto core = *ParameterServerCore::Create(o);
+    JoinInfo ia = Info("a", true);
+    ia.max_batch = 10;  // the plan: a 10, b 30
+    JoinResult a, b;
+    std::thread ta([&] { a = *core->Join(ia, Soon()); });
+    AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+    b = *core->Join(Info("b", false), Soon());
+    ta.join();
+    std::thread push_a([&] { REQUIRE(core->Push(Grad(a.id, 10, 0), std::vector<float>(kParams, 1.0f), Soon()).ok()); });
+    REQUIRE(core->Push(Grad(b.id, 30, 0), std::vector<float>(kParams, 5.0f), Soon()).ok());
+    push_a.join();
+    // weighted: (10 * 1 + 30 * 5) / 40 = 4; mean: (1 + 5) / 2 = 3.
+    REQUIRE(Weights(*core, a.id)[0] == Approx(mean ? -3.0 : -4.0));
+  }
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

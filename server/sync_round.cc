@@ -12,9 +12,10 @@ void SyncRound::Open(absl::Time now, absl::Duration timeout, int64_t elements) {
   samples_ = 0;
 }
 
-void SyncRound::Add(WorkerId id, int64_t batch, const std::vector<float>& gradient, SampleBatch samples) {
+void SyncRound::Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient,
+                    SampleBatch samples) {
   // In float (vectorized); the first push writes the sum, so it never needs clearing.
-  const float b = static_cast<float>(batch);
+  const float b = static_cast<float>(weight);
   float* __restrict sum = sum_.data();
   const float* __restrict g = gradient.data();
   const size_t n = gradient.size();
@@ -24,6 +25,7 @@ void SyncRound::Add(WorkerId id, int64_t batch, const std::vector<float>& gradie
     for (size_t i = 0; i < n; ++i) sum[i] += b * g[i];
   }
   samples_ += batch;
+  weight_ += weight;
   pushed_.insert(id);
   sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
 }

@@ -32,11 +32,15 @@ class SyncRound {
   void MarkPresent(WorkerId id) { pushed_.insert(id); }
   // Adds b * gradient to the sum and takes the push's samples (trained when the round
   // closes). The round must be open.
-  void Add(WorkerId id, int64_t batch, const std::vector<float>& gradient, SampleBatch samples);
+  // `weight` is what the push counts for in the mean: its batch (weighted aggregation)
+  // or 1 (a plain mean over pushes, the ablation's --aggregation=mean).
+  void Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient, SampleBatch samples);
   // A worker that left: it is no longer awaited (a contribution already summed stays).
   void Forget(WorkerId id) { pushed_.erase(id); }
 
   int64_t samples() const { return samples_; }
+  // The pushes' weights summed: the round's mean is sum() / weight().
+  double weight() const { return weight_; }
   // sum(b_k * g_k); valid while samples() > 0.
   const std::vector<float>& sum() const { return sum_; }
   // Samples of the pushes in the round (not trained until it closes).
@@ -51,6 +55,7 @@ class SyncRound {
     pushed_.clear();
     open_ = false;
     samples_ = 0;
+    weight_ = 0;
     sample_ids_.clear();
   }
   // The batch the closed round planned for `id`, or -1.
@@ -64,6 +69,7 @@ class SyncRound {
   absl::Time opened_, deadline_;
   std::vector<float> sum_;
   int64_t samples_ = 0;
+  double weight_ = 0;
   std::set<WorkerId> pushed_;
   SampleBatch sample_ids_;
   std::map<WorkerId, int64_t> batches_;  // the last closed round's plan

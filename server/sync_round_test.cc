@@ -15,8 +15,8 @@ TEST_CASE("a round sums b * g, reuses its storage, and tells members the closed 
   r.Open(t0, absl::Seconds(10), 3);
   r.Open(t0 + absl::Seconds(5), absl::Seconds(10), 3);  // already open: the clock stays
   REQUIRE(r.deadline() == t0 + absl::Seconds(10));
-  r.Add(1, 2, {1, 2, 3}, {SampleSpan{0, {7, 8}}});
-  r.Add(2, 4, {1, 1, 1}, {SampleSpan{0, {9, 10, 11, 12}}});
+  r.Add(1, 2, 2, {1, 2, 3}, {SampleSpan{0, {7, 8}}});
+  r.Add(2, 4, 4, {1, 1, 1}, {SampleSpan{0, {9, 10, 11, 12}}});
   REQUIRE(r.sum() == std::vector<float>{6, 8, 10});
   REQUIRE(r.samples() == 6);
   REQUIRE(CountSamples(r.sample_ids()) == 6);
@@ -32,7 +32,7 @@ TEST_CASE("a round sums b * g, reuses its storage, and tells members the closed 
   REQUIRE(r.sample_ids().empty());
   // The next round's first push overwrites the old sum (no clearing), in the same storage.
   r.Open(t0 + absl::Seconds(20), absl::Seconds(10), 3);
-  r.Add(1, 1, {5, 5, 5}, {});
+  r.Add(1, 1, 1, {5, 5, 5}, {});
   REQUIRE(r.sum() == std::vector<float>{5, 5, 5});
   REQUIRE(r.sum().data() == storage);
 }
@@ -48,6 +48,15 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   REQUIRE(AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
   REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);    // a share above B: capped
   REQUIRE(AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);         // never negative
+  // The ablation's switches: equal shares instead of b/B; no damping, plain momentum.
+  AsyncRuleOptions equal_share;
+  equal_share.lr_scaling = false;
+  REQUIRE(AsyncStepFor(48, 64, 4, 0, 0.9, equal_share).lr_scale == Approx(0.25));
+  AsyncRuleOptions plain;
+  plain.staleness_damping = false;
+  const AsyncStep undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
+  REQUIRE(undamped.lr_scale == Approx(0.25));
+  REQUIRE(undamped.momentum == Approx(0.9));
 }
 
 TEST_CASE("the job's counters: samples, rounds, accuracy with its version, staleness clamped", "[stats]") {

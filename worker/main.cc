@@ -38,11 +38,15 @@ ABSL_FLAG(int64_t, synthetic_samples, 20000,
 ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
 ABSL_FLAG(int, threads, 1, "LibTorch intra-op threads on CPU");
 ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F times the real compute time");
+ABSL_FLAG(std::string, slowdown_schedule, "",
+          "time-varying heterogeneity: EPOCH:FACTOR,... (e.g. 0:1,2:4,4:2) by the global epoch the server reports; "
+          "--slowdown before the first entry");
 ABSL_FLAG(double, epochs, 1.0, "stop after this many epochs of all workers together (0 = use --max_iterations)");
 ABSL_FLAG(int64_t, max_iterations, 0, "stop after this many iterations of this worker (0 = no limit)");
 ABSL_FLAG(uint64_t, seed, 1,
           "model initialization (the first worker's is the job's); the data order is the server's (--data_seed)");
 ABSL_FLAG(bool, evaluate, false, "evaluate test accuracy at epoch ends and report it");
+ABSL_FLAG(double, eval_every_epochs, 1.0, "with --evaluate: evaluate every this many global epochs (e.g. 0.25)");
 ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none)");
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
 ABSL_FLAG(double, reconnect_timeout, 300,
@@ -80,6 +84,7 @@ absl::Status CheckFlags() {
       {"threads", static_cast<double>(absl::GetFlag(FLAGS_threads)), 1, 1024},
       {"slowdown", absl::GetFlag(FLAGS_slowdown), 1, 1000},
       {"epochs", absl::GetFlag(FLAGS_epochs), 0, 1e6},
+      {"eval_every_epochs", absl::GetFlag(FLAGS_eval_every_epochs), 0.001, 1e6},
       {"max_iterations", static_cast<double>(absl::GetFlag(FLAGS_max_iterations)), 0, 1e12},
       {"max_batch", static_cast<double>(absl::GetFlag(FLAGS_max_batch)), 0, 1 << 24},
       {"rpc_timeout", absl::GetFlag(FLAGS_rpc_timeout), 0.001, 86400},
@@ -131,10 +136,12 @@ int main(int argc, char** argv) {
   o.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
   o.threads = absl::GetFlag(FLAGS_threads);
   o.slowdown = absl::GetFlag(FLAGS_slowdown);
+  o.slowdown_schedule = absl::GetFlag(FLAGS_slowdown_schedule);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.evaluate = absl::GetFlag(FLAGS_evaluate);
+  o.eval_every_epochs = absl::GetFlag(FLAGS_eval_every_epochs);
   o.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.log_every = absl::GetFlag(FLAGS_log_every);
   o.init_from = absl::GetFlag(FLAGS_init_from);

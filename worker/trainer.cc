@@ -21,6 +21,7 @@
 #include "worker/device.h"
 #include "worker/model.h"
 #include "worker/session.h"
+#include "worker/slowdown.h"
 #include "common/safetensors.h"
 
 namespace omnilearn {
@@ -269,7 +270,9 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
 }
 
 absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
-  if (!(o.slowdown >= 1.0)) return absl::InvalidArgumentError("--slowdown must be >= 1");
+  absl::StatusOr<SlowdownSchedule> slowdowns = SlowdownSchedule::Parse(o.slowdown_schedule, o.slowdown);
+  if (!slowdowns.ok()) return slowdowns.status();
+  double slowdown = o.slowdown;
   if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   if (!(o.epochs > 0) && o.max_iterations <= 0) {
     return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
@@ -352,7 +355,9 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     int64_t cursor = 0;
     const double total_samples = o.epochs * train.size();
     uint64_t samples_seen = 0;
-    int64_t last_epoch_evaluated = static_cast<int64_t>(session.global_samples() / train.size());
+    // Evaluations happen each --eval_every_epochs of global progress (1: at epoch ends).
+    const double eval_span = o.eval_every_epochs * static_cast<double>(train.size());
+    int64_t last_eval_tick = static_cast<int64_t>(static_cast<double>(session.global_samples()) / eval_span);
     std::optional<double> pending_accuracy;
     TrainerMetrics series(o.registry, o.name);
     std::unique_ptr<FILE, int (*)(FILE*)> sample_log(nullptr, &std::fclose);
@@ -390,6 +395,14 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         idx = order.narrow(0, cursor, batch);
         cursor += batch;
       }
+      // The schedule follows the global epoch the server reports (the same for every worker).
+      if (const double now = slowdowns->At(static_cast<double>(session.global_samples()) / train.size());
+          now != slowdown) {
+        slowdown = now;
+        std::printf("[%s] slowdown %.2f from epoch %.2f\n", o.name.c_str(), slowdown,
+                    static_cast<double>(session.global_samples()) / train.size());
+        std::fflush(stdout);
+      }
       v1::PushHeader push;
       push.set_batch_size(batch);
       push.set_iteration(it);
@@ -426,11 +439,11 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         loss.backward();
         Synchronize(*device);
         const double real = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (o.slowdown > 1.0) {
-          std::this_thread::sleep_for(std::chrono::duration<double>((o.slowdown - 1.0) * real));
+        if (slowdown > 1.0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1.0) * real));
         }
         loss_value = loss.item<double>();
-        push.set_compute_seconds(real * o.slowdown);
+        push.set_compute_seconds(real * slowdown);
         push.set_train_loss(loss_value);
         grad = params.Update();
       } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
@@ -478,14 +491,20 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
                        loss_value, push.out_of_memory());
 
       const double global = static_cast<double>(reply.global_samples());
-      const int64_t epoch = static_cast<int64_t>(global / train.size());
+      const int64_t eval_tick = static_cast<int64_t>(global / eval_span);
       finished = (o.epochs > 0 && global >= total_samples) || (o.max_iterations > 0 && it >= o.max_iterations);
-      if (o.evaluate && (finished || epoch > last_epoch_evaluated)) {
-        last_epoch_evaluated = epoch;
+      if (o.evaluate && (finished || eval_tick > last_eval_tick)) {
+        last_eval_tick = eval_tick;
         result.test_accuracy = Evaluate(model.get(), test, *device);
         series.Accuracy(result.test_accuracy);
-        std::printf("[%s] epoch %ld: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), epoch,
-                    100 * result.test_accuracy, session.model_version());
+        const double epoch = global / train.size();
+        if (std::fabs(epoch - std::round(epoch)) < 1e-9 || o.eval_every_epochs >= 1) {
+          std::printf("[%s] epoch %.0f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), std::floor(epoch),
+                      100 * result.test_accuracy, session.model_version());
+        } else {
+          std::printf("[%s] epoch %.2f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), epoch,
+                      100 * result.test_accuracy, session.model_version());
+        }
         std::fflush(stdout);
         pending_accuracy = result.test_accuracy;
       }

@@ -27,6 +27,8 @@ struct TrainerOptions {
   std::string data_dir;               // default: Debian's /usr/share/datasets/fashion-mnist
   int threads = 1;                    // intra-op threads for LibTorch on CPU
   double slowdown = 1.0;              // sleeps (slowdown - 1) x compute time after each step
+  std::string slowdown_schedule;      // EPOCH:FACTOR,... by global epoch (slowdown before the first)
+  double eval_every_epochs = 1.0;     // with evaluate: every this much global progress
   // Stop when all workers together trained this many epochs (global samples /
   // training-set size), or after max_iterations of this worker (0 = no limit).
   double epochs = 1.0;

@@ -1,0 +1,330 @@
+#!/usr/bin/python3
+"""The paper's experiment (Tyagi & Sharma, OmniLearn, TPDS 2025, section 6), emulated here:
+four CPU workers whose speeds differ by heterogeneity level HLx (the ratio between the
+fastest and the slowest worker, made in the paper with CPU core counts 12,12,12,12 /
+12,12,8,16 / 9,9,6,24 / 6,6,4,32; here with --slowdown = max cores / cores), a dynamic
+schedule HL1 -> HL2 -> HL4 -> HL8 -> HL8 -> HL4 -> HL2 -> HL1 (the level changes every
+--step_epochs of global progress, by each worker's --slowdown_schedule), sync and async,
+and the three batch policies: equal static batches (off), the paper's rule (paper), ours
+(omnilearn). Fashion-MNIST with the CNN; --large: the MLP on synthetic data (compute-bound).
+
+    bench/heterogeneity.py                 the full matrix (one command; see docs/results.md)
+    bench/heterogeneity.py --quick         HL4 and a two-step dynamic schedule, sync: a test
+    bench/heterogeneity.py --ablation      weighted vs mean aggregation (sync), LR scaling and
+                                           staleness damping on/off (async), at HL8
+
+Writes bench/results/heterogeneity*.json, *.md tables and *.png plots (--out to change).
+Needs the binaries: bazel build -c opt //server:omnilearn_server //worker:omnilearn_worker
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEVELS = {"HL1": [12, 12, 12, 12], "HL2": [12, 12, 8, 16], "HL4": [9, 9, 6, 24], "HL8": [6, 6, 4, 32]}
+DYNAMIC = ["HL1", "HL2", "HL4", "HL8", "HL8", "HL4", "HL2", "HL1"]
+PAPER = {"sync": "14-85% less training time than equal batches", "async": "up to +6.9% accuracy at equal time"}
+
+
+def slowdowns(level):
+    cores = LEVELS[level]
+    return [max(cores) / c for c in cores]
+
+
+def ideal_speedup(s):
+    """Time with equal batches over time with batches balanced perfectly (sync, compute only):
+    a round of equal batches waits for max(s); balanced, throughput is sum(1/s)."""
+    return max(s) * sum(1 / x for x in s) / len(s)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lines(threading.Thread):
+    """Collects a process's output lines with the time since `start`."""
+
+    def __init__(self, proc, start, path):
+        super().__init__(daemon=True)
+        self.proc, self.start_time, self.lines, self.path = proc, start, [], path
+
+    def run(self):
+        with open(self.path, "w") as log:
+            for line in self.proc.stdout:
+                self.lines.append((time.monotonic() - self.start_time, line.rstrip("\n")))
+                log.write(line)
+
+
+def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_extra=()):
+    """One job: a server and four workers; `schedule` is a level name or "dynamic"."""
+    port = free_port()
+    summary = os.path.join(work, f"{name}.json")
+    lr = "0.05" if mode == "sync" else "0.1"
+    server = [f"{bin_dir}/server/omnilearn_server", "--bind=127.0.0.1", f"--port={port}", f"--mode={mode}",
+              f"--controller={policy}", "--num_workers=4", f"--global_batch={args.global_batch}", f"--lr={lr}",
+              "--metrics_port=0", "--exit_when_done", f"--summary_json={summary}", "--progress_every_s=0",
+              "--adjust_every=5", *server_extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    start = time.monotonic()
+    procs, readers = [], []
+    sp = subprocess.Popen(server, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    readers.append(Lines(sp, start, os.path.join(work, f"{name}.server.log")))
+    readers[-1].start()
+    for i in range(4):
+        w = [f"{bin_dir}/worker/omnilearn_worker", f"--server=127.0.0.1:{port}", f"--name=w{i}", "--device=cpu",
+             f"--epochs={epochs}", "--log_every=0", "--threads=1", f"--reconnect_timeout=60"]
+        if args.large:
+            w += ["--dataset=synthetic", "--model=mlp"]
+        else:
+            w += ["--dataset=fashion-mnist", "--model=cnn"]
+        if i == 0:
+            w += ["--evaluate", f"--eval_every_epochs={args.eval_every}"]
+        if schedule == "dynamic":
+            w += ["--slowdown_schedule=" + ",".join(f"{k * args.step_epochs:g}:{slowdowns(level)[i]:.4f}"
+                                                      for k, level in enumerate(DYNAMIC))]
+        else:
+            w += [f"--slowdown={slowdowns(schedule)[i]:.4f}"]
+        p = subprocess.Popen(w, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        procs.append(p)
+        readers.append(Lines(p, start, os.path.join(work, f"{name}.w{i}.log")))
+        readers[-1].start()
+    deadline = start + args.job_timeout
+    for p in procs + [sp]:
+        try:
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs + [sp]:
+                q.kill()
+            raise RuntimeError(f"{name}: did not finish within {args.job_timeout} s")
+    for r in readers:
+        r.join()
+    if any(p.returncode != 0 for p in procs + [sp]):
+        raise RuntimeError(f"{name}: a process failed (logs in {work})")
+    wall = time.monotonic() - start
+    s = json.load(open(summary))
+    # Accuracy over time (worker 0's evaluations), batches over time (the server's plan lines).
+    acc = [(t, float(m.group(2)) / 100) for t, l in readers[1].lines
+           if (m := re.search(r"epoch ([0-9.]+): test accuracy ([0-9.]+)%", l))]
+    plans = []
+    for t, l in readers[0].lines:
+        if l.startswith("plan "):
+            ws = dict((w, (int(b), float(ms))) for w, b, ms in re.findall(r"(w\d) b=(\d+) t=([0-9.]+)ms", l))
+            if len(ws) == 4:
+                plans.append((t, ws))
+    changes = [t for t, l in readers[1].lines if "slowdown " in l and "from epoch" in l]
+    # Steady-state spread: the plan lines of the second half of the run, max/min compute time.
+    half = [p for t, p in plans if t >= wall / 2] or [p for _, p in plans[-3:]]
+    spreads = [max(v[1] for v in p.values()) / max(1e-9, min(v[1] for v in p.values())) for p in half]
+    target = next((t for t, a in acc if a >= args.target), None)
+    return {"name": name, "mode": mode, "policy": policy, "schedule": schedule, "wall_seconds": wall,
+            "final_accuracy": s["test_accuracy"], "time_to_target": target, "accuracy_curve": acc,
+            "batches": [(t, {w: v[0] for w, v in p.items()}) for t, p in plans],
+            "schedule_changes": changes, "steady_spread": statistics.median(spreads) if spreads else None,
+            "adjustments": s["adjustments"], "model_version": s["model_version"]}
+
+
+def accuracy_at(run, t):
+    """Worker 0's latest accuracy measured by time t (None before the first)."""
+    best = None
+    for when, a in run["accuracy_curve"]:
+        if when <= t:
+            best = a
+    return best
+
+
+def fmt(x, spec="{:.1f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def tables(results, levels, modes, policies):
+    out = []
+    for mode in modes:
+        out.append(f"\n### {mode}\n")
+        out.append("| level | ideal (balanced) time / equal-batch time | policy | wall time (s) | time to target (s) "
+                   "| vs off | final accuracy | accuracy at off's wall time | steady spread | adjustments |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for level in levels:
+            runs = {p: [r for r in results if r["mode"] == mode and r["schedule"] == level and r["policy"] == p]
+                    for p in policies}
+            if not runs.get("off"):
+                continue
+            off_wall = statistics.mean(r["wall_seconds"] for r in runs["off"])
+            off_tta = [r["time_to_target"] for r in runs["off"] if r["time_to_target"]]
+            for p in policies:
+                rs = runs[p]
+                if not rs:
+                    continue
+                wall = statistics.mean(r["wall_seconds"] for r in rs)
+                tta = [r["time_to_target"] for r in rs if r["time_to_target"]]
+                tta_mean = statistics.mean(tta) if len(tta) == len(rs) else None
+                vs = None
+                if tta_mean and off_tta and len(off_tta) == len(runs["off"]):
+                    vs = 100 * (1 - tta_mean / statistics.mean(off_tta))
+                at_off = [accuracy_at(r, off_wall) for r in rs]
+                at_off = statistics.mean(a for a in at_off if a is not None) if any(a is not None for a in at_off) else None
+                spread = [r["steady_spread"] for r in rs if r["steady_spread"]]
+                ideal = (1 / ideal_speedup(slowdowns(level))) if level in LEVELS else None
+                out.append(f"| {level} | {fmt(ideal, '{:.2f}')} | {p} | {wall:.1f} | {fmt(tta_mean)} | "
+                           f"{fmt(vs, '{:+.0f}%')} | {100 * statistics.mean(r['final_accuracy'] for r in rs):.2f}% | "
+                           f"{fmt(None if at_off is None else 100 * at_off, '{:.2f}%')} | "
+                           f"{fmt(statistics.mean(spread) if spread else None, '{:.2f}')} | "
+                           f"{statistics.mean(r['adjustments'] for r in rs):.0f} |")
+    return "\n".join(out)
+
+
+def plots(results, out_dir, prefix):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dyn = [r for r in results if r["schedule"] == "dynamic" and r["policy"] == "omnilearn"]
+    if dyn:
+        fig, axes = plt.subplots(1, len(dyn[:2]), figsize=(6 * len(dyn[:2]), 4), squeeze=False)
+        for ax, r in zip(axes[0], dyn[:2]):
+            for w in ["w0", "w1", "w2", "w3"]:
+                ax.plot([t for t, b in r["batches"]], [b[w] for t, b in r["batches"]], label=w)
+            for t in r["schedule_changes"]:
+                ax.axvline(t, color="grey", linestyle=":", linewidth=1)
+            ax.set_title(f"batches, dynamic schedule ({r['mode']}, omnilearn)")
+            ax.set_xlabel("wall time (s)")
+            ax.set_ylabel("mini-batch")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, f"{prefix}_batches.png"), dpi=100)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    level = "HL8" if any(r["schedule"] == "HL8" for r in results) else results[0]["schedule"]
+    for ax, mode in zip(axes, ["sync", "async"]):
+        for r in results:
+            if r["schedule"] == level and r["mode"] == mode:
+                ax.plot([t for t, a in r["accuracy_curve"]], [100 * a for t, a in r["accuracy_curve"]],
+                        marker=".", label=r["policy"] + ("" if "repeat" not in r else f" #{r['repeat']}"))
+        ax.set_title(f"test accuracy, {level}, {mode}")
+        ax.set_xlabel("wall time (s)")
+        ax.set_ylabel("accuracy (%)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"{prefix}_accuracy.png"), dpi=100)
+    levels = [l for l in list(LEVELS) + ["dynamic"] if any(r["schedule"] == l for r in results)]
+    policies = [p for p in ["off", "paper", "omnilearn"] if any(r["policy"] == p for r in results)]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, mode in zip(axes, ["sync", "async"]):
+        for k, p in enumerate(policies):
+            vals = []
+            for l in levels:
+                t = [r["time_to_target"] or r["wall_seconds"] for r in results
+                     if r["schedule"] == l and r["policy"] == p and r["mode"] == mode]
+                vals.append(statistics.mean(t) if t else 0)
+            ax.bar([i + k * 0.27 for i in range(len(levels))], vals, width=0.27, label=p)
+        ax.set_xticks([i + 0.27 for i in range(len(levels))])
+        ax.set_xticklabels(levels)
+        ax.set_title(f"time to target accuracy ({mode}; no bar reached: the run's wall time)")
+        ax.set_ylabel("seconds")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"{prefix}_tta.png"), dpi=100)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--large", action="store_true", help="the MLP on synthetic data instead of the CNN")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--epochs", type=float, default=1.0, help="per static run")
+    ap.add_argument("--step_epochs", type=float, default=0.25, help="dynamic: epochs per level")
+    ap.add_argument("--eval_every", type=float, default=0.125, help="epochs between worker 0's evaluations")
+    ap.add_argument("--target", type=float, default=0.85, help="test accuracy for time-to-target")
+    ap.add_argument("--global_batch", type=int, default=128)
+    ap.add_argument("--job_timeout", type=float, default=900)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--work", default=None)
+    args = ap.parse_args()
+    work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.monotonic()
+    modes, policies = ["sync", "async"], ["off", "paper", "omnilearn"]
+    levels = list(LEVELS) + ["dynamic"]
+    prefix = "heterogeneity"
+    jobs = []
+    if args.quick:
+        prefix = "heterogeneity_quick"
+        args.epochs = min(args.epochs, 0.5)
+        args.step_epochs = 0.25
+        DYNAMIC[:] = ["HL1", "HL8"]
+        jobs = [("HL4", "off", "sync", ()), ("HL4", "omnilearn", "sync", ()), ("dynamic", "omnilearn", "sync", ())]
+    elif args.ablation:
+        prefix = "heterogeneity_ablation"
+        jobs = [("HL8", p, "sync", ("--aggregation=" + a,)) for p in ("off", "omnilearn") for a in ("weighted", "mean")]
+        for p in ("off", "omnilearn"):
+            for scaling in ("on", "off"):
+                for damping in ("on", "off"):
+                    jobs.append(("HL8", p, "async", (f"--lr_scaling={scaling}", f"--staleness_damping={damping}")))
+    else:
+        jobs = [(l, p, m, ()) for m in modes for l in levels for p in policies]
+    results = []
+    for repeat in range(args.repeats):
+        for level, policy, mode, extra in jobs:
+            name = f"{mode}-{level}-{policy}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
+            epochs = args.step_epochs * len(DYNAMIC) if level == "dynamic" else args.epochs
+            r = run_job(args.bin, work, name, mode, policy, level, epochs, args, extra)
+            r["repeat"], r["server_flags"] = repeat, list(extra)
+            results.append(r)
+            print(f"{name}: wall {r['wall_seconds']:.1f} s, accuracy {100 * r['final_accuracy']:.2f}%, "
+                  f"time to {100 * args.target:.0f}% {fmt(r['time_to_target'])} s, steady spread "
+                  f"{fmt(r['steady_spread'], '{:.2f}')}", flush=True)
+    elapsed = time.monotonic() - started
+    doc = {"args": vars(args), "elapsed_seconds": elapsed, "levels": {l: slowdowns(l) for l in LEVELS},
+           "dynamic": DYNAMIC, "results": results}
+    json.dump(doc, open(os.path.join(args.out, f"{prefix}.json"), "w"), indent=1)
+    if args.ablation:
+        lines = ["| mode | policy | server flags | wall time (s) | final accuracy | accuracy at the first run's wall time |",
+                 "|---|---|---|---|---|---|"]
+        for mode in modes:
+            first = next(r for r in results if r["mode"] == mode)
+            for r in (x for x in results if x["mode"] == mode):
+                at = accuracy_at(r, first["wall_seconds"])
+                lines.append(f"| {mode} | {r['policy']} | {' '.join(r['server_flags'])} | {r['wall_seconds']:.1f} | "
+                             f"{100 * r['final_accuracy']:.2f}% | {fmt(None if at is None else 100 * at, '{:.2f}%')} |")
+        text = "\n".join(lines)
+    else:
+        text = tables(results, [l for l in levels if any(r["schedule"] == l for r in results)], modes, policies)
+        plots(results, args.out, prefix)
+    text += f"\n\n{len(results)} runs in {elapsed / 60:.1f} min; command: {' '.join(sys.argv)}\n"
+    open(os.path.join(args.out, f"{prefix}.md"), "w").write(text)
+    print(text)
+    if args.quick:
+        check_quick(results)
+
+
+def check_quick(results):
+    """The orderings that must hold: ours is not slower than equal batches at HL4 (sync), and
+    in the dynamic run the worker that slows down 8x at the schedule's change gets a smaller batch."""
+    off = next(r for r in results if r["schedule"] == "HL4" and r["policy"] == "off")
+    ours = next(r for r in results if r["schedule"] == "HL4" and r["policy"] == "omnilearn")
+    assert ours["wall_seconds"] <= 1.05 * off["wall_seconds"], (ours["wall_seconds"], off["wall_seconds"])
+    dyn = next(r for r in results if r["schedule"] == "dynamic")
+    assert dyn["schedule_changes"], "the dynamic run logged no schedule change"
+    change = dyn["schedule_changes"][0]
+    before = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t < change]
+    after = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t > change + 2]
+    assert before and after, "no plan lines around the schedule's change"
+    # w2 goes from 1x to 8x slower: its share of the global batch must fall well below.
+    assert statistics.mean(after[-3:]) < 0.6 * statistics.mean(before[-3:]), (before[-3:], after[-3:])
+    print(f"quick: HL4 sync wall time omnilearn {ours['wall_seconds']:.1f} s vs off {off['wall_seconds']:.1f} s; "
+          f"w2's share of the batch {statistics.mean(before[-3:]):.2f} before the change, "
+          f"{statistics.mean(after[-3:]):.2f} after")
+
+
+if __name__ == "__main__":
+    main()
