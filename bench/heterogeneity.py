@@ -126,10 +126,12 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     half = [p for t, p in plans if t >= wall / 2] or [p for _, p in plans[-3:]]
     spreads = [max(v[1] for v in p.values()) / max(1e-9, min(v[1] for v in p.values())) for p in half]
     target = next((t for t, a in acc if a >= args.target), None)
+    means = [w["mean_compute_seconds"] for w in s["workers"] if w["mean_compute_seconds"] > 0]
     return {"name": name, "mode": mode, "policy": policy, "schedule": schedule, "wall_seconds": wall,
             "final_accuracy": s["test_accuracy"], "time_to_target": target, "accuracy_curve": acc,
             "batches": [(t, {w: v[0] for w, v in p.items()}) for t, p in plans],
             "schedule_changes": changes, "steady_spread": statistics.median(spreads) if spreads else None,
+            "mean_compute_spread": max(means) / min(means) if means else None,
             "adjustments": s["adjustments"], "model_version": s["model_version"]}
 
 
@@ -151,7 +153,7 @@ def tables(results, levels, modes, policies):
     for mode in modes:
         out.append(f"\n### {mode}\n")
         out.append("| level | ideal (balanced) time / equal-batch time | policy | wall time (s) | time to target (s) "
-                   "| vs off | final accuracy | accuracy at off's wall time | steady spread | adjustments |")
+                   "| vs off | final accuracy | accuracy at off's wall time | compute-time spread | adjustments |")
         out.append("|---|---|---|---|---|---|---|---|---|---|")
         for level in levels:
             runs = {p: [r for r in results if r["mode"] == mode and r["schedule"] == level and r["policy"] == p]
@@ -172,7 +174,7 @@ def tables(results, levels, modes, policies):
                     vs = 100 * (1 - tta_mean / statistics.mean(off_tta))
                 at_off = [accuracy_at(r, off_wall) for r in rs]
                 at_off = statistics.mean(a for a in at_off if a is not None) if any(a is not None for a in at_off) else None
-                spread = [r["steady_spread"] for r in rs if r["steady_spread"]]
+                spread = [r["mean_compute_spread"] for r in rs if r.get("mean_compute_spread")]
                 ideal = (1 / ideal_speedup(slowdowns(level))) if level in LEVELS else None
                 out.append(f"| {level} | {fmt(ideal, '{:.2f}')} | {p} | {wall:.1f} | {fmt(tta_mean)} | "
                            f"{fmt(vs, '{:+.0f}%')} | {100 * statistics.mean(r['final_accuracy'] for r in rs):.2f}% | "
@@ -248,7 +250,12 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--work", default=None)
+    ap.add_argument("--from_json", default=None,
+                    help="re-render the tables and plots of an earlier run's JSON (with --work: its summaries)")
     args = ap.parse_args()
+    if args.from_json:
+        rerender(args)
+        return
     work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
     os.makedirs(work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)
@@ -305,6 +312,25 @@ def main():
     print(text)
     if args.quick:
         check_quick(results)
+
+
+def rerender(args):
+    doc = json.load(open(args.from_json))
+    results = doc["results"]
+    for r in results:  # a run recorded before the mean compute-time spread was: from its summary
+        path = os.path.join(args.work or "", r["name"] + ".json")
+        if r.get("mean_compute_spread") is None and os.path.exists(path):
+            means = [w["mean_compute_seconds"] for w in json.load(open(path))["workers"] if w["mean_compute_seconds"] > 0]
+            r["mean_compute_spread"] = max(means) / min(means) if means else None
+    prefix = os.path.splitext(os.path.basename(args.from_json))[0]
+    levels = [l for l in list(LEVELS) + ["dynamic"] if any(r["schedule"] == l for r in results)]
+    text = tables(results, levels, ["sync", "async"], ["off", "paper", "omnilearn"])
+    text += f"\n\n{len(results)} runs in {doc['elapsed_seconds'] / 60:.1f} min; command: bench/heterogeneity.py " \
+            f"(re-rendered with --from_json)\n"
+    plots(results, args.out, prefix)
+    json.dump(doc, open(args.from_json, "w"), indent=1)
+    open(os.path.join(args.out, f"{prefix}.md"), "w").write(text)
+    print(text)
 
 
 def check_quick(results):

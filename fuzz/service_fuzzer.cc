@@ -26,6 +26,18 @@ void WriteChunks(FuzzInput& in, Writer* writer) {
   writer->WritesDone();
 }
 
+// Parses a request of a session-keyed unary call, optionally under the real session.
+template <typename Request, typename Call>
+void Unary(FuzzInput& in, bool as_session, uint64_t id, const std::string& secret, Call call) {
+  Request m;
+  if (!m.ParseFromString(in.Bytes())) return;
+  if (as_session) {
+    m.set_worker_id(id);
+    m.set_session_secret(secret);
+  }
+  call(m);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -99,25 +111,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 3: {
-        v1::HeartbeatRequest m;
-        if (!m.ParseFromString(in.Bytes())) break;
-        if (as_session) {
-          m.set_worker_id(id);
-          m.set_session_secret(secret);
-        }
         v1::HeartbeatResponse r;
-        (void)stub->Heartbeat(&ctx, m, &r);
+        Unary<v1::HeartbeatRequest>(in, as_session, id, secret,
+                                    [&](const v1::HeartbeatRequest& m) { (void)stub->Heartbeat(&ctx, m, &r); });
         break;
       }
       case 4: {
-        v1::LeaveRequest m;
-        if (!m.ParseFromString(in.Bytes())) break;
-        if (as_session) {
-          m.set_worker_id(id);
-          m.set_session_secret(secret);
-        }
         v1::LeaveResponse r;
-        (void)stub->Leave(&ctx, m, &r);
+        Unary<v1::LeaveRequest>(in, as_session, id, secret,
+                                [&](const v1::LeaveRequest& m) { (void)stub->Leave(&ctx, m, &r); });
         break;
       }
       default: {

@@ -86,6 +86,16 @@ void AwaitState(Pred pred) {
 }
 
 
+// Joins "a" (with the model) and "b" on a fake clock: the first round starts with both.
+std::pair<JoinResult, JoinResult> JoinTwoOnClock(ParameterServerCore& core, const FakeClock& clock) {
+  JoinResult a, b;
+  std::thread ja([&] { a = *core.Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
+  AwaitState([&] { return core.Snapshot().parameter_count > 0; });
+  b = *core.Join(Info("b", false), clock.Now() + absl::Seconds(5));
+  ja.join();
+  return {a, b};
+}
+
 // Joins n workers "w0".."w{n-1}": w0 brings the model, the others wait for it.
 std::vector<JoinResult> JoinAll(ParameterServerCore& core, int n) {
   std::vector<JoinResult> out(n);
@@ -719,11 +729,8 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
   auto core = *ParameterServerCore::Create(o);
-  JoinResult a, b;
-  std::thread ja([&] { a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
-  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
-  b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(5));
-  ja.join();
+  const auto joined = JoinTwoOnClock(*core, clock);
+  const JoinResult &a = joined.first, &b = joined.second;
   absl::StatusOr<PushResult> r;
   std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // a waits in the round
@@ -743,11 +750,8 @@ TEST_CASE("a push whose gradient is summed never fails: the call's deadline answ
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
   auto core = *ParameterServerCore::Create(o);
-  JoinResult a, b;
-  std::thread ja([&] { a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
-  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
-  b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(5));
-  ja.join();
+  const auto joined = JoinTwoOnClock(*core, clock);
+  const JoinResult &a = joined.first, &b = joined.second;
   absl::StatusOr<PushResult> r;
   // The call's deadline (2 s) comes before the round's (10 s).
   std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Seconds(2)); });
