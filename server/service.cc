@@ -131,7 +131,7 @@ ParameterServerService::StreamWatch::StreamWatch(ParameterServerService* service
   Touch();
 }
 
-ParameterServerService::StreamWatch::~StreamWatch() {
+void ParameterServerService::StreamWatch::Done() {
   absl::MutexLock lock(&service_->mu_);
   service_->idle_deadline_.erase(ctx_);
 }
@@ -232,7 +232,8 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
     if (!values.ok()) return ToGrpc(values.status());
     info.initial_parameters = std::move(*values);
   }
-  release();  // the parameters are assembled; the core's wait for the others holds no slot
+  watch.Done();  // read: the start barrier may keep the call waiting for minutes
+  release();     // the parameters are assembled; the core's wait for the others holds no slot
   absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
   if (!r.ok()) return ToGrpc(r.status());
   response->set_action(ToProto(r->action));
@@ -343,6 +344,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     info->finite_checked = assembler.all_finite();  // when not, the core says which problem it is
     gradient = std::move(*g);
   }
+  watch.Done();  // read: a sync round or an ssp wait may keep the call waiting
   return core_->Push(*info, std::move(gradient), Deadline(ctx));
 }
 

@@ -72,13 +72,15 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
-  // Watches a client stream from construction to destruction: the stream's call is
-  // cancelled when Touch() was not called for the idle timeout.
+  // Watches a client stream while it is read, from construction to Done() (or
+  // destruction): the call is cancelled when Touch() was not called for the idle timeout.
+  // Not while the core works on the call (a join at the start barrier, a push in a round).
   class StreamWatch {
    public:
     StreamWatch(ParameterServerService* service, grpc::ServerContext* ctx);
-    ~StreamWatch();
+    ~StreamWatch() { Done(); }
     void Touch();
+    void Done();
 
    private:
     ParameterServerService* const service_;

@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/tensor_codec.h"
@@ -21,9 +23,11 @@ worker::ClientOptions WithToken(std::string token) {
 }
 
 struct Fixture {
-  explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {}) {
+  explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {},
+                   int num_workers = 1) {
     ServerOptions o;
     o.mode = Mode::kAsync;
+    o.num_workers = num_workers;
     o.controller.global_batch = 8;
     o.optimizer.learning_rate = 1.0;
     o.optimizer.momentum = 0;
@@ -346,6 +350,26 @@ TEST_CASE("one push in flight per session; a stalled stream is cancelled and fre
   REQUIRE(ok.ok());
   REQUIRE(ok->applied());
   REQUIRE(f.core->version() == 1);
+}
+
+
+TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream", "[service]") {
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Milliseconds(200);
+  Fixture f("", "", limits, /*num_workers=*/2);
+  const std::vector<float> init(9, 1.0f);
+  absl::StatusOr<v1::JoinResponse> first;
+  std::thread waiting([&] { first = f.client->Join(Header(f.layout), f.layout, &init); });
+  // Long past the idle timeout: the first join is read and waits for the second worker.
+  absl::SleepFor(absl::Milliseconds(800));
+  v1::JoinHeader second = Header(f.layout);
+  second.set_name("w1");
+  second.set_has_initial_parameters(false);
+  auto client2 = worker::MakeGrpcPsClient(f.channel, WithToken(""));
+  REQUIRE(client2->Join(second, f.layout, nullptr).ok());
+  waiting.join();
+  INFO(first.status().ToString());
+  REQUIRE(first.ok());
 }
 
 }  // namespace
