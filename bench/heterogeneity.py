@@ -342,14 +342,16 @@ def check_quick(results):
     dyn = next(r for r in results if r["schedule"] == "dynamic")
     assert dyn["schedule_changes"], "the dynamic run logged no schedule change"
     change = dyn["schedule_changes"][0]
+    # The plan in force at the change, and the one the controller settled on after it (plan
+    # lines are printed when the plan changes, so the last one is the final plan).
     before = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t < change]
-    after = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t > change + 2]
-    assert before and after, "no plan lines around the schedule's change"
+    after = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t > change]
+    assert before, "no plan before the schedule's change"
+    assert after, "the plan never changed after the schedule's change"
     # w2 goes from 1x to 8x slower: its share of the global batch must fall well below.
-    assert statistics.mean(after[-3:]) < 0.6 * statistics.mean(before[-3:]), (before[-3:], after[-3:])
+    assert after[-1] < 0.6 * before[-1], (before[-1], after[-1])
     print(f"quick: HL4 sync wall time omnilearn {ours['wall_seconds']:.1f} s vs off {off['wall_seconds']:.1f} s; "
-          f"w2's share of the batch {statistics.mean(before[-3:]):.2f} before the change, "
-          f"{statistics.mean(after[-3:]):.2f} after")
+          f"w2's share of the batch {before[-1]:.2f} before the change, {after[-1]:.2f} after")
 
 
 if __name__ == "__main__":
