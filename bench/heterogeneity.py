@@ -342,16 +342,17 @@ def check_quick(results):
     dyn = next(r for r in results if r["schedule"] == "dynamic")
     assert dyn["schedule_changes"], "the dynamic run logged no schedule change"
     change = dyn["schedule_changes"][0]
-    # The plan in force at the change, and the one the controller settled on after it (plan
-    # lines are printed when the plan changes, so the last one is the final plan).
+    # The plan in force at the change, and the smallest share the controller gave w2 after it
+    # (plan lines come only when the plan changes; the last ones, as workers finish and
+    # leave, redistribute the batch and say nothing about speeds).
     before = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t < change]
     after = [b["w2"] / sum(b.values()) for t, b in dyn["batches"] if t > change]
     assert before, "no plan before the schedule's change"
     assert after, "the plan never changed after the schedule's change"
     # w2 goes from 1x to 8x slower: its share of the global batch must fall well below.
-    assert after[-1] < 0.6 * before[-1], (before[-1], after[-1])
+    assert min(after) < 0.6 * before[-1], (before[-1], after)
     print(f"quick: HL4 sync wall time omnilearn {ours['wall_seconds']:.1f} s vs off {off['wall_seconds']:.1f} s; "
-          f"w2's share of the batch {before[-1]:.2f} before the change, {after[-1]:.2f} after")
+          f"w2's share of the batch {before[-1]:.2f} before the change, down to {min(after):.2f} after")
 
 
 if __name__ == "__main__":
