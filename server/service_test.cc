@@ -22,6 +22,14 @@ worker::ClientOptions WithToken(std::string token) {
   return o;
 }
 
+v1::JoinHeader Header(const ModelLayout& layout) {
+  v1::JoinHeader h;
+  h.set_name("w0");
+  h.set_has_initial_parameters(true);
+  *h.mutable_layout() = LayoutToProto(layout);
+  return h;
+}
+
 struct Fixture {
   explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {},
                    int num_workers = 1) {
@@ -42,6 +50,13 @@ struct Fixture {
     client = worker::MakeGrpcPsClient(channel, WithToken(client_token));
     layout = *ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}});
   }
+  // Joins as "w0" with `init` as the model; the client then signs its calls with the session.
+  absl::StatusOr<v1::JoinResponse> JoinSigned(const std::vector<float>& init) {
+    absl::StatusOr<v1::JoinResponse> joined = client->Join(Header(layout), layout, &init);
+    REQUIRE(joined.ok());
+    client->SetSessionSecret(joined->session_secret());
+    return joined;
+  }
   ~Fixture() {
     core->Shutdown();
     server->Shutdown();
@@ -54,20 +69,11 @@ struct Fixture {
   ModelLayout layout;
 };
 
-v1::JoinHeader Header(const ModelLayout& layout) {
-  v1::JoinHeader h;
-  h.set_name("w0");
-  h.set_has_initial_parameters(true);
-  *h.mutable_layout() = LayoutToProto(layout);
-  return h;
-}
 
 TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   Fixture f;
   const std::vector<float> init = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
-  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
-  REQUIRE(joined.ok());
+  auto joined = f.JoinSigned(init);
   REQUIRE(joined->batch_size() == 8);
   std::vector<float> weights;
   auto version = f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights);
@@ -103,9 +109,7 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
 TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[service]") {
   Fixture f;
   const std::vector<float> init(9, 0.5f);
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
-  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
-  REQUIRE(joined.ok());
+  auto joined = f.JoinSigned(init);
   v1::PushHeader push;
   push.set_worker_id(joined->worker_id());
   push.set_batch_size(8);
@@ -172,9 +176,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
           "[service]") {
   Fixture f;
   const std::vector<float> init(9, 1.0f);
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
-  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
-  REQUIRE(joined.ok());
+  auto joined = f.JoinSigned(init);
   v1::PushHeader push;
   push.set_worker_id(joined->worker_id());
   push.set_batch_size(8);
@@ -290,9 +292,7 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
     REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 2\n") != std::string::npos);
   }
   Fixture f("the-token", "the-token");
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
-  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
-  REQUIRE(joined.ok());
+  auto joined = f.JoinSigned(init);
   std::vector<float> weights;
   REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
@@ -304,9 +304,7 @@ TEST_CASE("one push in flight per session; a stalled stream is cancelled and fre
   limits.stream_idle_timeout = absl::Seconds(2);  // a wide window to see the slot held, even under ASan
   Fixture f("", "", limits);
   const std::vector<float> init(9, 1.0f);
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
-  REQUIRE(joined.ok());
-  f.client->SetSessionSecret(joined->session_secret());
+  auto joined = f.JoinSigned(init);
   auto stub = v1::ParameterServer::NewStub(f.channel);
   v1::PushRequest header;
   header.mutable_header()->set_worker_id(joined->worker_id());
