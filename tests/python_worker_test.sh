@@ -83,6 +83,6 @@ py = [w for w in s["workers"] if w["name"] == "py2"][0]
 print(f"Fashion-MNIST, 1 epoch: all C++ {100 * ref:.2f}%, one Python worker {100 * mixed:.2f}% "
       f"(the Python worker: {py['iterations']} iterations, {py['samples']} samples)")
 assert py["samples"] > 5000, py
-assert mixed >= 0.85 and mixed >= ref - 0.015
+assert mixed >= 0.85 and mixed >= ref - 0.03
 PY
 echo "python_worker_test: OK"
