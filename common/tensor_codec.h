@@ -4,10 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_layout.h"
 #include "proto/omnilearn.pb.h"
 
@@ -27,6 +29,37 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout);
 bool ForEachChunk(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
                   const std::function<bool(v1::TensorChunk&)>& emit);
 
+// The same chunks as ForEachChunk, without building messages: `emit(spec, offset, data, n)`
+// gets each chunk's tensor, its first element's offset in the tensor and its n values.
+bool ForEachChunkSpan(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
+                      const std::function<bool(const TensorSpec&, int64_t, const float*, int64_t)>& emit);
+
+// A TensorChunk as read off the wire without copying its payload: `data` are the pieces
+// (in order) of the payload's bytes where they lie in the received buffers, which must
+// outlive the view.
+struct ChunkView {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  std::vector<absl::string_view> data;
+  int64_t data_bytes = 0;  // the pieces' total
+};
+ChunkView ViewOf(const v1::TensorChunk& chunk);
+
+// Hand-encoded chunk messages. An envelope message (PushRequest, PullResponse,
+// PushPullResponse) holding only a TensorChunk as its field `field` is, on the wire,
+// ChunkPrefix(...) followed by the payload's bytes: the payload can go to the transport
+// from where it lies. Parsing the concatenation with protobuf gives the same message.
+std::string ChunkPrefix(int field, const std::string& name, const std::vector<int64_t>& shape, int64_t offset,
+                        int64_t data_bytes);
+
+// Reads an envelope message (pieces of its wire bytes, in order) that holds only a
+// TensorChunk as field `field`, without copying the payload. False when the message is
+// anything else (another field, several, unknown or odd encodings, a name that is not
+// ASCII, malformed bytes): the caller parses it with protobuf, which decides. When true,
+// *out is what protobuf would have parsed.
+bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field, ChunkView* out);
+
 // Rebuilds a flat vector from chunks. Each tensor's chunks must come in order and
 // cover it exactly once; names and shapes must match the layout.
 // Thread-compatible.
@@ -37,7 +70,8 @@ class ChunkAssembler {
   explicit ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer = {});
   // InvalidArgument: unknown name, wrong shape, misplaced offset, ragged or
   // oversized payload.
-  absl::Status Add(const v1::TensorChunk& chunk);
+  absl::Status Add(const ChunkView& chunk);
+  absl::Status Add(const v1::TensorChunk& chunk) { return Add(ViewOf(chunk)); }
   // InvalidArgument when a tensor is incomplete. Moves the vector out.
   absl::StatusOr<std::vector<float>> Finish();
   int64_t bytes_received() const { return bytes_; }
@@ -57,8 +91,9 @@ class ChunkAssembler {
 
 // True when every value is finite.
 bool AllFinite(const std::vector<float>& values);
-// Copies n floats and says whether all were finite (one pass, vectorized).
-bool CopyFinite(float* dst, const float* src, int64_t n);
+// Copies n floats from `src` (any alignment) and says whether all were finite (one
+// pass, vectorized).
+bool CopyFinite(float* dst, const void* src, int64_t n);
 
 }  // namespace omnilearn
 

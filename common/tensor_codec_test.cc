@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
+#include <string>
 
 #include "catch2/catch.hpp"
 
@@ -108,6 +110,136 @@ TEST_CASE("layouts are validated", "[codec]") {
   auto back = ParseLayout(LayoutToProto(l));
   REQUIRE(back.ok());
   REQUIRE(*back == l);
+}
+
+// Splits `bytes` into pieces at the given cut points (gRPC's slices can end anywhere).
+std::vector<absl::string_view> Cut(const std::string& bytes, std::vector<size_t> cuts) {
+  std::vector<absl::string_view> pieces;
+  size_t at = 0;
+  for (size_t c : cuts) {
+    c = std::min(c, bytes.size());
+    if (c < at) continue;
+    pieces.push_back(absl::string_view(bytes).substr(at, c - at));
+    at = c;
+  }
+  pieces.push_back(absl::string_view(bytes).substr(at));
+  return pieces;
+}
+
+std::string Join(const std::vector<absl::string_view>& pieces) {
+  std::string out;
+  for (absl::string_view p : pieces) out.append(p.data(), p.size());
+  return out;
+}
+
+TEST_CASE("a hand-encoded chunk is the message protobuf parses", "[codec][wire]") {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  const std::string payload(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  for (int64_t offset : {int64_t{0}, int64_t{7}, int64_t{1} << 40}) {
+    const std::string bytes = ChunkPrefix(2, "layer.weight", {300, 2}, offset, payload.size()) + payload;
+    v1::PushRequest parsed;
+    REQUIRE(parsed.ParseFromString(bytes));
+    REQUIRE(parsed.has_chunk());
+    CHECK(parsed.chunk().name() == "layer.weight");
+    CHECK(std::vector<int64_t>(parsed.chunk().shape().begin(), parsed.chunk().shape().end()) ==
+          std::vector<int64_t>{300, 2});
+    CHECK(parsed.chunk().offset() == offset);
+    CHECK(parsed.chunk().data() == payload);
+    // And the reader takes back what it wrote, however the bytes are cut.
+    for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+      ChunkView view;
+      REQUIRE(ParseChunkEnvelope(Cut(bytes, {cut}), 2, &view));
+      CHECK(view.name == "layer.weight");
+      CHECK(view.shape == std::vector<int64_t>{300, 2});
+      CHECK(view.offset == offset);
+      CHECK(view.data_bytes == static_cast<int64_t>(payload.size()));
+      CHECK(Join(view.data) == payload);
+    }
+  }
+  // A scalar tensor (no shape) and an empty payload.
+  v1::PullResponse empty;
+  REQUIRE(empty.ParseFromString(ChunkPrefix(2, "s", {}, 0, 0)));
+  CHECK(empty.chunk().name() == "s");
+  CHECK(empty.chunk().shape_size() == 0);
+  CHECK(empty.chunk().data().empty());
+}
+
+TEST_CASE("the in-place reader agrees with protobuf or leaves the message to it", "[codec][wire]") {
+  // Differential: random edits of valid chunk messages (and of other messages). Whenever
+  // the reader takes a message, protobuf parses it to the same chunk.
+  std::mt19937 rng(7);
+  v1::PushRequest seeds[3];
+  seeds[0].mutable_chunk()->set_name("w");
+  seeds[0].mutable_chunk()->add_shape(3);
+  seeds[0].mutable_chunk()->add_shape(4);
+  seeds[0].mutable_chunk()->set_offset(5);
+  seeds[0].mutable_chunk()->set_data(std::string(28, '\x01'));
+  seeds[1].mutable_header()->set_worker_id(9);
+  seeds[2].mutable_chunk()->set_name("b");
+  int taken = 0, left = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = seeds[trial % 3].SerializeAsString();
+    for (int edits = rng() % 4; edits > 0; --edits) {
+      const size_t at = bytes.empty() ? 0 : rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0:
+          if (!bytes.empty()) bytes[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          bytes.insert(at, 1, static_cast<char>(rng()));
+          break;
+        case 2:
+          if (!bytes.empty()) bytes.erase(at, 1 + rng() % 3);
+          break;
+        case 3:  // an unknown field of the chunk, or a repeated known one
+          bytes += ChunkPrefix(2, "w", {1}, 0, 0).substr(0, rng() % 8);
+          break;
+      }
+    }
+    ChunkView view;
+    const bool in_place = ParseChunkEnvelope(Cut(bytes, {rng() % 40, 40 + rng() % 40}), 2, &view);
+    v1::PushRequest parsed;
+    const bool ok = parsed.ParseFromString(bytes);
+    if (!in_place) {
+      ++left;
+      continue;
+    }
+    ++taken;
+    INFO("trial " << trial);
+    REQUIRE(ok);
+    REQUIRE(parsed.has_chunk());
+    CHECK(view.name == parsed.chunk().name());
+    CHECK(view.shape == std::vector<int64_t>(parsed.chunk().shape().begin(), parsed.chunk().shape().end()));
+    CHECK(view.offset == parsed.chunk().offset());
+    CHECK(Join(view.data) == parsed.chunk().data());
+  }
+  CHECK(taken > 1000);  // the reader is exercised, not only its refusals
+  CHECK(left > 1000);
+}
+
+TEST_CASE("the assembler copies pieces split anywhere, floats included", "[codec][wire]") {
+  const ModelLayout layout = TwoTensors();
+  std::vector<float> flat(layout.total_elements());
+  std::iota(flat.begin(), flat.end(), 0.25f);
+  const std::string w(reinterpret_cast<const char*>(flat.data()), 12 * sizeof(float));
+  const std::string b(reinterpret_cast<const char*>(flat.data() + 12), 4 * sizeof(float));
+  for (size_t c1 = 0; c1 <= w.size(); c1 += 3) {
+    ChunkAssembler a(&layout);
+    ChunkView vw{"w", {3, 4}, 0, Cut(w, {c1, c1 + 1, c1 + 6}), static_cast<int64_t>(w.size())};
+    ChunkView vb{"b", {4}, 0, Cut(b, {c1 % 16}), static_cast<int64_t>(b.size())};
+    REQUIRE(a.Add(vw).ok());
+    REQUIRE(a.Add(vb).ok());
+    REQUIRE(a.all_finite());
+    auto out = a.Finish();
+    REQUIRE(out.ok());
+    REQUIRE(*out == flat);
+  }
+  // A NaN split between two pieces is still seen.
+  std::vector<float> bad = {1.0f, std::nanf(""), 2.0f, 3.0f};
+  const std::string nb(reinterpret_cast<const char*>(bad.data()), bad.size() * sizeof(float));
+  ChunkAssembler a(&layout);
+  REQUIRE(a.Add(ChunkView{"b", {4}, 0, Cut(nb, {6}), 16}).ok());
+  CHECK_FALSE(a.all_finite());
 }
 
 }  // namespace

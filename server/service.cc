@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_chunks.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 
@@ -101,6 +102,27 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
 ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::Duration max_wait,
                                                std::string auth_token, ServiceLimits limits)
     : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)), limits_(limits) {
+  // The model-carrying methods, by their index in the service (the generated code adds
+  // them in the proto's order), as streams of raw buffers. A server-streaming Pull served
+  // as a bidirectional stream reads its one request itself; the wire is the same.
+  const google::protobuf::ServiceDescriptor* d =
+      v1::PullRequest::descriptor()->file()->FindServiceByName("ParameterServer");
+  using Self = ParameterServerService;
+  MarkMethodStreamed(d->FindMethodByName("Pull")->index(),
+                     new grpc::internal::BidiStreamingHandler<Self, grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [](Self* s, grpc::ServerContext* ctx, RawStream* stream) { return s->PullRaw(ctx, stream); },
+                         this));
+  MarkMethodStreamed(d->FindMethodByName("Push")->index(),
+                     new grpc::internal::ClientStreamingHandler<Self, grpc::ByteBuffer, v1::PushResponse>(
+                         [](Self* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                            v1::PushResponse* response) { return s->PushRaw(ctx, reader, response); },
+                         this));
+  MarkMethodStreamed(d->FindMethodByName("PushPull")->index(),
+                     new grpc::internal::BidiStreamingHandler<Self, grpc::ByteBuffer, grpc::ByteBuffer>(
+                         [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
+                           return s->PushPullRaw(ctx, stream);
+                         },
+                         this));
   watchdog_ = std::thread([this] { WatchdogLoop(); });
 }
 
@@ -251,35 +273,34 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   return grpc::Status::OK;
 }
 
-// Sends a model snapshot as Pull does: a PullHeader, then (unless up to date) the chunks.
-// `emit` wraps each piece in the stream's message type and writes it.
-template <typename Emit>
-grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, Emit emit) {
-  v1::PullHeader header;
-  header.set_model_version(snap.version);
-  *header.mutable_layout() = LayoutToProto(snap.layout);
-  header.set_up_to_date(snap.weights == nullptr);
-  if (!emit(&header, nullptr)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+template <typename Envelope, typename Writer>
+grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int chunk_field, Writer* writer) {
+  Envelope first;
+  v1::PullHeader* header = first.mutable_header();
+  header->set_model_version(snap.version);
+  *header->mutable_layout() = LayoutToProto(snap.layout);
+  header->set_up_to_date(snap.weights == nullptr);
+  if (!writer->Write(Serialize(first))) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   if (snap.weights == nullptr) return grpc::Status::OK;
-  const bool sent = ForEachChunk(snap.layout, snap.weights->data(), kMaxChunkBytes,
-                                 [&](v1::TensorChunk& c) { return emit(nullptr, &c); });
+  // The chunks' slices hold the snapshot (immutable) until the transport is done with them.
+  const bool sent = ForEachChunkBuffer(chunk_field, snap.layout, snap.weights->data(), snap.weights,
+                                       [&](const grpc::ByteBuffer& b) { return writer->Write(b); });
   if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   core_->CountPullBytes(snap.layout.total_elements() * sizeof(float));
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
-                                          grpc::ServerWriter<v1::PullResponse>* writer) {
+grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
-  absl::StatusOr<ModelSnapshot> snap = core_->Pull(request->worker_id(), request->have_version());
+  grpc::ByteBuffer in;
+  v1::PullRequest request;
+  if (!stream->Read(&in) || !grpc::SerializationTraits<v1::PullRequest>::Deserialize(&in, &request).ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull: no request, or a malformed one");
+  }
+  if (absl::Status s = core_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
+  absl::StatusOr<ModelSnapshot> snap = core_->Pull(request.worker_id(), request.have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
-  return WriteModel(*snap, [writer](v1::PullHeader* h, v1::TensorChunk* c) {
-    v1::PullResponse out;
-    if (h != nullptr) out.mutable_header()->Swap(h);
-    if (c != nullptr) out.mutable_chunk()->Swap(c);
-    return writer->Write(out);
-  });
+  return WriteModel<v1::PullResponse>(*snap, kPullResponseChunkField, stream);
 }
 
 // Reads a push (its header, then the gradient's chunks) and hands it to the core.
@@ -287,12 +308,13 @@ template <typename Stream>
 absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
                                                                bool until_complete, PushInfo* info) {
   StreamWatch watch(this, ctx);
-  v1::PushRequest msg;
-  if (!stream->Read(&msg) || !msg.has_header()) {
+  grpc::ByteBuffer buffer;
+  ReceivedMessage<v1::PushRequest> msg;
+  if (!stream->Read(&buffer) || !msg.Parse(buffer, kPushRequestChunkField).ok() || !msg.message().has_header()) {
     core_->CountRejectedPush(0, "invalid");
     return absl::InvalidArgumentError("Push must start with a header");
   }
-  const v1::PushHeader header = msg.header();
+  const v1::PushHeader header = msg.message().header();
   // Before the gradient is read: a push for another worker's session goes no further.
   if (absl::Status s = core_->Authenticate(header.worker_id(), header.session_secret()); !s.ok()) {
     core_->CountRejectedPush(header.worker_id(), "unauthenticated");
@@ -326,10 +348,10 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     ChunkAssembler assembler(&*layout, core_->TakeBuffer());
     // A PushPull's request stream has no end of its own before the reply: its chunks
     // end when the layout is complete. A Push's stream is read to its end.
-    while (!(until_complete && assembler.complete()) && stream->Read(&msg)) {
+    while (!(until_complete && assembler.complete()) && stream->Read(&buffer)) {
       watch.Touch();
-      absl::Status s = msg.has_chunk() ? assembler.Add(msg.chunk())
-                                       : absl::InvalidArgumentError("Push: a second header");
+      absl::Status s = msg.Parse(buffer, kPushRequestChunkField);
+      if (s.ok()) s = msg.is_chunk() ? assembler.Add(msg.chunk()) : absl::InvalidArgumentError("Push: a second header");
       if (!s.ok()) {
         core_->CountRejectedPush(info->id, "invalid");
         return s;
@@ -359,8 +381,8 @@ void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* re
   SamplesToProto(r.samples, response->mutable_samples());
 }
 
-grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
-                                          v1::PushResponse* response) {
+grpc::Status ParameterServerService::PushRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                             v1::PushResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   PushInfo info;
   absl::StatusOr<PushResult> r = ReadAndPush(ctx, reader, /*until_complete=*/false, &info);
@@ -369,24 +391,18 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* ctx, grpc::Server
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::PushPull(
-    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::PushPullResponse, v1::PushRequest>* stream) {
+grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   PushInfo info;
   absl::StatusOr<PushResult> r = ReadAndPush(ctx, stream, /*until_complete=*/true, &info);
   if (!r.ok()) return ToGrpc(r.status());
   v1::PushPullResponse out;
   FillReply(*r, out.mutable_reply());
-  if (!stream->Write(out)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+  if (!stream->Write(Serialize(out))) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   if (r->action != Action::kPull && r->action != Action::kContinue) return grpc::Status::OK;
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(info.id, info.version);
   if (!snap.ok()) return ToGrpc(snap.status());
-  return WriteModel(*snap, [stream](v1::PullHeader* h, v1::TensorChunk* c) {
-    v1::PushPullResponse piece;
-    if (h != nullptr) piece.mutable_header()->Swap(h);
-    if (c != nullptr) piece.mutable_chunk()->Swap(c);
-    return stream->Write(piece);
-  });
+  return WriteModel<v1::PushPullResponse>(*snap, kPushPullResponseChunkField, stream);
 }
 
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,

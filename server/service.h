@@ -49,12 +49,15 @@ class ParameterServerService final : public v1::ParameterServer::Service {
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
-  grpc::Status Pull(grpc::ServerContext* ctx, const v1::PullRequest* request,
-                    grpc::ServerWriter<v1::PullResponse>* writer) override;
-  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::PushRequest>* reader,
-                    v1::PushResponse* response) override;
-  grpc::Status PushPull(grpc::ServerContext* ctx,
-                        grpc::ServerReaderWriter<v1::PushPullResponse, v1::PushRequest>* stream) override;
+  // Pull, Push and PushPull carry the model: they read and write grpc::ByteBuffers, so
+  // chunks go from the snapshot to the transport and from the received slices into the
+  // gradient without protobuf copies (common/grpc_chunks.h). The wire format is the
+  // proto's; the constructor installs them in place of the generated handlers.
+  using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+  grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
+  grpc::Status PushRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                       v1::PushResponse* response);
+  grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override;
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
@@ -67,8 +70,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
                                          PushInfo* info);
   static void FillReply(const PushResult& r, v1::PushResponse* response);
-  template <typename Emit>
-  grpc::Status WriteModel(const ModelSnapshot& snap, Emit emit);
+  // Writes a snapshot as Pull does: a PullHeader inside `Envelope`, then (unless up to
+  // date) the chunks as the envelope's field `chunk_field`.
+  template <typename Envelope, typename Writer>
+  grpc::Status WriteModel(const ModelSnapshot& snap, int chunk_field, Writer* writer);
   // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 

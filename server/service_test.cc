@@ -193,15 +193,15 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
 
   // An older server (no PushPull): the client notices UNIMPLEMENTED and uses Push + Pull.
   struct OldService : v1::ParameterServer::Service {
-    explicit OldService(ParameterServerService* s) : inner(s) {}
-    grpc::Status Push(grpc::ServerContext* c, grpc::ServerReader<v1::PushRequest>* r, v1::PushResponse* o) override {
-      return inner->Push(c, r, o);
+    explicit OldService(ParameterServerService* s) {  // Pull (1) and Push (2) served by `s`
+      using S = ParameterServerService;
+      MarkMethodStreamed(1, new grpc::internal::BidiStreamingHandler<S, grpc::ByteBuffer, grpc::ByteBuffer>(
+                                [](S* s, grpc::ServerContext* c, S::RawStream* r) { return s->PullRaw(c, r); }, s));
+      MarkMethodStreamed(2, new grpc::internal::ClientStreamingHandler<S, grpc::ByteBuffer, v1::PushResponse>(
+                                [](S* s, grpc::ServerContext* c, grpc::ServerReader<grpc::ByteBuffer>* r,
+                                   v1::PushResponse* o) { return s->PushRaw(c, r, o); },
+                                s));
     }
-    grpc::Status Pull(grpc::ServerContext* c, const v1::PullRequest* r,
-                      grpc::ServerWriter<v1::PullResponse>* w) override {
-      return inner->Pull(c, r, w);
-    }
-    ParameterServerService* inner;
   } old(f.service.get());
   grpc::ServerBuilder builder;
   builder.RegisterService(&old);

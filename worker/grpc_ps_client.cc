@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/grpc_chunks.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
@@ -21,7 +22,7 @@ absl::Status FromGrpc(const grpc::Status& s, const char* call) {
 }
 
 // Writes a client stream's header, then `values` (when given) as chunks, then closes the
-// writing side. Join, Push and PushPull send the same way.
+// writing side. Join sends protobuf messages.
 template <typename Request, typename Header, typename Writer>
 void WriteHeaderAndChunks(Writer* writer, const Header& header, const ModelLayout& layout,
                           const std::vector<float>* values) {
@@ -37,6 +38,25 @@ void WriteHeaderAndChunks(Writer* writer, const Header& header, const ModelLayou
   writer->WritesDone();
 }
 
+// The same for Push and PushPull over raw buffers: the gradient's chunks are sent from
+// where it lies (the caller keeps it unchanged until the call has ended).
+template <typename Writer>
+void WritePush(Writer* writer, const v1::PushHeader& header, const ModelLayout& layout,
+               const std::vector<float>* gradient) {
+  v1::PushRequest msg;
+  *msg.mutable_header() = header;
+  if (writer->Write(Serialize(msg)) && gradient != nullptr) {
+    ForEachChunkBuffer(kPushRequestChunkField, layout, gradient->data(), nullptr,
+                       [&](const grpc::ByteBuffer& b) { return writer->Write(b); });
+  }
+  writer->WritesDone();
+}
+
+// The full name gRPC calls a method of the service by.
+std::string MethodPath(const char* method) {
+  return absl::StrCat("/", v1::ParameterServer::service_full_name(), "/", method);
+}
+
 // Receives a model as Pull and PushPull send it: a PullHeader, then (unless up to date)
 // the chunks. They are assembled into a spare buffer, swapped in only when complete: the
 // worker's weights stay intact on any failure (a rejoin may send them), and the old
@@ -50,9 +70,12 @@ class ModelReceiver {
     got_header_ = true;
     if (!h.up_to_date()) assembler_.emplace(layout_, std::move(*spare_));
   }
-  void Chunk(const v1::TensorChunk& c) {
+  void Chunk(const ChunkView& c) {
     if (!status_.ok()) return;
     status_ = assembler_ ? assembler_->Add(c) : absl::InvalidArgumentError("a model chunk before the model's header");
+  }
+  void Fail(absl::Status s) {
+    if (status_.ok()) status_ = std::move(s);
   }
   // After the stream ended well: the new weights (when the model came) and the version
   // (when a header came).
@@ -80,7 +103,14 @@ class ModelReceiver {
 class GrpcPsClient : public PsClient {
  public:
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
-      : stub_(v1::ParameterServer::NewStub(channel)),
+      : channel_(channel),
+        stub_(v1::ParameterServer::NewStub(channel)),
+        pull_path_(MethodPath("Pull")),
+        push_path_(MethodPath("Push")),
+        push_pull_path_(MethodPath("PushPull")),
+        pull_method_(pull_path_.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING, channel),
+        push_method_(push_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
+        push_pull_method_(push_pull_path_.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
         timeout_(options.rpc_timeout),
         authorization_(options.auth_token.empty() ? "" : absl::StrCat("Bearer ", options.auth_token)) {}
 
@@ -99,15 +129,20 @@ class GrpcPsClient : public PsClient {
     request.set_worker_id(worker_id);
     request.set_have_version(have_version);
     request.set_session_secret(secret());
-    auto reader = stub_->Pull(&ctx, request);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), pull_method_, &ctx,
+                                                                      Serialize(request)));
     absl::MutexLock lock(&spare_mu_);
     ModelReceiver model(&layout, &spare_);
-    v1::PullResponse msg;
-    while (reader->Read(&msg)) {
-      if (msg.has_header()) {
-        model.Header(msg.header());
-      } else {
+    grpc::ByteBuffer buffer;
+    ReceivedMessage<v1::PullResponse> msg;
+    while (reader->Read(&buffer)) {
+      if (absl::Status p = msg.Parse(buffer, kPullResponseChunkField); !p.ok()) {
+        model.Fail(p);
+      } else if (msg.is_chunk()) {
         model.Chunk(msg.chunk());
+      } else if (msg.message().has_header()) {
+        model.Header(msg.message().header());
       }
     }
     grpc::Status s = reader->Finish();
@@ -119,9 +154,15 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
-    return Upload<v1::PushRequest, v1::PushResponse>(
-        "Push", [this](grpc::ClientContext* ctx, v1::PushResponse* r) { return stub_->Push(ctx, r); }, Signed(header),
-        layout, GradientOf(header, gradient));
+    grpc::ClientContext ctx;
+    Prepare(&ctx);
+    v1::PushResponse response;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), push_method_, &ctx, &response));
+    WritePush(writer.get(), Signed(header), layout, GradientOf(header, gradient));
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpc(s, "Push");
+    return response;
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -130,22 +171,27 @@ class GrpcPsClient : public PsClient {
     if (!push_pull_.load()) return PsClient::PushPull(header, layout, gradient, model_version, weights);
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    auto stream = stub_->PushPull(&ctx);
-    WriteHeaderAndChunks<v1::PushRequest>(stream.get(), Signed(header), layout, GradientOf(header, gradient));
+    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channel_.get(), push_pull_method_, &ctx));
+    WritePush(stream.get(), Signed(header), layout, GradientOf(header, gradient));
     std::optional<v1::PushResponse> reply;
     grpc::Status s;
     absl::Status received;
     {
       absl::MutexLock lock(&spare_mu_);
       ModelReceiver model(&layout, &spare_);
-      v1::PushPullResponse in;
-      while (stream->Read(&in)) {
-        if (in.has_reply()) {
-          reply = in.reply();
-        } else if (in.has_header()) {
-          model.Header(in.header());
-        } else {
+      grpc::ByteBuffer buffer;
+      ReceivedMessage<v1::PushPullResponse> in;
+      while (stream->Read(&buffer)) {
+        if (absl::Status p = in.Parse(buffer, kPushPullResponseChunkField); !p.ok()) {
+          model.Fail(p);
+        } else if (in.is_chunk()) {
           model.Chunk(in.chunk());
+        } else if (in.message().has_reply()) {
+          reply = in.message().reply();
+        } else if (in.message().has_header()) {
+          model.Header(in.message().header());
         }
       }
       s = stream->Finish();
@@ -213,7 +259,7 @@ class GrpcPsClient : public PsClient {
     if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
   }
 
-  // A client-streamed call (Join, Push): the header, then `values` (when given) as
+  // A client-streamed call (Join): the header, then `values` (when given) as
   // chunks, then the server's one response.
   template <typename Request, typename Response, typename Header, typename Open>
   absl::StatusOr<Response> Upload(const char* call, Open open, const Header& header, const ModelLayout& layout,
@@ -228,7 +274,12 @@ class GrpcPsClient : public PsClient {
     return response;
   }
 
-  std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ParameterServer::Stub> stub_;  // the calls without a model
+  // Pull, Push and PushPull over raw buffers (common/grpc_chunks.h): the same methods
+  // and wire format as the stub's, without protobuf copies of the model.
+  const std::string pull_path_, push_path_, push_pull_path_;
+  const grpc::internal::RpcMethod pull_method_, push_method_, push_pull_method_;
   std::atomic<bool> push_pull_{true};  // the server implements PushPull
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
