@@ -1,14 +1,60 @@
 #include "server/parameter_store.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/parallel_for.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
 namespace server {
+namespace {
+
+// Elements per range of a parallel step: 1 MiB of floats, so small models step inline.
+constexpr int64_t kStepGrain = 1 << 18;
+
+// The step's kernels over [lo, hi) of one tensor. Free functions with restrict
+// parameters and scalars by value, so that GCC vectorizes them (inside a lambda that
+// captures the scalars by reference it cannot: a store might change them).
+void BlendRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo,
+                int64_t hi, float blend, float us) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
+}
+
+void SgdRange(float* __restrict out, float* __restrict v, const float* __restrict w, const float* __restrict u,
+              int64_t lo, int64_t hi, float mu, float scale, float wd, float lr) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float vi = mu * v[i] + scale * u[i] + wd * w[i];
+    v[i] = vi;
+    out[i] = w[i] - lr * vi;
+  }
+}
+
+struct AdamScalars {
+  float scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size;
+  bool decoupled;
+};
+
+void AdamRange(float* __restrict out, float* __restrict m, float* __restrict v, const float* __restrict w,
+               const float* __restrict u, int64_t lo, int64_t hi, const AdamScalars k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float g = k.scale * u[i];
+    float wi = w[i];
+    if (k.decoupled) {
+      wi *= 1 - k.lr * k.wd;
+    } else {
+      g += k.wd * wi;
+    }
+    m[i] = k.b1 * m[i] + (1 - k.b1) * g;
+    v[i] = k.b2 * v[i] + (1 - k.b2) * g * g;
+    out[i] = wi - k.step_size * m[i] / (std::sqrt(v[i]) / k.bias2_sqrt + k.eps);
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
@@ -133,40 +179,25 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   const float step_size = lr / bias1;
   const float mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
   const float blend = static_cast<float>(buffer_blend);
-  for (int t = 0; t < tensors; ++t) {
-    const int64_t off = layout_.offset(t), n = layout_.size(t);
-    const float* __restrict w = weights_->data() + off;
-    float* __restrict out = next->data() + off;
-    const float* __restrict u = update.data() + off;
-    if (layout_.is_buffer(t)) {
-      for (int64_t i = 0; i < n; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
-      continue;
-    }
-    if (o.kind == OptimizerKind::kSgd) {
-      float* __restrict v = state_[0].data() + off;
-      for (int64_t i = 0; i < n; ++i) {
-        const float vi = mu * v[i] + scale * u[i] + wd * w[i];
-        v[i] = vi;
-        out[i] = w[i] - lr * vi;
-      }
-      continue;
-    }
-    float* __restrict m = state_[0].data() + off;
-    float* __restrict v = state_[1].data() + off;
-    const bool decoupled = o.kind == OptimizerKind::kAdamW;
-    for (int64_t i = 0; i < n; ++i) {
-      float g = scale * u[i];
-      float wi = w[i];
-      if (decoupled) {
-        wi *= 1 - lr * wd;
+  const AdamScalars adam{scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
+  // Element-wise: split across cores by ranges of the flat model (ParallelFor).
+  ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (int t = 0; t < tensors; ++t) {
+      const int64_t off = layout_.offset(t);
+      const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout_.size(t)) - off;
+      if (lo >= hi) continue;
+      const float* w = weights_->data() + off;
+      float* out = next->data() + off;
+      const float* u = update.data() + off;
+      if (layout_.is_buffer(t)) {
+        BlendRange(out, w, u, lo, hi, blend, us);
+      } else if (o.kind == OptimizerKind::kSgd) {
+        SgdRange(out, state_[0].data() + off, w, u, lo, hi, mu, scale, wd, lr);
       } else {
-        g += wd * wi;
+        AdamRange(out, state_[0].data() + off, state_[1].data() + off, w, u, lo, hi, adam);
       }
-      m[i] = b1 * m[i] + (1 - b1) * g;
-      v[i] = b2 * v[i] + (1 - b2) * g * g;
-      out[i] = wi - step_size * m[i] / (std::sqrt(v[i]) / bias2_sqrt + eps);
     }
-  }
+  });
   spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
   weights_ = std::move(next);
   ++version_;

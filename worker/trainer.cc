@@ -41,16 +41,21 @@ class FlatModel {
   absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
 
   std::vector<float> Values() const {
-    return Flatten([](const torch::Tensor& t, bool) { return t.detach(); });
+    std::vector<float> out;
+    Flatten([](const torch::Tensor& t, bool) { return t.detach(); }, &out);
+    return out;
   }
 
   // The parameters' gradients and the buffers' values, each copied once straight into
-  // the push buffer (one device-to-host copy per tensor on CUDA, no staging tensor).
-  std::vector<float> Update() const {
-    return Flatten([](const torch::Tensor& t, bool buffer) {
-      if (buffer) return t.detach();
-      return t.grad().defined() ? t.grad() : torch::zeros_like(t);
-    });
+  // the push buffer `out` (one device-to-host copy per tensor on CUDA, no staging
+  // tensor; the buffer is reused from step to step: no allocation per step).
+  void Update(std::vector<float>* out) const {
+    Flatten(
+        [](const torch::Tensor& t, bool buffer) {
+          if (buffer) return t.detach();
+          return t.grad().defined() ? t.grad() : torch::zeros_like(t);
+        },
+        out);
   }
 
   void Load(const std::vector<float>& flat) {
@@ -77,18 +82,17 @@ class FlatModel {
   }
 
   template <typename Pick>
-  std::vector<float> Flatten(Pick pick) const {
+  void Flatten(Pick pick, std::vector<float>* out) const {
     torch::NoGradGuard no_grad;
     int64_t total = 0;
     for (const torch::Tensor& t : tensors_) total += t.numel();
-    std::vector<float> out(total);
+    out->resize(total);
     int64_t off = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
       const torch::Tensor& t = tensors_[i];
-      torch::from_blob(out.data() + off, t.sizes(), torch::kFloat32).copy_(pick(t, specs_[i].buffer));
+      torch::from_blob(out->data() + off, t.sizes(), torch::kFloat32).copy_(pick(t, specs_[i].buffer));
       off += t.numel();
     }
-    return out;
   }
 
   std::vector<TensorSpec> specs_;
@@ -366,7 +370,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       if (!sample_log) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", o.log_samples));
     }
     bool finished = false;
-
+    std::vector<float> grad;  // the push buffer, reused from step to step
     for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations;) {
       if (o.interrupted != nullptr && o.interrupted->load()) {
         session.Leave(/*finished=*/false);
@@ -406,7 +410,6 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       v1::PushHeader push;
       push.set_batch_size(batch);
       push.set_iteration(it);
-      std::vector<float> grad;
       double loss_value = 0;
       try {
         torch::Tensor x, y;
@@ -445,7 +448,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         loss_value = loss.item<double>();
         push.set_compute_seconds(real * slowdown);
         push.set_train_loss(loss_value);
-        grad = params.Update();
+        params.Update(&grad);
       } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
         if (!IsOutOfMemory(e)) throw;
         std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
