@@ -1,8 +1,8 @@
 // aggregate: one sync round of N pushes (N = 1, 4, 16) of an M MB gradient, server-side
-// work only: assembling the chunks as they come off the wire (protobuf messages built
-// beforehand), the checks, the accumulation, the optimizer step and the new snapshot.
+// work only: reading the chunks in place and assembling them as they come off the wire
+// (gRPC byte buffers built beforehand, as the service receives them), the checks, the accumulation, the optimizer step and the new snapshot.
 // Baseline: memcpy of the same bytes (one copy of every pushed byte), in the same run.
-//   bazel run -c opt //bench:aggregate -- [--megabytes=64] [--pushes=1,4,16] [--rounds=5]
+//   bazel run -c opt //bench:aggregate -- [--megabytes=64] [--pushes=1,4,16] [--rounds=9]
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -14,20 +14,22 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/large_buffers.h"
+#include "common/grpc_chunks.h"
 #include "common/tensor_codec.h"
 
 ABSL_FLAG(double, megabytes, 64, "gradient size in MB");
 ABSL_FLAG(std::string, pushes, "1,4,16", "pushes per round");
-ABSL_FLAG(int, rounds, 5, "rounds per measurement (the median is reported)");
+ABSL_FLAG(int, rounds, 9, "rounds per measurement (the median is reported)");
 
 namespace omnilearn {
 namespace bench {
 namespace {
 
-std::vector<v1::TensorChunk> Chunks(const ModelLayout& layout, const std::vector<float>& values) {
-  std::vector<v1::TensorChunk> out;
-  ForEachChunk(layout, values.data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
-    out.push_back(c);
+// A push's chunk messages as the service receives them (gRPC byte buffers).
+std::vector<grpc::ByteBuffer> Chunks(const ModelLayout& layout, std::shared_ptr<const std::vector<float>> values) {
+  std::vector<grpc::ByteBuffer> out;
+  ForEachChunkBuffer(kPushRequestChunkField, layout, values->data(), values, [&](const grpc::ByteBuffer& b) {
+    out.push_back(b);
     return true;
   });
   return out;
@@ -78,7 +80,8 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
     }
     for (auto& t : joins) t.join();
   }
-  const std::vector<v1::TensorChunk> chunks = Chunks(layout, std::vector<float>(layout.total_elements(), 1e-3f));
+  const std::vector<grpc::ByteBuffer> chunks =
+      Chunks(layout, std::make_shared<const std::vector<float>>(layout.total_elements(), 1e-3f));
   const int64_t batch = 64;
   std::vector<double> times;
   for (int round = 0; round < rounds; ++round) {
@@ -92,8 +95,11 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
         ++ready;
         while (!go.load()) std::this_thread::yield();
         ChunkAssembler assembler(&layout, core->TakeBuffer());  // as the service does
-        for (const v1::TensorChunk& c : chunks) {
-          if (!assembler.Add(c).ok()) throw std::runtime_error("bad chunk");
+        ReceivedMessage<v1::PushRequest> msg;
+        for (const grpc::ByteBuffer& c : chunks) {
+          if (!msg.Parse(c, kPushRequestChunkField).ok() || !msg.is_chunk() || !assembler.Add(msg.chunk()).ok()) {
+            throw std::runtime_error("bad chunk");
+          }
         }
         std::vector<float> g = std::move(*assembler.Finish());
         server::PushInfo p;

@@ -298,7 +298,7 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
     }
     const int64_t whole = left / 4;
     finite &= CopyFinite(dst + pos / 4, p, whole);
-    std::memcpy(bytes + pos + whole * 4, p + whole * 4, left - whole * 4);
+    if (left > whole * 4) std::memcpy(bytes + pos + whole * 4, p + whole * 4, left - whole * 4);
     pos += left;
   }
   all_finite_ &= finite;

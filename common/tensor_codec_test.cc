@@ -234,6 +234,12 @@ TEST_CASE("the assembler copies pieces split anywhere, floats included", "[codec
     REQUIRE(out.ok());
     REQUIRE(*out == flat);
   }
+  // A zero-sized tensor: an empty payload into no storage at all (found by the fuzzer).
+  auto empty = ModelLayout::Create({{"e", {0}}});
+  REQUIRE(empty.ok());
+  ChunkAssembler z(&*empty);
+  REQUIRE(z.Add(ChunkView{"e", {0}, 0, {absl::string_view()}, 0}).ok());
+  REQUIRE(z.Finish().ok());
   // A NaN split between two pieces is still seen.
   std::vector<float> bad = {1.0f, std::nanf(""), 2.0f, 3.0f};
   const std::string nb(reinterpret_cast<const char*>(bad.data()), bad.size() * sizeof(float));

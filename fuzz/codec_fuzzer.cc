@@ -1,14 +1,44 @@
-// The chunk codec and layout parsing on hostile bytes: a ModelLayout proto, then
-// TensorChunk protos fed to a ChunkAssembler. Whatever the input: no crash, no leak, no
-// undefined behaviour; a model that assembles completely re-chunks to the same bytes.
+// The chunk codec and layout parsing on hostile bytes: first a message for the in-place
+// chunk reader, cut in two pieces, against protobuf (whenever the reader takes it,
+// protobuf parses it to the same chunk); then a ModelLayout proto, then TensorChunk
+// protos fed to a ChunkAssembler. Whatever the input: no crash, no leak, no undefined
+// behaviour; a model that assembles completely re-chunks to the same bytes.
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "common/tensor_codec.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/omnilearn.pb.h"
 
+namespace {
+
+void CheckInPlaceReader(const std::string& bytes, size_t cut) {
+  cut = std::min(cut, bytes.size());
+  const absl::string_view all(bytes);
+  omnilearn::ChunkView view;
+  if (!omnilearn::ParseChunkEnvelope({all.substr(0, cut), all.substr(cut)}, 2, &view)) return;
+  omnilearn::v1::PushRequest parsed;
+  if (!parsed.ParseFromString(bytes) || !parsed.has_chunk()) __builtin_trap();
+  const omnilearn::v1::TensorChunk& c = parsed.chunk();
+  std::string data;
+  for (absl::string_view p : view.data) data.append(p.data(), p.size());
+  if (view.name != c.name() || view.offset != c.offset() || data != c.data() ||
+      static_cast<int64_t>(data.size()) != view.data_bytes ||
+      view.shape != std::vector<int64_t>(c.shape().begin(), c.shape().end())) {
+    __builtin_trap();
+  }
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   omnilearn::fuzz::FuzzInput in(data, size);
+  {
+    const size_t cut = in.Byte();
+    CheckInPlaceReader(in.Bytes(), cut);
+  }
   omnilearn::v1::ModelLayout proto;
   if (!proto.ParseFromString(in.Bytes())) return 0;
   absl::StatusOr<omnilearn::ModelLayout> layout = omnilearn::ParseLayout(proto);

@@ -6,6 +6,7 @@
 // refused push never moves the model.
 #include <grpcpp/grpcpp.h>
 
+#include "common/grpc_chunks.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/parameter_server_core.h"
@@ -58,7 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   grpc::ServerBuilder builder;
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  std::unique_ptr<v1::ParameterServer::Stub> stub = v1::ParameterServer::NewStub(server->InProcessChannel({}));
+  std::shared_ptr<grpc::Channel> channel = server->InProcessChannel({});
+  std::unique_ptr<v1::ParameterServer::Stub> stub = v1::ParameterServer::NewStub(channel);
+  const std::string push_path = "/omnilearn.v1.ParameterServer/Push";
+  const grpc::internal::RpcMethod raw_push(push_path.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING);
   uint64_t id = 0;
   std::string secret;
   for (int op = 0; op < 12 && !in.empty(); ++op) {
@@ -88,9 +92,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         const uint64_t before = (*core)->version();
         v1::PushResponse r;
-        auto writer = stub->Push(&ctx, &r);
-        if (writer->Write(m)) WriteChunks<v1::PushRequest>(in, writer.get());
-        const grpc::Status s = writer->Finish();
+        grpc::Status s;
+        if (kind & 0x40) {  // the chunks as raw bytes: the service's in-place reader on anything
+          std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+              grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), raw_push, &ctx, &r));
+          if (writer->Write(omnilearn::Serialize(m))) {
+            for (int n = in.Byte() % 4; n > 0; --n) {
+              grpc::Slice bytes(in.Bytes());
+              if (!writer->Write(grpc::ByteBuffer(&bytes, 1))) break;
+            }
+          }
+          writer->WritesDone();
+          s = writer->Finish();
+        } else {
+          auto writer = stub->Push(&ctx, &r);
+          if (writer->Write(m)) WriteChunks<v1::PushRequest>(in, writer.get());
+          s = writer->Finish();
+        }
         if (!s.ok() && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED && (*core)->version() != before) {
           __builtin_trap();  // a refused push moved the model
         }
