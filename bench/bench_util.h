@@ -29,7 +29,8 @@ double Median(std::vector<double> v);
 double Percentile(std::vector<double> v, double p);  // p in [0, 100]
 
 // Seconds to send `bytes` over one TCP connection on 127.0.0.1 (writer and reader
-// threads, 1 MiB writes), the median of `reps` transfers.
+// threads, 1 MiB writes and reads), the median of `reps` back-to-back transfers on one
+// stream.
 double TcpSeconds(int64_t bytes, int reps);
 
 // A model of about `megabytes` MB: tensors of at most 4M floats (16 MB), named t0, t1...

@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   if (!sizes.ok()) return std::fprintf(stderr, "round: %s\n", std::string(sizes.status().message()).c_str()), 2;
   for (double mb : *sizes) {
     const int64_t bytes = static_cast<int64_t>(mb * (1 << 20));
-    const double tcp_gbps = bytes / 1e9 / TcpSeconds(bytes, 5);
+    const double tcp_gbps = bytes / 1e9 / TcpSeconds(bytes, std::max(5, std::min(50, static_cast<int>(1e9 / bytes))));
     const double pure = 2.0 * workers * bytes / 1e9 / tcp_gbps;
     std::vector<double> latencies = {0};
     if (absl::GetFlag(FLAGS_latency_ms) > 0) latencies.push_back(absl::GetFlag(FLAGS_latency_ms));
