@@ -100,6 +100,25 @@ class ModelReceiver {
   bool got_header_ = false;
 };
 
+// Reads a model stream (Pull's, PushPull's) into `model`; `other` gets every message that
+// is neither a chunk nor the model's header (PushPull's reply).
+template <typename Envelope, typename Reader, typename Other>
+void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other other) {
+  grpc::ByteBuffer buffer;
+  ReceivedMessage<Envelope> msg;
+  while (reader->Read(&buffer)) {
+    if (absl::Status p = msg.Parse(buffer, chunk_field); !p.ok()) {
+      model->Fail(p);
+    } else if (msg.is_chunk()) {
+      model->Chunk(msg.chunk());
+    } else if (msg.message().has_header()) {
+      model->Header(msg.message().header());
+    } else {
+      other(msg.message());
+    }
+  }
+}
+
 class GrpcPsClient : public PsClient {
  public:
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
@@ -134,17 +153,7 @@ class GrpcPsClient : public PsClient {
                                                                       Serialize(request)));
     absl::MutexLock lock(&spare_mu_);
     ModelReceiver model(&layout, &spare_);
-    grpc::ByteBuffer buffer;
-    ReceivedMessage<v1::PullResponse> msg;
-    while (reader->Read(&buffer)) {
-      if (absl::Status p = msg.Parse(buffer, kPullResponseChunkField); !p.ok()) {
-        model.Fail(p);
-      } else if (msg.is_chunk()) {
-        model.Chunk(msg.chunk());
-      } else if (msg.message().has_header()) {
-        model.Header(msg.message().header());
-      }
-    }
+    ReadModel<v1::PullResponse>(reader.get(), kPullResponseChunkField, &model, [](const v1::PullResponse&) {});
     grpc::Status s = reader->Finish();
     if (!s.ok()) return FromGrpc(s, "Pull");
     uint64_t version = have_version;
@@ -181,19 +190,10 @@ class GrpcPsClient : public PsClient {
     {
       absl::MutexLock lock(&spare_mu_);
       ModelReceiver model(&layout, &spare_);
-      grpc::ByteBuffer buffer;
-      ReceivedMessage<v1::PushPullResponse> in;
-      while (stream->Read(&buffer)) {
-        if (absl::Status p = in.Parse(buffer, kPushPullResponseChunkField); !p.ok()) {
-          model.Fail(p);
-        } else if (in.is_chunk()) {
-          model.Chunk(in.chunk());
-        } else if (in.message().has_reply()) {
-          reply = in.message().reply();
-        } else if (in.message().has_header()) {
-          model.Header(in.message().header());
-        }
-      }
+      ReadModel<v1::PushPullResponse>(stream.get(), kPushPullResponseChunkField, &model,
+                                      [&](const v1::PushPullResponse& m) {
+                                        if (m.has_reply()) reply = m.reply();
+                                      });
       s = stream->Finish();
       if (s.ok() && reply) received = model.Finish(model_version, weights);
     }
