@@ -33,6 +33,13 @@ void SgdRange(float* __restrict out, float* __restrict v, const float* __restric
   }
 }
 
+// SGD without momentum (mu = 0 on every step of the job): the velocity would be written
+// and never read, so it is not kept: 3 model-sized streams instead of 5.
+void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo,
+                   int64_t hi, float scale, float wd, float lr) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] - lr * (scale * u[i] + wd * w[i]);
+}
+
 struct AdamScalars {
   float scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size;
   bool decoupled;
@@ -179,6 +186,8 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   const float step_size = lr / bias1;
   const float mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
   const float blend = static_cast<float>(buffer_blend);
+  // A step's momentum is at most the configured one (the async rule only damps it).
+  const bool velocity = o.momentum != 0 || mu != 0;
   const AdamScalars adam{scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
   // Element-wise: split across cores by ranges of the flat model (ParallelFor).
   ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
@@ -191,6 +200,8 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
       const float* u = update.data() + off;
       if (layout_.is_buffer(t)) {
         BlendRange(out, w, u, lo, hi, blend, us);
+      } else if (o.kind == OptimizerKind::kSgd && !velocity) {
+        PlainSgdRange(out, w, u, lo, hi, scale, wd, lr);
       } else if (o.kind == OptimizerKind::kSgd) {
         SgdRange(out, state_[0].data() + off, w, u, lo, hi, mu, scale, wd, lr);
       } else {

@@ -75,6 +75,29 @@ TEST_CASE("Clipping scales the parameters' gradient to the norm; buffers are not
   REQUIRE(w[3] == 100);
 }
 
+TEST_CASE("SGD without momentum steps without a velocity; a damped step of a momentum job keeps it") {
+  OptimizerOptions o;
+  o.learning_rate = 0.5;
+  o.momentum = 0;
+  o.weight_decay = 0.1;
+  ParameterStore plain(o);
+  REQUIRE(plain.Initialize(TwoTensors(false), {1, 2, 3, 4}).ok());
+  plain.Apply({1, 1, 1, 1}, 1.0);
+  for (int i = 0; i < 4; ++i) {
+    const float w0 = static_cast<float>(i + 1);
+    REQUIRE((*plain.weights())[i] == Approx(w0 - 0.5f * (1 + 0.1f * w0)));
+  }
+  // momentum 0.9, a first step damped to momentum 0: its velocity is the next step's.
+  o.momentum = 0.9;
+  o.weight_decay = 0;
+  ParameterStore damped(o);
+  REQUIRE(damped.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  damped.Apply({1, 1, 1, 1}, 1.0, 1.0, /*momentum=*/0);
+  REQUIRE((*damped.weights())[0] == Approx(-0.5));
+  damped.Apply({0, 0, 0, 0}, 1.0);  // v = 0.9 * 1 + 0
+  REQUIRE((*damped.weights())[0] == Approx(-0.5 - 0.45));
+}
+
 TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)") {
   OptimizerOptions o;
   o.learning_rate = 1.0;
