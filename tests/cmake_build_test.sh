@@ -37,11 +37,21 @@ WORKER_PIDS=()
 start_server cmake --num_workers=2 --global_batch=32
 MP=$(free_port)
 start_worker w0 "$WORK/w0.log" --epochs=0 --max_iterations=30 --metrics_port="$MP" --metrics_bind=127.0.0.1
+# The job takes well under a second once both workers are in: w0 is scraped before w1
+# starts, while its join waits at the start barrier for the second worker (--num_workers=2).
+wait_for_line "$WORK/w0.log" "joining the server" 300 || { cat "$WORK/w0.log"; fail "w0 did not start"; }
+scraped=false
+for _ in $(seq 50); do  # the endpoint may not be up yet: bounded, about 10 s
+  if curl -sf --max-time 5 "http://127.0.0.1:$MP/metrics" | grep -q '^omnilearn_trainer_iterations_total'; then
+    scraped=true
+    break
+  fi
+  sleep 0.2
+done
+$scraped || fail "the CMake-built worker serves no metrics"
 start_worker w1 "$WORK/w1.log" --epochs=0 --max_iterations=30 --slowdown=2
-wait_for_line "$WORK/w0.log" "it=5 " 300 || { cat "$WORK/w0.log"; fail "the CMake-built worker did not train"; }
-curl -sf --max-time 5 "http://127.0.0.1:$MP/metrics" | grep -q '^omnilearn_trainer_iterations_total' ||
-  fail "the CMake-built worker serves no metrics"
 wait_workers || { tail -n 5 "$WORK"/w*.log; fail "a CMake-built worker failed"; }
+grep -q "it=5 " "$WORK/w0.log" || { cat "$WORK/w0.log"; fail "the CMake-built worker did not train"; }
 stop_server
 [ "$(json "sum(w['iterations'] for w in s['workers'])")" = 60 ] || fail "workers did not finish"
 echo "cmake build: server and workers trained; batches $(json "[w['final_batch'] for w in s['workers']]")"

@@ -328,6 +328,8 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
     so.interrupted = o.interrupted;
     Session session(&client, *layout, so);
+    // The series exist from the start: a worker waiting at the start barrier shows 0.
+    TrainerMetrics series(o.registry, o.name);
     std::printf("[%s] joining the server (the first round waits until the server's --num_workers have joined)\n",
                 o.name.c_str());
     std::fflush(stdout);
@@ -363,7 +365,6 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     const double eval_span = o.eval_every_epochs * static_cast<double>(train.size());
     int64_t last_eval_tick = static_cast<int64_t>(static_cast<double>(session.global_samples()) / eval_span);
     std::optional<double> pending_accuracy;
-    TrainerMetrics series(o.registry, o.name);
     std::unique_ptr<FILE, int (*)(FILE*)> sample_log(nullptr, &std::fclose);
     if (!o.log_samples.empty()) {
       sample_log.reset(std::fopen(o.log_samples.c_str(), "w"));
