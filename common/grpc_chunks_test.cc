@@ -16,6 +16,12 @@ std::string Flatten(const grpc::ByteBuffer& b) {
   return out;
 }
 
+TEST_CASE("the chunk field numbers are the proto's", "[grpc_chunks]") {
+  CHECK(v1::PushRequest::descriptor()->FindFieldByName("chunk")->number() == kPushRequestChunkField);
+  CHECK(v1::PullResponse::descriptor()->FindFieldByName("chunk")->number() == kPullResponseChunkField);
+  CHECK(v1::PushPullResponse::descriptor()->FindFieldByName("chunk")->number() == kPushPullResponseChunkField);
+}
+
 TEST_CASE("chunk buffers are the proto's messages and keep their owner alive", "[grpc_chunks]") {
   auto layout = ModelLayout::Create({{"w", {3, 4}}, {"b", {4}}});
   REQUIRE(layout.ok());
