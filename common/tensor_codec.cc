@@ -103,9 +103,15 @@ class PieceReader {
   void Widen(uint64_t limit) { limit_ = limit; }
   // A varint of at most 10 bytes whose 10th byte holds only the 64th bit (what every
   // encoder writes); false on anything else.
-  bool Varint(uint64_t* v) {
+  bool Varint(uint64_t* v) { return VarintOf(10, v); }
+  // A tag or a length: protobuf reads at most 5 bytes of those (a longer encoding, even of
+  // a small value, fails its parse), so this reader takes no more either.
+  bool Short(uint64_t* v) { return VarintOf(5, v); }
+
+ private:
+  bool VarintOf(int max_bytes, uint64_t* v) {
     *v = 0;
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (at_limit()) return false;
       const uint8_t b = static_cast<uint8_t>(pieces_[piece_][in_piece_]);
       Advance(1);
@@ -115,6 +121,8 @@ class PieceReader {
     }
     return false;
   }
+
+ public:
   // The next n bytes, as views into the pieces; false when fewer are left.
   bool Views(uint64_t n, std::vector<absl::string_view>* out) {
     if (n > limit_ - pos_) return false;
@@ -158,7 +166,7 @@ class PieceReader {
 // bits) and for groups, which this reader leaves to protobuf.
 bool Tag(PieceReader& r, uint32_t* field, uint32_t* wire_type) {
   uint64_t tag;
-  if (!r.Varint(&tag) || tag > 0xffffffffu) return false;
+  if (!r.Short(&tag) || tag > 0xffffffffu) return false;
   *field = static_cast<uint32_t>(tag >> 3);
   *wire_type = static_cast<uint32_t>(tag & 7);
   return *field != 0 && (*wire_type == kVarint || *wire_type == kFixed64 || *wire_type == kLen ||
@@ -173,7 +181,7 @@ bool SkipField(PieceReader& r, uint32_t wire_type) {
     case kFixed64:
       return r.Skip(8);
     case kLen:
-      return r.Varint(&v) && r.Skip(v);
+      return r.Short(&v) && r.Skip(v);
     case kFixed32:
       return r.Skip(4);
   }
@@ -212,7 +220,7 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
   uint32_t f, wt;
   uint64_t len;
   // Exactly one field, the chunk: its length runs to the message's end.
-  if (!Tag(r, &f, &wt) || f != static_cast<uint32_t>(field) || wt != kLen || !r.Varint(&len) ||
+  if (!Tag(r, &f, &wt) || f != static_cast<uint32_t>(field) || wt != kLen || !r.Short(&len) ||
       len != r.limit() - r.pos()) {
     return false;
   }
@@ -222,7 +230,7 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
     uint64_t v;
     if (f == 1 && wt == kLen) {  // name: the last one wins, as in protobuf
       std::vector<absl::string_view> parts;
-      if (!r.Varint(&v) || !r.Views(v, &parts)) return false;
+      if (!r.Short(&v) || !r.Views(v, &parts)) return false;
       out->name.clear();
       for (absl::string_view p : parts) out->name.append(p.data(), p.size());
       for (char c : out->name) {
@@ -230,7 +238,7 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
       }
     } else if (f == 2 && wt == kLen) {  // shape, packed
       const uint64_t outer = r.limit();
-      if (!r.Varint(&v) || !r.Narrow(v)) return false;
+      if (!r.Short(&v) || !r.Narrow(v)) return false;
       while (!r.at_limit()) {
         uint64_t d;
         if (!r.Varint(&d)) return false;
@@ -245,7 +253,7 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
       out->offset = static_cast<int64_t>(v);
     } else if (f == 4 && wt == kLen) {  // the payload: the last one wins
       out->data.clear();
-      if (!r.Varint(&v) || !r.Views(v, &out->data)) return false;
+      if (!r.Short(&v) || !r.Views(v, &out->data)) return false;
       out->data_bytes = static_cast<int64_t>(v);
     } else if (f <= 4) {
       return false;  // a known field with another wire type: protobuf decides
