@@ -107,22 +107,6 @@ class PieceReader {
   // A tag or a length: protobuf reads at most 5 bytes of those (a longer encoding, even of
   // a small value, fails its parse), so this reader takes no more either.
   bool Short(uint64_t* v) { return VarintOf(5, v); }
-
- private:
-  bool VarintOf(int max_bytes, uint64_t* v) {
-    *v = 0;
-    for (int i = 0; i < max_bytes; ++i) {
-      if (at_limit()) return false;
-      const uint8_t b = static_cast<uint8_t>(pieces_[piece_][in_piece_]);
-      Advance(1);
-      if (i == 9 && b > 1) return false;
-      *v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
-      if (b < 0x80) return true;
-    }
-    return false;
-  }
-
- public:
   // The next n bytes, as views into the pieces; false when fewer are left.
   bool Views(uint64_t n, std::vector<absl::string_view>* out) {
     if (n > limit_ - pos_) return false;
@@ -145,6 +129,18 @@ class PieceReader {
   }
 
  private:
+  bool VarintOf(int max_bytes, uint64_t* v) {
+    *v = 0;
+    for (int i = 0; i < max_bytes; ++i) {
+      if (at_limit()) return false;
+      const uint8_t b = static_cast<uint8_t>(pieces_[piece_][in_piece_]);
+      Advance(1);
+      if (i == 9 && b > 1) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+      if (b < 0x80) return true;
+    }
+    return false;
+  }
   void Advance(uint64_t n) {
     in_piece_ += n;
     pos_ += n;
