@@ -1,8 +1,8 @@
 #include "server/service.h"
 
-#include <functional>
 #include <optional>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_chunks.h"
 #include "common/grpc_security.h"
@@ -176,10 +176,13 @@ void ParameterServerService::EndUpload(WorkerId id) {
   uploading_.erase(id);
 }
 
+absl::Duration ParameterServerService::WaitLeft(const grpc::ServerContext* ctx) const {
+  return std::min(max_wait_, absl::FromChrono(ctx->deadline()) - absl::Now());
+}
+
 absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
   // The client's deadline is in real time; the core waits in its own clock's time.
-  const absl::Duration left = absl::FromChrono(ctx->deadline()) - absl::Now();
-  return core_->clock().Now() + std::min(max_wait_, left);
+  return core_->clock().Now() + WaitLeft(ctx);
 }
 
 grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
@@ -225,10 +228,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
     --join_uploads_;
     uploading = false;
   };
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } release_at_exit{release};
+  absl::Cleanup release_at_exit = release;
   std::optional<ChunkAssembler> assembler;
   bool any_chunk = false;
   while (reader->Read(&msg)) {
@@ -237,8 +237,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
     if (!assembler) {
       absl::MutexLock lock(&mu_);
       auto turn = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return join_uploads_ < limits_.max_join_uploads; };
-      if (!mu_.AwaitWithDeadline(absl::Condition(&turn), absl::Now() + std::min(max_wait_, absl::FromChrono(
-                                                                                       ctx->deadline()) - absl::Now()))) {
+      if (!mu_.AwaitWithDeadline(absl::Condition(&turn), absl::Now() + WaitLeft(ctx))) {
         return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "other joins are uploading models: retry");
       }
       ++join_uploads_;
@@ -326,11 +325,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     return absl::ResourceExhaustedError(
         absl::StrCat("worker ", header.worker_id(), " has a push in flight already: one at a time"));
   }
-  struct EndAtExit {
-    ParameterServerService* s;
-    WorkerId id;
-    ~EndAtExit() { s->EndUpload(id); }
-  } end_upload{this, header.worker_id()};
+  absl::Cleanup end_upload = [this, id = header.worker_id()] { EndUpload(id); };
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();

@@ -65,6 +65,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                          v1::GetStatusResponse* response) override;
 
  private:
+  // How long a call may wait: `max_wait`, or less when the client's deadline is sooner.
+  absl::Duration WaitLeft(const grpc::ServerContext* ctx) const;
+  // The same as a time on the core's clock.
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
   template <typename Stream>
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
