@@ -501,14 +501,11 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         last_eval_tick = eval_tick;
         result.test_accuracy = Evaluate(model.get(), test, *device);
         series.Accuracy(result.test_accuracy);
+        // Whole epochs as "epoch 3", evaluations within one as "epoch 2.25".
         const double epoch = global / train.size();
-        if (std::fabs(epoch - std::round(epoch)) < 1e-9 || o.eval_every_epochs >= 1) {
-          std::printf("[%s] epoch %.0f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), std::floor(epoch),
-                      100 * result.test_accuracy, session.model_version());
-        } else {
-          std::printf("[%s] epoch %.2f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), epoch,
-                      100 * result.test_accuracy, session.model_version());
-        }
+        const bool whole = std::fabs(epoch - std::round(epoch)) < 1e-9 || o.eval_every_epochs >= 1;
+        std::printf("[%s] epoch %.*f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), whole ? 0 : 2,
+                    whole ? std::floor(epoch) : epoch, 100 * result.test_accuracy, session.model_version());
         std::fflush(stdout);
         pending_accuracy = result.test_accuracy;
       }
