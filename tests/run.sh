@@ -15,16 +15,22 @@ targets=("$@")
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-# A fixed disk cache keeps repeated runs on one machine incremental.
-CACHE=(--disk_cache="$HOME/.cache/omnilearn-bazel-disk")
-bazel test "${CACHE[@]}" --keep_going "${targets[@]}" 2>&1 | tee "$log"
-bazel_rc=${PIPESTATUS[0]}
-
+passed=0
+failed=0
 count() { grep -cE "^//[^ ]+ +(\(cached\) )?($1)" "$log"; }
-passed=$(count PASSED)
-failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
-# A build failure fails no test by name: count it so it cannot read as green.
-if [ "$bazel_rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+bazel_tests() {  # bazel_tests ARGS...: one `bazel test`; its counts in run_passed and run_failed, added to the totals
+  # A fixed disk cache keeps repeated runs on one machine incremental.
+  bazel test --disk_cache="$HOME/.cache/omnilearn-bazel-disk" --keep_going "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  run_passed=$(count PASSED)
+  run_failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
+  # A build failure fails no test by name: count it so it cannot read as green.
+  if [ "$rc" -ne 0 ] && [ "$run_failed" -eq 0 ]; then run_failed=1; fi
+  passed=$((passed + run_passed))
+  failed=$((failed + run_failed))
+}
+
+bazel_tests "${targets[@]}"
 
 step() {  # step NAME COMMAND...: one more passed or failed entry
   if "${@:2}"; then
@@ -38,15 +44,9 @@ if [ $# -eq 0 ]; then
   # The unit tests and a multi-process test (a server under ASan, Python clients) again
   # under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch-linked tests excepted:
   # Debian's LibTorch is not instrumented).
-  : > "$log"
-  bazel test "${CACHE[@]}" --config=asan --keep_going -- //common/... //controller/... //server/... \
-    //worker:session_test //tests:churn_test -//server:optimizer_torch_test 2>&1 | tee "$log"
-  asan_rc=${PIPESTATUS[0]}
-  asan_passed=$(count PASSED)
-  asan_failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
-  if [ "$asan_rc" -ne 0 ] && [ "$asan_failed" -eq 0 ]; then asan_failed=1; fi
-  echo "asan+ubsan: $asan_passed passed, $asan_failed failed"
-  passed=$((passed + asan_passed)); failed=$((failed + asan_failed))
+  bazel_tests --config=asan -- //common/... //controller/... //server/... \
+    //worker:session_test //tests:churn_test -//server:optimizer_torch_test
+  echo "asan+ubsan: $run_passed passed, $run_failed failed"
   # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
   step cmake_build_test ./tests/cmake_build_test.sh
   # clang-14 with -Werror=thread-safety, ASan, UBSan; each libFuzzer target for 60 s.
@@ -54,4 +54,4 @@ if [ $# -eq 0 ]; then
 fi
 echo
 echo "${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ] && [ "$bazel_rc" -eq 0 ]
+[ "$failed" -eq 0 ]  # a failed `bazel test` always counts at least one failure
