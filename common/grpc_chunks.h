@@ -20,6 +20,7 @@
 namespace omnilearn {
 
 // The chunk envelopes' field numbers (proto/omnilearn.proto).
+inline constexpr int kJoinRequestChunkField = 2;
 inline constexpr int kPushRequestChunkField = 2;
 inline constexpr int kPullResponseChunkField = 2;
 inline constexpr int kPushPullResponseChunkField = 3;

@@ -17,6 +17,7 @@ std::string Flatten(const grpc::ByteBuffer& b) {
 }
 
 TEST_CASE("the chunk field numbers are the proto's", "[grpc_chunks]") {
+  CHECK(v1::JoinRequest::descriptor()->FindFieldByName("chunk")->number() == kJoinRequestChunkField);
   CHECK(v1::PushRequest::descriptor()->FindFieldByName("chunk")->number() == kPushRequestChunkField);
   CHECK(v1::PullResponse::descriptor()->FindFieldByName("chunk")->number() == kPullResponseChunkField);
   CHECK(v1::PushPullResponse::descriptor()->FindFieldByName("chunk")->number() == kPushPullResponseChunkField);

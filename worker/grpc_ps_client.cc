@@ -21,32 +21,16 @@ absl::Status FromGrpc(const grpc::Status& s, const char* call) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(call, ": ", s.error_message()));
 }
 
-// Writes a client stream's header, then `values` (when given) as chunks, then closes the
-// writing side. Join sends protobuf messages.
+// Writes a client stream's header (inside `Request`), then `values` (when given) as chunks
+// (the envelope's field `chunk_field`), then closes the writing side. The chunks are sent
+// from where the values lie: the caller keeps them unchanged until the call has ended.
 template <typename Request, typename Header, typename Writer>
-void WriteHeaderAndChunks(Writer* writer, const Header& header, const ModelLayout& layout,
+void WriteHeaderAndChunks(Writer* writer, const Header& header, int chunk_field, const ModelLayout& layout,
                           const std::vector<float>* values) {
   Request msg;
   *msg.mutable_header() = header;
-  if (writer->Write(msg) && values != nullptr) {
-    ForEachChunk(layout, values->data(), kMaxChunkBytes, [&](v1::TensorChunk& c) {
-      Request chunk;
-      chunk.mutable_chunk()->Swap(&c);
-      return writer->Write(chunk);
-    });
-  }
-  writer->WritesDone();
-}
-
-// The same for Push and PushPull over raw buffers: the gradient's chunks are sent from
-// where it lies (the caller keeps it unchanged until the call has ended).
-template <typename Writer>
-void WritePush(Writer* writer, const v1::PushHeader& header, const ModelLayout& layout,
-               const std::vector<float>* gradient) {
-  v1::PushRequest msg;
-  *msg.mutable_header() = header;
-  if (writer->Write(Serialize(msg)) && gradient != nullptr) {
-    ForEachChunkBuffer(kPushRequestChunkField, layout, gradient->data(), nullptr,
+  if (writer->Write(Serialize(msg)) && values != nullptr) {
+    ForEachChunkBuffer(chunk_field, layout, values->data(), nullptr,
                        [&](const grpc::ByteBuffer& b) { return writer->Write(b); });
   }
   writer->WritesDone();
@@ -124,9 +108,11 @@ class GrpcPsClient : public PsClient {
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
       : channel_(channel),
         stub_(v1::ParameterServer::NewStub(channel)),
+        join_path_(MethodPath("Join")),
         pull_path_(MethodPath("Pull")),
         push_path_(MethodPath("Push")),
         push_pull_path_(MethodPath("PushPull")),
+        join_method_(join_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
         pull_method_(pull_path_.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING, channel),
         push_method_(push_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
         push_pull_method_(push_pull_path_.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
@@ -135,9 +121,8 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
                                         const std::vector<float>* initial) override {
-    return Upload<v1::JoinRequest, v1::JoinResponse>(
-        "Join", [this](grpc::ClientContext* ctx, v1::JoinResponse* r) { return stub_->Join(ctx, r); }, header, layout,
-        initial);
+    return Upload<v1::JoinRequest, v1::JoinResponse>("Join", join_method_, header, kJoinRequestChunkField, layout,
+                                                      initial);
   }
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
@@ -163,15 +148,8 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
-    grpc::ClientContext ctx;
-    Prepare(&ctx);
-    v1::PushResponse response;
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), push_method_, &ctx, &response));
-    WritePush(writer.get(), Signed(header), layout, GradientOf(header, gradient));
-    grpc::Status s = writer->Finish();
-    if (!s.ok()) return FromGrpc(s, "Push");
-    return response;
+    return Upload<v1::PushRequest, v1::PushResponse>("Push", push_method_, Signed(header), kPushRequestChunkField,
+                                                     layout, GradientOf(header, gradient));
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -183,7 +161,8 @@ class GrpcPsClient : public PsClient {
     std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
         grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
             channel_.get(), push_pull_method_, &ctx));
-    WritePush(stream.get(), Signed(header), layout, GradientOf(header, gradient));
+    WriteHeaderAndChunks<v1::PushRequest>(stream.get(), Signed(header), kPushRequestChunkField, layout,
+                                          GradientOf(header, gradient));
     std::optional<v1::PushResponse> reply;
     grpc::Status s;
     absl::Status received;
@@ -259,16 +238,17 @@ class GrpcPsClient : public PsClient {
     if (!authorization_.empty()) ctx->AddMetadata(kAuthorizationKey, authorization_);
   }
 
-  // A client-streamed call (Join): the header, then `values` (when given) as
-  // chunks, then the server's one response.
-  template <typename Request, typename Response, typename Header, typename Open>
-  absl::StatusOr<Response> Upload(const char* call, Open open, const Header& header, const ModelLayout& layout,
-                                  const std::vector<float>* values) const {
+  // A client-streamed call (Join, Push) over raw buffers: the header, then `values` (when
+  // given) as chunks, then the server's one response.
+  template <typename Request, typename Response, typename Header>
+  absl::StatusOr<Response> Upload(const char* call, const grpc::internal::RpcMethod& method, const Header& header,
+                                  int chunk_field, const ModelLayout& layout, const std::vector<float>* values) const {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     Response response;
-    auto writer = open(&ctx, &response);
-    WriteHeaderAndChunks<Request>(writer.get(), header, layout, values);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, &response));
+    WriteHeaderAndChunks<Request>(writer.get(), header, chunk_field, layout, values);
     grpc::Status s = writer->Finish();
     if (!s.ok()) return FromGrpc(s, call);
     return response;
@@ -276,10 +256,10 @@ class GrpcPsClient : public PsClient {
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ParameterServer::Stub> stub_;  // the calls without a model
-  // Pull, Push and PushPull over raw buffers (common/grpc_chunks.h): the same methods
-  // and wire format as the stub's, without protobuf copies of the model.
-  const std::string pull_path_, push_path_, push_pull_path_;
-  const grpc::internal::RpcMethod pull_method_, push_method_, push_pull_method_;
+  // Join, Pull, Push and PushPull over raw buffers (common/grpc_chunks.h): the same
+  // methods and wire format as the stub's, without protobuf copies of the model.
+  const std::string join_path_, pull_path_, push_path_, push_pull_path_;
+  const grpc::internal::RpcMethod join_method_, pull_method_, push_method_, push_pull_method_;
   std::atomic<bool> push_pull_{true};  // the server implements PushPull
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
