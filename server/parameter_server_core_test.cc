@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 #include "common/clock.h"
 
 namespace omnilearn {
@@ -75,14 +76,10 @@ ServerOptions FakeTimed(Mode mode, int num_workers, const FakeClock* clock) {
   return o;
 }
 
-// Waits (bounded, on real time) until `pred` holds: for states another thread reaches.
+// Waits (bounded) until `pred` holds: for states another thread reaches.
 template <typename Pred>
 void AwaitState(Pred pred) {
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (!pred()) {
-    REQUIRE(absl::Now() < until);
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  REQUIRE(omnilearn::AwaitState(pred));
 }
 
 

@@ -176,6 +176,11 @@ void ParameterServerService::EndUpload(WorkerId id) {
   uploading_.erase(id);
 }
 
+bool ParameterServerService::PushInFlight(WorkerId id) const {
+  absl::MutexLock lock(&mu_);
+  return uploading_.count(id) > 0;
+}
+
 absl::Duration ParameterServerService::WaitLeft(const grpc::ServerContext* ctx) const {
   return std::min(max_wait_, absl::FromChrono(ctx->deadline()) - absl::Now());
 }

@@ -64,6 +64,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
 
+  // Whether worker `id`'s session holds its upload slot: a push of it is being read.
+  bool PushInFlight(WorkerId id) const;
+
  private:
   // How long a call may wait: `max_wait`, or less when the client's deadline is sooner.
   absl::Duration WaitLeft(const grpc::ServerContext* ctx) const;
@@ -104,7 +107,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   const std::string auth_token_;
   const ServiceLimits limits_;
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<grpc::ServerContext*, absl::Time> idle_deadline_ ABSL_GUARDED_BY(mu_);
   std::set<WorkerId> uploading_ ABSL_GUARDED_BY(mu_);
   int join_uploads_ ABSL_GUARDED_BY(mu_) = 0;

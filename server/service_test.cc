@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -309,17 +310,12 @@ v1::PushRequest SessionPushHeader(const v1::JoinResponse& joined) {
   return header;
 }
 
-// A whole push, retried while the session's slot is still held: a stream's slot is free
-// once the server's handler has returned, which the client may learn of after its own
-// call ended. The push must then be applied, and the model moved once.
+// A whole push, once the session's slot is free: a stream's slot is free once the
+// server's handler has returned, which the client may learn of before it happens. The
+// push must then be applied, and the model moved once.
 void PushOnceSlotIsFree(Fixture& f, const v1::PushHeader& push) {
-  std::vector<float> gradient(9, 1.0f);
-  absl::StatusOr<v1::PushResponse> ok;
-  for (int i = 0; i < 1000; ++i) {
-    ok = f.client->Push(push, f.layout, gradient);
-    if (!absl::IsResourceExhausted(ok.status())) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(push.worker_id()); }));
+  absl::StatusOr<v1::PushResponse> ok = f.client->Push(push, f.layout, std::vector<float>(9, 1.0f));
   INFO(ok.status().ToString());
   REQUIRE(ok.ok());
   REQUIRE(ok->applied());
@@ -334,27 +330,23 @@ TEST_CASE("one push in flight per session; its slot is freed when its stream end
   auto joined = f.JoinSigned(init);
   auto stub = v1::ParameterServer::NewStub(f.channel);
   const v1::PushRequest header = SessionPushHeader(*joined);
-  // A stream that sends its header and then nothing: it holds the session's slot...
+  // A stream that sends its header and then nothing: it holds the session's slot once the
+  // server has read the header (the client's Write returns before that).
   grpc::ClientContext stalled_ctx;
-  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
   v1::PushResponse stalled_reply;
   auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
   REQUIRE(stalled->Write(header));
-  // ...so a second push of the same session is refused (bounded memory: one gradient per
-  // session). Retried until the first stream's header has reached the server.
-  grpc::Status second;
-  for (int i = 0; i < 1000; ++i) {
-    grpc::ClientContext ctx;
-    v1::PushResponse r;
-    auto w = stub->Push(&ctx, &r);
-    w->Write(header);
-    w->WritesDone();
-    second = w->Finish();
-    if (second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  REQUIRE(second.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
-  REQUIRE(absl::StrContains(second.error_message(), "in flight"));
+  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+  // A second push of the same session is refused (bounded memory: one gradient per session).
+  grpc::ClientContext ctx;
+  v1::PushResponse r;
+  auto second = stub->Push(&ctx, &r);
+  second->Write(header);
+  second->WritesDone();
+  const grpc::Status refused = second->Finish();
+  REQUIRE(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  REQUIRE(absl::StrContains(refused.error_message(), "in flight"));
   // The client gives the stalled stream up: its slot is free again.
   stalled_ctx.TryCancel();
   REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
