@@ -41,6 +41,10 @@ ABSL_FLAG(double, slowdown, 1.0, "heterogeneity emulation: report (and take) F t
 ABSL_FLAG(std::string, slowdown_schedule, "",
           "time-varying heterogeneity: EPOCH:FACTOR,... (e.g. 0:1,2:4,4:2) by the global epoch the server reports; "
           "--slowdown before the first entry");
+ABSL_FLAG(std::string, emulate_device, "",
+          "an emulated device: every step takes FIXED_MS + MS_PER_SAMPLE x batch ms (times a normal factor of "
+          "relative sd JITTER) after the real compute, e.g. 2:0.5:0.05; by global epoch: 0@2:0.5,1@2:4 "
+          "(not with --slowdown)");
 ABSL_FLAG(double, epochs, 1.0, "stop after this many epochs of all workers together (0 = use --max_iterations)");
 ABSL_FLAG(int64_t, max_iterations, 0, "stop after this many iterations of this worker (0 = no limit)");
 ABSL_FLAG(uint64_t, seed, 1,
@@ -137,6 +141,7 @@ int main(int argc, char** argv) {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.slowdown = absl::GetFlag(FLAGS_slowdown);
   o.slowdown_schedule = absl::GetFlag(FLAGS_slowdown_schedule);
+  o.emulate_device = absl::GetFlag(FLAGS_emulate_device);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   o.seed = absl::GetFlag(FLAGS_seed);

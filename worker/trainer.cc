@@ -21,7 +21,7 @@
 #include "worker/device.h"
 #include "worker/model.h"
 #include "worker/session.h"
-#include "worker/slowdown.h"
+#include "worker/step_timing.h"
 #include "common/safetensors.h"
 
 namespace omnilearn {
@@ -133,6 +133,9 @@ class TrainerMetrics {
     oom_ = &r->AddCounter("omnilearn_trainer_out_of_memory_total", "Iterations that ran out of device memory.",
                           {"worker"})
                 .Add({name});
+    overruns_ = &r->AddCounter("omnilearn_trainer_emulation_overruns_total",
+                               "Emulated steps whose real compute took longer than their emulated time.", {"worker"})
+                     .Add({name});
     loss_ = &r->AddGauge("omnilearn_trainer_train_loss", "Loss of the last mini-batch.", {"worker"}).Add({name});
     accuracy_ = &r->AddGauge("omnilearn_trainer_test_accuracy", "Last test accuracy (0..1).", {"worker"}).Add({name});
   }
@@ -152,11 +155,14 @@ class TrainerMetrics {
   void Accuracy(double a) {
     if (accuracy_ != nullptr) accuracy_->Set(a);
   }
+  void EmulationOverruns(uint64_t total) {
+    if (overruns_ != nullptr && total > overruns_->Value()) overruns_->Increment(total - overruns_->Value());
+  }
 
  private:
   metrics::Histogram *step_ = nullptr, *comm_ = nullptr;
   metrics::Gauge *batch_ = nullptr, *loss_ = nullptr, *accuracy_ = nullptr;
-  metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr;
+  metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr, *overruns_ = nullptr;
 };
 
 // Reads the layout's tensors (by name and shape) from a safetensors export or checkpoint.
@@ -274,9 +280,13 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
 }
 
 absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
-  absl::StatusOr<SlowdownSchedule> slowdowns = SlowdownSchedule::Parse(o.slowdown_schedule, o.slowdown);
-  if (!slowdowns.ok()) return slowdowns.status();
-  double slowdown = o.slowdown;
+  StepTimingOptions to;
+  to.slowdown = o.slowdown;
+  to.slowdown_schedule = o.slowdown_schedule;
+  to.emulate_device = o.emulate_device;
+  to.seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
+  absl::StatusOr<StepTiming> timing = StepTiming::Create(to, omnilearn::Clock::Real());
+  if (!timing.ok()) return timing.status();
   if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
   if (!(o.epochs > 0) && o.max_iterations <= 0) {
     return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
@@ -400,12 +410,10 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         idx = order.narrow(0, cursor, batch);
         cursor += batch;
       }
-      // The schedule follows the global epoch the server reports (the same for every worker).
-      if (const double now = slowdowns->At(static_cast<double>(session.global_samples()) / train.size());
-          now != slowdown) {
-        slowdown = now;
-        std::printf("[%s] slowdown %.2f from epoch %.2f\n", o.name.c_str(), slowdown,
-                    static_cast<double>(session.global_samples()) / train.size());
+      // Schedules follow the global epoch the server reports (the same for every worker).
+      if (std::string change = timing->Follow(static_cast<double>(session.global_samples()) / train.size());
+          !change.empty()) {
+        std::printf("[%s] %s\n", o.name.c_str(), change.c_str());
         std::fflush(stdout);
       }
       v1::PushHeader push;
@@ -438,16 +446,16 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         }
         params.ZeroGrad();
         Synchronize(*device);
-        const auto t0 = Clock::now();
+        timing->Start();
         torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
         loss.backward();
         Synchronize(*device);
-        const double real = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (slowdown > 1.0) {
-          std::this_thread::sleep_for(std::chrono::duration<double>((slowdown - 1.0) * real));
+        push.set_compute_seconds(timing->Finish(batch));
+        if (std::optional<std::string> warning = timing->TakeOverrunWarning()) {
+          std::printf("[%s] warning: %s\n", o.name.c_str(), warning->c_str());
         }
+        series.EmulationOverruns(timing->overruns());
         loss_value = loss.item<double>();
-        push.set_compute_seconds(real * slowdown);
         push.set_train_loss(loss_value);
         params.Update(&grad);
       } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error

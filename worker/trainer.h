@@ -28,6 +28,9 @@ struct TrainerOptions {
   int threads = 1;                    // intra-op threads for LibTorch on CPU
   double slowdown = 1.0;              // sleeps (slowdown - 1) x compute time after each step
   std::string slowdown_schedule;      // EPOCH:FACTOR,... by global epoch (slowdown before the first)
+  // An emulated device: FIXED_MS:MS_PER_SAMPLE[:JITTER] or EPOCH@PROFILE,... (emulated_device.h);
+  // empty = real compute. Excludes slowdown.
+  std::string emulate_device;
   double eval_every_epochs = 1.0;     // with evaluate: every this much global progress
   // Stop when all workers together trained this many epochs (global samples /
   // training-set size), or after max_iterations of this worker (0 = no limit).
