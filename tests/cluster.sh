@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine: hosts as network namespaces on a bridge (the bridge
+# lives in a namespace of its own, so the machine's own network is never touched), each
+# host's link capped with tc tbf at a rate of its own, in both directions: its uploads on
+# its eth0, its downloads on the bridge's port toward it. This kernel has tbf, not netem:
+# links have a rate, not an added delay. Needs root and iproute2.
+#
+#   tests/cluster.sh up PREFIX HOST=RATE...       make the hosts (RATE as tc says it: 10gbit,
+#                                                 1gbit, 200mbit); prints "HOST ADDRESS" lines.
+#                                                 On any failure it removes what it made.
+#   tests/cluster.sh addr PREFIX HOST             the host's address
+#   tests/cluster.sh exec PREFIX HOST CMD...      runs CMD inside the host (one command)
+#   tests/cluster.sh probe PREFIX FROM TO [MB]    sends MB (default 50) over TCP from FROM to
+#                                                 TO; prints the rate it reached in Mbit/s
+#   tests/cluster.sh down PREFIX                  removes every namespace of PREFIX (idempotent)
+#
+# PREFIX names everything of one cluster (at most 10 characters, e.g. "ol$$"), so clusters
+# of parallel runs cannot collide. Whoever calls `up` calls `down` in a trap that also runs
+# on failure; the processes started inside are the caller's to stop first. Hosts get
+# 10.214.0.1, .2, ... in the order given; only they and 127.0.0.0/8 are ever addressed.
+set -euo pipefail
+
+export PATH=$PATH:/usr/sbin:/sbin  # tc lives there; a test's PATH may lack it
+STATE_ROOT=${OMNILEARN_CLUSTER_STATE:-/tmp/omnilearn-clusters}
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+state() { echo "$STATE_ROOT/$1"; }
+
+# rate_bytes RATE: bytes per second of a tc rate (kbit, mbit, gbit, bit; bps = bytes).
+rate_bytes() {
+  python3 - "$1" <<'PY'
+import re, sys
+m = re.fullmatch(r"([0-9.]+)(k|m|g)?(bit|bps)", sys.argv[1].lower())
+if not m or float(m.group(1)) <= 0: sys.exit(f"cluster.sh: rate '{sys.argv[1]}' is not like 10gbit, 1gbit, 200mbit")
+scale = {"k": 1e3, "m": 1e6, "g": 1e9, None: 1}[m.group(2)]
+print(int(float(m.group(1)) * scale / (8 if m.group(3) == "bit" else 1)))
+PY
+}
+
+# cap NS IF RATE: a token bucket on IF's egress. The burst is 4 ms of the rate (what the
+# kernel's timer needs to reach it) and at least 256 KiB; the queue holds 50 ms.
+cap() {
+  local bytes burst
+  bytes=$(rate_bytes "$3")
+  burst=$(( bytes / 250 > 262144 ? bytes / 250 : 262144 ))
+  ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 50ms
+}
+
+up() {
+  local prefix=$1; shift
+  [ ${#prefix} -le 10 ] || die "PREFIX '$prefix' is longer than 10 characters"
+  [ $# -ge 1 ] || die "usage: up PREFIX HOST=RATE..."
+  [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+  command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
+  [ ! -e "$(state "$prefix")" ] || die "a cluster named $prefix exists already"
+  UP_PREFIX=$prefix UP_DONE=0
+  trap '[ "$UP_DONE" = 1 ] || down "$UP_PREFIX" >/dev/null 2>&1' EXIT
+  mkdir -p "$(state "$prefix")"
+  local lan=$prefix-lan i=0 spec host rate
+  ip netns add "$lan"
+  ip -n "$lan" link add br0 type bridge
+  ip -n "$lan" link set br0 up
+  for spec in "$@"; do
+    host=${spec%%=*}
+    rate=${spec#*=}
+    [[ "$spec" == *=* && "$host" =~ ^[a-z0-9]+$ ]] || die "'$spec' is not HOST=RATE (host: lower-case letters, digits)"
+    rate_bytes "$rate" >/dev/null
+    i=$((i + 1))
+    ip netns add "$prefix-$host"
+    ip -n "$prefix-$host" link set lo up
+    ip link add "${prefix}v$i" netns "$prefix-$host" type veth peer name "p$i" netns "$lan"
+    ip -n "$prefix-$host" link set "${prefix}v$i" name eth0
+    ip -n "$prefix-$host" addr add "10.214.0.$i/24" dev eth0
+    ip -n "$prefix-$host" link set eth0 up
+    ip -n "$lan" link set "p$i" master br0 up
+    cap "$prefix-$host" eth0 "$rate"  # the host's uploads
+    cap "$lan" "p$i" "$rate"          # its downloads
+    echo "$host 10.214.0.$i $rate" >> "$(state "$prefix")/hosts"
+    echo "$host 10.214.0.$i"
+  done
+  UP_DONE=1
+}
+
+addr() {
+  [ -f "$(state "$1")/hosts" ] || die "no cluster named $1"
+  awk -v h="$2" '$1 == h { print $2; found = 1 } END { exit !found }' "$(state "$1")/hosts" ||
+    die "cluster $1 has no host $2"
+}
+
+run_in() {
+  local prefix=$1 host=$2; shift 2
+  addr "$prefix" "$host" >/dev/null
+  exec ip netns exec "$prefix-$host" "$@"
+}
+
+probe() {
+  local prefix=$1 from=$2 to=$3 mb=${4:-50} to_addr
+  to_addr=$(addr "$prefix" "$to")
+  addr "$prefix" "$from" >/dev/null
+  local out
+  out=$(mktemp)
+  # The receiver times from the first byte to the last; it stops by itself after 60 s.
+  timeout 60 ip netns exec "$prefix-$to" python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5201)); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    if t0 is None: t0 = time.monotonic()
+    n += len(b)
+print("%.1f" % (8 * n / (time.monotonic() - t0) / 1e6), flush=True)
+' "$to_addr" > "$out" &
+  local receiver=$!
+  for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
+  timeout 60 ip netns exec "$prefix-$from" python3 -c '
+import socket, sys
+s = socket.create_connection((sys.argv[1], 5201)); block = b"\0" * (1 << 20)
+for _ in range(int(sys.argv[2])): s.sendall(block)
+s.close()
+' "$to_addr" "$mb"
+  wait "$receiver"
+  tail -n 1 "$out"
+  rm -f "$out"
+}
+
+down() {
+  local prefix=$1 ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    case "$ns" in "$prefix"-*) ip netns del "$ns" 2>/dev/null || true ;; esac
+  done
+  rm -rf "$(state "$prefix")"
+}
+
+cmd=${1:-}
+[ $# -ge 2 ] || die "usage: up|addr|exec|probe|down PREFIX ... (see the top of $0)"
+shift
+case "$cmd" in
+  up) up "$@" ;;
+  addr) [ $# -eq 2 ] || die "usage: addr PREFIX HOST"; addr "$@" ;;
+  exec) [ $# -ge 3 ] || die "usage: exec PREFIX HOST CMD..."; run_in "$@" ;;
+  probe) [ $# -ge 3 ] || die "usage: probe PREFIX FROM TO [MB]"; probe "$@" ;;
+  down) down "$1" ;;
+  *) die "unknown command '$cmd' (up, addr, exec, probe, down)" ;;
+esac

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The emulated cluster (tests/cluster.sh) under a real job: a server host and two worker
+# hosts, one worker behind a 200 Mbit/s link; the workers emulate devices whose times per
+# sample are 1:3. Checks: the measured link rate is near its cap in both directions; the
+# synchronous job's batches settle near the devices' ratio (3:1); a cluster whose set-up
+# fails, or whose user fails, leaves nothing behind. Needs root.
+source "$(dirname "$0")/e2e_lib.sh"
+CLUSTER=$RUNFILES/tests/cluster.sh
+[ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
+P=olc$$
+cleanup() {
+  stop_all
+  "$CLUSTER" down "$P"
+  "$CLUSTER" down "${P}x"
+}
+trap cleanup EXIT
+namespaces() { ip netns list | awk '{print $1}' | grep -c "^$1-" || true; }
+
+# A set-up that fails half way (a bad rate for the second host) removes the first host.
+if "$CLUSTER" up "${P}x" a=100mbit b=fast 2>"$WORK/bad.log"; then fail "a bad rate was accepted"; fi
+grep -q "is not like 10gbit" "$WORK/bad.log" || fail "no clear message for a bad rate: $(cat "$WORK/bad.log")"
+[ "$(namespaces "${P}x")" = 0 ] || fail "a failed set-up left namespaces behind"
+# A user that fails after the set-up: its trap takes the cluster down.
+if bash -c "trap '\"$CLUSTER\" down ${P}x' EXIT; \"$CLUSTER\" up ${P}x a=100mbit b=100mbit >/dev/null; false"; then
+  fail "the failing user did not fail"
+fi
+[ "$(namespaces "${P}x")" = 0 ] || fail "a failed run left namespaces behind"
+
+"$CLUSTER" up "$P" ps=1gbit fast=1gbit slow=200mbit
+[ "$(namespaces "$P")" = 4 ] || fail "expected 3 hosts and the bridge"
+up_rate=$("$CLUSTER" probe "$P" slow ps 20)
+down_rate=$("$CLUSTER" probe "$P" ps slow 20)
+echo "200 Mbit/s link: upload $up_rate, download $down_rate Mbit/s"
+python3 -c "import sys; sys.exit(0 if all(150 <= float(r) <= 210 for r in sys.argv[1:]) else 1)" \
+  "$up_rate" "$down_rate" || fail "the capped link ran at $up_rate / $down_rate Mbit/s, not near 200"
+
+PS=$("$CLUSTER" addr "$P" ps)
+SUMMARY=$WORK/cluster.json
+timeout 200 "$CLUSTER" exec "$P" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=0 --mode=sync \
+  --num_workers=2 --global_batch=64 --adjust_every=5 --summary_json="$SUMMARY" --quiet > "$WORK/server.log" 2>&1 &
+SERVER_PID=$!
+STARTED+=("$SERVER_PID")
+wait_for_line "$WORK/server.log" listening || { cat "$WORK/server.log" >&2; fail "server did not start"; }
+WORKER_PIDS=()
+for spec in fast:1:0.5:0.05 slow:1:1.5:0.05; do
+  name=${spec%%:*}
+  timeout 200 "$CLUSTER" exec "$P" "$name" "$WORKER" --server="$PS:50051" --name="$name" --device=cpu \
+    --dataset=synthetic --model=mlp --epochs=0 --max_iterations=150 --log_every=50 \
+    --emulate_device="${spec#*:}" > "$WORK/$name.log" 2>&1 &
+  WORKER_PIDS+=($!)
+  STARTED+=($!)
+done
+wait_workers || { tail -n 5 "$WORK"/*.log >&2; fail "a worker failed"; }
+grep -q "emulated device 1 ms + 1.5 ms/sample, jitter 0.05" "$WORK/slow.log" || fail "the slow worker logged no profile"
+stop_server
+# Equal times: 1 + 0.5 b_fast = 1 + 1.5 b_slow with b_fast + b_slow = 64: 48 and 16.
+fast=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'fast'][0]")
+slow=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'slow'][0]")
+echo "batches after 150 rounds: fast $fast, slow $slow (equal times at 48 and 16)"
+[ "$fast" -ge 42 ] && [ "$fast" -le 52 ] || fail "the fast device's batch $fast is not near 48"
+overruns=$(cat "$WORK/fast.log" "$WORK/slow.log" | grep -c "took longer than its emulated time" || true)
+echo "workers that saw a real step overrun its emulated time: $overruns"
+echo "PASS"
