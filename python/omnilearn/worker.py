@@ -21,6 +21,7 @@ import random
 import socket
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,6 +31,7 @@ import torch
 
 from omnilearn import _stubs
 from omnilearn.codec import Assembler, FlatModel, chunks
+from omnilearn.emulation import EmulatedDevice
 
 pb2, pb2_grpc = _stubs.load()
 
@@ -67,13 +69,16 @@ class Worker:
                  auth_token: Optional[str] = None, auth_token_file: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
-                 reconnect_timeout: float = 300.0, log=None):
+                 reconnect_timeout: float = 300.0, emulate_device: Optional[str] = None, log=None):
         if epochs > 0 and dataset_size <= 0:
             raise ValueError("epochs needs dataset_size (the training set's sample count)")
         if epochs < 0 or max_iterations < 0 or dataset_size < 0 or max_batch_size < 0:
             raise ValueError("epochs, max_iterations, dataset_size and max_batch_size must be >= 0")
         if not slowdown >= 1.0:
             raise ValueError("slowdown must be >= 1")
+        # An emulated device (omnilearn.emulation) sets the whole step time; slowdown is for real compute.
+        if emulate_device and slowdown != 1.0:
+            raise ValueError("emulate_device sets the whole step time: leave slowdown (real compute) out")
         self.model = model
         self.flat = FlatModel(model)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -81,6 +86,11 @@ class Worker:
         self.max_iterations = max_iterations
         self.dataset_size = dataset_size
         self.slowdown = slowdown
+        # Its clock is this module's (looked up at each call), so a test's fake time drives both.
+        self.emulation = EmulatedDevice(emulate_device, seed=zlib.crc32(self.name.encode()),
+                                        now=lambda: time.perf_counter(),
+                                        sleep=lambda s: time.sleep(s)) if emulate_device else None
+        self._profile = None  # the emulated profile last logged
         self.rpc_timeout = rpc_timeout
         self.reconnect_timeout = reconnect_timeout
         self._log = log or (lambda line: print(f"[{self.name}] {line}", flush=True))
@@ -355,10 +365,27 @@ class Worker:
             raise RuntimeError("push() without a forward pass of the model in this step")
         if self._device.type == "cuda":
             torch.cuda.synchronize(self._device)
+        if self.emulation is not None:
+            return self._emulated_seconds()
         real = time.perf_counter() - self._t0
         if self.slowdown > 1.0:
             time.sleep((self.slowdown - 1.0) * real)
         return real * self.slowdown
+
+    def _emulated_seconds(self) -> float:
+        epoch = self.global_samples / self.dataset_size if self.dataset_size else 0.0
+        profile = self.emulation.at(epoch)
+        if profile != self._profile:
+            self._profile = profile
+            self._log(f"emulated device {profile.fixed_ms:g} ms + {profile.ms_per_sample:g} ms/sample, "
+                      f"jitter {profile.jitter:g}, from epoch {epoch:.2f}")
+        overruns = self.emulation.overruns
+        reported, real = self.emulation.pace(self._t0, self._step.batch_size, epoch)
+        if self.emulation.overruns == 1 and overruns == 0:
+            self._log(f"warning: the real compute of a step ({1000 * real:.1f} ms at batch {self._step.batch_size}) "
+                      f"took longer than its emulated time: the emulation is not faithful for such steps "
+                      f"(counted in Worker.emulation.overruns); give the device a larger time per sample")
+        return reported
 
     def push(self, loss, test_accuracy: Optional[float] = None):
         """Sends the step's gradients (after loss.backward()) and loads the new model.

@@ -276,6 +276,24 @@ class WorkerTest(unittest.TestCase):
         self.assertTrue(report.report_only and report.test_accuracy == 0.75)
         self.assertEqual(report.model_version, 2)
 
+    def test_an_emulated_device_sets_the_step_time_and_reports_it(self):
+        # 10 ms + 5 ms per sample: 30 ms for the fake server's 4-sample batches.
+        with self.make_worker(emulate_device="10:5") as w:
+            self.train(w, compute_seconds=0.002)
+            self.assertEqual([round(p.compute_seconds, 9) for p in self.fake.pushes], [0.030] * 3)
+            self.assertEqual([round(s, 9) for s in self.clock.slept if round(s, 9) == 0.028], [0.028] * 3)
+            self.assertEqual(w.emulation.overruns, 0)
+        # Real compute longer than the emulated time: counted, and the real time is reported.
+        self.fake.pushes.clear()
+        with self.make_worker(emulate_device="10:5", max_iterations=2) as w:
+            self.train(w, compute_seconds=0.050)
+            self.assertEqual(w.emulation.overruns, 2)
+        self.assertEqual([round(p.compute_seconds, 9) for p in self.fake.pushes], [0.050] * 2)
+        with self.assertRaisesRegex(ValueError, "leave slowdown"):
+            self.make_worker(emulate_device="10:5", slowdown=2)
+        with self.assertRaisesRegex(ValueError, "is not FIXED_MS:MS_PER_SAMPLE"):
+            self.make_worker(emulate_device="fast")
+
     def test_misuse_is_refused_clearly(self):
         with self.assertRaisesRegex(ValueError, "needs dataset_size"):
             Worker(self.address, self.model, epochs=1)
