@@ -12,6 +12,14 @@ and the three batch policies: equal static batches (off), the paper's rule (pape
     bench/heterogeneity.py --quick         HL4 and a two-step dynamic schedule, sync: a test
     bench/heterogeneity.py --ablation      weighted vs mean aggregation (sync), LR scaling and
                                            staleness damping on/off (async), at HL8
+    bench/heterogeneity.py --emulated      the matrix on the emulated cluster (tests/cluster.sh):
+                                           the server and each worker on a host of its own behind a
+                                           --link capped link, devices emulated (--emulate_device) at
+                                           --ms_per_sample_1core / cores ms per sample plus --fixed_ms,
+                                           --jitter; then HL8 with one worker behind --slow_link.
+                                           The MLP on Fashion-MNIST: its real step stays well under
+                                           the emulated time, so times do not depend on the 2 cores.
+                                           With --quick: HL4 and the two-step schedule, sync.
 
 Writes bench/results/heterogeneity*.json, *.md tables and *.png plots (--out to change).
 Needs the binaries: bazel build -c opt //server:omnilearn_server //worker:omnilearn_worker
@@ -45,6 +53,37 @@ def ideal_speedup(s):
     return max(s) * sum(1 / x for x in s) / len(s)
 
 
+def emulated_profile(cores, args):
+    """FIXED:MS_PER_SAMPLE:JITTER of a device with `cores` (time per sample inversely proportional)."""
+    return f"{args.fixed_ms:g}:{args.ms_per_sample_1core / cores:.6g}:{args.jitter:g}"
+
+
+def ideal_round_seconds(level, args):
+    """The balance bound of one synchronous round's compute: every worker's F + m_k b_k equal,
+    sum b_k = B, so the round takes F + B / sum(1/m_k)."""
+    return (args.fixed_ms + args.global_batch / sum(c / args.ms_per_sample_1core for c in LEVELS[level])) / 1000
+
+
+class Cluster:
+    """The emulated cluster of one run (tests/cluster.sh): a server host and four worker
+    hosts; removed on exit whatever happens."""
+
+    def __init__(self, links):
+        self.script = os.path.join(ROOT, "tests", "cluster.sh")
+        self.prefix = f"olh{os.getpid() % 100000}"
+        self.links = links
+        subprocess.run([self.script, "down", self.prefix], check=True)
+        out = subprocess.run([self.script, "up", self.prefix, *(f"{h}={r}" for h, r in links.items())],
+                             check=True, capture_output=True, text=True).stdout
+        self.addr = dict(line.split()[:2] for line in out.splitlines())
+
+    def command(self, host, argv):
+        return ["ip", "netns", "exec", f"{self.prefix}-{host}", *argv]
+
+    def close(self):
+        subprocess.run([self.script, "down", self.prefix], check=False)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,36 +104,50 @@ class Lines(threading.Thread):
                 log.write(line)
 
 
-def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_extra=()):
-    """One job: a server and four workers; `schedule` is a level name or "dynamic"."""
-    port = free_port()
+def worker_timing(i, schedule, args):
+    """Worker i's flags that make its speed: a slowdown (real compute) or an emulated device."""
+    if args.emulated:
+        if schedule == "dynamic":
+            return ["--emulate_device=" + ",".join(f"{k * args.step_epochs:g}@{emulated_profile(LEVELS[l][i], args)}"
+                                                   for k, l in enumerate(DYNAMIC))]
+        return [f"--emulate_device={emulated_profile(LEVELS[schedule][i], args)}"]
+    if schedule == "dynamic":
+        return ["--slowdown_schedule=" + ",".join(f"{k * args.step_epochs:g}:{slowdowns(level)[i]:.4f}"
+                                                  for k, level in enumerate(DYNAMIC))]
+    return [f"--slowdown={slowdowns(schedule)[i]:.4f}"]
+
+
+def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_extra=(), cluster=None):
+    """One job: a server and four workers; `schedule` is a level name or "dynamic". With a
+    cluster, each process runs on its own host (the server on "ps", worker i on "w<i>")."""
+    host = cluster.addr["ps"] if cluster else "127.0.0.1"
+    port = 50051 if cluster else free_port()
+    place = (lambda h, argv: cluster.command(h, argv)) if cluster else (lambda h, argv: argv)
     summary = os.path.join(work, f"{name}.json")
     lr = "0.05" if mode == "sync" else "0.1"
-    server = [f"{bin_dir}/server/omnilearn_server", "--bind=127.0.0.1", f"--port={port}", f"--mode={mode}",
+    server = [f"{bin_dir}/server/omnilearn_server", f"--bind={host}", f"--port={port}", f"--mode={mode}",
               f"--controller={policy}", "--num_workers=4", f"--global_batch={args.global_batch}", f"--lr={lr}",
               "--metrics_port=0", "--exit_when_done", f"--summary_json={summary}", "--progress_every_s=0",
               "--adjust_every=5", *server_extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.monotonic()
     procs, readers = [], []
-    sp = subprocess.Popen(server, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    sp = subprocess.Popen(place("ps", server), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     readers.append(Lines(sp, start, os.path.join(work, f"{name}.server.log")))
     readers[-1].start()
     for i in range(4):
-        w = [f"{bin_dir}/worker/omnilearn_worker", f"--server=127.0.0.1:{port}", f"--name=w{i}", "--device=cpu",
+        w = [f"{bin_dir}/worker/omnilearn_worker", f"--server={host}:{port}", f"--name=w{i}", "--device=cpu",
              f"--epochs={epochs}", "--log_every=0", "--threads=1", f"--reconnect_timeout=60"]
-        if args.large:
+        if args.emulated:
+            w += ["--dataset=fashion-mnist", "--model=mlp"]
+        elif args.large:
             w += ["--dataset=synthetic", "--model=mlp"]
         else:
             w += ["--dataset=fashion-mnist", "--model=cnn"]
         if i == 0:
             w += ["--evaluate", f"--eval_every_epochs={args.eval_every}"]
-        if schedule == "dynamic":
-            w += ["--slowdown_schedule=" + ",".join(f"{k * args.step_epochs:g}:{slowdowns(level)[i]:.4f}"
-                                                      for k, level in enumerate(DYNAMIC))]
-        else:
-            w += [f"--slowdown={slowdowns(schedule)[i]:.4f}"]
-        p = subprocess.Popen(w, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        w += worker_timing(i, schedule, args)
+        p = subprocess.Popen(place(f"w{i}", w), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         procs.append(p)
         readers.append(Lines(p, start, os.path.join(work, f"{name}.w{i}.log")))
         readers[-1].start()
@@ -112,16 +165,22 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
         raise RuntimeError(f"{name}: a process failed (logs in {work})")
     wall = time.monotonic() - start
     s = json.load(open(summary))
+    # Training starts when the last worker has joined (the start barrier lets all go at once);
+    # every time below counts from there, so process start-up and data loading are left out.
+    t0 = max(t for r in readers[1:] for t, l in r.lines if "joined as worker" in l)
     # Accuracy over time (worker 0's evaluations), batches over time (the server's plan lines).
-    acc = [(t, float(m.group(2)) / 100) for t, l in readers[1].lines
+    acc = [(t - t0, float(m.group(2)) / 100) for t, l in readers[1].lines
            if (m := re.search(r"epoch ([0-9.]+): test accuracy ([0-9.]+)%", l))]
     plans = []
     for t, l in readers[0].lines:
         if l.startswith("plan "):
             ws = dict((w, (int(b), float(ms))) for w, b, ms in re.findall(r"(w\d) b=(\d+) t=([0-9.]+)ms", l))
             if len(ws) == 4:
-                plans.append((t, ws))
-    changes = [t for t, l in readers[1].lines if "slowdown " in l and "from epoch" in l]
+                plans.append((t - t0, ws))
+    changes = [t - t0 for t, l in readers[1].lines
+               if ("slowdown " in l or "emulated device " in l) and "from epoch" in l and "from epoch 0.00" not in l]
+    overruns = sum(1 for r in readers[1:] for _, l in r.lines if "took longer than its emulated time" in l)
+    wall = time.monotonic() - start - t0
     # Steady-state spread: the plan lines of the second half of the run, max/min compute time.
     half = [p for t, p in plans if t >= wall / 2] or [p for _, p in plans[-3:]]
     spreads = [max(v[1] for v in p.values()) / max(1e-9, min(v[1] for v in p.values())) for p in half]
@@ -132,7 +191,8 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
             "batches": [(t, {w: v[0] for w, v in p.items()}) for t, p in plans],
             "schedule_changes": changes, "steady_spread": statistics.median(spreads) if spreads else None,
             "mean_compute_spread": max(means) / min(means) if means else None,
-            "adjustments": s["adjustments"], "model_version": s["model_version"]}
+            "adjustments": s["adjustments"], "model_version": s["model_version"], "rounds": s["rounds"],
+            "workers_with_overruns": overruns}
 
 
 def accuracy_at(run, t):
@@ -148,38 +208,71 @@ def fmt(x, spec="{:.1f}"):
     return "-" if x is None else spec.format(x)
 
 
+def mean_range(values, spec="{:.1f}", scale=1.0):
+    """'mean (min-max)' of the repeats; '-' when any repeat has no value."""
+    if not values or any(v is None for v in values):
+        return "-"
+    vs = [scale * v for v in values]
+    if len(vs) == 1:
+        return spec.format(vs[0])
+    return f"{spec.format(statistics.mean(vs))} ({spec.format(min(vs))}-{spec.format(max(vs))})"
+
+
+def base_level(schedule):
+    return schedule.split("+")[0]
+
+
+def bound_ratios(results, args):
+    """Sync, emulated: the balance bound over each run's time. The bound is the run's rounds at
+    the balanced compute time of its level (ideal_round_seconds), each plus the per-round
+    overhead measured in the same repeat by equal batches at HL1 (communication, the server,
+    the evaluations, the slowest of four jittered draws: what no batch plan removes)."""
+    for r in results:
+        if r["mode"] != "sync" or not args.emulated:
+            continue
+        base = next((x for x in results if x["mode"] == "sync" and x["schedule"] == "HL1" and x["policy"] == "off"
+                     and x["repeat"] == r["repeat"]), None)
+        if base is None:
+            continue
+        overhead = base["wall_seconds"] / base["rounds"] - ideal_round_seconds("HL1", args)
+        if r["schedule"] == "dynamic":
+            per_round = statistics.mean(ideal_round_seconds(l, args) for l in DYNAMIC)
+        else:
+            per_round = ideal_round_seconds(base_level(r["schedule"]), args)
+        r["balance_bound_seconds"] = r["rounds"] * (per_round + overhead)
+        r["bound_ratio"] = r["balance_bound_seconds"] / r["wall_seconds"]
+
+
 def tables(results, levels, modes, policies):
     out = []
     for mode in modes:
         out.append(f"\n### {mode}\n")
-        out.append("| level | ideal (balanced) time / equal-batch time | policy | wall time (s) | time to target (s) "
-                   "| vs off | final accuracy | accuracy at off's wall time | compute-time spread | adjustments |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        out.append("| level | ideal / equal-batch time | policy | training time (s) | time to target (s) | vs off "
+                   "| balance bound / time | final accuracy | accuracy at off's time | compute-time spread | adjustments |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for level in levels:
             runs = {p: [r for r in results if r["mode"] == mode and r["schedule"] == level and r["policy"] == p]
                     for p in policies}
             if not runs.get("off"):
                 continue
             off_wall = statistics.mean(r["wall_seconds"] for r in runs["off"])
-            off_tta = [r["time_to_target"] for r in runs["off"] if r["time_to_target"]]
+            off_tta = [r["time_to_target"] for r in runs["off"]]
             for p in policies:
                 rs = runs[p]
                 if not rs:
                     continue
-                wall = statistics.mean(r["wall_seconds"] for r in rs)
-                tta = [r["time_to_target"] for r in rs if r["time_to_target"]]
-                tta_mean = statistics.mean(tta) if len(tta) == len(rs) else None
+                tta = [r["time_to_target"] for r in rs]
                 vs = None
-                if tta_mean and off_tta and len(off_tta) == len(runs["off"]):
-                    vs = 100 * (1 - tta_mean / statistics.mean(off_tta))
+                if None not in tta and None not in off_tta:
+                    vs = 100 * (1 - statistics.mean(tta) / statistics.mean(off_tta))
                 at_off = [accuracy_at(r, off_wall) for r in rs]
-                at_off = statistics.mean(a for a in at_off if a is not None) if any(a is not None for a in at_off) else None
-                spread = [r["mean_compute_spread"] for r in rs if r.get("mean_compute_spread")]
-                ideal = (1 / ideal_speedup(slowdowns(level))) if level in LEVELS else None
-                out.append(f"| {level} | {fmt(ideal, '{:.2f}')} | {p} | {wall:.1f} | {fmt(tta_mean)} | "
-                           f"{fmt(vs, '{:+.0f}%')} | {100 * statistics.mean(r['final_accuracy'] for r in rs):.2f}% | "
-                           f"{fmt(None if at_off is None else 100 * at_off, '{:.2f}%')} | "
-                           f"{fmt(statistics.mean(spread) if spread else None, '{:.2f}')} | "
+                ideal = (1 / ideal_speedup(slowdowns(base_level(level)))) if base_level(level) in LEVELS else None
+                out.append(f"| {level} | {fmt(ideal, '{:.2f}')} | {p} | {mean_range([r['wall_seconds'] for r in rs])} | "
+                           f"{mean_range(tta)} | {fmt(vs, '{:+.0f}%')} | "
+                           f"{mean_range([r.get('bound_ratio') for r in rs], '{:.2f}')} | "
+                           f"{mean_range([r['final_accuracy'] for r in rs], '{:.2f}%', 100)} | "
+                           f"{mean_range(at_off, '{:.2f}%', 100)} | "
+                           f"{mean_range([r.get('mean_compute_spread') for r in rs], '{:.2f}')} | "
                            f"{statistics.mean(r['adjustments'] for r in rs):.0f} |")
     return "\n".join(out)
 
@@ -250,6 +343,13 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--work", default=None)
+    ap.add_argument("--emulated", action="store_true", help="on the emulated cluster (see above)")
+    ap.add_argument("--link", default="10gbit", help="--emulated: every host's link")
+    ap.add_argument("--slow_link", default="1gbit", help="--emulated: w3's link in the HL8+slow runs")
+    ap.add_argument("--ms_per_sample_1core", type=float, default=6.0,
+                    help="--emulated: a device's ms per sample is this over its core count")
+    ap.add_argument("--fixed_ms", type=float, default=2.0, help="--emulated: ms per step whatever the batch")
+    ap.add_argument("--jitter", type=float, default=0.05, help="--emulated: relative sd of a step's time")
     ap.add_argument("--from_json", default=None,
                     help="re-render the tables and plots of an earlier run's JSON (with --work: its summaries)")
     args = ap.parse_args()
@@ -262,10 +362,10 @@ def main():
     started = time.monotonic()
     modes, policies = ["sync", "async"], ["off", "paper", "omnilearn"]
     levels = list(LEVELS) + ["dynamic"]
-    prefix = "heterogeneity"
+    prefix = "heterogeneity_emulated" if args.emulated else "heterogeneity"
     jobs = []
     if args.quick:
-        prefix = "heterogeneity_quick"
+        prefix += "_quick"
         args.epochs = min(args.epochs, 0.5)
         args.step_epochs = 0.25
         DYNAMIC[:] = ["HL1", "HL8"]
@@ -279,18 +379,44 @@ def main():
                     jobs.append(("HL8", p, "async", (f"--lr_scaling={scaling}", f"--staleness_damping={damping}")))
     else:
         jobs = [(l, p, m, ()) for m in modes for l in levels for p in policies]
+        if args.emulated:
+            # The paper's async baseline: equal batches, no LR scaling, no staleness damping; and
+            # our batches with the same plain async (the paper's OmniLearn in async). Their LR is
+            # the damped one's step per push at equal batches (0.1 x 32/128), not 4x larger.
+            plain = ("--lr_scaling=off", "--staleness_damping=off", "--lr=0.025")
+            jobs = [j for j in jobs if j[2] == "sync"] + \
+                [(l, p, "async", plain) for l in levels for p in ("plain", "plain+ours")] + \
+                [j for j in jobs if j[2] == "async"]
+            levels.append("HL8+slow")
+            jobs += [("HL8+slow", p, m, ()) for m in modes for p in policies]
+    if args.emulated:
+        policies[:0] = ["plain", "plain+ours"]
     results = []
     for repeat in range(args.repeats):
         for level, policy, mode, extra in jobs:
-            name = f"{mode}-{level}-{policy}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
+            name = f"{mode}-{level}-{policy.replace('+', '_')}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
             epochs = args.step_epochs * len(DYNAMIC) if level == "dynamic" else args.epochs
-            r = run_job(args.bin, work, name, mode, policy, level, epochs, args, extra)
+            cluster = None
+            if args.emulated:
+                links = {h: args.link for h in ["ps", "w0", "w1", "w2", "w3"]}
+                if level.endswith("+slow"):
+                    links["w3"] = args.slow_link  # the fastest device at HL8
+                cluster = Cluster(links)
+            try:
+                server_policy = {"plain": "off", "plain+ours": "omnilearn"}.get(policy, policy)
+                r = run_job(args.bin, work, name, mode, server_policy, base_level(level)
+                            if level != "dynamic" else level, epochs, args, extra, cluster)
+            finally:
+                if cluster:
+                    cluster.close()
+            r["policy"], r["schedule"] = policy, level
             r["repeat"], r["server_flags"] = repeat, list(extra)
             results.append(r)
             print(f"{name}: wall {r['wall_seconds']:.1f} s, accuracy {100 * r['final_accuracy']:.2f}%, "
                   f"time to {100 * args.target:.0f}% {fmt(r['time_to_target'])} s, steady spread "
                   f"{fmt(r['steady_spread'], '{:.2f}')}", flush=True)
     elapsed = time.monotonic() - started
+    bound_ratios(results, args)
     doc = {"args": vars(args), "elapsed_seconds": elapsed, "levels": {l: slowdowns(l) for l in LEVELS},
            "dynamic": DYNAMIC, "results": results}
     json.dump(doc, open(os.path.join(args.out, f"{prefix}.json"), "w"), indent=1)
@@ -306,6 +432,11 @@ def main():
         text = "\n".join(lines)
     else:
         text = tables(results, [l for l in levels if any(r["schedule"] == l for r in results)], modes, policies)
+        if args.emulated:
+            text += (f"\n\nEmulated devices: {args.fixed_ms:g} ms + {args.ms_per_sample_1core:g} / cores ms per sample, "
+                     f"jitter {args.jitter:g}; links {args.link} (HL8+slow: w3, the fastest, behind {args.slow_link}). "
+                     f"Steps whose real compute overran the emulated time: "
+                     f"{sum(r['workers_with_overruns'] for r in results)} workers of {4 * len(results)} saw any.")
         plots(results, args.out, prefix)
     text += f"\n\n{len(results)} runs in {elapsed / 60:.1f} min; command: {' '.join(sys.argv)}\n"
     open(os.path.join(args.out, f"{prefix}.md"), "w").write(text)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# bench/heterogeneity.py --quick: HL4 sync with equal batches and with ours, and a two-step
-# dynamic schedule (HL1 -> HL8), on Fashion-MNIST. Asserts (in the script): ours is not
-# slower than equal batches at HL4, and the worker that becomes 8x slower at the change
-# gets a smaller share of the global batch after it.
+# bench/heterogeneity.py --quick [--emulated]: HL4 sync with equal batches and with ours, and
+# a two-step dynamic schedule (HL1 -> HL8). Asserts (in the script): ours is not slower than
+# equal batches at HL4, and the worker that becomes 8x slower at the change gets a smaller
+# share of the global batch after it. With --emulated: on hosts of the emulated cluster, with
+# emulated devices (needs root).
 set -euo pipefail
 RUNFILES=${TEST_SRCDIR:-$PWD/bazel-bin/tests/heterogeneity_quick_test.runfiles}/omnilearn
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
-timeout 600 /usr/bin/python3 "$RUNFILES/bench/heterogeneity.py" --quick --bin="$RUNFILES" --out="$WORK/out" \
+timeout 600 /usr/bin/python3 "$RUNFILES/bench/heterogeneity.py" --quick "$@" --bin="$RUNFILES" --out="$WORK/out" \
   --work="$WORK/work"
-echo "heterogeneity_quick_test: OK"
+echo "heterogeneity_quick_test $*: OK"
