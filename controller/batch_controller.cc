@@ -24,6 +24,8 @@ constexpr double kMaxFixedFraction = 0.9;
 constexpr double kSingleSampleError = 0.1;
 // Standard errors a throughput drop must exceed to be trusted by the memory guard.
 constexpr double kGuardConfidence = 3.0;
+// Weight of a window's mean link time against what was learnt before it.
+constexpr double kLinkSmoothing = 0.5;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -63,6 +65,14 @@ std::string PolicyName(Policy policy) {
   }
   return "unknown";
 }
+
+absl::StatusOr<Balance> ParseBalance(absl::string_view name) {
+  if (name == "iteration") return Balance::kIteration;
+  if (name == "compute") return Balance::kCompute;
+  return absl::InvalidArgumentError(absl::StrCat("unknown balance '", name, "': want iteration or compute"));
+}
+
+std::string BalanceName(Balance balance) { return balance == Balance::kIteration ? "iteration" : "compute"; }
 
 int64_t BatchPlan::batch(WorkerId id) const {
   auto it = workers.find(id);
@@ -151,6 +161,13 @@ absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
     return absl::InvalidArgumentError(
         absl::StrCat("compute seconds must be finite and > 0, got ", report.compute_seconds));
   }
+  if (!std::isfinite(report.link_seconds) || report.link_seconds < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("link seconds must be finite and >= 0, got ", report.link_seconds));
+  }
+  if (report.link_seconds > 0) {
+    it->second.link_sum += report.link_seconds;
+    it->second.link_count += 1;
+  }
   Window& win = it->second.window[report.batch];
   win.sum += report.compute_seconds;
   win.sum_squares += report.compute_seconds * report.compute_seconds;
@@ -230,6 +247,15 @@ void BatchController::FoldWindow(Worker& w) {
     w.last_window_batch = w.window.size() == 1 ? w.window.begin()->first : 0;
   }
   w.window.clear();
+  // Link times: the window's mean, smoothed across windows (a link's rate drifts slowly;
+  // one congested window should not swing the plan).
+  if (w.link_count > 0) {
+    const double mean = w.link_sum / w.link_count;
+    w.link_seconds = w.link_count_total > 0 ? kLinkSmoothing * mean + (1 - kLinkSmoothing) * w.link_seconds : mean;
+    w.link_count_total += w.link_count;
+    w.link_sum = 0;
+    w.link_count = 0;
+  }
 }
 
 void BatchController::ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now) {
@@ -305,6 +331,8 @@ std::map<WorkerId, BatchController::TimeModel> BatchController::Models() const {
   }
   for (auto& [id, m] : models) {
     if (!m.measured) m = TimeModel{typical.a, typical.c, false, 0};
+    // Whole iterations: the link time is a fixed part of the worker's iteration.
+    if (options_.balance == Balance::kIteration) m.a += workers_.at(id).link_seconds;
   }
   return models;
 }

@@ -32,8 +32,22 @@ enum class Policy {
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name);
 std::string PolicyName(Policy policy);
 
+// What kOmniLearn makes equal across workers.
+enum class Balance {
+  // Whole iterations: compute plus each worker's communication (its link time, learnt
+  // from its reports), so a worker behind a slow link gets a smaller batch.
+  kIteration,
+  // Compute only (forward + loss + backward), as the paper does.
+  kCompute,
+};
+
+absl::StatusOr<Balance> ParseBalance(absl::string_view name);
+std::string BalanceName(Balance balance);
+
 struct ControllerOptions {
   Policy policy = Policy::kOmniLearn;
+  // kOmniLearn: equal iteration times (compute + link) or equal compute times.
+  Balance balance = Balance::kIteration;
   // B: the sum of all live workers' batches (clamped to what the bounds allow).
   int64_t global_batch = 256;
   // Default per-worker bounds; AddWorker may narrow them.
@@ -70,12 +84,16 @@ struct WorkerLimits {
 struct ComputeReport {
   int64_t batch = 0;
   double compute_seconds = 0;  // forward + loss + backward
+  // The worker's time on the link in an iteration: moving its gradient and its model, not
+  // waiting for the others (0 = not known). It does not depend on the batch.
+  double link_seconds = 0;
 };
 
 struct WorkerPlan {
   int64_t batch = 0;
   int64_t max_batch = 0;             // the current ceiling (memory guard included)
-  double predicted_seconds = 0;      // 0 when the worker has no measurements yet
+  double predicted_seconds = 0;      // 0 when the worker has no measurements yet (link included
+                                     // with Balance::kIteration)
 };
 
 struct BatchPlan {
@@ -125,7 +143,8 @@ class BatchController {
   size_t num_workers() const { return workers_.size(); }
 
   // Records one iteration. NotFound for an unknown worker; InvalidArgument for a
-  // non-positive batch or a non-finite or non-positive time.
+  // non-positive batch, a non-finite or non-positive compute time, or a non-finite or
+  // negative link time.
   absl::Status Report(WorkerId id, const ComputeReport& report);
   // The worker ran out of memory at `batch`: its ceiling drops below it and the plan
   // is redistributed at once. NotFound / InvalidArgument.
@@ -161,6 +180,10 @@ class BatchController {
     std::vector<Observation> history;        // newest last, distinct batches
     double last_window_seconds = 0;          // mean time of the last window (kPaper)
     int64_t last_window_batch = 0;
+    double link_sum = 0;                     // link times reported since the last Adjust
+    int link_count = 0;
+    double link_seconds = 0;                 // smoothed link time; valid when link_count_total > 0
+    int64_t link_count_total = 0;
     int64_t ceiling() const {
       return guard_max > 0 && guard_max < max_batch ? guard_max : max_batch;
     }

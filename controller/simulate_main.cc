@@ -19,6 +19,9 @@ ABSL_FLAG(int64_t, max_batch, 0, "largest batch a worker may get (0 = global bat
 ABSL_FLAG(int, rounds, 10, "adjustments to run");
 ABSL_FLAG(int, adjust_every, 5, "iterations between adjustments");
 ABSL_FLAG(std::string, policy, "omnilearn", "omnilearn | paper | off");
+ABSL_FLAG(std::string, balance, "iteration",
+          "omnilearn: make whole iterations (compute + link) equal, or compute only: iteration | compute");
+ABSL_FLAG(std::string, link_ms, "", "per worker, link milliseconds per iteration (e.g. 0,0,0,8; default none)");
 ABSL_FLAG(std::string, schedule, "", "speed changes, round:worker:speed,... (worker from 0)");
 ABSL_FLAG(std::string, oom_batches, "", "per worker, batches above this run out of memory (0 = none)");
 ABSL_FLAG(double, samples_per_second, 1000, "throughput of a speed-1 worker");
@@ -33,7 +36,10 @@ int Run() {
   auto speeds = ParseSpeeds(absl::GetFlag(FLAGS_speeds));
   auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
   auto policy = ParsePolicy(absl::GetFlag(FLAGS_policy));
-  for (const absl::Status& s : {speeds.status(), schedule.status(), policy.status()}) {
+  auto balance = ParseBalance(absl::GetFlag(FLAGS_balance));
+  absl::StatusOr<std::vector<double>> links = std::vector<double>{};
+  if (!absl::GetFlag(FLAGS_link_ms).empty()) links = ParseSpeeds(absl::GetFlag(FLAGS_link_ms), /*allow_zero=*/true);
+  for (const absl::Status& s : {speeds.status(), schedule.status(), policy.status(), balance.status(), links.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "simulate: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -56,6 +62,8 @@ int Run() {
   o.samples_per_second = absl::GetFlag(FLAGS_samples_per_second);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.controller.policy = *policy;
+  o.controller.balance = *balance;
+  for (double ms : *links) o.link_seconds.push_back(ms / 1000);
   o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
   o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
   o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
@@ -67,13 +75,16 @@ int Run() {
   std::printf("policy=%s workers=%zu global_batch=%ld noise=%.3f overhead_ms=%.1f adjust_every=%d\n",
               PolicyName(o.controller.policy).c_str(), o.speeds.size(), o.controller.global_batch, o.noise,
               absl::GetFlag(FLAGS_overhead_ms), o.iterations_per_adjustment);
-  std::printf("spread = max(t)/min(t) of the round's measured mean times; ideal = without noise\n");
+  std::printf("spread = max(t)/min(t) of the round's measured mean compute times; ideal = without noise%s\n",
+              o.link_seconds.empty() ? "" : "; iteration = ideal compute + link");
   for (const SimulationRound& r : *rounds) {
     std::printf("adj %3d |", r.round);
     for (size_t k = 0; k < r.batches.size(); ++k) {
       std::printf(" w%zu b=%4ld t=%7.2fms |", k, r.batches[k], 1000 * r.measured_seconds[k]);
     }
-    std::printf(" spread %.3f ideal %.3f\n", r.measured_spread, r.true_spread);
+    std::printf(" spread %.3f ideal %.3f", r.measured_spread, r.true_spread);
+    if (!o.link_seconds.empty()) std::printf(" iteration %.3f", r.true_iteration_spread);
+    std::printf("\n");
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "controller/simulation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -28,6 +29,12 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
   if (!options.oom_batches.empty() && options.oom_batches.size() != n) {
     return absl::InvalidArgumentError("oom_batches needs one value per worker");
   }
+  if (!options.link_seconds.empty() && options.link_seconds.size() != n) {
+    return absl::InvalidArgumentError("link_seconds needs one value per worker");
+  }
+  for (double l : options.link_seconds) {
+    if (!(l >= 0)) return absl::InvalidArgumentError("link seconds must be >= 0");
+  }
   for (const SpeedChange& c : options.schedule) {
     if (c.worker < 0 || static_cast<size_t>(c.worker) >= n || !(c.speed > 0)) {
       return absl::InvalidArgumentError(absl::StrCat("bad schedule entry for worker ", c.worker));
@@ -49,10 +56,12 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
     }
     SimulationRound row;
     row.round = r;
+    auto link = [&](size_t k) { return options.link_seconds.empty() ? 0.0 : options.link_seconds[k]; };
     for (size_t k = 0; k < n; ++k) {
       const int64_t b = controller.plan().batch(k);
       row.batches.push_back(b);
       row.true_seconds.push_back(options.overhead_seconds + b / (options.samples_per_second * speeds[k]));
+      row.true_iteration_seconds.push_back(row.true_seconds.back() + link(k));
     }
     row.measured_seconds.assign(n, 0);
     for (int i = 0; i < options.iterations_per_adjustment; ++i) {
@@ -62,11 +71,14 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
           continue;
         }
         const double t = row.true_seconds[k] * std::max(0.05, 1 + options.noise * gauss(rng));
+        // (No draw for a worker without a link: runs without links see the same noise as before.)
+        const double l = link(k) > 0 ? link(k) * std::max(0.05, 1 + options.noise * gauss(rng)) : 0;
         row.measured_seconds[k] += t / options.iterations_per_adjustment;
-        if (absl::Status s = controller.Report(k, {row.batches[k], t}); !s.ok()) return s;
+        if (absl::Status s = controller.Report(k, {row.batches[k], t, l}); !s.ok()) return s;
       }
     }
     row.true_spread = Spread(row.true_seconds);
+    row.true_iteration_spread = Spread(row.true_iteration_seconds);
     row.measured_spread = Spread(row.measured_seconds);
     if (r < options.rounds) row.changed = controller.Adjust().changed;
     out.push_back(std::move(row));
@@ -74,12 +86,13 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
   return out;
 }
 
-absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text) {
+absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text, bool allow_zero) {
   std::vector<double> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     double v;
-    if (!absl::SimpleAtod(part, &v) || !(v > 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad speed '", part, "' (want numbers > 0)"));
+    if (!absl::SimpleAtod(part, &v) || !(allow_zero ? v >= 0 : v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad value '", part, allow_zero ? "' (want numbers >= 0)" : "' (want numbers > 0)"));
     }
     out.push_back(v);
   }

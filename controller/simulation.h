@@ -26,6 +26,10 @@ struct SimulationOptions {
   double samples_per_second = 1000;    // of a speed-1 worker
   double noise = 0.05;                 // relative standard deviation of each measured time
   double overhead_seconds = 0;         // fixed per-iteration cost of every worker
+  // Per worker: seconds on its link per iteration (its gradient out, the model back),
+  // whatever the batch; reported to the controller with the same relative noise. Empty =
+  // none.
+  std::vector<double> link_seconds;
   int rounds = 20;                     // adjustments to run
   int iterations_per_adjustment = 5;   // reports each worker sends between adjustments
   std::vector<SpeedChange> schedule;
@@ -42,16 +46,18 @@ struct SimulationRound {
   int round = 0;
   std::vector<int64_t> batches;
   std::vector<double> measured_seconds;  // mean over the round's iterations, noise included
-  std::vector<double> true_seconds;      // noise-free time at the batch
+  std::vector<double> true_seconds;      // noise-free compute time at the batch
+  std::vector<double> true_iteration_seconds;  // true_seconds plus the link time
   double measured_spread = 1;            // max/min of measured_seconds
   double true_spread = 1;                // max/min of true_seconds
+  double true_iteration_spread = 1;      // max/min of true_iteration_seconds
   bool changed = false;
 };
 
 absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& options);
 
-// "1,1,2,4" -> {1,1,2,4}; every value must be > 0.
-absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text);
+// "1,1,2,4" -> {1,1,2,4}; every value must be > 0 (>= 0 with allow_zero).
+absl::StatusOr<std::vector<double>> ParseSpeeds(absl::string_view text, bool allow_zero = false);
 // "20:3:0.25,40:3:1" -> round:worker:speed triples.
 absl::StatusOr<std::vector<SpeedChange>> ParseSchedule(absl::string_view text);
 

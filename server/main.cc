@@ -59,6 +59,9 @@ ABSL_FLAG(int64_t, max_model_bytes, int64_t{4} << 30,
           "the largest model (float32 bytes) a worker may bring; larger joins are refused before any allocation");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
 ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
+ABSL_FLAG(std::string, balance, "iteration",
+          "what the omnilearn controller makes equal across workers: iteration (compute + each worker's link "
+          "time, so a worker behind a slow link gets a smaller batch) | compute (compute only, as the paper)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
 ABSL_FLAG(double, round_timeout, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
@@ -205,6 +208,8 @@ int Run() {
   if (!mode.ok()) return fail(mode.status(), 2);
   auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
   if (!policy.ok()) return fail(policy.status(), 2);
+  auto balance = controller::ParseBalance(absl::GetFlag(FLAGS_balance));
+  if (!balance.ok()) return fail(balance.status(), 2);
   auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
   if (!optimizer.ok()) return fail(optimizer.status(), 2);
   const std::string schedule_name = absl::GetFlag(FLAGS_lr_schedule).empty()
@@ -236,6 +241,7 @@ int Run() {
   o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease));
   o.adjust_every = absl::GetFlag(FLAGS_adjust_every);
   o.controller.policy = *policy;
+  o.controller.balance = *balance;
   o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
   o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
   o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
@@ -305,10 +311,11 @@ int Run() {
     return 1;
   }
   const absl::Time start = absl::Now();
-  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s global_batch=%ld workers=%d tls=%s "
-              "token=%s metrics=%s\n",
+  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s global_batch=%ld workers=%d "
+              "tls=%s token=%s metrics=%s\n",
               absl::GetFlag(FLAGS_bind).c_str(), bound_port, ModeName(o.mode).c_str(),
-              controller::PolicyName(o.controller.policy).c_str(), o.controller.global_batch, o.num_workers,
+              controller::PolicyName(o.controller.policy).c_str(), controller::BalanceName(o.controller.balance).c_str(),
+              o.controller.global_batch, o.num_workers,
               tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token.empty() ? "off" : "on",
               exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str()
                       : "off");

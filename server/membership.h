@@ -32,6 +32,10 @@ struct WorkerRecord {
   absl::Time last_seen;
   uint64_t iterations = 0, samples = 0;
   double last_compute = 0, sum_compute = 0;
+  // How long the server held its last push (from the push's arrival at the core to its
+  // reply: the round's barrier, the step): what of the worker's communication time is not
+  // its link's. Negative before its first push.
+  double last_wait_seconds = -1;
   int64_t last_batch = 0;     // the batch of its last accepted push
   int64_t told_batch = 0;     // the batch the server last told it to train (join, reply)
   double last_loss = 0;       // ...its loss

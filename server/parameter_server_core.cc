@@ -90,6 +90,7 @@ void ParameterServerCore::PruneLeft() {
   for (const std::string& name : workers_.PruneLeft()) {
     metrics_.pushes.RemoveFirstLabel(name);
     metrics_.worker_compute_seconds.Remove({name});
+    metrics_.worker_link_seconds.Remove({name});
     metrics_.worker_batch_size.Remove({name});
   }
 }
@@ -364,7 +365,13 @@ void ParameterServerCore::Account(const PushInfo& info) {
   stats_.Trained(info.batch, info.train_loss);
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
   RecordAccuracy(info);
-  (void)controller_.Report(info.id, {info.batch, info.compute_seconds});
+  // The link's share of the worker's last communication: what the server did not hold it.
+  double link = 0;
+  if (info.communication_seconds > 0 && w.last_wait_seconds >= 0) {
+    link = std::max(0.0, info.communication_seconds - w.last_wait_seconds);
+    metrics_.worker_link_seconds.Add({w.name}).Observe(link);
+  }
+  (void)controller_.Report(info.id, {info.batch, info.compute_seconds, link});
 }
 
 void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
@@ -423,8 +430,12 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
                                                      absl::Time deadline) {
   absl::StatusOr<PushResult> r;
   {
+    const absl::Time arrived = options_.clock->Now();
     absl::MutexLock lock(&mu_);
     r = PushLocked(info, gradient, deadline);
+    if (Worker* w = workers_.FindCurrent(info.id); w != nullptr && r.ok()) {
+      w->last_wait_seconds = absl::ToDoubleSeconds(options_.clock->Now() - arrived);
+    }
   }
   ReturnBuffer(std::move(gradient));
   return r;
@@ -472,6 +483,11 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0 || info.compute_seconds > kMaxComputeSeconds) {
       return reject("invalid", absl::InvalidArgumentError(absl::StrCat(
                                    "compute seconds must be in (0, ", kMaxComputeSeconds, "], got ", info.compute_seconds)));
+    }
+    if (!(info.communication_seconds >= 0 && info.communication_seconds <= kMaxComputeSeconds)) {
+      return reject("invalid", absl::InvalidArgumentError(absl::StrCat("communication seconds must be in [0, ",
+                                                                       kMaxComputeSeconds, "], got ",
+                                                                       info.communication_seconds)));
     }
     if (static_cast<int64_t>(gradient.size()) != store_.layout().total_elements()) {
       return reject("invalid", absl::InvalidArgumentError(absl::StrCat("gradient has ", gradient.size(),

@@ -120,6 +120,8 @@ struct PushInfo {
   std::optional<double> test_accuracy;
   bool out_of_memory = false;
   uint64_t samples_seen = 0;
+  // The worker's previous iteration from the end of its compute to its reply (0 = none).
+  double communication_seconds = 0;
   // No gradient: the push only reports (test_accuracy measured on `version`, loss);
   // the model and the round are untouched.
   bool report_only = false;

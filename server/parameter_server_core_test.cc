@@ -743,6 +743,46 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
 }
 
 
+// The value of the Prometheus sample `name` (with its labels) in the core's registry.
+double Sample(ParameterServerCore& core, const std::string& name) {
+  const std::string text = core.registry().Serialize();
+  const size_t at = text.find("\n" + name + " ");
+  REQUIRE(at != std::string::npos);
+  return std::stod(text.substr(at + name.size() + 2));
+}
+
+TEST_CASE("a worker's link time is its reported communication less the server's wait", "[core][clock][link]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinTwoOnClock(*core, clock);
+  const JoinResult &a = joined.first, &b = joined.second;
+  // Round 1: a waits 30 ms in the barrier for b; b's push closes the round at once.
+  absl::StatusOr<PushResult> ra;
+  std::thread pusher([&] { ra = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });
+  clock.Advance(absl::Milliseconds(30));
+  REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).ok());
+  pusher.join();
+  REQUIRE(ra.ok());
+  // Round 2: each reports round 1's communication as it measured it: a 40 ms (30 of them
+  // the server's wait), b 15 ms (none of it the server's).
+  PushInfo pa = Grad(a.id, 4, 1), pb = Grad(b.id, 4, 1);
+  pa.communication_seconds = 0.040;
+  pb.communication_seconds = 0.015;
+  std::thread second([&] { ra = core->Push(pa, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.at("applied") == 3; });
+  REQUIRE(core->Push(pb, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).ok());
+  second.join();
+  REQUIRE(Sample(*core, "omnilearn_worker_link_seconds_sum{worker=\"a\"}") == Approx(0.010));
+  REQUIRE(Sample(*core, "omnilearn_worker_link_seconds_sum{worker=\"b\"}") == Approx(0.015));
+  // A communication time that cannot be real is refused.
+  PushInfo bad = Grad(a.id, 4, 2);
+  bad.communication_seconds = -1;
+  REQUIRE(core->Push(bad, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("a push whose gradient is summed never fails: the call's deadline answers applied", "[core][clock]") {
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);

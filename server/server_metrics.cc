@@ -11,6 +11,10 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       worker_compute_seconds(r.AddHistogram("omnilearn_worker_compute_seconds",
                                             "Forward + loss + backward seconds each worker reported per iteration.",
                                             {"worker"}, ExponentialBuckets(0.001, 2, 16))),
+      worker_link_seconds(r.AddHistogram("omnilearn_worker_link_seconds",
+                                         "Seconds each worker's iteration spent on its link (its communication "
+                                         "time less the server's wait), as the controller sees it.",
+                                         {"worker"}, ExponentialBuckets(0.0001, 2, 18))),
       pushes(r.AddCounter("omnilearn_pushes_total",
                           "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, "
                           "unknown_worker, shutdown).",

@@ -340,6 +340,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   if (header.has_test_accuracy()) info->test_accuracy = header.test_accuracy();
   info->out_of_memory = header.out_of_memory();
   info->samples_seen = header.samples_seen();
+  info->communication_seconds = header.communication_seconds();
   info->report_only = header.report_only();
   std::vector<float> gradient;
   if (!info->out_of_memory && !info->report_only) {

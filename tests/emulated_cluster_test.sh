@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The emulated cluster (tests/cluster.sh) under a real job: a server host and two worker
-# hosts, one worker behind a 200 Mbit/s link; the workers emulate devices whose times per
-# sample are 1:3. Checks: the measured link rate is near its cap in both directions; the
-# synchronous job's batches settle near the devices' ratio (3:1); a cluster whose set-up
-# fails, or whose user fails, leaves nothing behind. Needs root.
+# The emulated cluster (tests/cluster.sh) under real jobs: a server host and two worker
+# hosts, one worker behind a 200 Mbit/s link. Checks: the measured link rate is near its cap
+# in both directions; with emulated devices 1:3 per sample and compute balanced, the batches
+# settle near the devices' ratio (3:1); with equal devices and whole iterations balanced
+# (the default), the worker behind the slow link gets the smaller batch; a cluster whose
+# set-up fails, or whose user fails, leaves nothing behind. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 CLUSTER=$RUNFILES/tests/cluster.sh
 [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
@@ -35,29 +36,41 @@ python3 -c "import sys; sys.exit(0 if all(150 <= float(r) <= 210 for r in sys.ar
   "$up_rate" "$down_rate" || fail "the capped link ran at $up_rate / $down_rate Mbit/s, not near 200"
 
 PS=$("$CLUSTER" addr "$P" ps)
-SUMMARY=$WORK/cluster.json
-timeout 200 "$CLUSTER" exec "$P" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=0 --mode=sync \
-  --num_workers=2 --global_batch=64 --adjust_every=5 --summary_json="$SUMMARY" --quiet > "$WORK/server.log" 2>&1 &
-SERVER_PID=$!
-STARTED+=("$SERVER_PID")
-wait_for_line "$WORK/server.log" listening || { cat "$WORK/server.log" >&2; fail "server did not start"; }
-WORKER_PIDS=()
-for spec in fast:1:0.5:0.05 slow:1:1.5:0.05; do
-  name=${spec%%:*}
-  timeout 200 "$CLUSTER" exec "$P" "$name" "$WORKER" --server="$PS:50051" --name="$name" --device=cpu \
-    --dataset=synthetic --model=mlp --epochs=0 --max_iterations=150 --log_every=50 \
-    --emulate_device="${spec#*:}" > "$WORK/$name.log" 2>&1 &
-  WORKER_PIDS+=($!)
-  STARTED+=($!)
-done
-wait_workers || { tail -n 5 "$WORK"/*.log >&2; fail "a worker failed"; }
-grep -q "emulated device 1 ms + 1.5 ms/sample, jitter 0.05" "$WORK/slow.log" || fail "the slow worker logged no profile"
-stop_server
-# Equal times: 1 + 0.5 b_fast = 1 + 1.5 b_slow with b_fast + b_slow = 64: 48 and 16.
-fast=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'fast'][0]")
-slow=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'slow'][0]")
-echo "batches after 150 rounds: fast $fast, slow $slow (equal times at 48 and 16)"
+# run_job NAME BALANCE FAST_DEVICE SLOW_DEVICE: a sync job of 150 rounds, the server on "ps",
+# worker "fast" on its 1 Gbit/s host, worker "slow" behind the 200 Mbit/s link.
+run_job() {
+  local job=$1 balance=$2
+  SUMMARY=$WORK/$job.json
+  timeout 200 "$CLUSTER" exec "$P" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=0 --mode=sync \
+    --num_workers=2 --global_batch=64 --adjust_every=5 --balance="$balance" --summary_json="$SUMMARY" --quiet \
+    > "$WORK/$job.server.log" 2>&1 &
+  SERVER_PID=$!
+  STARTED+=("$SERVER_PID")
+  wait_for_line "$WORK/$job.server.log" listening || { cat "$WORK/$job.server.log" >&2; fail "server did not start"; }
+  WORKER_PIDS=()
+  for spec in "fast:$3" "slow:$4"; do
+    name=${spec%%:*}
+    timeout 200 "$CLUSTER" exec "$P" "$name" "$WORKER" --server="$PS:50051" --name="$name" --device=cpu \
+      --dataset=synthetic --model=mlp --epochs=0 --max_iterations=150 --log_every=50 \
+      --emulate_device="${spec#*:}" > "$WORK/$job.$name.log" 2>&1 &
+    WORKER_PIDS+=($!)
+    STARTED+=($!)
+  done
+  wait_workers || { tail -n 5 "$WORK"/$job.*.log >&2; fail "$job: a worker failed"; }
+  stop_server
+  fast=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'fast'][0]")
+  slow=$(json "[w['final_batch'] for w in s['workers'] if w['name'] == 'slow'][0]")
+  overruns=$(cat "$WORK/$job.fast.log" "$WORK/$job.slow.log" | grep -c "took longer than its emulated time" || true)
+  echo "$job: batches after 150 rounds: fast $fast, slow $slow; workers whose real step overran: $overruns"
+}
+
+# Devices 1:3 per sample, compute balanced: 1 + 0.5 b_fast = 1 + 1.5 b_slow, b_fast + b_slow = 64.
+run_job devices compute 1:0.5:0.05 1:1.5:0.05
+grep -q "emulated device 1 ms + 1.5 ms/sample, jitter 0.05" "$WORK/devices.slow.log" || fail "no profile logged"
 [ "$fast" -ge 42 ] && [ "$fast" -le 52 ] || fail "the fast device's batch $fast is not near 48"
-overruns=$(cat "$WORK/fast.log" "$WORK/slow.log" | grep -c "took longer than its emulated time" || true)
-echo "workers that saw a real step overrun its emulated time: $overruns"
+
+# Equal devices, whole iterations balanced: the worker behind the slow link (about 80 ms of
+# link per iteration against 16) gets the smaller batch, near 2 b_fast - 2 b_slow = 64.
+run_job links iteration 1:2:0.05 1:2:0.05
+[ "$slow" -le 24 ] && [ "$fast" -ge 40 ] || fail "the slow link's worker got $slow of 64 (fast: $fast)"
 echo "PASS"

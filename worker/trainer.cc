@@ -382,6 +382,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     }
     bool finished = false;
     std::vector<float> grad;  // the push buffer, reused from step to step
+    double last_comm_seconds = 0;  // the last iteration's, from the end of compute to the reply
     for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations;) {
       if (o.interrupted != nullptr && o.interrupted->load()) {
         session.Leave(/*finished=*/false);
@@ -469,10 +470,14 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         push.set_has_test_accuracy(true);
         push.set_test_accuracy(*pending_accuracy);
       }
+      // The previous iteration's communication: the server takes out its own wait and the
+      // controller learns this worker's link time from the rest.
+      push.set_communication_seconds(last_comm_seconds);
       const auto comm_start = Clock::now();
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
       absl::StatusOr<PushOutcome> outcome = session.PushPull(push, grad, &weights, &reply, &model_changed);
+      const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
         std::printf("[%s] the server stopped the job\n", o.name.c_str());
@@ -481,8 +486,10 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       }
       if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
         if (absl::Status s = pull(); !s.ok()) return s;
+        last_comm_seconds = 0;
         continue;
       }
+      last_comm_seconds = comm_seconds;
       if (sample_log && reply.applied()) {  // test aid: the samples this worker's applied pushes trained
         for (const v1::SampleSpan& span : spans) {
           for (uint64_t id : span.ids()) std::fprintf(sample_log.get(), "%lu %lu\n", span.epoch(), id);
@@ -499,8 +506,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
         std::fflush(stdout);
       }
       if (model_changed) params.Load(weights);
-      series.Iteration(batch, push.compute_seconds(), std::chrono::duration<double>(Clock::now() - comm_start).count(),
-                       loss_value, push.out_of_memory());
+      series.Iteration(batch, push.compute_seconds(), comm_seconds, loss_value, push.out_of_memory());
 
       const double global = static_cast<double>(reply.global_samples());
       const int64_t eval_tick = static_cast<int64_t>(global / eval_span);

@@ -142,6 +142,7 @@ class Worker:
         self._heartbeat = None
         self._step = None  # the step yielded and not yet pushed
         self._t0 = None
+        self._last_comm_seconds = 0.0  # the last iteration's, from push() to the reply
         try:
             self._hook = model.register_forward_pre_hook(self._on_forward)
         except RuntimeError:  # a TorchScript module takes no hooks: steps are timed from their start
@@ -439,6 +440,10 @@ class Worker:
             return None
         header.worker_id, header.model_version, header.session_secret = (self.worker_id, self.model_version,
                                                                          self._secret)
+        # The previous iteration's communication: the server takes out its own wait and the
+        # controller learns this worker's link time from the rest.
+        header.communication_seconds = self._last_comm_seconds
+        comm_start = time.perf_counter()
 
         def requests():
             yield pb2.PushRequest(header=header)
@@ -470,7 +475,9 @@ class Worker:
             reply = self._retry("Push", push_pull)
         except _Rejoined:
             self.pull()
+            self._last_comm_seconds = 0.0
             return None
+        self._last_comm_seconds = time.perf_counter() - comm_start
         if reply is None:  # stopped while rejoining
             return None
         self.last_reply = reply
