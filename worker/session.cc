@@ -11,7 +11,9 @@ namespace worker {
 Session::Session(PsClient* client, ModelLayout layout, SessionOptions options)
     : client_(client), layout_(std::move(layout)), options_(std::move(options)), jitter_(options_.jitter_seed) {}
 
-Session::~Session() {
+Session::~Session() { StopHeartbeats(); }
+
+void Session::StopHeartbeats() {
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
@@ -173,6 +175,7 @@ absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, const std::vect
 }
 
 void Session::Leave(bool finished) {
+  StopHeartbeats();  // a departed session sends nothing more
   if (id_.load() != 0) (void)client_->Leave(id_.load(), finished);
 }
 

@@ -131,6 +131,8 @@ class Session {
   std::atomic<bool> stop_{false};
   std::atomic<bool> rejoin_{false};
 
+  void StopHeartbeats();  // ends and joins the heartbeat thread, if any
+
   absl::Mutex mu_;  // for the heartbeat thread's wait
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::thread heartbeat_;
