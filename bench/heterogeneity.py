@@ -58,10 +58,34 @@ def emulated_profile(cores, args):
     return f"{args.fixed_ms:g}:{args.ms_per_sample_1core / cores:.6g}:{args.jitter:g}"
 
 
-def ideal_round_seconds(level, args):
-    """The balance bound of one synchronous round's compute: every worker's F + m_k b_k equal,
-    sum b_k = B, so the round takes F + B / sum(1/m_k)."""
-    return (args.fixed_ms + args.global_batch / sum(c / args.ms_per_sample_1core for c in LEVELS[level])) / 1000
+# The MLP's float32 parameters (784-256-128-10): what a push and a pull each move.
+MLP_BYTES = 4 * (784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10)
+
+
+def rate_bytes(rate):
+    """Bytes per second of a tc rate such as 10gbit or 200mbit."""
+    m = re.fullmatch(r"([0-9.]+)(k|m|g)bit", rate)
+    return float(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)] / 8
+
+
+def ideal_round_seconds(level, args, extra_link=(0, 0, 0, 0)):
+    """The balance bound of one synchronous round: every worker's F + m_k b_k + extra_k equal
+    (extra_k: link time beyond the common links'), sum b_k = B. Without extras the round takes
+    F + B / sum(1/m_k); with them, the bisection below."""
+    ms = [args.ms_per_sample_1core / c for c in LEVELS[level]]
+    lo, hi = 0.0, 1e4
+    for _ in range(100):
+        t = (lo + hi) / 2
+        total = sum(max(0.0, (t - args.fixed_ms - 1000 * e) / m) for m, e in zip(ms, extra_link))
+        lo, hi = (t, hi) if total < args.global_batch else (lo, t)
+    return hi / 1000
+
+
+def slow_link_extra(args):
+    """w3's extra link time per iteration behind --slow_link: its push and its pull at the
+    slow rate instead of --link's."""
+    extra = 2 * MLP_BYTES * (1 / rate_bytes(args.slow_link) - 1 / rate_bytes(args.link))
+    return (0, 0, 0, extra)
 
 
 class Cluster:
@@ -182,7 +206,8 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     overruns = sum(1 for r in readers[1:] for _, l in r.lines if "took longer than its emulated time" in l)
     wall = time.monotonic() - start - t0
     # Steady-state spread: the plan lines of the second half of the run, max/min compute time.
-    half = [p for t, p in plans if t >= wall / 2] or [p for _, p in plans[-3:]]
+    timed = [(t, p) for t, p in plans if all(ms > 0 for _, ms in p.values())]  # not before the first times
+    half = [p for t, p in timed if t >= wall / 2] or [p for _, p in timed[-3:]]
     spreads = [max(v[1] for v in p.values()) / max(1e-9, min(v[1] for v in p.values())) for p in half]
     target = next((t for t, a in acc if a >= args.target), None)
     means = [w["mean_compute_seconds"] for w in s["workers"] if w["mean_compute_seconds"] > 0]
@@ -237,6 +262,8 @@ def bound_ratios(results, args):
         overhead = base["wall_seconds"] / base["rounds"] - ideal_round_seconds("HL1", args)
         if r["schedule"] == "dynamic":
             per_round = statistics.mean(ideal_round_seconds(l, args) for l in DYNAMIC)
+        elif r["schedule"].endswith("+slow"):  # the bound with the slow link included
+            per_round = ideal_round_seconds(base_level(r["schedule"]), args, slow_link_extra(args))
         else:
             per_round = ideal_round_seconds(base_level(r["schedule"]), args)
         r["balance_bound_seconds"] = r["rounds"] * (per_round + overhead)
@@ -350,8 +377,10 @@ def main():
                     help="--emulated: a device's ms per sample is this over its core count")
     ap.add_argument("--fixed_ms", type=float, default=2.0, help="--emulated: ms per step whatever the batch")
     ap.add_argument("--jitter", type=float, default=0.05, help="--emulated: relative sd of a step's time")
+    ap.add_argument("--levels", default="", help="only these levels' runs, comma-separated (e.g. HL8+slow)")
     ap.add_argument("--from_json", default=None,
-                    help="re-render the tables and plots of an earlier run's JSON (with --work: its summaries)")
+                    help="re-render the tables and plots of earlier runs' JSON files, comma-separated (with --work: "
+                         "their summaries), time to target at --target")
     args = ap.parse_args()
     if args.from_json:
         rerender(args)
@@ -389,12 +418,17 @@ def main():
                 [j for j in jobs if j[2] == "async"]
             levels.append("HL8+slow")
             jobs += [("HL8+slow", p, m, ()) for m in modes for p in policies]
+            # Ours balancing compute only, as the paper does: what the link costs it.
+            jobs += [("HL8+slow", "omnilearn/compute", m, ("--balance=compute",)) for m in modes]
+    if args.levels:
+        jobs = [j for j in jobs if j[0] in args.levels.split(",")]
     if args.emulated:
         policies[:0] = ["plain", "plain+ours"]
+        policies.append("omnilearn/compute")
     results = []
     for repeat in range(args.repeats):
         for level, policy, mode, extra in jobs:
-            name = f"{mode}-{level}-{policy.replace('+', '_')}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
+            name = f"{mode}-{level}-{policy.replace('+', '_').replace('/', '_')}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
             epochs = args.step_epochs * len(DYNAMIC) if level == "dynamic" else args.epochs
             cluster = None
             if args.emulated:
@@ -403,7 +437,8 @@ def main():
                     links["w3"] = args.slow_link  # the fastest device at HL8
                 cluster = Cluster(links)
             try:
-                server_policy = {"plain": "off", "plain+ours": "omnilearn"}.get(policy, policy)
+                server_policy = {"plain": "off", "plain+ours": "omnilearn", "omnilearn/compute": "omnilearn"}.get(
+                    policy, policy)
                 r = run_job(args.bin, work, name, mode, server_policy, base_level(level)
                             if level != "dynamic" else level, epochs, args, extra, cluster)
             finally:
@@ -445,21 +480,34 @@ def main():
         check_quick(results)
 
 
+POLICY_ORDER = ["plain", "plain+ours", "off", "paper", "omnilearn", "omnilearn/compute"]
+
+
 def rerender(args):
-    doc = json.load(open(args.from_json))
-    results = doc["results"]
-    for r in results:  # a run recorded before the mean compute-time spread was: from its summary
+    """Tables and plots again from earlier runs' JSON (several files: their runs together, the
+    first file's settings), with time to target recomputed at --target from the curves."""
+    paths = args.from_json.split(",")
+    docs = [json.load(open(p)) for p in paths]
+    doc = docs[0]
+    results = [r for d in docs for r in d["results"]]
+    for r in results:
         path = os.path.join(args.work or "", r["name"] + ".json")
-        if r.get("mean_compute_spread") is None and os.path.exists(path):
+        if r.get("mean_compute_spread") is None and os.path.exists(path):  # recorded before it was
             means = [w["mean_compute_seconds"] for w in json.load(open(path))["workers"] if w["mean_compute_seconds"] > 0]
             r["mean_compute_spread"] = max(means) / min(means) if means else None
-    prefix = os.path.splitext(os.path.basename(args.from_json))[0]
-    levels = [l for l in list(LEVELS) + ["dynamic"] if any(r["schedule"] == l for r in results)]
-    text = tables(results, levels, ["sync", "async"], ["off", "paper", "omnilearn"])
-    text += f"\n\n{len(results)} runs in {doc['elapsed_seconds'] / 60:.1f} min; command: bench/heterogeneity.py " \
-            f"(re-rendered with --from_json)\n"
+        r["time_to_target"] = next((t for t, a in r["accuracy_curve"] if a >= args.target), None)
+    settings = argparse.Namespace(**{**doc["args"], "target": args.target})
+    bound_ratios(results, settings)
+    prefix = os.path.splitext(os.path.basename(paths[0]))[0] + ("_merged" if len(paths) > 1 else "")
+    levels = [l for l in list(LEVELS) + ["dynamic", "HL8+slow"] if any(r["schedule"] == l for r in results)]
+    policies = [p for p in POLICY_ORDER if any(r["policy"] == p for r in results)]
+    text = tables(results, levels, ["sync", "async"], policies)
+    minutes = sum(d["elapsed_seconds"] for d in docs) / 60
+    text += f"\n\n{len(results)} runs in {minutes:.1f} min; time to target at {100 * args.target:g}%; re-rendered " \
+            f"with --from_json from {', '.join(os.path.basename(p) for p in paths)}\n"
     plots(results, args.out, prefix)
-    json.dump(doc, open(args.from_json, "w"), indent=1)
+    json.dump({**doc, "results": results, "merged_from": paths}, open(os.path.join(args.out, f"{prefix}.json"), "w"),
+              indent=1)
     open(os.path.join(args.out, f"{prefix}.md"), "w").write(text)
     print(text)
 
