@@ -5,7 +5,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -13,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/atomic_file.h"
 #include "common/flag_checks.h"
 #include "common/large_buffers.h"
 #include "common/grpc_security.h"
@@ -394,10 +394,13 @@ int Run() {
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
   const std::string path = absl::GetFlag(FLAGS_summary_json);
   if (!path.empty()) {
-    const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << SummaryJson(s, wall);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::fprintf(stderr, "omnilearn_server: cannot write %s\n", path.c_str());
+    const std::string json = SummaryJson(s, wall);
+    absl::Status written = WriteFileAtomically(path, [&](const ByteSink& write) {
+      return write(json.data(), json.size()) ? absl::OkStatus() : absl::DataLossError("short write");
+    });
+    if (!written.ok()) {
+      std::fprintf(stderr, "omnilearn_server: cannot write --summary_json=%s: %s\n", path.c_str(),
+                   std::string(written.message()).c_str());
       return 1;
     }
   }
