@@ -4,16 +4,16 @@
 
 namespace omnilearn {
 
-grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, const float* data, int64_t n,
-                             const std::shared_ptr<const void>& owner) {
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, const void* data, int64_t n,
+                             int value_bytes, const std::shared_ptr<const void>& owner) {
+  const int64_t bytes = n * value_bytes;
   const std::string prefix = ChunkPrefix(field, spec.name, spec.shape, offset, bytes);
   grpc::Slice slices[2] = {grpc::Slice(prefix), grpc::Slice()};
   if (owner != nullptr) {
     // The slice holds a reference to the owner; gRPC drops it when it is done.
     auto* ref = new std::shared_ptr<const void>(owner);
     slices[1] = grpc::Slice(
-        grpc_slice_new_with_user_data(const_cast<float*>(data), static_cast<size_t>(bytes),
+        grpc_slice_new_with_user_data(const_cast<void*>(data), static_cast<size_t>(bytes),
                                       [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref),
         grpc::Slice::STEAL_REF);
   } else {
@@ -22,13 +22,13 @@ grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, 
   return grpc::ByteBuffer(slices, bytes > 0 ? 2 : 1);
 }
 
-bool ForEachChunkBuffer(int field, const ModelLayout& layout, const float* flat,
+bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values,
                         const std::shared_ptr<const void>& owner,
-                        const std::function<bool(const grpc::ByteBuffer&)>& emit) {
-  return ForEachChunkSpan(layout, flat, kMaxChunkBytes,
-                          [&](const TensorSpec& spec, int64_t offset, const float* data, int64_t n) {
-                            return emit(ChunkBuffer(field, spec, offset, data, n, owner));
-                          });
+                        const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes) {
+  return ForEachChunkOf(layout, values, value_bytes, kMaxChunkBytes,
+                        [&](const TensorSpec& spec, int64_t offset, const void* data, int64_t n) {
+                          return emit(ChunkBuffer(field, spec, offset, data, n, value_bytes, owner));
+                        });
 }
 
 }  // namespace omnilearn

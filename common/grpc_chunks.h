@@ -25,18 +25,19 @@ inline constexpr int kPushRequestChunkField = 2;
 inline constexpr int kPullResponseChunkField = 2;
 inline constexpr int kPushPullResponseChunkField = 3;
 
-// One envelope message holding the chunk `spec`[offset, offset + n) whose values are at
-// `data`. The payload is not copied: with an `owner`, gRPC's slice keeps a reference to
-// it until the transport is done; without one, the caller keeps the values alive and
-// unchanged until the call has ended (a synchronous call's Finish).
-grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, const float* data, int64_t n,
-                             const std::shared_ptr<const void>& owner);
+// One envelope message holding the chunk `spec`[offset, offset + n) whose n values of
+// `value_bytes` each are at `data`. The payload is not copied: with an `owner`, gRPC's
+// slice keeps a reference to it until the transport is done; without one, the caller
+// keeps the values alive and unchanged until the call has ended (a synchronous call's
+// Finish).
+grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, const void* data, int64_t n,
+                             int value_bytes, const std::shared_ptr<const void>& owner);
 
-// Calls `emit` with each chunk of `flat` (as ForEachChunkSpan cuts it) as a ByteBuffer.
-// False when emit returned false.
-bool ForEachChunkBuffer(int field, const ModelLayout& layout, const float* flat,
+// Calls `emit` with each chunk of `values` (as ForEachChunkOf cuts them: float32 by
+// default, bfloat16 with value_bytes 2) as a ByteBuffer. False when emit returned false.
+bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values,
                         const std::shared_ptr<const void>& owner,
-                        const std::function<bool(const grpc::ByteBuffer&)>& emit);
+                        const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);
 
 // A protobuf message as a ByteBuffer (for the non-chunk messages of a raw stream).
 template <typename Message>

@@ -54,7 +54,7 @@ TEST_CASE("a received message is a chunk read in place, or parsed by protobuf", 
   auto layout = ModelLayout::Create({{"w", {5}}});
   REQUIRE(layout.ok());
   const std::vector<float> values = {1, 2, 3, 4, 5};
-  const grpc::ByteBuffer chunk = ChunkBuffer(kPushRequestChunkField, layout->tensors()[0], 0, values.data(), 5, nullptr);
+  const grpc::ByteBuffer chunk = ChunkBuffer(kPushRequestChunkField, layout->tensors()[0], 0, values.data(), 5, 4, nullptr);
   ReceivedMessage<v1::PushRequest> m;
   REQUIRE(m.Parse(chunk, kPushRequestChunkField).ok());
   REQUIRE(m.is_chunk());

@@ -29,20 +29,73 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout) {
   return out;
 }
 
-bool ForEachChunkSpan(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
-                      const std::function<bool(const TensorSpec&, int64_t, const float*, int64_t)>& emit) {
-  const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / static_cast<int64_t>(sizeof(float)));
+int WireValueBytes(v1::WireDtype dtype) { return dtype == v1::WIRE_DTYPE_BF16 ? 2 : 4; }
+
+const char* WireDtypeName(v1::WireDtype dtype) { return dtype == v1::WIRE_DTYPE_BF16 ? "bfloat16" : "float32"; }
+
+uint16_t ToBfloat16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN
+  // Round to nearest, ties to even: add 0x7fff plus the bit that would become the last.
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float FromBfloat16(uint16_t value) {
+  const uint32_t bits = static_cast<uint32_t>(value) << 16;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+void EncodeBfloat16(const float* __restrict src, int64_t n, uint16_t* __restrict dst, float* __restrict residual) {
+  if (residual == nullptr) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = ToBfloat16(src[i]);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = src[i] + residual[i];
+    dst[i] = ToBfloat16(want);
+    residual[i] = want - FromBfloat16(dst[i]);
+  }
+}
+
+bool CopyFiniteBfloat16(float* __restrict dst, const void* __restrict src, int64_t n) {
+  const char* s = static_cast<const char*>(src);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t half;
+    std::memcpy(&half, s + i * sizeof(half), sizeof(half));
+    bad |= static_cast<uint32_t>((half & 0x7f80u) == 0x7f80u);
+    const uint32_t bits = static_cast<uint32_t>(half) << 16;
+    std::memcpy(dst + i, &bits, sizeof(bits));
+  }
+  return bad == 0;
+}
+
+bool ForEachChunkOf(const ModelLayout& layout, const void* values, int value_bytes, int64_t max_chunk_bytes,
+                    const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit) {
+  const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / value_bytes);
+  const char* bytes = static_cast<const char*>(values);
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const int64_t size = layout.size(i);
-    const float* base = flat + layout.offset(i);
+    const char* base = bytes + layout.offset(i) * value_bytes;
     int64_t off = 0;
     do {  // a zero-sized tensor still sends one (empty) chunk, so it is named
       const int64_t n = std::min(per_chunk, size - off);
-      if (!emit(layout.tensors()[i], off, base + off, n)) return false;
+      if (!emit(layout.tensors()[i], off, base + off * value_bytes, n)) return false;
       off += n;
     } while (off < size);
   }
   return true;
+}
+
+bool ForEachChunkSpan(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
+                      const std::function<bool(const TensorSpec&, int64_t, const float*, int64_t)>& emit) {
+  return ForEachChunkOf(layout, flat, sizeof(float), max_chunk_bytes,
+                        [&](const TensorSpec& spec, int64_t off, const void* data, int64_t n) {
+                          return emit(spec, off, static_cast<const float*>(data), n);
+                        });
 }
 
 bool ForEachChunk(const ModelLayout& layout, const float* flat, int64_t max_chunk_bytes,
@@ -260,8 +313,8 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
   return true;
 }
 
-ChunkAssembler::ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer)
-    : layout_(layout), flat_(std::move(buffer)), filled_(layout->tensors().size(), 0) {
+ChunkAssembler::ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer, v1::WireDtype dtype)
+    : layout_(layout), dtype_(dtype), flat_(std::move(buffer)), filled_(layout->tensors().size(), 0) {
   flat_.resize(layout->total_elements());
 }
 
@@ -277,33 +330,42 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
   if (chunk.data_bytes > kMaxChunkBytes) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of '", spec.name, "' exceeds ", kMaxChunkBytes, " bytes"));
   }
-  if (chunk.data_bytes % sizeof(float) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of '", spec.name, "' is not whole float32 values"));
+  const int vb = WireValueBytes(dtype_);
+  if (chunk.data_bytes % vb != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of '", spec.name, "' is not whole ", WireDtypeName(dtype_), " values"));
   }
-  const int64_t n = chunk.data_bytes / sizeof(float);
+  const int64_t n = chunk.data_bytes / vb;
   if (chunk.offset != filled_[i] || filled_[i] + n > layout_->size(i)) {
     return absl::InvalidArgumentError(absl::StrCat("chunk of '", spec.name, "' at offset ", chunk.offset, " with ",
                                                    n, " values does not continue at ", filled_[i], " of ",
                                                    layout_->size(i)));
   }
-  // The pieces may split a float anywhere and sit at any alignment: whole floats are
-  // copied and checked in one pass, a float split between pieces once it is complete.
+  // The pieces may split a value anywhere and sit at any alignment: whole values are
+  // decoded and checked in one pass, a value split between pieces once it is complete.
+  auto decode = [this](float* to, const void* from, int64_t count) {
+    return dtype_ == v1::WIRE_DTYPE_BF16 ? CopyFiniteBfloat16(to, from, count) : CopyFinite(to, from, count);
+  };
   float* const dst = flat_.data() + layout_->offset(i) + filled_[i];
-  char* const bytes = reinterpret_cast<char*>(dst);
-  int64_t pos = 0;
+  int64_t done = 0;  // values written to dst
+  char carry[4];     // the start of a value split between pieces
+  int carried = 0;
   bool finite = true;
   for (absl::string_view piece : chunk.data) {
     const char* p = piece.data();
     int64_t left = static_cast<int64_t>(piece.size());
-    while (pos % 4 != 0 && left > 0) {
-      bytes[pos++] = *p++;
+    while (carried > 0 && left > 0) {
+      carry[carried++] = *p++;
       --left;
-      if (pos % 4 == 0) finite &= std::isfinite(dst[pos / 4 - 1]);
+      if (carried == vb) {
+        finite &= decode(dst + done++, carry, 1);
+        carried = 0;
+      }
     }
-    const int64_t whole = left / 4;
-    finite &= CopyFinite(dst + pos / 4, p, whole);
-    if (left > whole * 4) std::memcpy(bytes + pos + whole * 4, p + whole * 4, left - whole * 4);
-    pos += left;
+    const int64_t whole = left / vb;
+    finite &= decode(dst + done, p, whole);
+    done += whole;
+    for (int64_t k = whole * vb; k < left; ++k) carry[carried++] = p[k];
   }
   all_finite_ &= finite;
   filled_[i] += n;

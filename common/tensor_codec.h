@@ -23,6 +23,26 @@ inline constexpr int kMaxMessageBytes = kMaxChunkBytes + (1 << 20);
 absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto);
 v1::ModelLayout LayoutToProto(const ModelLayout& layout);
 
+// Bytes of one value on the wire: 4 (float32) or 2 (bfloat16).
+int WireValueBytes(v1::WireDtype dtype);
+const char* WireDtypeName(v1::WireDtype dtype);  // "float32", "bfloat16"
+
+// bfloat16: a float32's upper 16 bits, rounded to nearest even; NaN stays NaN, Inf Inf.
+uint16_t ToBfloat16(float value);
+float FromBfloat16(uint16_t value);
+// Encodes n floats as bfloat16. With `residual` (n floats, kept by the caller from call to
+// call): encodes src + residual and leaves in residual what the rounding lost (error
+// feedback: over many steps the values sent add up to the values given).
+void EncodeBfloat16(const float* src, int64_t n, uint16_t* dst, float* residual = nullptr);
+// Decodes n bfloat16 values at `src` (any alignment) into dst; whether all were finite.
+bool CopyFiniteBfloat16(float* dst, const void* src, int64_t n);
+
+// Calls `emit` with each chunk of `values` (layout.total_elements() values of
+// `value_bytes` each, in layout order), each at most `max_chunk_bytes` of payload; `data`
+// points at the chunk's first value. Stops at the first false from emit; returns false then.
+bool ForEachChunkOf(const ModelLayout& layout, const void* values, int value_bytes, int64_t max_chunk_bytes,
+                    const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit);
+
 // Calls `emit` with each chunk of `flat` (layout.total_elements() floats), in layout
 // order, each at most `max_chunk_bytes` of payload. Stops at the first false from emit.
 // Returns false when emit did.
@@ -60,14 +80,16 @@ std::string ChunkPrefix(int field, const std::string& name, const std::vector<in
 // *out is what protobuf would have parsed.
 bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field, ChunkView* out);
 
-// Rebuilds a flat vector from chunks. Each tensor's chunks must come in order and
+// Rebuilds a flat float32 vector from chunks. Each tensor's chunks must come in order and
 // cover it exactly once; names and shapes must match the layout.
 // Thread-compatible.
 class ChunkAssembler {
  public:
   // `buffer` (optional) is storage to reuse: resized to the layout, its contents
   // overwritten (a pooled buffer avoids allocating and faulting in pages per call).
-  explicit ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer = {});
+  // `dtype`: how the chunks' values are encoded (decoded to float32 here).
+  explicit ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer = {},
+                          v1::WireDtype dtype = v1::WIRE_DTYPE_F32);
   // InvalidArgument: unknown name, wrong shape, misplaced offset, ragged or
   // oversized payload.
   absl::Status Add(const ChunkView& chunk);
@@ -82,6 +104,7 @@ class ChunkAssembler {
 
  private:
   const ModelLayout* layout_;
+  v1::WireDtype dtype_;
   std::vector<float> flat_;
   std::vector<int64_t> filled_;  // per tensor: elements received so far
   int64_t bytes_ = 0;

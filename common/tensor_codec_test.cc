@@ -1,10 +1,12 @@
 #include "common/tensor_codec.h"
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 
 namespace omnilearn {
@@ -268,6 +270,93 @@ TEST_CASE("the assembler copies pieces split anywhere, floats included", "[codec
   ChunkAssembler a(&layout);
   REQUIRE(a.Add(ChunkView{"b", {4}, 0, Cut(nb, {6}), 16}).ok());
   CHECK_FALSE(a.all_finite());
+}
+
+TEST_CASE("bfloat16 keeps a float32's upper half, rounded to nearest even", "[codec][bf16]") {
+  REQUIRE(ToBfloat16(1.0f) == 0x3f80);
+  REQUIRE(ToBfloat16(-2.0f) == 0xc000);
+  REQUIRE(ToBfloat16(0.0f) == 0x0000);
+  REQUIRE(ToBfloat16(INFINITY) == 0x7f80);
+  REQUIRE(ToBfloat16(-INFINITY) == 0xff80);
+  REQUIRE(std::isnan(FromBfloat16(ToBfloat16(std::nanf("")))));
+  REQUIRE(std::isnan(FromBfloat16(ToBfloat16(-std::nanf("")))));
+  // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one (1). Just above
+  // halfway goes up; 1 + 3 * 2^-8 is halfway to an even neighbour above.
+  REQUIRE(FromBfloat16(ToBfloat16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
+  REQUIRE(FromBfloat16(ToBfloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) ==
+          1.0f + std::ldexp(1.0f, -7));
+  REQUIRE(FromBfloat16(ToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));
+  // The largest finite float rounds up to Inf, as IEEE rounding says.
+  REQUIRE(ToBfloat16(std::numeric_limits<float>::max()) == 0x7f80);
+  // Relative error at most half an ulp, 2^-8, for normal numbers.
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1e6f, 1e6f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = u(rng);
+    REQUIRE(std::abs(FromBfloat16(ToBfloat16(x)) - x) <= std::abs(x) * std::ldexp(1.0f, -8));
+  }
+}
+
+TEST_CASE("error feedback: the bfloat16 values sent over many steps add up to the gradients", "[codec][bf16]") {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const int n = 64, steps = 500;
+  std::vector<float> residual(n, 0.0f), grad(n);
+  std::vector<uint16_t> wire(n);
+  std::vector<double> sent(n, 0.0), truth(n, 0.0), plain(n, 0.0);
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < n; ++i) grad[i] = 1e-3f + 1e-4f * g(rng);  // a small steady signal
+    EncodeBfloat16(grad.data(), n, wire.data(), residual.data());
+    for (int i = 0; i < n; ++i) {
+      sent[i] += FromBfloat16(wire[i]);
+      truth[i] += grad[i];
+      plain[i] += FromBfloat16(ToBfloat16(grad[i]));
+    }
+  }
+  double feedback_error = 0, plain_error = 0;
+  for (int i = 0; i < n; ++i) {
+    // What is still owed is the residual: at most half an ulp of the last value sent.
+    REQUIRE(std::abs(sent[i] + residual[i] - truth[i]) <= 1e-5 * steps);
+    feedback_error = std::max(feedback_error, std::abs(sent[i] - truth[i]) / truth[i]);
+    plain_error = std::max(plain_error, std::abs(plain[i] - truth[i]) / truth[i]);
+  }
+  CAPTURE(feedback_error, plain_error);
+  REQUIRE(feedback_error < 1e-4);  // against up to 2^-8 = 4e-3 for one rounding
+  REQUIRE(feedback_error < plain_error / 5);
+}
+
+TEST_CASE("bfloat16 chunks are decoded to float32, split anywhere, NaN seen", "[codec][bf16]") {
+  const ModelLayout layout = TwoTensors();
+  std::vector<float> flat(layout.total_elements());
+  std::iota(flat.begin(), flat.end(), 0.25f);  // exact in bfloat16 (k + 1/4 for k < 64)
+  std::vector<uint16_t> wire(flat.size());
+  EncodeBfloat16(flat.data(), static_cast<int64_t>(flat.size()), wire.data());
+  std::vector<std::string> payloads;
+  REQUIRE(ForEachChunkOf(layout, wire.data(), 2, 10, [&](const TensorSpec& spec, int64_t off, const void* d, int64_t k) {
+    payloads.emplace_back(static_cast<const char*>(d), 2 * k);
+    return true;
+  }));
+  REQUIRE(payloads.size() == 4);  // 12 values in 5 + 5 + 2, then 4
+  const std::string w(reinterpret_cast<const char*>(wire.data()), 24), b(reinterpret_cast<const char*>(wire.data() + 12), 8);
+  for (size_t c1 = 0; c1 <= w.size(); ++c1) {
+    ChunkAssembler a(&layout, {}, v1::WIRE_DTYPE_BF16);
+    REQUIRE(a.Add(ChunkView{"w", {3, 4}, 0, Cut(w, {c1, c1 + 1, c1 + 3}), 24}).ok());
+    REQUIRE(a.Add(ChunkView{"b", {4}, 0, Cut(b, {c1 % 8}), 8}).ok());
+    REQUIRE(a.all_finite());
+    REQUIRE(a.bytes_received() == 32);
+    auto out = a.Finish();
+    REQUIRE(out.ok());
+    REQUIRE(*out == flat);
+  }
+  std::vector<uint16_t> bad = {ToBfloat16(1.0f), ToBfloat16(INFINITY), ToBfloat16(2.0f), ToBfloat16(3.0f)};
+  ChunkAssembler a(&layout, {}, v1::WIRE_DTYPE_BF16);
+  REQUIRE(a.Add(ChunkView{"b", {4}, 0, Cut(std::string(reinterpret_cast<const char*>(bad.data()), 8), {3}), 8}).ok());
+  CHECK_FALSE(a.all_finite());
+  // Odd bytes are not whole bfloat16 values.
+  ChunkAssembler odd(&layout, {}, v1::WIRE_DTYPE_BF16);
+  absl::Status s = odd.Add(ChunkView{"b", {4}, 0, {absl::string_view("abc")}, 3});
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(s.message(), "whole bfloat16 values"));
 }
 
 }  // namespace

@@ -12,11 +12,12 @@
 #   ./deploy/quickstart.sh --controller=off   the baseline: equal static batches
 # Other options: --epochs=N (3), --global_batch=N (256), --port=N (50051), --model=mlp|cnn|cnn_bn,
 #   --lr=X (0.05 sync, 0.1 async and ssp; x0.2 after two thirds of the run),
-#   --metrics_port=N (9400; Prometheus text at http://127.0.0.1:N/metrics; 0 = off)
+#   --metrics_port=N (9400; Prometheus text at http://127.0.0.1:N/metrics; 0 = off),
+#   --wire_dtype=f32|bf16 (f32; bf16 halves the bytes of every push and pull)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn lr= metrics_port=9400
+mode=sync controller=omnilearn epochs=3 global_batch=256 port=50051 model=cnn lr= metrics_port=9400 wire_dtype=f32
 for arg in "$@"; do
   case "$arg" in
     --mode=*) mode=${arg#*=} ;;
@@ -27,7 +28,8 @@ for arg in "$@"; do
     --model=*) model=${arg#*=} ;;
     --lr=*) lr=${arg#*=} ;;
     --metrics_port=*) metrics_port=${arg#*=} ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --wire_dtype=*) wire_dtype=${arg#*=} ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "quickstart: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -63,7 +65,7 @@ trap cleanup EXIT
 "$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
   --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" \
   --lr_decay_steps="$decay_steps" --lr_decay=0.2 --metrics_port="$metrics_port" --metrics_bind=127.0.0.1 \
-  --checkpoint_dir="$out/checkpoints" --export="$out/model.safetensors" --exit_when_done \
+  --wire_dtype="$wire_dtype" --checkpoint_dir="$out/checkpoints" --export="$out/model.safetensors" --exit_when_done \
   > >(tee "$out/server.log") 2>&1 &
 server_pid=$!
 for _ in $(seq 50); do grep -q listening "$out/server.log" 2>/dev/null && break; sleep 0.1; done

@@ -59,6 +59,10 @@ ABSL_FLAG(int64_t, max_model_bytes, int64_t{4} << 30,
           "the largest model (float32 bytes) a worker may bring; larger joins are refused before any allocation");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
 ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
+ABSL_FLAG(std::string, wire_dtype, "f32",
+          "values of gradients and models on the wire for workers that can use it: f32 | bf16 (half the bytes; the "
+          "server keeps float32 master weights and optimizer state; workers keep the rounding error and send it "
+          "with their next gradient)");
 ABSL_FLAG(std::string, balance, "iteration",
           "what the omnilearn controller makes equal across workers: iteration (compute + each worker's link "
           "time, so a worker behind a slow link gets a smaller batch) | compute (compute only, as the paper)");
@@ -210,6 +214,11 @@ int Run() {
   if (!policy.ok()) return fail(policy.status(), 2);
   auto balance = controller::ParseBalance(absl::GetFlag(FLAGS_balance));
   if (!balance.ok()) return fail(balance.status(), 2);
+  const std::string wire = absl::GetFlag(FLAGS_wire_dtype);
+  if (wire != "f32" && wire != "bf16") {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", wire, ": want f32 or bf16")), 2);
+  }
+  const v1::WireDtype wire_dtype = wire == "bf16" ? v1::WIRE_DTYPE_BF16 : v1::WIRE_DTYPE_F32;
   auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
   if (!optimizer.ok()) return fail(optimizer.status(), 2);
   const std::string schedule_name = absl::GetFlag(FLAGS_lr_schedule).empty()
@@ -298,7 +307,7 @@ int Run() {
 
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
-  ParameterServerService service(core->get(), absl::Minutes(10), token, limits);
+  ParameterServerService service(core->get(), absl::Minutes(10), token, limits, wire_dtype);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -311,10 +320,11 @@ int Run() {
     return 1;
   }
   const absl::Time start = absl::Now();
-  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s global_batch=%ld workers=%d "
-              "tls=%s token=%s metrics=%s\n",
+  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s wire=%s global_batch=%ld "
+              "workers=%d tls=%s token=%s metrics=%s\n",
               absl::GetFlag(FLAGS_bind).c_str(), bound_port, ModeName(o.mode).c_str(),
               controller::PolicyName(o.controller.policy).c_str(), controller::BalanceName(o.controller.balance).c_str(),
+              WireDtypeName(wire_dtype),
               o.controller.global_batch, o.num_workers,
               tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token.empty() ? "off" : "on",
               exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str()

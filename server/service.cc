@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
@@ -100,8 +101,8 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
 }
 
 ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::Duration max_wait,
-                                               std::string auth_token, ServiceLimits limits)
-    : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)), limits_(limits) {
+                                               std::string auth_token, ServiceLimits limits, v1::WireDtype wire_dtype)
+    : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)), limits_(limits), wire_dtype_(wire_dtype) {
   // The model-carrying methods, by their index in the service (the generated code adds
   // them in the proto's order), as streams of raw buffers. A server-streaming Pull served
   // as a bidirectional stream reads its one request itself; the wire is the same.
@@ -274,23 +275,57 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   response->set_global_samples(r->global_samples);
   SamplesToProto(r->samples, response->mutable_samples());
   response->set_session_secret(r->secret);
+  const auto& offered = header.wire_dtypes();
+  if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
+    response->set_wire_dtype(wire_dtype_);
+  }
   return grpc::Status::OK;
 }
 
+absl::Status ParameterServerService::CheckWireDtype(v1::WireDtype dtype) const {
+  if (dtype == v1::WIRE_DTYPE_F32 || dtype == wire_dtype_) return absl::OkStatus();
+  const std::string name = v1::WireDtype_Name(dtype);
+  return absl::InvalidArgumentError(absl::StrCat("wire dtype ", name.empty() ? absl::StrCat(dtype) : name,
+                                                 ": this server takes float32",
+                                                 wire_dtype_ == v1::WIRE_DTYPE_F32 ? "" : " and its --wire_dtype",
+                                                 " (its Join response says which the session uses)"));
+}
+
+std::shared_ptr<const std::vector<uint16_t>> ParameterServerService::Bfloat16Of(
+    const std::shared_ptr<const std::vector<float>>& weights) {
+  absl::MutexLock lock(&bf16_mu_);
+  if (bf16_source_ != weights) {
+    auto values = std::make_shared<std::vector<uint16_t>>(weights->size());
+    EncodeBfloat16(weights->data(), static_cast<int64_t>(weights->size()), values->data());
+    bf16_source_ = weights;
+    bf16_values_ = std::move(values);
+  }
+  return bf16_values_;
+}
+
 template <typename Envelope, typename Writer>
-grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int chunk_field, Writer* writer) {
+grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int chunk_field, v1::WireDtype dtype,
+                                                Writer* writer) {
   Envelope first;
   v1::PullHeader* header = first.mutable_header();
   header->set_model_version(snap.version);
   *header->mutable_layout() = LayoutToProto(snap.layout);
   header->set_up_to_date(snap.weights == nullptr);
+  header->set_wire_dtype(dtype);
   if (!writer->Write(Serialize(first))) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   if (snap.weights == nullptr) return grpc::Status::OK;
-  // The chunks' slices hold the snapshot (immutable) until the transport is done with them.
-  const bool sent = ForEachChunkBuffer(chunk_field, snap.layout, snap.weights->data(), snap.weights,
-                                       [&](const grpc::ByteBuffer& b) { return writer->Write(b); });
+  // The chunks' slices hold the snapshot (immutable), or its bfloat16 copy, until the
+  // transport is done with them.
+  auto write = [&](const grpc::ByteBuffer& b) { return writer->Write(b); };
+  bool sent;
+  if (dtype == v1::WIRE_DTYPE_BF16) {
+    std::shared_ptr<const std::vector<uint16_t>> values = Bfloat16Of(snap.weights);
+    sent = ForEachChunkBuffer(chunk_field, snap.layout, values->data(), values, write, sizeof(uint16_t));
+  } else {
+    sent = ForEachChunkBuffer(chunk_field, snap.layout, snap.weights->data(), snap.weights, write);
+  }
   if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  core_->CountPullBytes(snap.layout.total_elements() * sizeof(float));
+  core_->CountPullBytes(snap.layout.total_elements() * WireValueBytes(dtype));
   return grpc::Status::OK;
 }
 
@@ -302,15 +337,17 @@ grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull: no request, or a malformed one");
   }
   if (absl::Status s = core_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = CheckWireDtype(request.wire_dtype()); !s.ok()) return ToGrpc(s);
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request.worker_id(), request.have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
-  return WriteModel<v1::PullResponse>(*snap, kPullResponseChunkField, stream);
+  return WriteModel<v1::PullResponse>(*snap, kPullResponseChunkField, request.wire_dtype(), stream);
 }
 
 // Reads a push (its header, then the gradient's chunks) and hands it to the core.
 template <typename Stream>
 absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
-                                                               bool until_complete, PushInfo* info) {
+                                                               bool until_complete, PushInfo* info,
+                                                               v1::WireDtype* dtype) {
   StreamWatch watch(this, ctx);
   grpc::ByteBuffer buffer;
   ReceivedMessage<v1::PushRequest> msg;
@@ -324,6 +361,11 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     core_->CountRejectedPush(header.worker_id(), "unauthenticated");
     return s;
   }
+  if (absl::Status s = CheckWireDtype(header.wire_dtype()); !s.ok()) {
+    core_->CountRejectedPush(header.worker_id(), "invalid");
+    return s;
+  }
+  *dtype = header.wire_dtype();
   // One push in flight per session: the gradients held are at most one model per worker.
   if (!BeginUpload(header.worker_id())) {
     core_->CountRejectedPush(header.worker_id(), "busy");
@@ -346,7 +388,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   if (!info->out_of_memory && !info->report_only) {
     absl::StatusOr<ModelLayout> layout = core_->Layout();
     if (!layout.ok()) return layout.status();
-    ChunkAssembler assembler(&*layout, core_->TakeBuffer());
+    ChunkAssembler assembler(&*layout, core_->TakeBuffer(), header.wire_dtype());
     // A PushPull's request stream has no end of its own before the reply: its chunks
     // end when the layout is complete. A Push's stream is read to its end.
     while (!(until_complete && assembler.complete()) && stream->Read(&buffer)) {
@@ -386,7 +428,8 @@ grpc::Status ParameterServerService::PushRaw(grpc::ServerContext* ctx, grpc::Ser
                                              v1::PushResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   PushInfo info;
-  absl::StatusOr<PushResult> r = ReadAndPush(ctx, reader, /*until_complete=*/false, &info);
+  v1::WireDtype dtype = v1::WIRE_DTYPE_F32;
+  absl::StatusOr<PushResult> r = ReadAndPush(ctx, reader, /*until_complete=*/false, &info, &dtype);
   if (!r.ok()) return ToGrpc(r.status());
   FillReply(*r, response);
   return grpc::Status::OK;
@@ -395,7 +438,8 @@ grpc::Status ParameterServerService::PushRaw(grpc::ServerContext* ctx, grpc::Ser
 grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawStream* stream) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   PushInfo info;
-  absl::StatusOr<PushResult> r = ReadAndPush(ctx, stream, /*until_complete=*/true, &info);
+  v1::WireDtype dtype = v1::WIRE_DTYPE_F32;
+  absl::StatusOr<PushResult> r = ReadAndPush(ctx, stream, /*until_complete=*/true, &info, &dtype);
   if (!r.ok()) return ToGrpc(r.status());
   v1::PushPullResponse out;
   FillReply(*r, out.mutable_reply());
@@ -403,7 +447,7 @@ grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawSt
   if (r->action != Action::kPull && r->action != Action::kContinue) return grpc::Status::OK;
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(info.id, info.version);
   if (!snap.ok()) return ToGrpc(snap.status());
-  return WriteModel<v1::PushPullResponse>(*snap, kPushPullResponseChunkField, stream);
+  return WriteModel<v1::PushPullResponse>(*snap, kPushPullResponseChunkField, dtype, stream);
 }
 
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,

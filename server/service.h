@@ -43,8 +43,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // `core` must outlive the service. `max_wait` bounds how long Join and Push block
   // when the client set no deadline. With an `auth_token`, every call must carry
   // "authorization: Bearer <token>" or gets UNAUTHENTICATED (and is counted).
+  // `wire_dtype`: the values of gradients and models for sessions whose worker can use
+  // it (JoinHeader.wire_dtypes); float32 is always accepted.
   explicit ParameterServerService(ParameterServerCore* core, absl::Duration max_wait = absl::Minutes(10),
-                                  std::string auth_token = "", ServiceLimits limits = {});
+                                  std::string auth_token = "", ServiceLimits limits = {},
+                                  v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32);
   ~ParameterServerService() override;
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
@@ -72,14 +75,20 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Duration WaitLeft(const grpc::ServerContext* ctx) const;
   // The same as a time on the core's clock.
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
+  // `*dtype`: the push's wire dtype (its PushPull reply's model goes the same way).
   template <typename Stream>
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
-                                         PushInfo* info);
+                                         PushInfo* info, v1::WireDtype* dtype);
   static void FillReply(const PushResult& r, v1::PushResponse* response);
   // Writes a snapshot as Pull does: a PullHeader inside `Envelope`, then (unless up to
-  // date) the chunks as the envelope's field `chunk_field`.
+  // date) the chunks as the envelope's field `chunk_field`, in `dtype`.
   template <typename Envelope, typename Writer>
-  grpc::Status WriteModel(const ModelSnapshot& snap, int chunk_field, Writer* writer);
+  grpc::Status WriteModel(const ModelSnapshot& snap, int chunk_field, v1::WireDtype dtype, Writer* writer);
+  // OK for float32 and this server's wire dtype; InvalidArgument for any other.
+  absl::Status CheckWireDtype(v1::WireDtype dtype) const;
+  // The bfloat16 values of `weights` (a snapshot's), made once per snapshot and shared by
+  // every bfloat16 session that pulls it.
+  std::shared_ptr<const std::vector<uint16_t>> Bfloat16Of(const std::shared_ptr<const std::vector<float>>& weights);
   // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
 
@@ -106,6 +115,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   const absl::Duration max_wait_;
   const std::string auth_token_;
   const ServiceLimits limits_;
+  const v1::WireDtype wire_dtype_;
+
+  absl::Mutex bf16_mu_;
+  std::shared_ptr<const std::vector<float>> bf16_source_ ABSL_GUARDED_BY(bf16_mu_);
+  std::shared_ptr<const std::vector<uint16_t>> bf16_values_ ABSL_GUARDED_BY(bf16_mu_);
 
   mutable absl::Mutex mu_;
   std::map<grpc::ServerContext*, absl::Time> idle_deadline_ ABSL_GUARDED_BY(mu_);

@@ -33,7 +33,7 @@ v1::JoinHeader Header(const ModelLayout& layout) {
 
 struct Fixture {
   explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {},
-                   int num_workers = 1) {
+                   int num_workers = 1, v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32) {
     ServerOptions o;
     o.mode = Mode::kAsync;
     o.num_workers = num_workers;
@@ -42,7 +42,8 @@ struct Fixture {
     o.optimizer.momentum = 0;
     o.optimizer.weight_decay = 0;
     core = std::move(*ParameterServerCore::Create(o));
-    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits);
+    service =
+        std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits, wire_dtype);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
@@ -370,6 +371,69 @@ TEST_CASE("a stalled push stream is cancelled by the server and frees its slot",
   // long before the call's own 30 s deadline), and its slot is free again.
   REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
   PushOnceSlotIsFree(f, header.header());
+}
+
+TEST_CASE("bfloat16 on the wire: half the bytes, float32 master weights on the server", "[service][bf16]") {
+  Fixture f("", "", {}, 1, v1::WIRE_DTYPE_BF16);
+  const std::vector<float> init(9, 1.001f);  // not a bfloat16 value: it rounds to 1
+  v1::JoinHeader header = Header(f.layout);
+  header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
+  auto joined = f.client->Join(header, f.layout, &init);
+  REQUIRE(joined.ok());
+  REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_BF16);
+  f.client->SetSessionSecret(joined->session_secret());
+  std::vector<float> weights;
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
+  REQUIRE(weights == std::vector<float>(9, 1.0f));                    // what the wire carried
+  REQUIRE(*f.core->Pull(joined->worker_id(), ~0ull)->weights == init);  // what the server keeps
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  push.set_compute_seconds(0.01);
+  auto reply = f.client->Push(push, f.layout, std::vector<float>(9, 0.5f));  // exact in bfloat16
+  REQUIRE(reply.ok());
+  REQUIRE(reply->applied());
+  // The step in float32 on the master weights: 1.001 - 1 * (8/8) * 0.5.
+  REQUIRE(*f.core->Pull(joined->worker_id(), ~0ull)->weights == std::vector<float>(9, 1.001f - 0.5f));
+  REQUIRE(f.core->registry().Serialize().find("omnilearn_push_bytes_total 18\n") != std::string::npos);
+  // A worker that does not offer bfloat16 gets float32 in the same job.
+  Fixture g("", "", {}, 1, v1::WIRE_DTYPE_BF16);
+  auto plain = g.JoinSigned(init);
+  REQUIRE(plain->wire_dtype() == v1::WIRE_DTYPE_F32);
+  REQUIRE(g.client->Pull(plain->worker_id(), ~0ull, g.layout, &weights).ok());
+  REQUIRE(weights == init);
+}
+
+TEST_CASE("a server without --wire_dtype=bf16 refuses bfloat16 pushes and pulls", "[service][bf16]") {
+  Fixture f;
+  const std::vector<float> init(9, 1.0f);
+  v1::JoinHeader header = Header(f.layout);
+  header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
+  auto joined = f.client->Join(header, f.layout, &init);
+  REQUIRE(joined.ok());
+  REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_F32);  // offered, not taken
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  v1::PushRequest bad = SessionPushHeader(*joined);
+  bad.mutable_header()->set_wire_dtype(v1::WIRE_DTYPE_BF16);
+  grpc::ClientContext ctx;
+  v1::PushResponse r;
+  auto w = stub->Push(&ctx, &r);
+  w->Write(bad);
+  w->WritesDone();
+  const grpc::Status refused = w->Finish();
+  REQUIRE(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(absl::StrContains(refused.error_message(), "wire dtype WIRE_DTYPE_BF16"));
+  grpc::ClientContext pull_ctx;
+  v1::PullRequest pull;
+  pull.set_worker_id(joined->worker_id());
+  pull.set_session_secret(joined->session_secret());
+  pull.set_wire_dtype(v1::WIRE_DTYPE_BF16);
+  auto reader = stub->Pull(&pull_ctx, pull);
+  v1::PullResponse ignored;
+  while (reader->Read(&ignored)) {
+  }
+  REQUIRE(reader->Finish().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(f.core->version() == 0);
 }
 
 TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream", "[service]") {

@@ -21,17 +21,26 @@ absl::Status FromGrpc(const grpc::Status& s, const char* call) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(call, ": ", s.error_message()));
 }
 
-// Writes a client stream's header (inside `Request`), then `values` (when given) as chunks
-// (the envelope's field `chunk_field`), then closes the writing side. The chunks are sent
-// from where the values lie: the caller keeps them unchanged until the call has ended.
+// The values a client stream carries after its header: the layout's values of
+// `value_bytes` each at `data` (float32 or bfloat16), or none.
+struct Payload {
+  const void* data = nullptr;
+  int value_bytes = sizeof(float);
+};
+
+// Writes a client stream's header (inside `Request`), then the payload (when there is one)
+// as chunks (the envelope's field `chunk_field`), then closes the writing side. The chunks
+// are sent from where the values lie: the caller keeps them unchanged until the call has
+// ended.
 template <typename Request, typename Header, typename Writer>
 void WriteHeaderAndChunks(Writer* writer, const Header& header, int chunk_field, const ModelLayout& layout,
-                          const std::vector<float>* values) {
+                          Payload payload) {
   Request msg;
   *msg.mutable_header() = header;
-  if (writer->Write(Serialize(msg)) && values != nullptr) {
-    ForEachChunkBuffer(chunk_field, layout, values->data(), nullptr,
-                       [&](const grpc::ByteBuffer& b) { return writer->Write(b); });
+  if (writer->Write(Serialize(msg)) && payload.data != nullptr) {
+    ForEachChunkBuffer(
+        chunk_field, layout, payload.data, nullptr, [&](const grpc::ByteBuffer& b) { return writer->Write(b); },
+        payload.value_bytes);
   }
   writer->WritesDone();
 }
@@ -52,7 +61,7 @@ class ModelReceiver {
   void Header(const v1::PullHeader& h) {
     version_ = h.model_version();
     got_header_ = true;
-    if (!h.up_to_date()) assembler_.emplace(layout_, std::move(*spare_));
+    if (!h.up_to_date()) assembler_.emplace(layout_, std::move(*spare_), h.wire_dtype());
   }
   void Chunk(const ChunkView& c) {
     if (!status_.ok()) return;
@@ -121,8 +130,15 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
                                         const std::vector<float>* initial) override {
-    return Upload<v1::JoinRequest, v1::JoinResponse>("Join", join_method_, header, kJoinRequestChunkField, layout,
-                                                      initial);
+    absl::StatusOr<v1::JoinResponse> r = Upload<v1::JoinRequest, v1::JoinResponse>(
+        "Join", join_method_, header, kJoinRequestChunkField, layout,
+        Payload{initial != nullptr ? initial->data() : nullptr, sizeof(float)});
+    if (r.ok()) {  // a new session: its wire dtype, and no rounding error carried over
+      absl::MutexLock lock(&encode_mu_);
+      wire_dtype_ = r->wire_dtype();
+      residual_.clear();
+    }
+    return r;
   }
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
@@ -133,6 +149,7 @@ class GrpcPsClient : public PsClient {
     request.set_worker_id(worker_id);
     request.set_have_version(have_version);
     request.set_session_secret(secret());
+    request.set_wire_dtype(wire_dtype());
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), pull_method_, &ctx,
                                                                       Serialize(request)));
@@ -148,8 +165,10 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
                                         const std::vector<float>& gradient) override {
-    return Upload<v1::PushRequest, v1::PushResponse>("Push", push_method_, Signed(header), kPushRequestChunkField,
-                                                     layout, GradientOf(header, gradient));
+    absl::MutexLock lock(&encode_mu_);  // the encoded gradient stays put until the call ends
+    const v1::PushHeader signed_header = Signed(header);
+    return Upload<v1::PushRequest, v1::PushResponse>("Push", push_method_, signed_header, kPushRequestChunkField,
+                                                     layout, GradientOf(signed_header, gradient));
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -161,8 +180,10 @@ class GrpcPsClient : public PsClient {
     std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
         grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
             channel_.get(), push_pull_method_, &ctx));
-    WriteHeaderAndChunks<v1::PushRequest>(stream.get(), Signed(header), kPushRequestChunkField, layout,
-                                          GradientOf(header, gradient));
+    absl::ReleasableMutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
+    const v1::PushHeader signed_header = Signed(header);
+    WriteHeaderAndChunks<v1::PushRequest>(stream.get(), signed_header, kPushRequestChunkField, layout,
+                                          GradientOf(signed_header, gradient));
     std::optional<v1::PushResponse> reply;
     grpc::Status s;
     absl::Status received;
@@ -178,6 +199,7 @@ class GrpcPsClient : public PsClient {
     }
     if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !reply) {
       push_pull_.store(false);  // an older server: Push and Pull from now on
+      encode_lock.Release();
       return PsClient::PushPull(header, layout, gradient, model_version, weights);
     }
     if (!s.ok()) return FromGrpc(s, "PushPull");
@@ -222,15 +244,30 @@ class GrpcPsClient : public PsClient {
     return secret_;
   }
 
-  v1::PushHeader Signed(const v1::PushHeader& header) const {
+  v1::WireDtype wire_dtype() const {
+    absl::MutexLock lock(&encode_mu_);
+    return wire_dtype_;
+  }
+
+  // The header as sent: the session's secret and wire dtype.
+  v1::PushHeader Signed(const v1::PushHeader& header) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(encode_mu_) {
     v1::PushHeader h = header;
     h.set_session_secret(secret());
+    h.set_wire_dtype(wire_dtype_);
     return h;
   }
 
-  // A push's gradient, or none for an out-of-memory or report-only push.
-  static const std::vector<float>* GradientOf(const v1::PushHeader& header, const std::vector<float>& gradient) {
-    return header.out_of_memory() || header.report_only() ? nullptr : &gradient;
+  // A push's gradient as it goes on the wire, or none for an out-of-memory or report-only
+  // push. In bfloat16 with error feedback: what rounding lost of this gradient is added to
+  // the next one, so the server's sum over steps loses nothing.
+  Payload GradientOf(const v1::PushHeader& header, const std::vector<float>& gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(encode_mu_) {
+    if (header.out_of_memory() || header.report_only()) return Payload{};
+    if (header.wire_dtype() != v1::WIRE_DTYPE_BF16) return Payload{gradient.data(), sizeof(float)};
+    if (residual_.size() != gradient.size()) residual_.assign(gradient.size(), 0.0f);
+    encoded_.resize(gradient.size());
+    EncodeBfloat16(gradient.data(), static_cast<int64_t>(gradient.size()), encoded_.data(), residual_.data());
+    return Payload{encoded_.data(), sizeof(uint16_t)};
   }
 
   void Prepare(grpc::ClientContext* ctx) const {
@@ -242,7 +279,7 @@ class GrpcPsClient : public PsClient {
   // given) as chunks, then the server's one response.
   template <typename Request, typename Response, typename Header>
   absl::StatusOr<Response> Upload(const char* call, const grpc::internal::RpcMethod& method, const Header& header,
-                                  int chunk_field, const ModelLayout& layout, const std::vector<float>* values) const {
+                                  int chunk_field, const ModelLayout& layout, Payload values) const {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     Response response;
@@ -265,6 +302,12 @@ class GrpcPsClient : public PsClient {
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
   absl::Mutex spare_mu_;
   std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one (ModelReceiver)
+  // The session's wire dtype and, in bfloat16, the encoded gradient being sent and the
+  // rounding error carried to the next push. Held for a whole push.
+  mutable absl::Mutex encode_mu_;
+  v1::WireDtype wire_dtype_ ABSL_GUARDED_BY(encode_mu_) = v1::WIRE_DTYPE_F32;
+  std::vector<uint16_t> encoded_ ABSL_GUARDED_BY(encode_mu_);
+  std::vector<float> residual_ ABSL_GUARDED_BY(encode_mu_);
   const absl::Duration timeout_;
   const std::string authorization_;
 };

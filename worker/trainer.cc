@@ -333,6 +333,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
     so.header.set_max_batch_size(o.max_batch);
     so.header.set_dataset_size(static_cast<uint64_t>(train.size()));  // the server assigns the samples
+    so.header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);  // used when the server runs --wire_dtype=bf16
     *so.header.mutable_layout() = LayoutToProto(*layout);
     so.reconnect_timeout = o.reconnect_timeout;
     so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
