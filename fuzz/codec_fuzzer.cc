@@ -44,14 +44,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<omnilearn::ModelLayout> layout = omnilearn::ParseLayout(proto);
   // The service refuses models past --max_model_bytes before allocating (CheckJoinHeader).
   if (!layout.ok() || layout->total_elements() > (1 << 20)) return 0;
-  omnilearn::ChunkAssembler assembler(&*layout);
+  // The chunks as a float32 push and, by the input's choice, as a bfloat16 one.
+  const auto dtype = in.Byte() % 2 ? omnilearn::v1::WIRE_DTYPE_BF16 : omnilearn::v1::WIRE_DTYPE_F32;
+  omnilearn::ChunkAssembler assembler(&*layout, {}, dtype);
   while (!in.empty()) {
     omnilearn::v1::TensorChunk chunk;
     if (!chunk.ParseFromString(in.Bytes())) continue;
     if (!assembler.Add(chunk).ok()) break;  // the service stops at the first bad chunk
   }
   absl::StatusOr<std::vector<float>> flat = assembler.Finish();
-  if (!flat.ok()) return 0;
+  if (!flat.ok() || dtype != omnilearn::v1::WIRE_DTYPE_F32) return 0;
   // A complete model: chunking it again and assembling gives the same bytes.
   omnilearn::ChunkAssembler again(&*layout);
   omnilearn::ForEachChunk(*layout, flat->data(), 64, [&](omnilearn::v1::TensorChunk& c) {

@@ -38,12 +38,13 @@ print(int(float(m.group(1)) * scale / (8 if m.group(3) == "bit" else 1)))
 PY
 }
 
-# cap NS IF RATE: a token bucket on IF's egress. The burst is 4 ms of the rate (what the
-# kernel's timer needs to reach it) and at least 256 KiB; the queue holds 50 ms.
+# cap NS IF RATE: a token bucket on IF's egress. The burst is 1 ms of the rate and at
+# least 64 KiB (one GSO segment): a transfer cannot run ahead of the rate by more than that
+# (a larger bucket would let a whole small model through at once). The queue holds 50 ms.
 cap() {
   local bytes burst
   bytes=$(rate_bytes "$3")
-  burst=$(( bytes / 250 > 262144 ? bytes / 250 : 262144 ))
+  burst=$(( bytes / 1000 > 65536 ? bytes / 1000 : 65536 ))
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 50ms
 }
 
