@@ -256,7 +256,7 @@ def bound_ratios(results, args):
         if r["mode"] != "sync" or not args.emulated:
             continue
         base = next((x for x in results if x["mode"] == "sync" and x["schedule"] == "HL1" and x["policy"] == "off"
-                     and x["repeat"] == r["repeat"]), None)
+                     and x["repeat"] == r["repeat"] and x.get("run") == r.get("run")), None)
         if base is None:
             continue
         overhead = base["wall_seconds"] / base["rounds"] - ideal_round_seconds("HL1", args)
@@ -313,7 +313,7 @@ def plots(results, out_dir, prefix):
         fig, axes = plt.subplots(1, len(dyn[:2]), figsize=(6 * len(dyn[:2]), 4), squeeze=False)
         for ax, r in zip(axes[0], dyn[:2]):
             for w in ["w0", "w1", "w2", "w3"]:
-                ax.plot([t for t, b in r["batches"]], [b[w] for t, b in r["batches"]], label=w)
+                ax.step([t for t, b in r["batches"]], [b[w] for t, b in r["batches"]], where="post", label=w)
             for t in r["schedule_changes"]:
                 ax.axvline(t, color="grey", linestyle=":", linewidth=1)
             ax.set_title(f"batches, dynamic schedule ({r['mode']}, omnilearn)")
@@ -485,11 +485,12 @@ POLICY_ORDER = ["plain", "plain+ours", "off", "paper", "omnilearn", "omnilearn/c
 
 def rerender(args):
     """Tables and plots again from earlier runs' JSON (several files: their runs together, the
-    first file's settings), with time to target recomputed at --target from the curves."""
+    first file's settings; each run's bound from its own baseline), with time to target
+    recomputed at --target from the curves."""
     paths = args.from_json.split(",")
     docs = [json.load(open(p)) for p in paths]
     doc = docs[0]
-    results = [r for d in docs for r in d["results"]]
+    results = [{**r, "run": k} for k, d in enumerate(docs) for r in d["results"]]  # baselines stay in their run
     for r in results:
         path = os.path.join(args.work or "", r["name"] + ".json")
         if r.get("mean_compute_spread") is None and os.path.exists(path):  # recorded before it was
