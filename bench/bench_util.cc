@@ -131,7 +131,7 @@ absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::str
   h.set_has_initial_parameters(first);
   absl::StatusOr<v1::JoinResponse> joined;
   for (int attempt = 0; attempt < 5000; ++attempt) {  // the first worker brings the model
-    joined = client.Join(h, layout, first ? &weights : nullptr);
+    joined = client.Join(h, layout, first ? absl::MakeConstSpan(weights) : absl::Span<const float>());
     if (joined.ok()) client.SetSessionSecret(joined->session_secret());
     if (joined.ok() || !absl::IsFailedPrecondition(joined.status())) return joined;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -44,7 +44,7 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
       std::vector<float> weights(layout.total_elements(), 0.5f), gradient(layout.total_elements(), 1e-6f);
       absl::StatusOr<v1::JoinResponse> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
       if (!joined.ok()) return (void)++errors;
-      auto v = client->Pull(joined->worker_id(), ~0ull, layout, &weights);
+      auto v = client->Pull(joined->worker_id(), ~0ull, layout, absl::MakeSpan(weights));
       if (!v.ok()) return (void)++errors;
       uint64_t version = *v;
       std::vector<double> mine;
@@ -56,7 +56,7 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
         ph.set_compute_seconds(0.001);
         ph.set_model_version(version);
         const auto start = std::chrono::steady_clock::now();
-        auto r = client->PushPull(ph, layout, gradient, &version, &weights);
+        auto r = client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights));
         if (!r.ok()) {
           ++errors;
           return;

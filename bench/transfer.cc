@@ -45,7 +45,7 @@ nlohmann::json Measure(double megabytes) {
   header.set_name("bench");
   *header.mutable_layout() = LayoutToProto(layout);
   header.set_has_initial_parameters(true);
-  auto joined = client->Join(header, layout, &weights);
+  auto joined = client->Join(header, layout, absl::MakeSpan(weights));
   if (!joined.ok()) throw std::runtime_error(joined.status().ToString());
   client->SetSessionSecret(joined->session_secret());
 
@@ -53,7 +53,7 @@ nlohmann::json Measure(double megabytes) {
   uint64_t version = joined->model_version();
   for (int r = 0; r < reps; ++r) {
     auto start = std::chrono::steady_clock::now();
-    auto v = client->Pull(joined->worker_id(), ~0ull, layout, &weights);  // the whole model every time
+    auto v = client->Pull(joined->worker_id(), ~0ull, layout, absl::MakeSpan(weights));  // the whole model every time
     pull.push_back(Seconds(start));
     if (!v.ok()) throw std::runtime_error(v.status().ToString());
     version = *v;

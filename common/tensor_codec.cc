@@ -317,7 +317,11 @@ bool ParseChunkEnvelope(const std::vector<absl::string_view>& pieces, int field,
 ChunkAssembler::ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer, v1::WireDtype dtype)
     : layout_(layout), dtype_(dtype), flat_(std::move(buffer)), filled_(layout->tensors().size(), 0) {
   flat_.resize(layout->total_elements());
+  out_ = flat_.data();
 }
+
+ChunkAssembler::ChunkAssembler(const ModelLayout* layout, InPlace target, v1::WireDtype dtype)
+    : layout_(layout), dtype_(dtype), out_(target.target), filled_(layout->tensors().size(), 0) {}
 
 absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
   const int i = layout_->Find(chunk.name);
@@ -347,7 +351,7 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
   auto decode = [this](float* to, const void* from, int64_t count) {
     return dtype_ == v1::WIRE_DTYPE_BF16 ? CopyFiniteBfloat16(to, from, count) : CopyFinite(to, from, count);
   };
-  float* const dst = flat_.data() + layout_->offset(i) + filled_[i];
+  float* const dst = out_ + layout_->offset(i) + filled_[i];
   int64_t done = 0;  // values written to dst
   char carry[4];     // the start of a value split between pieces
   int carried = 0;
@@ -375,13 +379,18 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<float>> ChunkAssembler::Finish() {
+absl::Status ChunkAssembler::CheckComplete() const {
   for (size_t i = 0; i < filled_.size(); ++i) {
     if (filled_[i] != layout_->size(i)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", layout_->tensors()[i].name, "' incomplete: ",
                                                      filled_[i], " of ", layout_->size(i), " values"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ChunkAssembler::Finish() {
+  if (absl::Status s = CheckComplete(); !s.ok()) return s;
   return std::move(flat_);
 }
 

@@ -90,12 +90,25 @@ class ChunkAssembler {
   // `dtype`: how the chunks' values are encoded (decoded to float32 here).
   explicit ChunkAssembler(const ModelLayout* layout, std::vector<float> buffer = {},
                           v1::WireDtype dtype = v1::WIRE_DTYPE_F32);
+  // Writes the values in place into `target` (layout.total_elements() floats, not
+  // owned): a worker receives the model straight into its parameters. A stream that
+  // fails part way leaves `target` partly written. Finish() then returns an empty vector.
+  struct InPlace {
+    explicit InPlace(float* t) : target(t) {}
+    float* target;
+  };
+  ChunkAssembler(const ModelLayout* layout, InPlace target, v1::WireDtype dtype);
+  ChunkAssembler(ChunkAssembler&&) = default;  // a copy would write into the original's buffer
+  ChunkAssembler(const ChunkAssembler&) = delete;
+  ChunkAssembler& operator=(const ChunkAssembler&) = delete;
   // InvalidArgument: unknown name, wrong shape, misplaced offset, ragged or
   // oversized payload.
   absl::Status Add(const ChunkView& chunk);
   absl::Status Add(const v1::TensorChunk& chunk) { return Add(ViewOf(chunk)); }
   // InvalidArgument when a tensor is incomplete. Moves the vector out.
   absl::StatusOr<std::vector<float>> Finish();
+  // InvalidArgument when a tensor is incomplete.
+  absl::Status CheckComplete() const;
   int64_t bytes_received() const { return bytes_; }
   // Whether every tensor has all its values.
   bool complete() const { return received_ == layout_->total_elements(); }
@@ -106,6 +119,7 @@ class ChunkAssembler {
   const ModelLayout* layout_;
   v1::WireDtype dtype_;
   std::vector<float> flat_;
+  float* out_;  // where values go: flat_.data() or the caller's target
   std::vector<int64_t> filled_;  // per tensor: elements received so far
   int64_t bytes_ = 0;
   int64_t received_ = 0;  // values

@@ -325,6 +325,24 @@ TEST_CASE("error feedback: the bfloat16 values sent over many steps add up to th
   REQUIRE(feedback_error < plain_error / 5);
 }
 
+TEST_CASE("an in-place assembler writes straight into the caller's buffer", "[codec]") {
+  const ModelLayout layout = TwoTensors();
+  std::vector<float> target(layout.total_elements(), -1.0f);
+  ChunkAssembler a(&layout, ChunkAssembler::InPlace(target.data()), v1::WIRE_DTYPE_F32);
+  const std::vector<float> b = {1, 2, 3, 4};
+  const std::string bytes(reinterpret_cast<const char*>(b.data()), 16);
+  REQUIRE(a.Add(ChunkView{"b", {4}, 0, {bytes}, 16}).ok());
+  REQUIRE(std::vector<float>(target.begin() + 12, target.end()) == b);  // already there
+  REQUIRE(target[0] == -1.0f);  // "w" not yet received: left as it was
+  absl::Status incomplete = a.CheckComplete();
+  REQUIRE(absl::IsInvalidArgument(incomplete));
+  REQUIRE(absl::StrContains(incomplete.message(), "tensor 'w' incomplete: 0 of 12"));
+  const std::vector<float> w(12, 0.5f);
+  REQUIRE(a.Add(ChunkView{"w", {3, 4}, 0, {std::string(reinterpret_cast<const char*>(w.data()), 48)}, 48}).ok());
+  REQUIRE(a.CheckComplete().ok());
+  REQUIRE(std::vector<float>(target.begin(), target.begin() + 12) == w);
+}
+
 TEST_CASE("bfloat16 chunks are decoded to float32, split anywhere, NaN seen", "[codec][bf16]") {
   const ModelLayout layout = TwoTensors();
   std::vector<float> flat(layout.total_elements());

@@ -54,7 +54,7 @@ struct Fixture {
   }
   // Joins as "w0" with `init` as the model; the client then signs its calls with the session.
   absl::StatusOr<v1::JoinResponse> JoinSigned(const std::vector<float>& init) {
-    absl::StatusOr<v1::JoinResponse> joined = client->Join(Header(layout), layout, &init);
+    absl::StatusOr<v1::JoinResponse> joined = client->Join(Header(layout), layout, init);
     REQUIRE(joined.ok());
     client->SetSessionSecret(joined->session_secret());
     return joined;
@@ -77,14 +77,14 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   const std::vector<float> init = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto joined = f.JoinSigned(init);
   REQUIRE(joined->batch_size() == 8);
-  std::vector<float> weights;
-  auto version = f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights);
+  std::vector<float> weights(9);
+  auto version = f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights));
   REQUIRE(version.ok());
   REQUIRE(weights == init);
   // Up to date: no chunks, the vector is left alone.
-  std::vector<float> untouched;
-  REQUIRE(f.client->Pull(joined->worker_id(), *version, f.layout, &untouched).ok());
-  REQUIRE(untouched.empty());
+  std::vector<float> untouched(9, -1.0f);
+  REQUIRE(f.client->Pull(joined->worker_id(), *version, f.layout, absl::MakeSpan(untouched)).ok());
+  REQUIRE(untouched == std::vector<float>(9, -1.0f));
 
   v1::PushHeader push;
   push.set_worker_id(joined->worker_id());
@@ -96,7 +96,7 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   REQUIRE(reply->applied());
   REQUIRE(reply->model_version() == 1);
   REQUIRE(reply->action() == v1::ACTION_PULL);
-  REQUIRE(f.client->Pull(joined->worker_id(), 0, f.layout, &weights).ok());
+  REQUIRE(f.client->Pull(joined->worker_id(), 0, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights[0] == 0.0f);  // 1 - lr * (8/8) * 1
 
   auto stub = v1::ParameterServer::NewStub(f.channel);
@@ -128,8 +128,8 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
           absl::StatusCode::kNotFound);
 
-  std::vector<float> weights;
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
+  std::vector<float> weights(9);
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == init);
   const ServerSnapshot s = f.core->Snapshot();
   REQUIRE(s.version == 0);
@@ -143,7 +143,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   v1::JoinHeader h = Header(with_buffer);
   h.set_dataset_size(20);
   const std::vector<float> init = {1, 1, 0, 0};
-  auto joined = f.client->Join(h, with_buffer, &init);
+  auto joined = f.client->Join(h, with_buffer, init);
   if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
   REQUIRE(joined.ok());
   REQUIRE(joined->layout().tensors(1).buffer());
@@ -156,8 +156,8 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   auto reply = f.client->Push(push, with_buffer, {0, 0, 4, 4});
   REQUIRE(reply.ok());
   REQUIRE(reply->samples(0).ids_size() == 8);
-  std::vector<float> weights;
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, with_buffer, &weights).ok());
+  std::vector<float> weights(4);
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, with_buffer, absl::MakeSpan(weights)).ok());
   REQUIRE(weights[2] == 4.0f);  // async: blended by the push's share, 8/8
   REQUIRE(f.client->Leave(joined->worker_id(), /*finished=*/true).ok());
   REQUIRE(f.core->Snapshot().job_finished);
@@ -169,7 +169,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   REQUIRE(status.dataset_size() == 20);
   REQUIRE(status.global_samples() == 8);
   f.core->Shutdown();
-  auto stopped = f.client->Join(h, with_buffer, &init);
+  auto stopped = f.client->Join(h, with_buffer, init);
   REQUIRE(stopped.ok());
   REQUIRE(stopped->action() == v1::ACTION_STOP);
 }
@@ -186,7 +186,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   push.set_model_version(0);
   std::vector<float> weights = init;
   uint64_t version = 0;
-  auto reply = f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights);
+  auto reply = f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
   REQUIRE(reply->applied());
   REQUIRE(version == 1);
@@ -213,7 +213,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
   client->SetSessionSecret(joined->session_secret());
   push.set_model_version(1);
   for (int i = 0; i < 2; ++i) {  // the second call goes straight to Push + Pull
-    auto r = client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights);
+    auto r = client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights));
     REQUIRE(r.ok());
     push.set_model_version(version);
   }
@@ -225,7 +225,7 @@ TEST_CASE("PushPull: the reply and the new model in one call, and Push + Pull wi
 TEST_CASE("calls for a worker without its session secret are refused and change nothing", "[service][auth]") {
   Fixture f;
   const std::vector<float> init(9, 1.0f);
-  auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+  auto joined = f.client->Join(Header(f.layout), f.layout, init);
   REQUIRE(joined.ok());
   REQUIRE(joined->session_secret().size() == 16);
   const uint64_t id = joined->worker_id();
@@ -233,14 +233,14 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   push.set_worker_id(id);
   push.set_batch_size(8);
   push.set_compute_seconds(0.01);
-  std::vector<float> weights;
+  std::vector<float> weights(9);
   uint64_t version = 0;
   for (const std::string& secret : {std::string(), std::string(16, 'x'), joined->session_secret().substr(1)}) {
     f.client->SetSessionSecret(secret);  // none, a guess, almost right
-    REQUIRE(f.client->Pull(id, ~0ull, f.layout, &weights).status().code() == absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->Pull(id, ~0ull, f.layout, absl::MakeSpan(weights)).status().code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
             absl::StatusCode::kPermissionDenied);
-    REQUIRE(f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, &weights).status().code() ==
+    REQUIRE(f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights)).status().code() ==
             absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Heartbeat(id).status().code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Leave(id, true).code() == absl::StatusCode::kPermissionDenied);
@@ -255,13 +255,13 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   again.set_has_initial_parameters(false);
   again.set_resume_worker_id(id);
   again.set_resume_secret("guess");
-  REQUIRE(f.client->Join(again, f.layout, nullptr).status().code() == absl::StatusCode::kAlreadyExists);
+  REQUIRE(f.client->Join(again, f.layout, {}).status().code() == absl::StatusCode::kAlreadyExists);
   again.set_resume_secret(joined->session_secret());
-  auto resumed = f.client->Join(again, f.layout, nullptr);
+  auto resumed = f.client->Join(again, f.layout, {});
   REQUIRE(resumed.ok());
   REQUIRE(resumed->session_secret() != joined->session_secret());
   f.client->SetSessionSecret(resumed->session_secret());
-  REQUIRE(f.client->Pull(resumed->worker_id(), ~0ull, f.layout, &weights).ok());
+  REQUIRE(f.client->Pull(resumed->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
 }
 
 TEST_CASE("a join declaring a huge model or a bad name is refused before anything is allocated", "[service]") {
@@ -270,14 +270,14 @@ TEST_CASE("a join declaring a huge model or a bad name is refused before anythin
   const ModelLayout huge = *ModelLayout::Create({{"w", {int64_t{1} << 19, int64_t{1} << 19}}});
   v1::JoinHeader h = Header(huge);
   h.set_has_initial_parameters(false);
-  auto r = f.client->Join(h, huge, nullptr);
+  auto r = f.client->Join(h, huge, {});
   REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(absl::StrContains(r.status().message(), "--max_model_bytes"));
   for (const std::string& bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
     v1::JoinHeader named = Header(f.layout);
     named.set_name(bad);
     const std::vector<float> init(9, 1.0f);
-    REQUIRE(f.client->Join(named, f.layout, &init).status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(f.client->Join(named, f.layout, init).status().code() == absl::StatusCode::kInvalidArgument);
   }
   REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
   REQUIRE(f.core->Snapshot().workers.empty());
@@ -287,7 +287,7 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   const std::vector<float> init(9, 1.0f);
   for (const std::string bad : {"", "not-the-token"}) {
     Fixture f("the-token", bad);
-    auto joined = f.client->Join(Header(f.layout), f.layout, &init);
+    auto joined = f.client->Join(Header(f.layout), f.layout, init);
     REQUIRE(joined.status().code() == absl::StatusCode::kUnauthenticated);
     REQUIRE(f.client->Leave(1, false).code() == absl::StatusCode::kUnauthenticated);
     REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
@@ -295,8 +295,8 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   }
   Fixture f("the-token", "the-token");
   auto joined = f.JoinSigned(init);
-  std::vector<float> weights;
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
+  std::vector<float> weights(9);
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
 }
 
@@ -378,12 +378,12 @@ TEST_CASE("bfloat16 on the wire: half the bytes, float32 master weights on the s
   const std::vector<float> init(9, 1.001f);  // not a bfloat16 value: it rounds to 1
   v1::JoinHeader header = Header(f.layout);
   header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
-  auto joined = f.client->Join(header, f.layout, &init);
+  auto joined = f.client->Join(header, f.layout, init);
   REQUIRE(joined.ok());
   REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_BF16);
   f.client->SetSessionSecret(joined->session_secret());
-  std::vector<float> weights;
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, &weights).ok());
+  std::vector<float> weights(9);
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == std::vector<float>(9, 1.0f));                    // what the wire carried
   REQUIRE(*f.core->Pull(joined->worker_id(), ~0ull)->weights == init);  // what the server keeps
   v1::PushHeader push;
@@ -400,7 +400,7 @@ TEST_CASE("bfloat16 on the wire: half the bytes, float32 master weights on the s
   Fixture g("", "", {}, 1, v1::WIRE_DTYPE_BF16);
   auto plain = g.JoinSigned(init);
   REQUIRE(plain->wire_dtype() == v1::WIRE_DTYPE_F32);
-  REQUIRE(g.client->Pull(plain->worker_id(), ~0ull, g.layout, &weights).ok());
+  REQUIRE(g.client->Pull(plain->worker_id(), ~0ull, g.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == init);
 }
 
@@ -409,7 +409,7 @@ TEST_CASE("a server without --wire_dtype=bf16 refuses bfloat16 pushes and pulls"
   const std::vector<float> init(9, 1.0f);
   v1::JoinHeader header = Header(f.layout);
   header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
-  auto joined = f.client->Join(header, f.layout, &init);
+  auto joined = f.client->Join(header, f.layout, init);
   REQUIRE(joined.ok());
   REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_F32);  // offered, not taken
   auto stub = v1::ParameterServer::NewStub(f.channel);
@@ -442,14 +442,14 @@ TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream
   Fixture f("", "", limits, /*num_workers=*/2);
   const std::vector<float> init(9, 1.0f);
   absl::StatusOr<v1::JoinResponse> first;
-  std::thread waiting([&] { first = f.client->Join(Header(f.layout), f.layout, &init); });
+  std::thread waiting([&] { first = f.client->Join(Header(f.layout), f.layout, init); });
   // Long past the idle timeout: the first join is read and waits for the second worker.
   absl::SleepFor(absl::Milliseconds(800));
   v1::JoinHeader second = Header(f.layout);
   second.set_name("w1");
   second.set_has_initial_parameters(false);
   auto client2 = worker::MakeGrpcPsClient(f.channel, WithToken(""));
-  REQUIRE(client2->Join(second, f.layout, nullptr).ok());
+  REQUIRE(client2->Join(second, f.layout, {}).ok());
   waiting.join();
   INFO(first.status().ToString());
   REQUIRE(first.ok());

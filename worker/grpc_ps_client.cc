@@ -45,23 +45,35 @@ void WriteHeaderAndChunks(Writer* writer, const Header& header, int chunk_field,
   writer->WritesDone();
 }
 
+// InvalidArgument unless `values` is empty (nothing to send) or holds the whole model.
+absl::Status CheckModelSize(absl::Span<const float> values, const ModelLayout& layout, const char* what) {
+  if (values.empty() || static_cast<int64_t>(values.size()) == layout.total_elements()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " of ", values.size(), " values for a model of ", layout.total_elements()));
+}
+
 // The full name gRPC calls a method of the service by.
 std::string MethodPath(const char* method) {
   return absl::StrCat("/", v1::ParameterServer::service_full_name(), "/", method);
 }
 
 // Receives a model as Pull and PushPull send it: a PullHeader, then (unless up to date)
-// the chunks. They are assembled into a spare buffer, swapped in only when complete: the
-// worker's weights stay intact on any failure (a rejoin may send them), and the old
-// weights become the next spare (no allocation per model).
+// the chunks, written in place into the worker's weights as they arrive (no staging
+// copy: Python workers receive straight into their parameters' storage).
 class ModelReceiver {
  public:
-  ModelReceiver(const ModelLayout* layout, std::vector<float>* spare) : layout_(layout), spare_(spare) {}
+  ModelReceiver(const ModelLayout* layout, absl::Span<float> weights) : layout_(layout), weights_(weights) {}
 
   void Header(const v1::PullHeader& h) {
     version_ = h.model_version();
     got_header_ = true;
-    if (!h.up_to_date()) assembler_.emplace(layout_, std::move(*spare_), h.wire_dtype());
+    if (h.up_to_date()) return;
+    if (static_cast<int64_t>(weights_.size()) != layout_->total_elements()) {
+      Fail(absl::InvalidArgumentError(absl::StrCat("a model of ", layout_->total_elements(),
+                                                   " values into a buffer of ", weights_.size())));
+      return;
+    }
+    assembler_.emplace(layout_, ChunkAssembler::InPlace(weights_.data()), h.wire_dtype());
   }
   void Chunk(const ChunkView& c) {
     if (!status_.ok()) return;
@@ -70,15 +82,12 @@ class ModelReceiver {
   void Fail(absl::Status s) {
     if (status_.ok()) status_ = std::move(s);
   }
-  // After the stream ended well: the new weights (when the model came) and the version
-  // (when a header came).
-  absl::Status Finish(uint64_t* version, std::vector<float>* weights) {
+  // After the stream ended well: the version (when a header came) once every value
+  // arrived.
+  absl::Status Finish(uint64_t* version) {
     if (!status_.ok()) return status_;
     if (assembler_) {
-      absl::StatusOr<std::vector<float>> flat = assembler_->Finish();
-      if (!flat.ok()) return flat.status();
-      *spare_ = std::move(*weights);
-      *weights = std::move(*flat);
+      if (absl::Status s = assembler_->CheckComplete(); !s.ok()) return s;
     }
     if (got_header_) *version = version_;
     return absl::OkStatus();
@@ -86,7 +95,7 @@ class ModelReceiver {
 
  private:
   const ModelLayout* layout_;
-  std::vector<float>* spare_;
+  absl::Span<float> weights_;
   std::optional<ChunkAssembler> assembler_;
   absl::Status status_;
   uint64_t version_ = 0;
@@ -129,10 +138,11 @@ class GrpcPsClient : public PsClient {
         authorization_(options.auth_token.empty() ? "" : absl::StrCat("Bearer ", options.auth_token)) {}
 
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
-                                        const std::vector<float>* initial) override {
+                                        absl::Span<const float> initial) override {
+    if (absl::Status s = CheckModelSize(initial, layout, "initial parameters"); !s.ok()) return s;
     absl::StatusOr<v1::JoinResponse> r = Upload<v1::JoinRequest, v1::JoinResponse>(
         "Join", join_method_, header, kJoinRequestChunkField, layout,
-        Payload{initial != nullptr ? initial->data() : nullptr, sizeof(float)});
+        Payload{initial.empty() ? nullptr : initial.data(), sizeof(float)});
     if (r.ok()) {  // a new session: its wire dtype, and no rounding error carried over
       absl::MutexLock lock(&encode_mu_);
       wire_dtype_ = r->wire_dtype();
@@ -142,7 +152,7 @@ class GrpcPsClient : public PsClient {
   }
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
-                                std::vector<float>* weights) override {
+                                absl::Span<float> weights) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::PullRequest request;
@@ -153,18 +163,18 @@ class GrpcPsClient : public PsClient {
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), pull_method_, &ctx,
                                                                       Serialize(request)));
-    absl::MutexLock lock(&spare_mu_);
-    ModelReceiver model(&layout, &spare_);
+    ModelReceiver model(&layout, weights);
     ReadModel<v1::PullResponse>(reader.get(), kPullResponseChunkField, &model, [](const v1::PullResponse&) {});
     grpc::Status s = reader->Finish();
     if (!s.ok()) return FromGrpc(s, "Pull");
     uint64_t version = have_version;
-    if (absl::Status r = model.Finish(&version, weights); !r.ok()) return r;
+    if (absl::Status r = model.Finish(&version); !r.ok()) return r;
     return version;
   }
 
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
-                                        const std::vector<float>& gradient) override {
+                                        absl::Span<const float> gradient) override {
+    if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
     absl::MutexLock lock(&encode_mu_);  // the encoded gradient stays put until the call ends
     const v1::PushHeader signed_header = Signed(header);
     return Upload<v1::PushRequest, v1::PushResponse>("Push", push_method_, signed_header, kPushRequestChunkField,
@@ -172,8 +182,9 @@ class GrpcPsClient : public PsClient {
   }
 
   absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
-                                            const std::vector<float>& gradient, uint64_t* model_version,
-                                            std::vector<float>* weights) override {
+                                            absl::Span<const float> gradient, uint64_t* model_version,
+                                            absl::Span<float> weights) override {
+    if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
     if (!push_pull_.load()) return PsClient::PushPull(header, layout, gradient, model_version, weights);
     grpc::ClientContext ctx;
     Prepare(&ctx);
@@ -188,14 +199,13 @@ class GrpcPsClient : public PsClient {
     grpc::Status s;
     absl::Status received;
     {
-      absl::MutexLock lock(&spare_mu_);
-      ModelReceiver model(&layout, &spare_);
+      ModelReceiver model(&layout, weights);
       ReadModel<v1::PushPullResponse>(stream.get(), kPushPullResponseChunkField, &model,
                                       [&](const v1::PushPullResponse& m) {
                                         if (m.has_reply()) reply = m.reply();
                                       });
       s = stream->Finish();
-      if (s.ok() && reply) received = model.Finish(model_version, weights);
+      if (s.ok() && reply) received = model.Finish(model_version);
     }
     if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !reply) {
       push_pull_.store(false);  // an older server: Push and Pull from now on
@@ -260,7 +270,7 @@ class GrpcPsClient : public PsClient {
   // A push's gradient as it goes on the wire, or none for an out-of-memory or report-only
   // push. In bfloat16 with error feedback: what rounding lost of this gradient is added to
   // the next one, so the server's sum over steps loses nothing.
-  Payload GradientOf(const v1::PushHeader& header, const std::vector<float>& gradient)
+  Payload GradientOf(const v1::PushHeader& header, absl::Span<const float> gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(encode_mu_) {
     if (header.out_of_memory() || header.report_only()) return Payload{};
     if (header.wire_dtype() != v1::WIRE_DTYPE_BF16) return Payload{gradient.data(), sizeof(float)};
@@ -300,8 +310,6 @@ class GrpcPsClient : public PsClient {
   std::atomic<bool> push_pull_{true};  // the server implements PushPull
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
-  absl::Mutex spare_mu_;
-  std::vector<float> spare_ ABSL_GUARDED_BY(spare_mu_);  // the model before the last one (ModelReceiver)
   // The session's wire dtype and, in bfloat16, the encoded gradient being sent and the
   // rounding error carried to the next push. Held for a whole push.
   mutable absl::Mutex encode_mu_;

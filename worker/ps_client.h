@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/model_layout.h"
 #include "proto/omnilearn.pb.h"
 
@@ -22,22 +23,26 @@ namespace worker {
 class PsClient {
  public:
   virtual ~PsClient() = default;
-  // Sends the header and, when `initial` is set, the model's initial parameters.
+  // Model buffers are flat float32 in layout order (layout.total_elements() values), in
+  // the caller's memory: sent from where they lie, received in place.
+  //
+  // Sends the header and, when `initial` is not empty, the model's initial parameters.
   virtual absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
-                                                const std::vector<float>* initial) = 0;
-  // Fills `weights` (layout.total_elements()) when the server's version differs from
-  // `have_version`; returns the server's version.
+                                                absl::Span<const float> initial) = 0;
+  // Writes the server's model into `weights` when its version differs from
+  // `have_version`; returns the server's version. A stream that breaks part way leaves
+  // `weights` partly written (the session then pulls the whole model again).
   virtual absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
-                                        std::vector<float>* weights) = 0;
+                                        absl::Span<float> weights) = 0;
   // Sends the header and, unless it reports out-of-memory, the gradient.
   virtual absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
-                                                const std::vector<float>& gradient) = 0;
-  // Push, then the model, in one round trip (the PushPull call): `*weights` is filled
+                                                absl::Span<const float> gradient) = 0;
+  // Push, then the model, in one round trip (the PushPull call): `weights` is written
   // and `*model_version` set when the reply allows training on and the server's model
   // differs from header.model_version(). This default makes two calls, Push then Pull.
   virtual absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
-                                                    const std::vector<float>& gradient, uint64_t* model_version,
-                                                    std::vector<float>* weights) {
+                                                    absl::Span<const float> gradient, uint64_t* model_version,
+                                                    absl::Span<float> weights) {
     absl::StatusOr<v1::PushResponse> r = Push(header, layout, gradient);  // Push adds the secret
     if (!r.ok() || (r->action() != v1::ACTION_PULL && r->action() != v1::ACTION_CONTINUE)) return r;
     absl::StatusOr<uint64_t> v = Pull(header.worker_id(), header.model_version(), layout, weights);

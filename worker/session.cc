@@ -34,16 +34,16 @@ bool Session::Transient(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
 }
 
-absl::Status Session::TryJoin(const std::vector<float>& weights) {
+absl::Status Session::TryJoin(absl::Span<const float> weights) {
   v1::JoinHeader header = options_.header;
   header.set_has_initial_parameters(false);
   // A live session of ours (after a network fault) is replaced: proven by its secret.
   header.set_resume_worker_id(id_.load());
   header.set_resume_secret(secret_);
-  absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, nullptr);
+  absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, {});
   if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
     header.set_has_initial_parameters(true);
-    r = client_->Join(header, layout_, &weights);
+    r = client_->Join(header, layout_, weights);
   }
   if (!r.ok()) return r.status();
   if (r->action() == v1::ACTION_STOP) {
@@ -63,7 +63,7 @@ absl::Status Session::TryJoin(const std::vector<float>& weights) {
   return absl::OkStatus();
 }
 
-absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const absl::Status& cause) {
+absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl::Status& cause) {
   const Clock& clock = *options_.clock;
   const absl::Time start = clock.Now();
   absl::Time next_note = start;
@@ -76,9 +76,9 @@ absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const abs
     if (attempt > 0 || Transient(cause)) {
       const absl::Time now = clock.Now();
       if (now - start >= options_.reconnect_timeout) {
-        return absl::UnavailableError(absl::StrCat("the server did not come back within ",
-                                                   absl::FormatDuration(options_.reconnect_timeout),
-                                                   " (last error: ", last.ToString(), ")"));
+        return absl::UnavailableError(absl::StrFormat("the server did not come back within %.0f s (last error: %s)",
+                                                      absl::ToDoubleSeconds(options_.reconnect_timeout),
+                                                      last.ToString()));
       }
       if (now >= next_note) {
         Log(absl::StrFormat("waiting for the server (%s): retrying for up to %.0f s more", last.ToString(),
@@ -105,9 +105,9 @@ absl::Status Session::JoinUntilBack(const std::vector<float>& weights, const abs
   return absl::OkStatus();
 }
 
-absl::Status Session::Join(const std::vector<float>& weights) { return JoinUntilBack(weights, absl::OkStatus()); }
+absl::Status Session::Join(absl::Span<const float> weights) { return JoinUntilBack(weights, absl::OkStatus()); }
 
-absl::StatusOr<bool> Session::Pull(std::vector<float>* weights) {
+absl::StatusOr<bool> Session::Pull(absl::Span<float> weights) {
   while (true) {
     absl::StatusOr<uint64_t> v = client_->Pull(id_.load(), version_, layout_, weights);
     if (v.ok()) {
@@ -115,34 +115,39 @@ absl::StatusOr<bool> Session::Pull(std::vector<float>* weights) {
       version_ = *v;
       return changed;
     }
+    version_ = ~0ull;  // the weights may be partly written
     if (!absl::IsNotFound(v.status()) && !Transient(v.status())) return v.status();
-    if (absl::Status s = JoinUntilBack(*weights, v.status()); !s.ok()) return s;
+    if (absl::Status s = JoinUntilBack(weights, v.status()); !s.ok()) return s;
     if (stop_.load()) return false;  // the server is shutting down: the next push learns it
   }
 }
 
-absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, const std::vector<float>& gradient,
-                                          const std::vector<float>& weights, v1::PushResponse* reply) {
+absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, absl::Span<const float> gradient,
+                                          absl::Span<const float> weights, v1::PushResponse* reply) {
   return Send(std::move(header), weights, reply,
               [&](const v1::PushHeader& h) { return client_->Push(h, layout_, gradient); });
 }
 
-absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, const std::vector<float>& gradient,
-                                              std::vector<float>* weights, v1::PushResponse* reply, bool* changed) {
+absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, absl::Span<const float> gradient,
+                                              absl::Span<float> weights, v1::PushResponse* reply, bool* changed) {
   *changed = false;
   uint64_t version = version_;
-  absl::StatusOr<PushOutcome> outcome = Send(std::move(header), *weights, reply, [&](const v1::PushHeader& h) {
+  bool called = false;
+  absl::StatusOr<PushOutcome> outcome = Send(std::move(header), weights, reply, [&](const v1::PushHeader& h) {
+    called = true;
     return client_->PushPull(h, layout_, gradient, &version, weights);
   });
   if (outcome.ok() && *outcome == PushOutcome::kReplied) {
     *changed = version != version_;
     version_ = version;
+  } else if (!outcome.ok() && called) {
+    version_ = ~0ull;  // the weights may be partly written
   }
   return outcome;
 }
 
 template <typename Call>
-absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, const std::vector<float>& weights,
+absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, absl::Span<const float> weights,
                                           v1::PushResponse* reply, Call call) {
   if (stop_.load()) return PushOutcome::kStop;
   if (rejoin_.load()) {  // the heartbeat learnt the session is gone
@@ -180,7 +185,7 @@ void Session::Leave(bool finished) {
 }
 
 void Session::HeartbeatLoop() {
-  const Clock& clock = *options_.clock;
+  const Clock& clock = options_.heartbeat_clock != nullptr ? *options_.heartbeat_clock : *options_.clock;
   while (true) {
     {
       absl::MutexLock lock(&mu_);

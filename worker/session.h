@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/model_layout.h"
 #include "proto/omnilearn.pb.h"
@@ -42,7 +43,10 @@ struct SessionOptions {
   absl::Duration backoff_initial = absl::Milliseconds(200);
   absl::Duration backoff_max = absl::Seconds(2);
   bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3
-  const Clock* clock = Clock::Real();
+  const Clock* clock = Clock::Real();  // backoff and outage times (the caller's thread)
+  // The heartbeat thread's clock; null: `clock`. (Python workers back off on a clock of
+  // Python's, which only threads holding the interpreter may call.)
+  const Clock* heartbeat_clock = nullptr;
   uint64_t jitter_seed = 0;
   // Where event lines go (joined, rejoined, waiting for the server); default stdout.
   std::function<void(const std::string&)> log;
@@ -65,22 +69,27 @@ class Session {
   Session(PsClient* client, ModelLayout layout, SessionOptions options);
   ~Session();
 
+  // Model buffers (`weights`, `gradient`) are flat float32 in layout order, in the
+  // caller's memory. A model is received in place: a stream that breaks part way leaves
+  // `weights` partly written, and the session then holds no version (the next pull
+  // brings the whole model).
+  //
   // Joins; `weights` (the model's current values) are sent only when the server has
   // no model yet. A server that is shutting down answers stop: OK with
   // stop_requested() set. Errors: anything not transient (InvalidArgument for another
   // model, AlreadyExists for a name in use...), the server unreachable for longer than
   // reconnect_timeout, Cancelled when interrupted.
-  absl::Status Join(const std::vector<float>& weights);
+  absl::Status Join(absl::Span<const float> weights);
   // Brings `weights` to the server's current model if it moved (true then).
-  absl::StatusOr<bool> Pull(std::vector<float>* weights);
+  absl::StatusOr<bool> Pull(absl::Span<float> weights);
   // Pushes `gradient` (the session fills in worker_id and model_version). `weights` are
   // the model the worker holds, for a rejoin with a server that lost its own.
-  absl::StatusOr<PushOutcome> Push(v1::PushHeader header, const std::vector<float>& gradient,
-                                   const std::vector<float>& weights, v1::PushResponse* reply);
-  // Push, then the model, in one round trip (PushPull): on kReplied `*weights` holds the
+  absl::StatusOr<PushOutcome> Push(v1::PushHeader header, absl::Span<const float> gradient,
+                                   absl::Span<const float> weights, v1::PushResponse* reply);
+  // Push, then the model, in one round trip (PushPull): on kReplied `weights` holds the
   // server's current model and `*changed` says whether it moved. Otherwise as Push.
-  absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, const std::vector<float>& gradient,
-                                       std::vector<float>* weights, v1::PushResponse* reply, bool* changed);
+  absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, absl::Span<const float> gradient,
+                                       absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);
@@ -103,13 +112,13 @@ class Session {
  private:
   static bool Transient(const absl::Status& s);
   // Joins once: without parameters, then with them if the server has no model.
-  absl::Status TryJoin(const std::vector<float>& weights);
+  absl::Status TryJoin(absl::Span<const float> weights);
   // Joins until it works, a non-transient error, or reconnect_timeout.
-  absl::Status JoinUntilBack(const std::vector<float>& weights, const absl::Status& cause);
+  absl::Status JoinUntilBack(absl::Span<const float> weights, const absl::Status& cause);
   void HeartbeatLoop();
   // A push by `call` (given the completed header), with the replies' and faults' handling.
   template <typename Call>
-  absl::StatusOr<PushOutcome> Send(v1::PushHeader header, const std::vector<float>& weights, v1::PushResponse* reply,
+  absl::StatusOr<PushOutcome> Send(v1::PushHeader header, absl::Span<const float> weights, v1::PushResponse* reply,
                                    Call call);
   void Log(const std::string& line) const;
 

@@ -13,7 +13,7 @@ namespace {
 class FakeServer : public PsClient {
  public:
   absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout&,
-                                        const std::vector<float>* initial) override {
+                                        absl::Span<const float> initial) override {
     absl::MutexLock lock(&mu_);
     ++joins;
     resume_ids.push_back(header.resume_worker_id());
@@ -25,11 +25,11 @@ class FakeServer : public PsClient {
       return stop;
     }
     if (!has_model) {
-      if (initial == nullptr) return absl::FailedPreconditionError("the server has no model yet");
+      if (initial.empty()) return absl::FailedPreconditionError("the server has no model yet");
       has_model = true;
-      model = *initial;
+      model.assign(initial.begin(), initial.end());
     }
-    if (initial != nullptr) ++joins_with_parameters;
+    if (!initial.empty()) ++joins_with_parameters;
     v1::JoinResponse r;
     r.set_worker_id(++last_id);
     r.set_session_secret("secret-" + std::to_string(last_id));
@@ -41,15 +41,15 @@ class FakeServer : public PsClient {
     for (uint64_t i = 0; i < 16; ++i) span->add_ids(100 + i);
     return r;
   }
-  absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, std::vector<float>* weights) override {
+  absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, absl::Span<float> weights) override {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = Next(pull_failures); !s.ok()) return s;
     if (id != last_id) return absl::NotFoundError("unknown worker");
-    if (have != version) *weights = model;
+    if (have != version) std::copy(model.begin(), model.end(), weights.begin());
     return version;
   }
   absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& h, const ModelLayout&,
-                                        const std::vector<float>&) override {
+                                        absl::Span<const float>) override {
     absl::MutexLock lock(&mu_);
     ++pushes;
     if (absl::Status s = Next(push_failures); !s.ok()) return s;
@@ -129,10 +129,10 @@ TEST_CASE("the first worker brings the model, the others never send theirs", "[s
   REQUIRE(second.Join({9, 9, 9}).ok());
   REQUIRE(server.joins_with_parameters == 1);
   REQUIRE(server.model == kMine);
-  std::vector<float> w;
-  REQUIRE(*second.Pull(&w));
+  std::vector<float> w(3);
+  REQUIRE(*second.Pull(absl::MakeSpan(w)));
   REQUIRE(w == kMine);
-  REQUIRE_FALSE(*second.Pull(&w));  // up to date
+  REQUIRE_FALSE(*second.Pull(absl::MakeSpan(w)));  // up to date
 }
 
 TEST_CASE("a server outage is ridden out with capped backoff, then the worker rejoins", "[session]") {
@@ -144,8 +144,8 @@ TEST_CASE("a server outage is ridden out with capped backoff, then the worker re
   o.backoff_max = absl::Seconds(1);
   Session s(&server, Layout(), o);
   REQUIRE(s.Join(kMine).ok());
-  std::vector<float> w;
-  REQUIRE(s.Pull(&w).ok());
+  std::vector<float> w(3);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   server.push_failures = {absl::UnavailableError("Socket closed")};
   for (int i = 0; i < 8; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
   const absl::Time before = clock.Now();
@@ -164,7 +164,7 @@ TEST_CASE("a server outage is ridden out with capped backoff, then the worker re
   REQUIRE(waited <= 0.1 + 0.2 + 0.4 + 0.8 + 5 * 1.0);
   REQUIRE(log.front().find("waiting for the server") != std::string::npos);
   REQUIRE(log.back().find("rejoined as worker 2") != std::string::npos);
-  REQUIRE(*s.Pull(&w));  // the caller pulls the server's model again
+  REQUIRE(*s.Pull(absl::MakeSpan(w)));  // the caller pulls the server's model again
 }
 
 TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]") {
@@ -177,10 +177,10 @@ TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]
   REQUIRE(s.Join(kMine).ok());
   for (int i = 0; i < 1000; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
   server.pull_failures = {absl::UnavailableError("Socket closed")};
-  std::vector<float> w;
-  absl::Status st = s.Pull(&w).status();
+  std::vector<float> w(3);
+  absl::Status st = s.Pull(absl::MakeSpan(w)).status();
   REQUIRE(absl::IsUnavailable(st));
-  REQUIRE(st.message().find("did not come back within 30s") != absl::string_view::npos);
+  REQUIRE(st.message().find("did not come back within 30 s") != absl::string_view::npos);
   REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(30));
   REQUIRE(log.size() >= 3);  // one line when it started, then one per 10 s
   REQUIRE(log.size() <= 5);
@@ -192,8 +192,8 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   std::vector<std::string> log;
   Session s(&server, Layout(), Options(&clock, &log));
   REQUIRE(s.Join(kMine).ok());
-  std::vector<float> w;
-  REQUIRE(s.Pull(&w).ok());
+  std::vector<float> w(3);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   v1::PushResponse reply;
   v1::PushHeader h;
   h.set_batch_size(16);
@@ -202,7 +202,7 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
   REQUIRE(clock.Now() == t0);  // no backoff for a server that answers
   REQUIRE(s.worker_id() == 100);
-  REQUIRE(s.Pull(&w).ok());
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   REQUIRE(s.samples().size() == 1);
   REQUIRE(s.samples().Get(0).ids_size() == 16);
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kReplied);
@@ -215,7 +215,7 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(server.resume_secrets.back() == "secret-100");  // ...and proves it is its own
   REQUIRE(server.client_secret == "secret-101");          // then sends the new session's secret
   server.next_action = v1::ACTION_STOP;
-  REQUIRE(s.Pull(&w).ok());
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kStop);
   REQUIRE(s.stop_requested());
   s.Leave(/*finished=*/false);
@@ -229,11 +229,11 @@ TEST_CASE("PushPull brings the new model with the reply", "[session]") {
   std::vector<std::string> log;
   Session s(&server, Layout(), Options(&clock, &log));
   REQUIRE(s.Join(kMine).ok());
-  std::vector<float> w;
-  REQUIRE(s.Pull(&w).ok());
+  std::vector<float> w(3);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   v1::PushResponse reply;
   bool changed = false;
-  REQUIRE(*s.PushPull({}, w, &w, &reply, &changed) == PushOutcome::kReplied);
+  REQUIRE(*s.PushPull({}, w, absl::MakeSpan(w), &reply, &changed) == PushOutcome::kReplied);
   REQUIRE(changed);  // the push moved the fake server's version
   REQUIRE(s.model_version() == server.version);
   REQUIRE(w == server.model);
@@ -248,7 +248,7 @@ TEST_CASE("a server shutting down answers a join with stop; an interrupt ends th
   Session stopped(&server, Layout(), Options(&clock, &log));
   REQUIRE(stopped.Join(kMine).ok());
   REQUIRE(stopped.stop_requested());
-  std::vector<float> w;
+  std::vector<float> w(3);
   v1::PushResponse reply;
   REQUIRE(*stopped.Push({}, w, w, &reply) == PushOutcome::kStop);
   REQUIRE(server.pushes == 0);
@@ -271,7 +271,7 @@ TEST_CASE("errors that are not faults are returned as they are", "[session]") {
   server.join_failures = {absl::InvalidArgumentError("model layout differs")};
   REQUIRE(absl::IsInvalidArgument(s.Join(kMine)));
   REQUIRE(s.Join(kMine).ok());
-  std::vector<float> w;
+  std::vector<float> w(3);
   server.push_failures = {absl::InvalidArgumentError("gradient contains NaN")};
   v1::PushResponse reply;
   REQUIRE(absl::IsInvalidArgument(s.Push({}, w, w, &reply).status()));
@@ -304,7 +304,7 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
   }
   const int seen = heartbeats();
   await(seen + 2);
-  std::vector<float> w;
+  std::vector<float> w(3);
   v1::PushResponse reply;
   const int pushes = server.pushes;
   REQUIRE(*s.Push({}, w, w, &reply) == PushOutcome::kRejoined);

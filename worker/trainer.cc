@@ -357,7 +357,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     std::fflush(stdout);
 
     auto pull = [&]() -> absl::Status {
-      absl::StatusOr<bool> changed = session.Pull(&weights);
+      absl::StatusOr<bool> changed = session.Pull(absl::MakeSpan(weights));
       if (!changed.ok()) return changed.status();
       if (*changed) params.Load(weights);
       return absl::OkStatus();
@@ -477,7 +477,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       const auto comm_start = Clock::now();
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
-      absl::StatusOr<PushOutcome> outcome = session.PushPull(push, grad, &weights, &reply, &model_changed);
+      absl::StatusOr<PushOutcome> outcome = session.PushPull(push, grad, absl::MakeSpan(weights), &reply, &model_changed);
       const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
