@@ -16,7 +16,9 @@ PACKAGES=(
   nlohmann-json3-dev         # JSON of safetensors headers (checkpoints, exports)
   python3-numpy              # the numpy safetensors reader in the tests and README
   python3-matplotlib         # bench/plot_scale.py
-  python3-grpcio python3-protobuf python3-torch  # the Python worker library (python/)
+  python3-protobuf python3-torch  # the Python worker library (python/)
+  pybind11-dev python3-pybind11 python3-dev pkg-config  # its C++ worker core (omnilearn._core)
+  python3-grpcio             # the Python tests' fake server, the stubs' generator
   python3-pytest python3-venv python3-pip python3-setuptools  # its tests and `pip install ./python`
   dataset-fashion-mnist      # the real data set (IDX .gz files)
   prometheus                 # promtool and a real Prometheus for the metrics tests

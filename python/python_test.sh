@@ -15,21 +15,34 @@ import omnilearn.worker as w
 assert w.pb2.__name__ == "omnilearn._generated.omnilearn_pb2", w.pb2.__name__  # the build'"'"'s stubs
 '
 
-# pip install ./python from a copy of the checkout (runfiles are read-only).
-mkdir -p src/proto src/python
+# pip install ./python from a copy of the checkout (runfiles are read-only): the stubs and
+# the C++ core are built by setup.py from the proto and the core's sources.
+mkdir -p src/proto src/python/src src/common src/worker
 cp "$OMNILEARN_PROTO" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
-rm -rf src/python/omnilearn/_generated
+cp -L "$RUNFILES/python/src/core.cc" src/python/src/
+cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_security,model_layout,tensor_codec}.* src/common/
+cp -L "$RUNFILES"/worker/{grpc_ps_client.cc,ps_client.h,session.cc,session.h} src/worker/
+rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
 /usr/bin/python3 -m venv --system-site-packages venv
 unset OMNILEARN_PROTO
-timeout 300 venv/bin/pip install -q --no-build-isolation --no-index ./src/python
+timeout 600 venv/bin/pip install -q --no-build-isolation --no-index ./src/python
 rm -rf src
 venv/bin/python -c '
 import omnilearn, omnilearn.worker as w
 assert "site-packages" in omnilearn.__file__, omnilearn.__file__
+assert "site-packages" in w._core.__file__, w._core.__file__
 assert w.pb2.__name__ == "omnilearn._generated.omnilearn_pb2", w.pb2.__name__
 assert hasattr(w.pb2.PushHeader(), "session_secret")
-print("pip-installed omnilearn imports its generated stubs:", omnilearn.__file__)
+print("pip-installed omnilearn imports its generated stubs and its core:", omnilearn.__file__, w._core.__file__)
 '
+# Without its core the package refuses to load, saying what is missing and how to build it.
+mkdir -p bare/omnilearn
+cp -L "$RUNFILES"/python/omnilearn/*.py bare/omnilearn/
+if out=$(cd bare && /usr/bin/python3 -c "import omnilearn" 2>&1); then
+  echo "omnilearn imported without its core" >&2; exit 1
+fi
+echo "$out" | grep -q "C++ worker core (omnilearn._core) cannot be loaded: No module named 'omnilearn._core'.*pip install ./python" ||
+  { echo "$out" >&2; echo "no clear error without the core" >&2; exit 1; }
 echo "python_test: OK"

@@ -1,38 +1,85 @@
 """pip install ./python: the omnilearn package, with its gRPC stubs generated from
-../proto/omnilearn.proto at build time (Debian's protoc and grpc_python_plugin).
+../proto/omnilearn.proto and its C++ worker core (omnilearn._core: python/src/core.cc over
+worker/session and the gRPC client of the checkout) compiled at build time against
+Debian's gRPC, protobuf and Abseil (pkg-config), pybind11 and python3-dev.
 
 Debian 12's pip installs into a virtual environment (PEP 668); one that sees Debian's
-python3-grpcio, python3-protobuf and python3-torch, offline:
+python3-protobuf and python3-torch, offline:
     /usr/bin/python3 -m venv --system-site-packages ENV
     ENV/bin/pip install --no-build-isolation ./python
 """
 
 import os
 import pathlib
+import shlex
+import subprocess
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 HERE = pathlib.Path(__file__).resolve().parent
+ROOT = pathlib.Path(os.environ.get("OMNILEARN_SOURCE", HERE.parent))  # the checkout
 sys.path.insert(0, str(HERE / "omnilearn"))
 import _stubs  # noqa: E402  (the generator only: it imports nothing of the package)
+
+# What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
+CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/grpc_ps_client.cc", "common/clock.cc",
+                "common/model_layout.cc", "common/tensor_codec.cc", "common/grpc_chunks.cc",
+                "common/grpc_security.cc"]
+PKG_CONFIG = ["grpc++", "protobuf", "absl_statusor", "absl_synchronization", "absl_str_format", "absl_time",
+              "absl_strings"]
+
+
+def _proto() -> pathlib.Path:
+    proto = pathlib.Path(os.environ.get("OMNILEARN_PROTO", ROOT / "proto" / "omnilearn.proto"))
+    if not proto.is_file():
+        raise SystemExit(f"no {proto}: build from an OmniLearn checkout (or set OMNILEARN_SOURCE)")
+    return proto
 
 
 class BuildWithStubs(build_py):
     def run(self):
         super().run()
-        proto = pathlib.Path(os.environ.get("OMNILEARN_PROTO", HERE.parent / "proto" / "omnilearn.proto"))
-        if not proto.is_file():
-            raise SystemExit(f"no {proto}: build from an OmniLearn checkout (or set OMNILEARN_PROTO)")
-        _stubs.generate(proto, pathlib.Path(self.build_lib) / "omnilearn" / "_generated")
+        _stubs.generate(_proto(), pathlib.Path(self.build_lib) / "omnilearn" / "_generated")
+
+
+class BuildCore(build_ext):
+    """Generates the proto's C++ (protoc, grpc_cpp_plugin), then compiles the core."""
+
+    def build_extension(self, ext):
+        missing = [s for s in CORE_SOURCES if not (ROOT / s).is_file()]
+        if missing:
+            raise SystemExit(f"{ROOT} is not an OmniLearn checkout (no {missing[0]}): set OMNILEARN_SOURCE")
+        gen = pathlib.Path(self.build_temp).resolve() / "gen"
+        (gen / "proto").mkdir(parents=True, exist_ok=True)
+        proto = _proto()
+        subprocess.run(["protoc", f"--proto_path={proto.parent.parent}", "--plugin=protoc-gen-grpc=" +
+                        "/usr/bin/grpc_cpp_plugin", f"--cpp_out={gen}", f"--grpc_out={gen}",
+                        str(proto.parent.name + "/" + proto.name)], cwd=proto.parent.parent, check=True)
+        try:
+            flags = subprocess.run(["pkg-config", "--cflags", "--libs", *PKG_CONFIG], check=True,
+                                   capture_output=True, text=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise SystemExit(f"pkg-config could not find gRPC, protobuf and Abseil ({e}): "
+                             "apt install libgrpc++-dev libprotobuf-dev libabsl-dev pkg-config") from e
+        import pybind11
+        ext.sources = [str(ROOT / s) for s in CORE_SOURCES] + [str(gen / "proto" / "omnilearn.pb.cc"),
+                                                               str(gen / "proto" / "omnilearn.grpc.pb.cc")]
+        ext.include_dirs += [str(ROOT), str(gen), pybind11.get_include()]
+        args = shlex.split(flags)
+        ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden"] + [a for a in args if a.startswith("-I")]
+        ext.extra_link_args += [a for a in args if not a.startswith("-I")]
+        super().build_extension(ext)
 
 
 setup(
     name="omnilearn",
-    version="0.1.0",
+    version="0.2.0",
     description="Python worker library for the OmniLearn parameter server",
     packages=["omnilearn"],
     python_requires=">=3.9",
-    cmdclass={"build_py": BuildWithStubs},
+    ext_modules=[Extension("omnilearn._core", sources=["python/src/core.cc"], language="c++")],
+    cmdclass={"build_py": BuildWithStubs, "build_ext": BuildCore},
 )

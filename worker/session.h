@@ -93,6 +93,8 @@ class Session {
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);
+  // Ends and joins the heartbeat thread, if any (Leave and the destructor do too).
+  void StopHeartbeats();
 
   uint64_t worker_id() const { return id_.load(); }
   int64_t batch() const { return batch_; }
@@ -139,8 +141,6 @@ class Session {
   bool joined_once_ = false;
   std::atomic<bool> stop_{false};
   std::atomic<bool> rejoin_{false};
-
-  void StopHeartbeats();  // ends and joins the heartbeat thread, if any
 
   absl::Mutex mu_;  // for the heartbeat thread's wait
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

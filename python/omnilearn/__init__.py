@@ -2,7 +2,7 @@
 training loop and data, as a worker of an OmniLearn parameter server (next to C++
 workers). See Worker, and README.md's "Python workers"."""
 
-from omnilearn.codec import FlatModel
+from omnilearn.flat_model import FlatModel
 from omnilearn.data import fashion_mnist, load_tensors, save_tensors
 from omnilearn.worker import ServerError, Step, Worker
 

@@ -16,39 +16,78 @@ rejoin, stop), sends heartbeats, and rides out server restarts like the C++ work
 `reconnect_timeout` seconds; an expired session joins again under the same name.
 """
 
+import importlib.util
 import os
-import random
+import pathlib
 import socket
+import sys
 import threading
 import time
+import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Optional
 
-import grpc
-import numpy as np
 import torch
 
 from omnilearn import _stubs
-from omnilearn.codec import Assembler, FlatModel, chunks
 from omnilearn.emulation import EmulatedDevice
+from omnilearn.flat_model import FlatModel, FlatStorage
 
+def _load_core():
+    """The C++ worker core (python/src/core.cc): the installed one, or, in a checkout used
+    through PYTHONPATH=python, Bazel's build of it. No slow fallback: a worker without it
+    stops here and says why (the loader's error names a missing library)."""
+    try:
+        return importlib.import_module("omnilearn._core")
+    except ImportError as e:
+        error = e
+    built = pathlib.Path(__file__).resolve().parents[2] / "bazel-bin" / "python" / "omnilearn" / "_core.so"
+    if built.is_file():
+        spec = importlib.util.spec_from_file_location("omnilearn._core", built)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            sys.modules["omnilearn._core"] = module
+            return module
+        except ImportError as e:
+            error = e
+    raise ImportError(
+        f"omnilearn's C++ worker core (omnilearn._core) cannot be loaded: {error}. Install the package with "
+        "`pip install ./python` (it compiles the core against Debian's libgrpc++-dev, libprotobuf-dev, "
+        "libabsl-dev, pybind11-dev and python3-dev; deploy/install-deps.sh installs them), or, in a checkout, "
+        "`bazel build //python:omnilearn`. A shared library the error names as missing comes from those packages."
+    ) from error
+
+
+_core = _load_core()
 pb2, pb2_grpc = _stubs.load()
-
-_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED)
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
 
+def _status_code(code: int):
+    """absl's status code (the same numbers as gRPC's) as a grpc.StatusCode when grpcio is
+    installed, else as the number."""
+    try:
+        import grpc
+    except ImportError:
+        return code
+    return next((c for c in grpc.StatusCode if c.value[0] == code), code)
+
+
 class ServerError(RuntimeError):
-    """The server refused a call for good (another model, a name in use, bad credentials...)."""
+    """The server refused a call for good (another model, a name in use, bad credentials...),
+    or did not come back within reconnect_timeout."""
 
-    def __init__(self, call: str, error: grpc.RpcError):
-        self.code = error.code()
-        super().__init__(f"{call}: {self.code.name}: {error.details()}")
-
-
-class _Rejoined(Exception):
-    """The session was re-established: the step's gradient is of an old model."""
+    def __init__(self, error):
+        code, message = error.args
+        self.code = _status_code(code)
+        name = getattr(self.code, "name", str(code))
+        call, sep, details = message.partition(": ")
+        if sep and call in ("Join", "Pull", "Push", "PushPull", "Heartbeat", "Leave"):
+            super().__init__(f"{call}: {name}: {details}")
+        else:
+            super().__init__(f"{name}: {message}")
 
 
 @dataclass
@@ -60,6 +99,19 @@ class Step:
     samples: Optional[torch.Tensor]
     epoch: int
     model_version: int
+
+
+_live_cores = weakref.WeakSet()  # closed at exit, before the interpreter goes
+
+
+def _close_live_cores():
+    for core in list(_live_cores):
+        core.close()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_close_live_cores)
 
 
 class Worker:
@@ -79,6 +131,8 @@ class Worker:
         # An emulated device (omnilearn.emulation) sets the whole step time; slowdown is for real compute.
         if emulate_device and slowdown != 1.0:
             raise ValueError("emulate_device sets the whole step time: leave slowdown (real compute) out")
+        if bool(tls_cert) != bool(tls_key):
+            raise ValueError("tls_cert and tls_key go together")
         self.model = model
         self.flat = FlatModel(model)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -91,55 +145,33 @@ class Worker:
                                         now=lambda: time.perf_counter(),
                                         sleep=lambda s: time.sleep(s)) if emulate_device else None
         self._profile = None  # the emulated profile last logged
-        self.rpc_timeout = rpc_timeout
-        self.reconnect_timeout = reconnect_timeout
         self._log = log or (lambda line: print(f"[{self.name}] {line}", flush=True))
-        self._device = next(p.device for _, p, b in self.flat.entries if not b)
-        self._header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
-                                      layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
-                                      dataset_size=dataset_size)
+        self._device = self.flat.device
+        header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
+                                layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
+                                dataset_size=dataset_size, wire_dtypes=[pb2.WIRE_DTYPE_F32, pb2.WIRE_DTYPE_BF16])
         if self._device.type == "cuda":
-            self._header.device = pb2.DEVICE_CUDA
-            self._header.device_memory_bytes = torch.cuda.get_device_properties(self._device).total_memory
+            header.device = pb2.DEVICE_CUDA
+            header.device_memory_bytes = torch.cuda.get_device_properties(self._device).total_memory
         else:
-            self._header.device = pb2.DEVICE_CPU
+            header.device = pb2.DEVICE_CPU
         token = auth_token
         if auth_token_file:
             with open(auth_token_file) as f:
                 token = f.read().strip()
             if not token:
                 raise ValueError(f"{auth_token_file} holds no token")
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
-        if tls_ca or tls_cert or tls_key:
-            if bool(tls_cert) != bool(tls_key):
-                raise ValueError("tls_cert and tls_key go together")
-            read = lambda p: open(p, "rb").read() if p else None  # noqa: E731
-            creds = grpc.ssl_channel_credentials(read(tls_ca), read(tls_key), read(tls_cert))
-            if tls_server_name:
-                options.append(("grpc.ssl_target_name_override", tls_server_name))
-            self._channel = grpc.secure_channel(server, creds, options)
-        else:
-            self._channel = grpc.insecure_channel(server, options)
-        self._stub = pb2_grpc.ParameterServerStub(self._channel)
-        self._push_pull = True  # until a server answers UNIMPLEMENTED
-
-        self.worker_id = 0
-        self._secret = b""
-        self._lease = 60.0
-        self.batch_size = 0
-        self._samples = []
-        self.model_version = _NO_VERSION
-        self.global_samples = 0
-        self.mode = pb2.MODE_UNSPECIFIED
-        self.rejoins = 0
+        self.storage = FlatStorage(self.flat)
+        # The session, its backoff on this module's clock (a test's fake time drives it).
+        self._core = _core.Core(server, self.flat.tensors(), header.SerializeToString(), rpc_timeout,
+                                reconnect_timeout, token or "", tls_ca or "", tls_cert or "", tls_key or "",
+                                tls_server_name or "", lambda: time.monotonic(), lambda s: time.sleep(s),
+                                self._log)
+        _live_cores.add(self._core)
         self.iteration = 0
         self.samples_seen = 0
         self.finished = False
-        self.stopped = threading.Event()  # the server said stop
-        self._rejoin = threading.Event()  # a heartbeat learnt the session is gone
-        self._closing = threading.Event()
-        self._heartbeat = None
+        self._stop_seen = threading.Event()  # the job ended for this worker (the server said stop)
         self._step = None  # the step yielded and not yet pushed
         self._t0 = None
         self._last_comm_seconds = 0.0  # the last iteration's, from push() to the reply
@@ -150,133 +182,52 @@ class Worker:
         self.last_reply = None
 
     # ------------------------------------------------------------------ session
-    def _call(self, method, request, **kw):
-        return method(request, timeout=self.rpc_timeout, metadata=self._metadata, **kw)
+    # The session's state lives in the core: join, rejoin, backoff, heartbeats, stop.
+    @property
+    def worker_id(self) -> int:
+        return self._core.worker_id
 
-    def _join_once(self):
-        header = pb2.JoinHeader()
-        header.CopyFrom(self._header)
-        header.resume_worker_id = self.worker_id
-        header.resume_secret = self._secret
+    @property
+    def batch_size(self) -> int:
+        return self._core.batch
 
-        def requests(with_params):
-            header.has_initial_parameters = with_params
-            yield pb2.JoinRequest(header=header)
-            if with_params:
-                for c in chunks(self.flat, self.flat.values(), pb2):
-                    yield pb2.JoinRequest(chunk=c)
+    @property
+    def model_version(self) -> int:
+        return self._core.model_version
+
+    @property
+    def global_samples(self) -> int:
+        return self._core.global_samples
+
+    @property
+    def mode(self) -> int:
+        return self._core.mode
+
+    @property
+    def rejoins(self) -> int:
+        return self._core.rejoins
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once the server said stop (in a reply or a heartbeat)."""
+        if self._core.stop_requested:
+            self._stop_seen.set()
+        return self._stop_seen
+
+    def _call(self, method, *args):
         try:
-            r = self._call(self._stub.Join, requests(False))
-        except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                raise
-            r = self._call(self._stub.Join, requests(True))  # the server has no model yet: ours
-        if r.action == pb2.ACTION_STOP:
-            self.stopped.set()
-            return
-        self.worker_id, self._secret = r.worker_id, r.session_secret
-        self._lease = max(0.1, r.lease_seconds)
-        self.batch_size, self._samples = r.batch_size, list(r.samples)
-        self.global_samples, self.mode = r.global_samples, r.mode
-        self.model_version = _NO_VERSION
-        self._rejoin.clear()
-
-    def _join_until_back(self, cause: Optional[grpc.RpcError] = None):
-        start = time.monotonic()
-        next_note, backoff, last = start, 0.2, cause
-        first = self.worker_id == 0
-        attempt = 0
-        while True:
-            if attempt > 0 or (cause is not None and cause.code() in _TRANSIENT):
-                now = time.monotonic()
-                if now - start >= self.reconnect_timeout:
-                    raise ServerError("the server did not come back within "
-                                      f"{self.reconnect_timeout:.0f} s; last error", last)
-                if now >= next_note:
-                    self._log(f"waiting for the server ({last.code().name}: {last.details()}): "
-                              f"retrying for up to {self.reconnect_timeout - (now - start):.0f} s more")
-                    next_note = now + 10
-                time.sleep(backoff * random.uniform(0.5, 1.0))
-                backoff = min(2.0, backoff * 2)
-            attempt += 1
-            try:
-                self._join_once()
-                break
-            except grpc.RpcError as e:
-                if e.code() not in _TRANSIENT:
-                    raise ServerError("Join", e) from None
-                last = e
-        if self.stopped.is_set():
-            return
-        if not first:
-            self.rejoins += 1
-            self._log(f"rejoined as worker {self.worker_id} after {time.monotonic() - start:.1f} s: "
-                      f"batch {self.batch_size}, {self.global_samples} samples trained so far")
-        if self._heartbeat is None:
-            self._heartbeat = threading.Thread(target=self._heartbeat_loop, daemon=True,
-                                               name=f"omnilearn-heartbeat-{self.name}")
-            self._heartbeat.start()
-
-    def _heartbeat_loop(self):
-        while not self._closing.wait(self._lease / 3):
-            wid = self.worker_id
-            try:
-                r = self._call(self._stub.Heartbeat,
-                               pb2.HeartbeatRequest(worker_id=wid, session_secret=self._secret))
-            except grpc.RpcError:
-                continue  # outages are the training thread's to handle
-            if r.action == pb2.ACTION_STOP:
-                self.stopped.set()
-            elif r.action == pb2.ACTION_REJOIN and self.worker_id == wid:
-                self._rejoin.set()
-
-    def _receive_model(self, messages):
-        """Reads a PullHeader and its chunks (of Pull's or PushPull's stream); loads the
-        model when it moved."""
-        assembler, version = None, None
-        for m in messages:
-            kind = m.WhichOneof("kind")
-            if kind == "reply":
-                raise ValueError("PushPull sent a second reply")
-            if kind == "header":
-                version = m.header.model_version
-                if not m.header.up_to_date:
-                    assembler = Assembler(self.flat)
-            elif kind == "chunk":
-                if assembler is None:
-                    raise ValueError("a model chunk before the model's header")
-                assembler.add(m.chunk)
-        if assembler is not None:
-            self.flat.load(assembler.finish())
-        if version is not None:
-            self.model_version = version
-
-    def _retry(self, what, call):
-        """Runs call() until it works, rejoining on NOT_FOUND and transient errors."""
-        while True:
-            try:
-                return call()
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.NOT_FOUND and e.code() not in _TRANSIENT:
-                    raise ServerError(what, e) from None
-                self._join_until_back(e)
-                if self.stopped.is_set():
-                    return None
-                raise _Rejoined() from None
+            return method(*args)
+        except _core.Error as e:
+            raise ServerError(e) from None
 
     def pull(self):
         """Brings the model to the server's current version."""
-        while not self.stopped.is_set():
-            try:
-                return self._retry("Pull", lambda: self._receive_model(self._call(
-                    self._stub.Pull, pb2.PullRequest(worker_id=self.worker_id, have_version=self.model_version,
-                                                      session_secret=self._secret))))
-            except _Rejoined:
-                continue
+        if self._call(self._core.pull, self.storage.weights_host):
+            self.storage.received()
 
     def join(self):
         self._log("joining the server (the first round waits until the server's --num_workers have joined)")
-        self._join_until_back()
+        self._call(self._core.join, self.storage.prepare_weights())
         if self.stopped.is_set():
             self._log("the server is shutting down: nothing to train")
             return
@@ -286,21 +237,13 @@ class Worker:
 
     def leave(self, finished: bool = False):
         """Best effort: tells the server this worker is gone (finished: it completed its training)."""
-        self._closing.set()
-        if self.worker_id:
-            try:
-                self._call(self._stub.Leave, pb2.LeaveRequest(worker_id=self.worker_id, finished=finished,
-                                                              session_secret=self._secret))
-            except grpc.RpcError:
-                pass
+        self._core.leave(finished)
 
     def close(self):
-        self._closing.set()
         if self._hook is not None:
             self._hook.remove()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=5)
-        self._channel.close()
+            self._hook = None
+        self._core.close()
 
     def __enter__(self):
         try:
@@ -332,17 +275,13 @@ class Worker:
                 return
             if self._step is not None:
                 raise RuntimeError("call push() (or report_out_of_memory()) for each step before the next")
-            if self._rejoin.is_set():
-                self._join_until_back()
-                self.pull()
-                continue
-            ids = [i for span in self._samples for i in span.ids]
-            if ids and any(i >= self.dataset_size for i in ids):
-                raise ValueError(f"the server assigned sample {max(ids)} of a data set of {self.dataset_size}")
-            samples = torch.tensor(ids, dtype=torch.int64) if ids else None
-            epoch = self._samples[0].epoch if self._samples else self.epoch
-            self.flat.zero_grad()
-            self._step = Step(self.iteration, len(ids) if ids else self.batch_size, samples, epoch,
+            ids, first_epoch = self._core.samples()
+            if len(ids) and self.dataset_size and int(ids.max()) >= self.dataset_size:
+                raise ValueError(f"the server assigned sample {int(ids.max())} of a data set of {self.dataset_size}")
+            samples = torch.from_numpy(ids) if len(ids) else None
+            epoch = first_epoch if first_epoch >= 0 else self.epoch
+            self.storage.zero_grad()
+            self._step = Step(self.iteration, len(ids) if len(ids) else self.batch_size, samples, epoch,
                               self.model_version)
             self._t0 = None if self._hook is not None else time.perf_counter()
             yield self._step
@@ -401,12 +340,12 @@ class Worker:
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
             header.has_test_accuracy, header.test_accuracy = True, test_accuracy
-        return self._send(header, self.flat.update(), step)
+        return self._send(header, self.storage.prepare_update(), step)
 
     def report_out_of_memory(self):
         """The step ran out of memory: no gradient; the server lowers this worker's batch."""
         step = self._require_step()
-        self.flat.zero_grad()
+        self.storage.zero_grad()
         header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True, iteration=step.iteration,
                                 samples_seen=self.samples_seen)
         return self._send(header, None, step)
@@ -417,12 +356,11 @@ class Worker:
         if self.stopped.is_set() or not self.worker_id:
             return None
         header = pb2.PushHeader(report_only=True, has_test_accuracy=True, test_accuracy=test_accuracy,
-                                train_loss=loss, worker_id=self.worker_id, model_version=self.model_version,
-                                session_secret=self._secret, iteration=self.iteration)
-        try:
-            return self._retry("Push", lambda: self._call(self._stub.Push, iter([pb2.PushRequest(header=header)])))
-        except _Rejoined:
-            return None
+                                train_loss=loss, iteration=self.iteration)
+        outcome, reply = self._call(self._core.push, header.SerializeToString(), None, self.storage.weights_host)
+        if outcome == "rejoined":
+            self.pull()
+        return pb2.PushResponse.FromString(reply) if outcome == "replied" else None
 
     @staticmethod
     def _check_accuracy(a):
@@ -434,68 +372,30 @@ class Worker:
             raise RuntimeError("push() outside a step: iterate over the worker first")
         return self._step
 
-    def _send(self, header, update: Optional[np.ndarray], step: Step):
+    def _send(self, header, update, step: Step):
         self._step = None
         if self.stopped.is_set():
             return None
-        header.worker_id, header.model_version, header.session_secret = (self.worker_id, self.model_version,
-                                                                         self._secret)
         # The previous iteration's communication: the server takes out its own wait and the
         # controller learns this worker's link time from the rest.
         header.communication_seconds = self._last_comm_seconds
         comm_start = time.perf_counter()
-
-        def requests():
-            yield pb2.PushRequest(header=header)
-            if update is not None:
-                for c in chunks(self.flat, update, pb2):
-                    yield pb2.PushRequest(chunk=c)
-
-        def push_pull():
-            if self._push_pull:
-                try:
-                    responses = self._call(self._stub.PushPull, requests())
-                    first = next(responses)
-                    if first.WhichOneof("kind") != "reply":
-                        raise ValueError("PushPull answered without a reply first")
-                    if first.reply.action == pb2.ACTION_CONTINUE or first.reply.action == pb2.ACTION_PULL:
-                        self._receive_model(responses)  # the rest: a PullHeader and its chunks
-                    return first.reply
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.UNIMPLEMENTED:
-                        raise
-                    self._push_pull = False  # an older server: Push, then Pull
-            reply = self._call(self._stub.Push, requests())
-            if reply.action in (pb2.ACTION_CONTINUE, pb2.ACTION_PULL):
-                self._receive_model(self._call(self._stub.Pull, pb2.PullRequest(
-                    worker_id=self.worker_id, have_version=self.model_version, session_secret=self._secret)))
-            return reply
-
-        try:
-            reply = self._retry("Push", push_pull)
-        except _Rejoined:
+        outcome, reply, changed = self._call(self._core.push_pull, header.SerializeToString(), update,
+                                             self.storage.weights_host)
+        if outcome == "rejoined":  # the step's gradient was of an old session: train it again
             self.pull()
             self._last_comm_seconds = 0.0
             return None
         self._last_comm_seconds = time.perf_counter() - comm_start
-        if reply is None:  # stopped while rejoining
-            return None
-        self.last_reply = reply
-        self.global_samples = max(self.global_samples, reply.global_samples)
-        if reply.action == pb2.ACTION_STOP:
+        if outcome == "stop":
             self.stopped.set()
             self._log("the server stopped the job")
-            return reply
-        if reply.action == pb2.ACTION_REJOIN:
-            self._join_until_back()
-            self.pull()
-            return None
-        if reply.next_batch_size > 0:
-            self.batch_size = reply.next_batch_size
-        if reply.samples:
-            self._samples = list(reply.samples)
+            return pb2.PushResponse.FromString(reply) if reply else None
+        if changed:
+            self.storage.received()
+        reply = pb2.PushResponse.FromString(reply)
+        self.last_reply = reply
         if not header.out_of_memory:
             self.samples_seen += step.batch_size
         self.iteration += 1
         return reply
-

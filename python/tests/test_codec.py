@@ -7,7 +7,8 @@ import numpy as np
 import torch
 
 from omnilearn import _stubs, models
-from omnilearn.codec import Assembler, FlatModel, chunks
+from fake_codec import Assembler, chunks
+from omnilearn.flat_model import FlatModel
 
 pb2, _ = _stubs.load()
 

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from omnilearn import codec, models
+import fake_codec as codec
+from omnilearn import flat_model, models
 from omnilearn import worker as worker_mod
 from omnilearn.worker import ServerError, Worker
 
@@ -45,7 +46,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
     """A tiny parameter server: w -= 0.5 * grad per push, 4 samples per batch."""
 
     def __init__(self, model):
-        self.flat = codec.FlatModel(model)  # the server's copy, same layout
+        self.flat = flat_model.FlatModel(model)  # the server's copy, same layout
         self.have_model = False
         self.version = 0
         self.next_id = 1
@@ -179,7 +180,7 @@ class WorkerTest(unittest.TestCase):
         return steps
 
     def assert_same_model(self):
-        self.assertTrue(np.array_equal(codec.FlatModel(self.model).values(), self.fake.flat.values()))
+        self.assertTrue(np.array_equal(flat_model.FlatModel(self.model).values(), self.fake.flat.values()))
 
     def test_joins_with_its_model_then_trains_the_assigned_samples_in_one_round_trip_each(self):
         with self.make_worker() as w:

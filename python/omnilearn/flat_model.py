@@ -1,0 +1,184 @@
+"""A PyTorch model as the server sees it.
+
+The model is an ordered list of named float32 tensors: the trainable parameters (a push
+carries their gradients), then the buffers (BatchNorm statistics: a push carries their
+values). Names and shapes must match the other workers'. The same rules as the C++
+worker's FlatModel (worker/trainer.cc).
+
+FlatModel describes the model and copies its values in and out; FlatStorage makes the
+model's tensors views of one flat vector (and their gradients views of another), so the
+worker core (omnilearn._core) sends the gradient from where backward left it and
+receives the model straight into the parameters' storage.
+"""
+
+import numpy as np
+import torch
+
+_FLOAT = np.dtype("<f4")
+
+
+class FlatModel:
+    """The model's tensors in layout order, flattened into one float32 vector and back."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.entries = []  # (name, tensor, is_buffer)
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                self.entries.append((name, p, False))
+        for name, b in model.named_buffers():
+            self.entries.append((name, b, True))
+        if not any(not is_buffer for _, _, is_buffer in self.entries):
+            raise ValueError("the model has no trainable parameters")
+        self.offsets = []
+        total = 0
+        for _, t, _ in self.entries:
+            self.offsets.append(total)
+            total += t.numel()
+        self.total = total
+        self._index = {name: i for i, (name, _, _) in enumerate(self.entries)}
+
+    @property
+    def device(self) -> torch.device:
+        return next(t.device for _, t, is_buffer in self.entries if not is_buffer)
+
+    def tensors(self):
+        """(name, shape, is_buffer) in layout order."""
+        return [(name, list(t.shape), is_buffer) for name, t, is_buffer in self.entries]
+
+    def layout(self, pb2):
+        out = pb2.ModelLayout()
+        for name, t, is_buffer in self.entries:
+            out.tensors.add(name=name, shape=list(t.shape), buffer=is_buffer)
+        return out
+
+    def _flatten(self, pick) -> np.ndarray:
+        out = np.empty(self.total, dtype=_FLOAT)
+        with torch.no_grad():
+            for (name, t, is_buffer), off in zip(self.entries, self.offsets):
+                src = pick(t, is_buffer)
+                out[off:off + t.numel()] = src.detach().reshape(-1).to("cpu", torch.float32).numpy()
+        return out
+
+    def values(self) -> np.ndarray:
+        return self._flatten(lambda t, _: t)
+
+    def update(self) -> np.ndarray:
+        """The parameters' gradients (zeros where none) and the buffers' values."""
+        def pick(t, is_buffer):
+            if is_buffer:
+                return t
+            return t.grad if t.grad is not None else torch.zeros_like(t)
+        return self._flatten(pick)
+
+    def load(self, flat: np.ndarray) -> None:
+        if flat.size != self.total:
+            raise ValueError(f"model of {flat.size} values, this one has {self.total}")
+        with torch.no_grad():
+            for (name, t, _), off in zip(self.entries, self.offsets):
+                src = torch.from_numpy(flat[off:off + t.numel()]).reshape(t.shape)
+                if not t.is_floating_point():  # num_batches_tracked arrives as an average
+                    src = src.round()
+                t.copy_(src)
+
+    def zero_grad(self) -> None:
+        for _, t, is_buffer in self.entries:
+            if not is_buffer:
+                t.grad = None
+
+    def index(self, name: str) -> int:
+        return self._index.get(name, -1)
+
+
+class FlatStorage:
+    """The model's tensors as views of one flat float32 vector (`weights`), its parameters'
+    gradients as views of another (`update`, which also carries the buffers' values for a
+    push), in layout order. A tensor of another dtype (num_batches_tracked) is copied in
+    and out instead. On a GPU the flat vectors live on the device and the core reads and
+    writes pinned host copies (`host_weights`, `host_update`); on the CPU they are the same
+    memory. Build it after the model is on its device, and before an optimizer of one's own."""
+
+    def __init__(self, flat: FlatModel):
+        self.flat = flat
+        device = flat.device
+        self.weights = torch.empty(flat.total, dtype=torch.float32, device=device)
+        self.update = torch.zeros(flat.total, dtype=torch.float32, device=device)
+        self._grads = []  # (parameter, its gradient's view of update)
+        self._copied = []  # (tensor, offset, is_buffer): kept apart, copied in and out
+        viewed_buffers = []
+        with torch.no_grad():
+            for (name, t, is_buffer), off in zip(flat.entries, flat.offsets):
+                w = self.weights[off:off + t.numel()]
+                w.copy_(t.detach().reshape(-1))
+                if t.dtype != torch.float32 or t.device != device:
+                    self._copied.append((t, off, is_buffer))
+                    continue
+                t.data = w.view_as(t)
+                if is_buffer:
+                    viewed_buffers.append((off, t.numel()))
+                else:
+                    g = self.update[off:off + t.numel()].view_as(t)
+                    t.grad = g
+                    self._grads.append((t, g))
+        # The buffers (after every parameter in the layout): one copy per push when they
+        # are all views and adjacent.
+        self._buffer_spans = viewed_buffers
+        if viewed_buffers and all(a[0] + a[1] == b[0] for a, b in zip(viewed_buffers, viewed_buffers[1:])):
+            self._buffer_spans = [(viewed_buffers[0][0], sum(n for _, n in viewed_buffers))]
+        self._cuda = device.type == "cuda"
+        if self._cuda:
+            self.host_weights = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
+            self.host_update = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
+        else:
+            self.host_weights, self.host_update = self.weights, self.update
+        # numpy views (no copies) of the host memory: what the core is handed.
+        self.weights_host = self.host_weights.numpy()
+        self.update_host = self.host_update.numpy()
+
+    def zero_grad(self) -> None:
+        self.update.zero_()
+        for t, g in self._grads:
+            if t.grad is None or t.grad.data_ptr() != g.data_ptr():
+                t.grad = g
+        for t, _, is_buffer in self._copied:
+            if not is_buffer:
+                t.grad = None
+
+    def prepare_update(self) -> np.ndarray:
+        """The push's payload, in host memory: the gradients (zeros where none) and the
+        buffers' values."""
+        with torch.no_grad():
+            for t, g in self._grads:  # a gradient the user replaced (zero_grad(set_to_none)...)
+                if t.grad is None:
+                    g.zero_()
+                    t.grad = g
+                elif t.grad.data_ptr() != g.data_ptr():
+                    g.copy_(t.grad)
+                    t.grad = g
+            for off, n in self._buffer_spans:
+                self.update[off:off + n].copy_(self.weights[off:off + n])
+            for t, off, is_buffer in self._copied:
+                src = t if is_buffer else (t.grad if t.grad is not None else torch.zeros_like(t))
+                self.update[off:off + t.numel()].copy_(src.detach().reshape(-1))
+            if self._cuda:
+                self.host_update.copy_(self.update)
+        return self.update_host
+
+    def prepare_weights(self) -> np.ndarray:
+        """The model's values in host memory (a join that brings the model)."""
+        with torch.no_grad():
+            for t, off, _ in self._copied:
+                self.weights[off:off + t.numel()].copy_(t.detach().reshape(-1))
+            if self._cuda:
+                self.host_weights.copy_(self.weights)
+        return self.weights_host
+
+    def received(self) -> None:
+        """The core wrote a new model into host_weights: bring it to the tensors."""
+        with torch.no_grad():
+            if self._cuda:
+                self.weights.copy_(self.host_weights, non_blocking=True)
+            for t, off, _ in self._copied:
+                src = self.weights[off:off + t.numel()].view_as(t)
+                if not t.is_floating_point():  # num_batches_tracked arrives as an average
+                    src = src.round()
+                t.copy_(src)

@@ -1,0 +1,306 @@
+// omnilearn._core: the C++ worker core (worker/session, the gRPC client with its
+// zero-copy chunks, heartbeats and reconnects) for Python workers. The Python side hands
+// it flat float32 buffers (numpy views of the model's flat storage): gradients are sent
+// from them and the model is received straight into them. Network waits release the
+// GIL. Errors raise omnilearn._core.Error(code, message), code being absl's (= gRPC's).
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/model_layout.h"
+#include "worker/ps_client.h"
+#include "worker/session.h"
+
+namespace py = pybind11;
+
+namespace omnilearn {
+namespace {
+
+PyObject* g_error = nullptr;  // omnilearn._core.Error
+
+[[noreturn]] void Raise(const absl::Status& s) {
+  py::tuple args = py::make_tuple(static_cast<int>(s.code()), std::string(s.message()));
+  PyErr_SetObject(g_error, args.ptr());
+  throw py::error_already_set();
+}
+
+// The session's clock in Python's time (time.monotonic and time.sleep, or a test's fake
+// ones). Called from the training thread only (the heartbeat thread has the real clock);
+// takes the GIL for each call. A sleep that raises (KeyboardInterrupt) ends the wait: the
+// session sees `interrupted` and the binding re-raises the exception.
+class PythonClock : public Clock {
+ public:
+  PythonClock(py::function now, py::function sleep, std::atomic<bool>* interrupted)
+      : now_(std::move(now)), sleep_(std::move(sleep)), interrupted_(interrupted) {}
+  ~PythonClock() override {
+    py::gil_scoped_acquire gil;
+    now_ = py::function();
+    sleep_ = py::function();
+    pending_.reset();
+  }
+
+  absl::Time Now() const override {
+    py::gil_scoped_acquire gil;
+    return absl::UnixEpoch() + absl::Seconds(now_().cast<double>());
+  }
+  bool AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return mu.AwaitWithTimeout(cond, deadline - Now());
+  }
+  void SleepFor(absl::Duration d) const override {
+    py::gil_scoped_acquire gil;
+    try {
+      sleep_(absl::ToDoubleSeconds(d));
+    } catch (py::error_already_set& e) {
+      pending_.emplace(std::move(e));
+      interrupted_->store(true);
+    }
+  }
+  // Re-raises what a sleep raised, if anything (with the GIL held).
+  void RethrowPending() {
+    if (!pending_) return;
+    py::error_already_set e = std::move(*pending_);
+    pending_.reset();
+    interrupted_->store(false);
+    throw e;
+  }
+
+ private:
+  py::function now_, sleep_;
+  std::atomic<bool>* interrupted_;
+  mutable std::optional<py::error_already_set> pending_;
+};
+
+// A 1-D float32 buffer (numpy array, memoryview...) as a span; None as an empty one.
+py::buffer_info Request(const py::object& o, bool writable, const char* what) {
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(o).request(writable);
+  if (info.format != py::format_descriptor<float>::format() || info.ndim != 1 ||
+      (info.size > 1 && info.strides[0] != sizeof(float))) {
+    throw py::value_error(absl::StrCat(what, " must be a contiguous 1-D float32 buffer"));
+  }
+  return info;
+}
+
+class Core {
+ public:
+  Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
+       const py::bytes& join_header, worker::ClientOptions client_options, double reconnect_timeout,
+       py::function now, py::function sleep, py::function log)
+      : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
+    std::vector<TensorSpec> specs;
+    for (const auto& [name, shape, buffer] : tensors) specs.push_back(TensorSpec{name, shape, buffer});
+    absl::StatusOr<ModelLayout> layout = ModelLayout::Create(std::move(specs));
+    if (!layout.ok()) Raise(layout.status());
+    worker::SessionOptions so;
+    if (!so.header.ParseFromString(std::string(join_header))) throw py::value_error("join_header is not a JoinHeader");
+    so.reconnect_timeout = absl::Seconds(reconnect_timeout);
+    so.clock = &clock_;
+    so.heartbeat_clock = Clock::Real();
+    so.interrupted = &interrupted_;
+    so.log = [this](const std::string& line) {
+      py::gil_scoped_acquire gil;
+      try {
+        log_(line);
+      } catch (py::error_already_set& e) {
+        e.discard_as_unraisable("omnilearn worker log");
+      }
+    };
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::MakeGrpcPsClient(target, client_options);
+    if (!client.ok()) Raise(client.status());
+    client_ = std::move(*client);
+    total_ = layout->total_elements();
+    session_ = std::make_unique<worker::Session>(client_.get(), std::move(*layout), std::move(so));
+  }
+
+  ~Core() {
+    py::gil_scoped_release nogil;  // the heartbeat thread may be in a call
+    session_.reset();
+    client_.reset();
+  }
+
+  // Ends the heartbeats (no call to the server; see leave). The session's state stays
+  // readable.
+  void Close() {
+    py::gil_scoped_release nogil;
+    session_->StopHeartbeats();
+  }
+
+  void Join(const py::object& weights) {
+    py::buffer_info w = Request(weights, false, "weights");
+    Check(w);
+    absl::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = session()->Join(absl::MakeConstSpan(static_cast<const float*>(w.ptr), w.size));
+    }
+    Done(s);
+  }
+
+  bool Pull(const py::object& weights) {
+    py::buffer_info w = Request(weights, true, "weights");
+    Check(w);
+    absl::StatusOr<bool> changed;
+    {
+      py::gil_scoped_release nogil;
+      changed = session()->Pull(absl::MakeSpan(static_cast<float*>(w.ptr), w.size));
+    }
+    Done(changed.status());
+    return *changed;
+  }
+
+  // (outcome, reply, changed): outcome "replied", "rejoined" or "stop"; reply the
+  // serialized PushResponse (when replied); changed whether the model moved.
+  py::tuple PushPull(const py::bytes& header, const py::object& gradient, const py::object& weights) {
+    v1::PushHeader h = ParseHeader(header);
+    std::optional<py::buffer_info> g = Gradient(gradient);
+    py::buffer_info w = Request(weights, true, "weights");
+    Check(w);
+    v1::PushResponse reply;
+    bool changed = false;
+    absl::StatusOr<worker::PushOutcome> outcome;
+    {
+      py::gil_scoped_release nogil;
+      outcome = session()->PushPull(std::move(h), GradientSpan(g), absl::MakeSpan(static_cast<float*>(w.ptr), w.size),
+                                    &reply, &changed);
+    }
+    Done(outcome.status());
+    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
+  }
+
+  // A push without the model back (reports): (outcome, reply).
+  py::tuple Push(const py::bytes& header, const py::object& gradient, const py::object& weights) {
+    v1::PushHeader h = ParseHeader(header);
+    std::optional<py::buffer_info> g = Gradient(gradient);
+    py::buffer_info w = Request(weights, false, "weights");
+    Check(w);
+    v1::PushResponse reply;
+    absl::StatusOr<worker::PushOutcome> outcome;
+    {
+      py::gil_scoped_release nogil;
+      outcome = session()->Push(std::move(h), GradientSpan(g),
+                                absl::MakeConstSpan(static_cast<const float*>(w.ptr), w.size), &reply);
+    }
+    Done(outcome.status());
+    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()));
+  }
+
+  void Leave(bool finished) {
+    py::gil_scoped_release nogil;
+    session_->Leave(finished);
+  }
+
+  // The assigned samples of the next mini-batch: (ids, epoch of the first span), or an
+  // empty array and -1 when the server assigns none.
+  py::tuple Samples() {
+    const auto& spans = session()->samples();
+    size_t n = 0;
+    for (const v1::SampleSpan& s : spans) n += s.ids_size();
+    py::array_t<int64_t> ids(static_cast<py::ssize_t>(n));
+    int64_t* out = ids.mutable_data();
+    for (const v1::SampleSpan& s : spans) {
+      for (uint64_t id : s.ids()) *out++ = static_cast<int64_t>(id);
+    }
+    return py::make_tuple(ids, spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch()));
+  }
+
+  worker::Session* session() { return session_.get(); }
+
+ private:
+  void Check(const py::buffer_info& b) const {
+    if (b.size != total_) {
+      throw py::value_error(absl::StrCat("a model buffer of ", b.size, " values; the model has ", total_));
+    }
+  }
+  std::optional<py::buffer_info> Gradient(const py::object& gradient) const {
+    if (gradient.is_none()) return std::nullopt;
+    py::buffer_info g = Request(gradient, false, "gradient");
+    Check(g);
+    return g;
+  }
+  static absl::Span<const float> GradientSpan(const std::optional<py::buffer_info>& g) {
+    if (!g) return {};
+    return absl::MakeConstSpan(static_cast<const float*>(g->ptr), g->size);
+  }
+  static v1::PushHeader ParseHeader(const py::bytes& header) {
+    v1::PushHeader h;
+    if (!h.ParseFromString(std::string(header))) throw py::value_error("header is not a PushHeader");
+    return h;
+  }
+  static const char* OutcomeName(worker::PushOutcome o) {
+    switch (o) {
+      case worker::PushOutcome::kReplied:
+        return "replied";
+      case worker::PushOutcome::kRejoined:
+        return "rejoined";
+      case worker::PushOutcome::kStop:
+        return "stop";
+    }
+    return "?";
+  }
+  // Raises for a failed call: what a sleep raised (Ctrl-C) first, else Error(code, message).
+  void Done(const absl::Status& s) {
+    clock_.RethrowPending();
+    if (!s.ok()) Raise(s);
+  }
+
+  std::atomic<bool> interrupted_{false};
+  PythonClock clock_;
+  py::function log_;
+  int64_t total_ = 0;
+  std::unique_ptr<worker::PsClient> client_;
+  std::unique_ptr<worker::Session> session_;
+};
+
+}  // namespace
+}  // namespace omnilearn
+
+PYBIND11_MODULE(_core, m) {
+  using omnilearn::Core;
+  m.doc() = "The C++ worker core of OmniLearn's Python workers (see omnilearn.worker).";
+  omnilearn::g_error = PyErr_NewException("omnilearn._core.Error", PyExc_RuntimeError, nullptr);
+  m.attr("Error") = py::handle(omnilearn::g_error);
+  py::class_<Core>(m, "Core")
+      .def(py::init([](const std::string& target,
+                       const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
+                       const py::bytes& join_header, double rpc_timeout, double reconnect_timeout,
+                       const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
+                       const std::string& tls_key, const std::string& tls_server_name, py::function now,
+                       py::function sleep, py::function log) {
+             omnilearn::worker::ClientOptions o;
+             o.rpc_timeout = absl::Seconds(rpc_timeout);
+             o.auth_token = auth_token;
+             o.tls_ca = tls_ca;
+             o.tls_cert = tls_cert;
+             o.tls_key = tls_key;
+             o.tls_server_name = tls_server_name;
+             return std::make_unique<Core>(target, tensors, join_header, o, reconnect_timeout, std::move(now),
+                                           std::move(sleep), std::move(log));
+           }),
+           py::arg("target"), py::arg("tensors"), py::arg("join_header"), py::arg("rpc_timeout"),
+           py::arg("reconnect_timeout"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
+           py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"), py::arg("log"))
+      .def("join", &Core::Join, py::arg("weights"))
+      .def("pull", &Core::Pull, py::arg("weights"))
+      .def("push_pull", &Core::PushPull, py::arg("header"), py::arg("gradient"), py::arg("weights"))
+      .def("push", &Core::Push, py::arg("header"), py::arg("gradient"), py::arg("weights"))
+      .def("leave", &Core::Leave, py::arg("finished"))
+      .def("close", &Core::Close)
+      .def("samples", &Core::Samples)
+      .def_property_readonly("worker_id", [](Core& c) { return c.session()->worker_id(); })
+      .def_property_readonly("batch", [](Core& c) { return c.session()->batch(); })
+      .def_property_readonly("model_version", [](Core& c) { return c.session()->model_version(); })
+      .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
+      .def_property_readonly("mode", [](Core& c) { return static_cast<int>(c.session()->mode()); })
+      .def_property_readonly("stop_requested", [](Core& c) { return c.session()->stop_requested(); })
+      .def_property_readonly("rejoins", [](Core& c) { return c.session()->rejoins(); });
+}
