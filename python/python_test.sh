@@ -6,6 +6,7 @@ RUNFILES=${TEST_SRCDIR:-$PWD/bazel-bin/python/python_test.runfiles}/omnilearn
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
 export OMNILEARN_PROTO=$RUNFILES/proto/omnilearn.proto
 export OMP_NUM_THREADS=1
+export OMNILEARN_SESSION_DRIVER=$RUNFILES/worker/session_driver  # tests/test_conformance.py
 
 cd "$WORK"
 PYTHONPATH=$RUNFILES/python timeout 300 /usr/bin/python3 -m pytest -q -p no:cacheprovider \

@@ -51,7 +51,8 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.version = 0
         self.next_id = 1
         self.joins, self.pushes, self.leaves, self.calls = [], [], [], []
-        self.faults = {}  # call name -> list of (code, message) to answer, in order
+        self.faults = {}  # call name -> list of (code, message[, then]) to answer, in order (then() runs first)
+        self.on_push = None  # called (on the server's thread) as a push arrives
         self.push_actions = {}  # push number (1-based) -> action to reply with
         self.token = None
         self.lock = threading.Lock()
@@ -62,7 +63,9 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         if self.token and ("authorization", f"Bearer {self.token}") not in context.invocation_metadata():
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
         if self.faults.get(name):
-            code, message = self.faults[name].pop(0)
+            code, message, *then = self.faults[name].pop(0)
+            for f in then:
+                f()
             context.abort(code, message)
         if worker_id is not None and (worker_id != self.next_id - 1 or secret != SECRET + bytes([worker_id])):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "wrong session")
@@ -108,6 +111,8 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
     def _push(self, request_iterator, context, name):
         header = next(request_iterator).header
         self._check(name, context, header.worker_id, header.session_secret)
+        if self.on_push:
+            self.on_push()
         a = codec.Assembler(self.flat)
         for m in request_iterator:
             a.add(m.chunk)
@@ -294,6 +299,25 @@ class WorkerTest(unittest.TestCase):
             self.make_worker(emulate_device="10:5", slowdown=2)
         with self.assertRaisesRegex(ValueError, "is not FIXED_MS:MS_PER_SAMPLE"):
             self.make_worker(emulate_device="fast")
+
+    def test_python_threads_run_while_a_push_is_in_flight(self):
+        in_flight, ticked = threading.Event(), threading.Event()
+        ran = []
+
+        def ticker():  # a Python thread (a DataLoader's, say): it needs the GIL to run
+            if in_flight.wait(30):
+                for _ in range(1000):
+                    pass
+                ticked.set()
+        # The server holds the push until the ticker has run: with the GIL held by the
+        # pushing thread it never would.
+        self.fake.on_push = lambda: (in_flight.set(), ran.append(ticked.wait(30)))
+        t = threading.Thread(target=ticker)
+        t.start()
+        with self.make_worker(max_iterations=1) as w:
+            self.train(w)
+        t.join(30)
+        self.assertEqual(ran, [True])
 
     def test_misuse_is_refused_clearly(self):
         with self.assertRaisesRegex(ValueError, "needs dataset_size"):
