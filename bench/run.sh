@@ -5,9 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
-bazel build -c opt //bench:transfer //bench:aggregate //bench:round //bench:scale
+bazel build -c opt //bench:transfer //bench:aggregate //bench:round //bench:scale //bench:worker_transfer \
+  //server:omnilearn_server //python:omnilearn
 for b in transfer aggregate round scale; do
   echo
   bazel run -c opt --ui_event_filters=-info,-stdout,-stderr --noshow_progress "//bench:$b"
 done
 /usr/bin/python3 bench/plot_scale.py bench/results/scale.json
+echo
+/usr/bin/python3 bench/python_transfer.py
