@@ -11,9 +11,13 @@ The worker joins (sending its parameters only to a server without a model), pull
 forward + loss + backward itself (from the model's first forward call of a step to
 push(), synchronizing CUDA when the model is on a GPU; see start_compute), pushes the gradients and receives
 the new model in the same call (PushPull), follows the server's actions (continue, pull,
-rejoin, stop), sends heartbeats, and rides out server restarts like the C++ worker
-(worker/session.h): transient errors are retried with capped, jittered backoff for up to
-`reconnect_timeout` seconds; an expired session joins again under the same name.
+rejoin, stop), sends heartbeats, and rides out server restarts.
+
+The protocol is the C++ worker's own: omnilearn._core (python/src/core.cc) runs
+worker/session.h (join, rejoin, capped and jittered backoff for up to `reconnect_timeout`
+seconds per outage, heartbeats) over the C++ gRPC client. This module keeps the training
+loop's side: steps, timing, emulated devices, and the model's flat storage (FlatStorage),
+which the core sends from and receives into, releasing the GIL while it waits.
 """
 
 import importlib.util
