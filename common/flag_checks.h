@@ -28,6 +28,25 @@ struct FlagRange {
 // "--port must be in [1, 65535], got 99999".
 absl::Status CheckFlagRanges(const std::vector<FlagRange>& ranges);
 
+// The known name nearest to `name` by edit distance (a typo's likely meaning), or "" when
+// none is close (more than a third of the name, at least 2, would have to change).
+std::string NearestName(absl::string_view name, const std::vector<std::string>& known);
+
+// The error for the first flag on the command line this program does not know, with the
+// nearest known flag as a suggestion; "" when every flag is known. Call before
+// absl::ParseCommandLine (which refuses it without a suggestion).
+std::string UnknownFlagError(int argc, char** argv);
+// UnknownFlagError's message on stderr and exit(1), if there is one.
+void RefuseUnknownFlags(int argc, char** argv);
+
+// Flags left out of the command line take their value from an environment variable
+// when it is set, e.g. {"server", "OMNILEARN_SERVER"}. InvalidArgument when a value does
+// not parse.
+struct FlagFromEnv {
+  const char* flag;
+  const char* variable;
+};
+absl::Status FlagsFromEnvironment(int argc, char** argv, const std::vector<FlagFromEnv>& pairs);
 }  // namespace omnilearn
 
 #endif  // OMNILEARN_COMMON_FLAG_CHECKS_H_

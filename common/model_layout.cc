@@ -55,4 +55,33 @@ std::string ModelLayout::DebugString() const {
   });
 }
 
+namespace {
+
+std::string Describe(const TensorSpec& t) {
+  return absl::StrCat("[", absl::StrJoin(t.shape, ","), "]", t.buffer ? " (buffer)" : "");
+}
+
+}  // namespace
+
+std::string ModelLayout::DescribeDifference(const ModelLayout& server, int limit) const {
+  std::vector<std::string> out;
+  for (const TensorSpec& t : tensors_) {
+    const int i = server.Find(t.name);
+    if (i < 0) {
+      out.push_back(absl::StrCat("'", t.name, "' ", Describe(t), " is not in the server's model"));
+    } else if (!(server.tensors_[i] == t)) {
+      out.push_back(absl::StrCat("'", t.name, "' is ", Describe(t), " here, ", Describe(server.tensors_[i]),
+                                 " on the server"));
+    }
+  }
+  for (const TensorSpec& t : server.tensors_) {
+    if (Find(t.name) < 0) out.push_back(absl::StrCat("'", t.name, "' ", Describe(t), " is missing here"));
+  }
+  if (out.empty()) return "the same tensors";
+  const size_t shown = std::min(out.size(), static_cast<size_t>(limit));
+  std::string text = absl::StrJoin(out.begin(), out.begin() + shown, "; ");
+  if (out.size() > shown) absl::StrAppend(&text, "; and ", out.size() - shown, " more");
+  return absl::StrCat(out.size(), out.size() == 1 ? " tensor differs: " : " tensors differ: ", text);
+}
+
 }  // namespace omnilearn

@@ -44,6 +44,10 @@ class ModelLayout {
   bool SameTensors(const ModelLayout& o) const;
   // "conv1.weight[16,1,5,5], ..." for error messages.
   std::string DebugString() const;
+  // What differs between this layout ("here") and `server`'s, tensor by tensor: the ones
+  // only here, only there, or of another shape or kind; at most `limit` of them, then
+  // how many more. Tensors that match are not named.
+  std::string DescribeDifference(const ModelLayout& server, int limit = 8) const;
 
  private:
   std::vector<TensorSpec> tensors_;

@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/flag_checks.h"
 #include "controller/simulation.h"
 
 ABSL_FLAG(std::string, speeds, "1,1,2,4", "relative worker speeds, comma-separated");
@@ -95,6 +96,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Runs a batch-controller policy against simulated heterogeneous workers.");
+  omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   absl::ParseCommandLine(argc, argv);
   return omnilearn::controller::Run();
 }

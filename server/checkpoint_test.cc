@@ -276,7 +276,9 @@ TEST_CASE("restoring refuses another mode, a second time, and a joined server", 
   other.initial_parameters = std::vector<float>(3, 0.0f);
   absl::Status join = async->Join(other, clock.Now() + absl::Seconds(1)).status();
   REQUIRE(join.code() == absl::StatusCode::kInvalidArgument);
-  REQUIRE(join.message().find("w[2,2]") != absl::string_view::npos);
+  CAPTURE(join.message());
+  REQUIRE(join.message().find("'w' is [3] here, [2,2] on the server") != absl::string_view::npos);
+  REQUIRE(join.message().find("'b' [2] is missing here") != absl::string_view::npos);
   CheckpointState bad = s;
   bad.optimizer_state = {};
   REQUIRE(ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock)).value()->Restore(bad).code() ==

@@ -336,7 +336,8 @@ int Run() {
     uint64_t shown_changes = 0;
     const absl::Duration progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
     absl::Time last_progress = absl::Now();
-    uint64_t last_samples = 0, last_job = 1;
+    // From what a resumed job had trained already: a rate counts this run's samples only.
+    uint64_t last_samples = (*core)->Snapshot().global_samples, last_job = 1;
     while (!stopping.load()) {
       absl::SleepFor(absl::Milliseconds(200));
       if (checkpointer) ReportCheckpoint(checkpointer->MaybeCheckpoint());
@@ -430,6 +431,7 @@ int main(int argc, char** argv) {
       "proportional to its speed, applies gradients (sync, async or ssp).\n"
       "  omnilearn_server --num_workers=N [--mode=sync|async|ssp] [--port=50051] [--checkpoint_dir=D] "
       "[--exit_when_done]");
+  omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   absl::ParseCommandLine(argc, argv);
   return omnilearn::server::Run();
 }

@@ -186,7 +186,6 @@ absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view se
 
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   if (const Worker* w = workers_.CurrentNamed(info.name, Resumable(workers_, info)); w != nullptr) {
-    Event(absl::StrCat("refused a join from ", info.host, ": the name ", info.name, " belongs to live worker ", w->id));
     return absl::AlreadyExistsError(absl::StrFormat(
         "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
         "--name, or wait until that one leaves or its lease (%.0f s) expires",
@@ -201,6 +200,12 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   }
   if (info.device_memory_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat("device memory ", info.device_memory_bytes, " bytes is negative"));
+  }
+  if (info.dataset_size == 0 && sampler_.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this job assigns the samples of a training set of ", sampler_.dataset_size(),
+        " and this worker gave no data set size: give it the same data set (Python: Worker(..., dataset_size=",
+        sampler_.dataset_size(), "))"));
   }
   if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
     return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", info.dataset_size,
@@ -218,8 +223,8 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   // not the job's for good: a worker with another model may replace it.
   const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
   if (replaceable && info.initial_parameters) return absl::OkStatus();
-  const std::string what = absl::StrCat("model layout differs from the server's: got ", info.layout.DebugString(),
-                                        "; server has ", store_.layout().DebugString());
+  const std::string what =
+      absl::StrCat("model layout differs from the server's: ", info.layout.DescribeDifference(store_.layout()));
   if (replaceable) return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
   return absl::InvalidArgumentError(what);
 }
@@ -333,6 +338,11 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   }
   Worker* me = workers_.Find(id);
   if (shutdown_ || me == nullptr) {
+    // Told to stop at the barrier, it gets no session and cannot leave: it is gone now.
+    if (me != nullptr && me->live()) {
+      Retire(*me, WorkerState::kLeft);
+      Event(absl::StrFormat("worker %s was told to stop at the start barrier; %d live", me->name, LiveCount()));
+    }
     JoinResult stop;
     stop.action = Action::kStop;
     return stop;
@@ -787,7 +797,7 @@ void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
   metrics_.model_version.Set(static_cast<double>(store_.version()));
   metrics_.train_loss.Set(stats_.last_loss());
-  if (stats_.test_accuracy()) metrics_.test_accuracy.Set(*stats_.test_accuracy());
+  if (stats_.test_accuracy()) metrics_.test_accuracy.Add({}).Set(*stats_.test_accuracy());
   std::map<WorkerState, int> by_state = {
       {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
   std::set<std::string> live, gone;

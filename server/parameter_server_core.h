@@ -291,6 +291,14 @@ class ParameterServerCore {
   size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.LiveCount(); }
   void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+ public:
+  // A line for the server's log (ServerOptions.log), from the service's side.
+  void Log(const std::string& line) const {
+    if (options_.log) options_.log(line);
+  }
+
+ private:
   // The worker's next samples: what it held and did not train goes back to the epoch.
   SampleBatch Assign(Worker& w, int64_t batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A finished job: every worker left (none live or dropped) and one at least completed

@@ -510,6 +510,30 @@ TEST_CASE("shutdown: joins, pushes and heartbeats are told to stop; the server w
   REQUIRE(core->AwaitWorkersStopped(absl::Now()));
 }
 
+TEST_CASE("a worker told to stop at the start barrier counts as gone", "[core][job]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  JoinResult waiting;
+  std::thread t([&] { waiting = *core->Join(Info("a", true), Soon()); });
+  // It waits at the barrier for the second worker, which never comes.
+  AwaitState([&] { return core->Snapshot().workers.size() == 1; });
+  core->Shutdown();
+  t.join();
+  REQUIRE(waiting.action == Action::kStop);
+  REQUIRE(core->AwaitWorkersStopped(absl::Now()));  // no session to leave with: not waited for
+}
+
+TEST_CASE("a join without a data set size into a job that assigns samples is refused, saying what to pass",
+          "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
+  JoinInfo first = Info("a", true);
+  first.dataset_size = 1347;
+  REQUIRE(core->Join(first, Soon()).ok());
+  absl::StatusOr<JoinResult> r = core->Join(Info("b", false), Soon());
+  REQUIRE(absl::IsInvalidArgument(r.status()));
+  CAPTURE(r.status().message());
+  REQUIRE(absl::StrContains(r.status().message(), "dataset_size=1347"));
+}
+
 TEST_CASE("an out-of-memory report lowers the batch and does not stall the round", "[core]") {
   ServerOptions o = Options(Mode::kSync, 2);
   o.controller.policy = controller::Policy::kOmniLearn;

@@ -24,7 +24,8 @@ struct ServerMetrics {
   metrics::Counter& adjustments;
   metrics::Family<metrics::Gauge>& workers;  // {state}
   metrics::Gauge& train_loss;
-  metrics::Gauge& test_accuracy;
+  // Series of their own only once a figure exists: absent before, never a made-up 0.
+  metrics::Family<metrics::Gauge>& test_accuracy;
   metrics::Counter& unauthenticated;
 };
 

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_chunks.h"
 #include "common/grpc_security.h"
@@ -205,6 +206,24 @@ grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) c
 
 grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                           v1::JoinResponse* response) {
+  grpc::Status s = JoinCall(ctx, reader, response);
+  // A refused join is the operator's to see (a wrong token, another model...), except the
+  // first worker's ask without parameters (the session then sends them).
+  const bool asks_for_model = s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                              absl::StartsWith(s.error_message(), "the server has no model yet");
+  if (!s.ok() && !asks_for_model) {
+    const std::string peer = PeerHost(ctx->peer());
+    const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
+                                           ": ", s.error_message().substr(0, 200));
+    if (refused_joins_.ShouldLog(peer, cause, core_->clock().Now())) {
+      core_->Log(absl::StrCat("refused a join from ", peer, ": ", cause, " (logged once a minute per cause and peer)"));
+    }
+  }
+  return s;
+}
+
+grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
+                                              v1::JoinResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   StreamWatch watch(this, ctx);
   v1::JoinRequest msg;

@@ -15,6 +15,7 @@
 
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/parameter_server_core.h"
+#include "server/refusal_log.h"
 
 namespace omnilearn {
 namespace server {
@@ -76,6 +77,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // The same as a time on the core's clock.
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
   // `*dtype`: the push's wire dtype (its PushPull reply's model goes the same way).
+  // Join's work; Join logs what it refused (once per cause and peer a minute).
+  grpc::Status JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
+                        v1::JoinResponse* response);
   template <typename Stream>
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
                                          PushInfo* info, v1::WireDtype* dtype);
@@ -112,6 +116,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   void EndUpload(WorkerId id);
 
   ParameterServerCore* core_;
+  RefusalLog refused_joins_;
   const absl::Duration max_wait_;
   const std::string auth_token_;
   const ServiceLimits limits_;

@@ -85,4 +85,26 @@ print(f"Fashion-MNIST, 1 epoch: all C++ {100 * ref:.2f}%, one Python worker {100
 assert py["samples"] > 5000, py
 assert mixed >= 0.85 and mixed >= ref - 0.03
 PY
+# ---- 3. A PyTorch user's habits: `python -m omnilearn.run` starts a local server and two
+# copies of a script that takes its address and name from the environment and reads a
+# map-style Dataset through a DataLoader with worker processes; the export and a
+# checkpoint load strictly into a fresh model, and as a torch.save file.
+timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 --server_bin "$SERVER" \
+  --server_args="--mode=sync --global_batch=32 --lr=0.05 --quiet --export=$WORK/habits.safetensors \
+  --checkpoint_dir=$WORK/habits_ckpt" "$RUNFILES/tests/pytorch_habits_job.py" 2 > "$WORK/habits.log" 2>&1 ||
+  { tail -n 20 "$WORK/habits.log" >&2; fail "habits: the launcher failed"; }
+grep -q "worker0: .* steps" "$WORK/habits.log" && grep -q "worker1: .* steps" "$WORK/habits.log" ||
+  { tail -n 20 "$WORK/habits.log" >&2; fail "habits: a worker did not finish"; }
+/usr/bin/python3 - "$WORK" <<'PY' || fail "habits: the trained model does not load back"
+import glob, os, sys, torch, omnilearn
+from omnilearn import models
+work = sys.argv[1]
+checkpoint = sorted(glob.glob(f"{work}/habits_ckpt/*.safetensors"))[-1]
+for path in (f"{work}/habits.safetensors", checkpoint):
+    model = models.make("cnn_bn")
+    model.load_state_dict(omnilearn.load_state_dict(path), strict=True)
+    omnilearn.save_state_dict(path, f"{work}/model.pt")
+    models.make("cnn_bn").load_state_dict(torch.load(f"{work}/model.pt"), strict=True)
+    print(f"habits: {os.path.basename(path)} loads strictly, and as a torch.save file")
+PY
 echo "python_worker_test: OK"

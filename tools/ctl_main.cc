@@ -161,6 +161,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "omnilearn_ctl: the status of a running OmniLearn server.\n"
       "  omnilearn_ctl status [--server=HOST:PORT] [--watch=SECONDS] [--json] [--auth_token_file=F] [--tls_ca=F]");
+  omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   return omnilearn::Run(args);
 }

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flag_checks.h"
@@ -55,6 +56,9 @@ ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
 ABSL_FLAG(double, reconnect_timeout, 300,
           "seconds a server outage is ridden out (retrying with backoff, then joining again) before giving up");
+ABSL_FLAG(double, connect_timeout, 10,
+          "seconds to wait for a server never reached yet (not started, or a wrong --server) before giving up; "
+          "an address that does not resolve fails at once");
 ABSL_FLAG(std::string, init_from, "",
           "start from the weights in this safetensors file (a server --export or checkpoint), matched by name");
 ABSL_FLAG(bool, evaluate_only, false, "with --init_from: measure test accuracy, print it and exit (no server)");
@@ -93,6 +97,7 @@ absl::Status CheckFlags() {
       {"max_batch", static_cast<double>(absl::GetFlag(FLAGS_max_batch)), 0, 1 << 24},
       {"rpc_timeout", absl::GetFlag(FLAGS_rpc_timeout), 0.001, 86400},
       {"reconnect_timeout", absl::GetFlag(FLAGS_reconnect_timeout), 0, 7 * 86400},
+      {"connect_timeout", absl::GetFlag(FLAGS_connect_timeout), 0, 7 * 86400},
       {"log_every", static_cast<double>(absl::GetFlag(FLAGS_log_every)), 0, 1e9},
       {"metrics_port", static_cast<double>(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
   });
@@ -113,7 +118,20 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "OmniLearn worker: trains the samples and mini-batch sizes the server assigns.\n"
       "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|cuda:N|auto] [--model=cnn] [--epochs=E]");
+  omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   absl::ParseCommandLine(argc, argv);
+  // torchrun-style configuration: what the command line leaves out, the environment gives.
+  if (absl::Status s = omnilearn::FlagsFromEnvironment(argc, argv, {{"server", "OMNILEARN_SERVER"},
+                                                                    {"name", "OMNILEARN_NAME"},
+                                                                    {"auth_token_file", "OMNILEARN_AUTH_TOKEN_FILE"},
+                                                                    {"tls_ca", "OMNILEARN_TLS_CA"},
+                                                                    {"tls_cert", "OMNILEARN_TLS_CERT"},
+                                                                    {"tls_key", "OMNILEARN_TLS_KEY"},
+                                                                    {"tls_server_name", "OMNILEARN_TLS_SERVER_NAME"}});
+      !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   if (const std::string check = absl::GetFlag(FLAGS_check_device); !check.empty()) {
     const omnilearn::worker::CudaInfo cuda = omnilearn::worker::ProbeCuda();
     std::string note;
@@ -153,6 +171,7 @@ int main(int argc, char** argv) {
   o.save_model = absl::GetFlag(FLAGS_save_model);
   o.log_samples = absl::GetFlag(FLAGS_log_samples);
   o.reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
+  o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout));
   if (!o.save_model.empty() && o.model_file.empty()) {
     return Fail(o.name, absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)"));
   }
@@ -212,7 +231,13 @@ int main(int argc, char** argv) {
                  result.ok() ? "stopped" : std::string(result.status().message()).c_str());
     return 128 + signal_number.load();
   }
-  if (!result.ok()) return Fail(o.name, result.status());
+  if (!result.ok()) {
+    absl::Status s = result.status();
+    if (absl::StrContains(s.message(), "never reached the server") || absl::StrContains(s.message(), "does not resolve")) {
+      s = absl::Status(s.code(), absl::StrCat(s.message(), " (--server=", absl::GetFlag(FLAGS_server), ")"));
+    }
+    return Fail(o.name, s);
+  }
   std::printf("[%s] done%s: %ld iterations, last loss %.4f", o.name.c_str(),
               result->stopped_by_server ? " (stopped by the server)" : "", result->iterations, result->last_loss);
   if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -63,9 +64,32 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// gRPC's resolver says so when the server's name does not resolve: no wait helps then.
+bool NameDoesNotResolve(const absl::Status& s) {
+  return absl::IsUnavailable(s) && absl::StrContains(s.message(), "DNS resolution failed");
+}
+
+absl::Status NeverReached(const absl::Status& last, absl::Duration window) {
+  if (NameDoesNotResolve(last)) {
+    return absl::UnavailableError(absl::StrCat("the server's address does not resolve (", last.message(),
+                                               "): check the server's host name"));
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "never reached the server within %.0f s (last error: %s): check the server's address and that it is running",
+      absl::ToDoubleSeconds(window), last.ToString()));
+}
+
+}  // namespace
+
 absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl::Status& cause) {
   const Clock& clock = *options_.clock;
   const absl::Time start = clock.Now();
+  // Until a first join worked the server may be nowhere: a short window.
+  const bool never_reached = !joined_once_;
+  const absl::Duration window =
+      never_reached ? std::min(options_.connect_timeout, options_.reconnect_timeout) : options_.reconnect_timeout;
   absl::Time next_note = start;
   absl::Duration backoff = options_.backoff_initial;
   absl::Status last = cause;
@@ -75,14 +99,14 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     }
     if (attempt > 0 || Transient(cause)) {
       const absl::Time now = clock.Now();
-      if (now - start >= options_.reconnect_timeout) {
+      if (now - start >= window) {
+        if (never_reached) return NeverReached(last, window);
         return absl::UnavailableError(absl::StrFormat("the server did not come back within %.0f s (last error: %s)",
-                                                      absl::ToDoubleSeconds(options_.reconnect_timeout),
-                                                      last.ToString()));
+                                                      absl::ToDoubleSeconds(window), last.ToString()));
       }
       if (now >= next_note) {
         Log(absl::StrFormat("waiting for the server (%s): retrying for up to %.0f s more", last.ToString(),
-                            absl::ToDoubleSeconds(options_.reconnect_timeout - (now - start))));
+                            absl::ToDoubleSeconds(window - (now - start))));
         next_note = now + absl::Seconds(10);
       }
       // Full jitter between half and all of the backoff keeps restarted fleets apart.
@@ -93,6 +117,7 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     last = TryJoin(weights);
     if (last.ok()) break;
     if (!Transient(last)) return last;
+    if (never_reached && NameDoesNotResolve(last)) return NeverReached(last, window);
   }
   if (stop_.load()) return absl::OkStatus();  // the server is shutting down
   if (joined_once_) {

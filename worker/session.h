@@ -5,7 +5,9 @@
 // - UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED (server down, restarting, unreachable):
 //   capped exponential backoff with jitter, joining again, for up to reconnect_timeout
 //   counted from the start of the outage; one line when it starts and one every
-//   10 s of it, saying what it waits for.
+//   10 s of it, saying what it waits for. A server never reached (the first join) gets a
+//   short window instead (connect_timeout; none when its name does not resolve): a wrong
+//   address is an error within seconds, not after the long wait kept for a lost server.
 // - NOT_FOUND and ACTION_REJOIN (lease expired, server restarted): joins again at once
 //   under the same name.
 // A join sends the worker's parameters only to a server that has no model (it first asks
@@ -39,7 +41,10 @@ namespace worker {
 struct SessionOptions {
   // name, host, device, layout, max_batch_size; has_initial_parameters is the session's.
   v1::JoinHeader header;
-  absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage
+  absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage, once joined
+  // A server never reached yet (a wrong address, or not started): the first join gives up
+  // after this (at most reconnect_timeout), and at once when the address does not resolve.
+  absl::Duration connect_timeout = absl::Seconds(10);
   absl::Duration backoff_initial = absl::Milliseconds(200);
   absl::Duration backoff_max = absl::Seconds(2);
   bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <deque>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 
 namespace omnilearn {
@@ -184,6 +185,34 @@ TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]
   REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(30));
   REQUIRE(log.size() >= 3);  // one line when it started, then one per 10 s
   REQUIRE(log.size() <= 5);
+}
+
+TEST_CASE("a server never reached is an error after connect_timeout, at once when its name does not resolve",
+          "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.connect_timeout = absl::Seconds(10);
+  o.reconnect_timeout = absl::Seconds(300);
+  for (int i = 0; i < 1000; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
+  Session s(&server, Layout(), o);
+  absl::Status st = s.Join(kMine);
+  REQUIRE(absl::IsUnavailable(st));
+  CAPTURE(st.message());
+  REQUIRE(absl::StrContains(st.message(), "never reached the server within 10 s"));
+  REQUIRE(absl::StrContains(st.message(), "check the server's address"));
+  REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(10));
+  REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) < absl::Seconds(15));
+
+  FakeClock clock2;
+  FakeServer unresolved;
+  unresolved.join_failures = {absl::UnavailableError("DNS resolution failed for locahost:50051: not found")};
+  Session s2(&unresolved, Layout(), Options(&clock2, &log));
+  st = s2.Join(kMine);
+  REQUIRE(absl::StrContains(st.message(), "the server's address does not resolve"));
+  REQUIRE(clock2.Now() == absl::FromUnixSeconds(1000000000));  // no wait at all
+  REQUIRE(unresolved.joins == 1);
 }
 
 TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[session]") {

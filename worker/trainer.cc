@@ -137,7 +137,9 @@ class TrainerMetrics {
                                "Emulated steps whose real compute took longer than their emulated time.", {"worker"})
                      .Add({name});
     loss_ = &r->AddGauge("omnilearn_trainer_train_loss", "Loss of the last mini-batch.", {"worker"}).Add({name});
-    accuracy_ = &r->AddGauge("omnilearn_trainer_test_accuracy", "Last test accuracy (0..1).", {"worker"}).Add({name});
+    // Its series exists once an accuracy does: absent before, not 0.
+    accuracy_ = &r->AddGauge("omnilearn_trainer_test_accuracy", "Last test accuracy (0..1).", {"worker"});
+    name_ = name;
   }
   void Iteration(int64_t batch, double step_seconds, double comm_seconds, double loss, bool oom) {
     if (step_ == nullptr) return;
@@ -153,7 +155,7 @@ class TrainerMetrics {
     loss_->Set(loss);
   }
   void Accuracy(double a) {
-    if (accuracy_ != nullptr) accuracy_->Set(a);
+    if (accuracy_ != nullptr) accuracy_->Add({name_}).Set(a);
   }
   void EmulationOverruns(uint64_t total) {
     if (overruns_ != nullptr && total > overruns_->Value()) overruns_->Increment(total - overruns_->Value());
@@ -161,7 +163,9 @@ class TrainerMetrics {
 
  private:
   metrics::Histogram *step_ = nullptr, *comm_ = nullptr;
-  metrics::Gauge *batch_ = nullptr, *loss_ = nullptr, *accuracy_ = nullptr;
+  metrics::Gauge *batch_ = nullptr, *loss_ = nullptr;
+  metrics::Family<metrics::Gauge>* accuracy_ = nullptr;
+  std::string name_;
   metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr, *overruns_ = nullptr;
 };
 
@@ -336,6 +340,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     so.header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);  // used when the server runs --wire_dtype=bf16
     *so.header.mutable_layout() = LayoutToProto(*layout);
     so.reconnect_timeout = o.reconnect_timeout;
+    so.connect_timeout = o.connect_timeout;
     so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
     so.interrupted = o.interrupted;
     Session session(&client, *layout, so);

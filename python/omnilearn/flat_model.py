@@ -134,6 +134,11 @@ class FlatStorage:
         self.weights_host = self.host_weights.numpy()
         self.update_host = self.host_update.numpy()
 
+    def versions(self) -> tuple:
+        """The parameters' version counters (an in-place change of a parameter, such as an
+        optimizer step, moves its counter; the core's writes do not)."""
+        return tuple(t._version for t, _ in self._grads)
+
     def zero_grad(self) -> None:
         self.update.zero_()
         for t, g in self._grads:

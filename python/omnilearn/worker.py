@@ -21,12 +21,14 @@ which the core sends from and receives into, releasing the GIL while it waits.
 """
 
 import importlib.util
+import logging
 import os
 import pathlib
 import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 import zlib
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ import torch
 from omnilearn import _stubs
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.flat_model import FlatModel, FlatStorage
+from omnilearn.loader import StepBatchSampler, concat
+from omnilearn.metrics import WorkerMetrics
 
 def _load_core():
     """The C++ worker core (python/src/core.cc): the installed one, or, in a checkout used
@@ -118,14 +122,61 @@ import atexit  # noqa: E402
 atexit.register(_close_live_cores)
 
 
+class _Logger:
+    """A worker's lines through the logging module ("omnilearn" logger, INFO). When nothing
+    configured logging (no handler anywhere), they go to stdout as "[name] line"."""
+
+    def __init__(self, name):
+        self.name = name
+        self.logger = logging.getLogger("omnilearn.worker")
+        root, ours = logging.getLogger(), logging.getLogger("omnilearn")
+        if not root.handlers and not ours.handlers:
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            ours.addHandler(handler)
+            ours.setLevel(logging.INFO)
+            ours.propagate = False
+
+    def __call__(self, line):
+        self.logger.info("[%s] %s", self.name, line)
+
+
+def _from_env(value, variable):
+    """An argument left out (None) takes its value from the environment, torchrun-style."""
+    return value if value is not None else (os.environ.get(variable) or None)
+
+
 class Worker:
-    def __init__(self, server: str, model: torch.nn.Module, *, name: Optional[str] = None,
+    """A PyTorch training loop as an OmniLearn worker (see the module's doc).
+
+    Left out, `server`, `name`, `auth_token_file` and the TLS files come from the
+    environment: OMNILEARN_SERVER, OMNILEARN_NAME, OMNILEARN_AUTH_TOKEN_FILE, OMNILEARN_TLS_CA,
+    OMNILEARN_TLS_CERT, OMNILEARN_TLS_KEY, OMNILEARN_TLS_SERVER_NAME (python -m omnilearn.run
+    sets the first two). A server never reached is an error after `connect_timeout` seconds
+    (at once when its name does not resolve); one lost after joining is waited for up to
+    `reconnect_timeout`. Lines go to the logging module's "omnilearn" logger unless `log` is
+    given; `metrics_port` serves this worker's Prometheus series at /metrics.
+    """
+
+    def __init__(self, server: Optional[str], model: torch.nn.Module, *, name: Optional[str] = None,
                  host: Optional[str] = None, dataset_size: int = 0, epochs: float = 0.0,
                  max_iterations: int = 0, max_batch_size: int = 0, slowdown: float = 1.0,
                  auth_token: Optional[str] = None, auth_token_file: Optional[str] = None,
                  tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
                  tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
-                 reconnect_timeout: float = 300.0, emulate_device: Optional[str] = None, log=None):
+                 reconnect_timeout: float = 300.0, connect_timeout: float = 10.0,
+                 emulate_device: Optional[str] = None, metrics_port: int = 0, metrics_bind: str = "0.0.0.0",
+                 log=None):
+        server = _from_env(server, "OMNILEARN_SERVER")
+        if not server:
+            raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
+        name = _from_env(name, "OMNILEARN_NAME")
+        if auth_token is None:
+            auth_token_file = _from_env(auth_token_file, "OMNILEARN_AUTH_TOKEN_FILE")
+        tls_ca, tls_cert, tls_key, tls_server_name = (
+            _from_env(v, f"OMNILEARN_TLS_{k}") for v, k in ((tls_ca, "CA"), (tls_cert, "CERT"), (tls_key, "KEY"),
+                                                            (tls_server_name, "SERVER_NAME")))
+        self.server = server
         if epochs > 0 and dataset_size <= 0:
             raise ValueError("epochs needs dataset_size (the training set's sample count)")
         if epochs < 0 or max_iterations < 0 or dataset_size < 0 or max_batch_size < 0:
@@ -149,7 +200,7 @@ class Worker:
                                         now=lambda: time.perf_counter(),
                                         sleep=lambda s: time.sleep(s)) if emulate_device else None
         self._profile = None  # the emulated profile last logged
-        self._log = log or (lambda line: print(f"[{self.name}] {line}", flush=True))
+        self._log = log or _Logger(self.name)
         self._device = self.flat.device
         header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
                                 layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
@@ -168,7 +219,8 @@ class Worker:
         self.storage = FlatStorage(self.flat)
         # The session, its backoff on this module's clock (a test's fake time drives it).
         self._core = _core.Core(server, self.flat.tensors(), header.SerializeToString(), rpc_timeout,
-                                reconnect_timeout, token or "", tls_ca or "", tls_cert or "", tls_key or "",
+                                reconnect_timeout, connect_timeout, token or "", tls_ca or "", tls_cert or "",
+                                tls_key or "",
                                 tls_server_name or "", lambda: time.monotonic(), lambda s: time.sleep(s),
                                 self._log)
         _live_cores.add(self._core)
@@ -184,6 +236,10 @@ class Worker:
         except RuntimeError:  # a TorchScript module takes no hooks: steps are timed from their start
             self._hook = None
         self.last_reply = None
+        self._pulled_versions = None  # the parameters' version counters when the model last arrived
+        self._warned_changed = False
+        self.metrics = WorkerMetrics(self.name)
+        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
     # ------------------------------------------------------------------ session
     # The session's state lives in the core: join, rejoin, backoff, heartbeats, stop.
@@ -196,8 +252,10 @@ class Worker:
         return self._core.batch
 
     @property
-    def model_version(self) -> int:
-        return self._core.model_version
+    def model_version(self) -> Optional[int]:
+        """The version of the model this worker holds (None before it has one)."""
+        v = self._core.model_version
+        return None if v == _NO_VERSION else v
 
     @property
     def global_samples(self) -> int:
@@ -222,12 +280,16 @@ class Worker:
         try:
             return method(*args)
         except _core.Error as e:
-            raise ServerError(e) from None
+            error = ServerError(e)
+        if "never reached the server" in str(error) or "does not resolve" in str(error):
+            error.args = (f"{error} (server '{self.server}': Worker's server argument or OMNILEARN_SERVER)",)
+        raise error
 
     def pull(self):
         """Brings the model to the server's current version."""
         if self._call(self._core.pull, self.storage.weights_host):
             self.storage.received()
+        self._pulled_versions = self.storage.versions()
 
     def join(self):
         self._log("joining the server (the first round waits until the server's --num_workers have joined)")
@@ -244,6 +306,10 @@ class Worker:
         self._core.leave(finished)
 
     def close(self):
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -344,7 +410,23 @@ class Worker:
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
             header.has_test_accuracy, header.test_accuracy = True, test_accuracy
+            self.metrics.test_accuracy = test_accuracy
+        self._check_parameters_unchanged()
+        self.metrics.step(header.compute_seconds, float(loss))
         return self._send(header, self.storage.prepare_update(), step)
+
+    def _check_parameters_unchanged(self):
+        """The server owns the optimizer: a step of one's own (opt.step() after backward)
+        changes the model just pulled, and the server never sees it. Warns once."""
+        if self._warned_changed or self._pulled_versions is None:
+            return
+        if self.storage.versions() != self._pulled_versions:
+            self._warned_changed = True
+            message = ("the model's parameters changed between the pull and push() (an optimizer step of your "
+                       "own?): the server runs the optimizer, so that change is overwritten by the next model; "
+                       "drop opt.step() and set the optimizer on the server (README: 'The optimizer')")
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            self._log(f"warning: {message}")
 
     def report_out_of_memory(self):
         """The step ran out of memory: no gradient; the server lowers this worker's batch."""
@@ -352,6 +434,7 @@ class Worker:
         self.storage.zero_grad()
         header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True, iteration=step.iteration,
                                 samples_seen=self.samples_seen)
+        self.metrics.out_of_memory += 1
         return self._send(header, None, step)
 
     def report(self, test_accuracy: float, loss: float = 0.0):
@@ -361,6 +444,7 @@ class Worker:
             return None
         header = pb2.PushHeader(report_only=True, has_test_accuracy=True, test_accuracy=test_accuracy,
                                 train_loss=loss, iteration=self.iteration)
+        self.metrics.test_accuracy = test_accuracy
         outcome, reply = self._call(self._core.push, header.SerializeToString(), None, self.storage.weights_host)
         if outcome == "rejoined":
             self.pull()
@@ -391,15 +475,40 @@ class Worker:
             self._last_comm_seconds = 0.0
             return None
         self._last_comm_seconds = time.perf_counter() - comm_start
+        self.metrics.communication(self._last_comm_seconds)
         if outcome == "stop":
             self.stopped.set()
             self._log("the server stopped the job")
             return pb2.PushResponse.FromString(reply) if reply else None
         if changed:
             self.storage.received()
+        self._pulled_versions = self.storage.versions()
         reply = pb2.PushResponse.FromString(reply)
         self.last_reply = reply
         if not header.out_of_memory:
             self.samples_seen += step.batch_size
+            self.metrics.samples += step.batch_size
         self.iteration += 1
+        self.metrics.iterations += 1
+        self.metrics.batch_size = self.batch_size
+        self.metrics.rejoins = self.rejoins
         return reply
+
+    # ------------------------------------------------------------------ DataLoader
+    def batch_sampler(self, parts: int = 1) -> StepBatchSampler:
+        """The server's assignment as a DataLoader batch sampler (omnilearn.loader): each pass
+        of the loader loads the current step's samples, in `parts` pieces."""
+        if not self.dataset_size:
+            raise ValueError("a batch sampler needs the Worker's dataset_size=len(dataset): the server assigns "
+                             "samples only to workers that say how many there are")
+        return StepBatchSampler(self, parts)
+
+    def batches(self, loader):
+        """Steps with their batches: `for step, batch in worker.batches(loader)`, the loader's
+        batch_sampler being this worker's batch_sampler()."""
+        sampler = getattr(loader, "batch_sampler", None)
+        if not isinstance(sampler, StepBatchSampler) or sampler.worker is not self:
+            raise ValueError("the loader's batch_sampler must be this worker's: "
+                             "DataLoader(dataset, batch_sampler=worker.batch_sampler(), ...)")
+        for step in self:
+            yield step, concat(list(loader))

@@ -95,7 +95,7 @@ class Core {
  public:
   Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
        const py::bytes& join_header, worker::ClientOptions client_options, double reconnect_timeout,
-       py::function now, py::function sleep, py::function log)
+       double connect_timeout, py::function now, py::function sleep, py::function log)
       : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape, buffer] : tensors) specs.push_back(TensorSpec{name, shape, buffer});
@@ -104,6 +104,7 @@ class Core {
     worker::SessionOptions so;
     if (!so.header.ParseFromString(std::string(join_header))) throw py::value_error("join_header is not a JoinHeader");
     so.reconnect_timeout = absl::Seconds(reconnect_timeout);
+    so.connect_timeout = absl::Seconds(connect_timeout);
     so.clock = &clock_;
     so.heartbeat_clock = Clock::Real();
     so.interrupted = &interrupted_;
@@ -273,7 +274,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
                        const py::bytes& join_header, double rpc_timeout, double reconnect_timeout,
-                       const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
+                       double connect_timeout, const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
                        const std::string& tls_key, const std::string& tls_server_name, py::function now,
                        py::function sleep, py::function log) {
              omnilearn::worker::ClientOptions o;
@@ -283,11 +284,11 @@ PYBIND11_MODULE(_core, m) {
              o.tls_cert = tls_cert;
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
-             return std::make_unique<Core>(target, tensors, join_header, o, reconnect_timeout, std::move(now),
-                                           std::move(sleep), std::move(log));
+             return std::make_unique<Core>(target, tensors, join_header, o, reconnect_timeout, connect_timeout,
+                                           std::move(now), std::move(sleep), std::move(log));
            }),
            py::arg("target"), py::arg("tensors"), py::arg("join_header"), py::arg("rpc_timeout"),
-           py::arg("reconnect_timeout"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
+           py::arg("reconnect_timeout"), py::arg("connect_timeout"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
            py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"), py::arg("log"))
       .def("join", &Core::Join, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))

@@ -7,6 +7,7 @@ import subprocess
 import tempfile
 import threading
 import unittest
+import warnings
 from concurrent import futures
 from unittest import mock
 
@@ -151,6 +152,26 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         return pb2.LeaveResponse()
 
 
+class Pairs(torch.utils.data.Dataset):
+    """A map-style data set that is not a TensorDataset."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class WorkerTest(unittest.TestCase):
     def setUp(self):
         self.model = models.make("mlp", seed=1)
@@ -231,10 +252,12 @@ class WorkerTest(unittest.TestCase):
         self.assert_same_model()
 
     def test_the_outage_gives_up_after_reconnect_timeout(self):
-        self.fake.faults["Join"] = [(grpc.StatusCode.UNAVAILABLE, "down")] * 1000
+        # A server lost after the join (one never reached gives up sooner: see below).
         with self.assertRaisesRegex(ServerError, "did not come back within 5 s"):
-            with self.make_worker(reconnect_timeout=5):
-                pass
+            with self.make_worker(reconnect_timeout=5) as w:
+                self.fake.faults["PushPull"] = [(grpc.StatusCode.UNAVAILABLE, "down")]
+                self.fake.faults["Join"] = [(grpc.StatusCode.UNAVAILABLE, "down")] * 1000
+                self.train(w)
 
     def test_stop_ends_the_loop_without_finishing(self):
         self.fake.push_actions[2] = pb2.ACTION_STOP
@@ -318,6 +341,71 @@ class WorkerTest(unittest.TestCase):
             self.train(w)
         t.join(30)
         self.assertEqual(ran, [True])
+
+    def test_a_dataloader_with_worker_processes_loads_each_steps_assigned_samples(self):
+        with self.make_worker() as w:
+            loader = torch.utils.data.DataLoader(Pairs(self.x, self.y), batch_sampler=w.batch_sampler(parts=2),
+                                                 num_workers=2, persistent_workers=True)
+            seen = []
+            for step, (x, y) in w.batches(loader):
+                self.assertTrue(torch.equal(x, self.x[step.samples]) and torch.equal(y, self.y[step.samples]))
+                seen.append(step.samples.tolist())
+                loss = F.cross_entropy(self.model(x), y)
+                loss.backward()
+                w.push(loss)
+        self.assertEqual(seen, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+        self.assert_same_model()
+        with self.make_worker() as w:
+            with self.assertRaisesRegex(ValueError, "batch_sampler must be this worker's"):
+                next(w.batches(torch.utils.data.DataLoader(Pairs(self.x, self.y), batch_size=4)))
+        with self.assertRaisesRegex(ValueError, "dataset_size=len"):
+            Worker(self.address, self.model, log=lambda _: None).batch_sampler()
+
+    def test_a_step_of_ones_own_optimizer_is_warned_about_once(self):
+        opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        with self.make_worker() as w, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in w:
+                F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples]).backward()
+                opt.step()  # the server runs the optimizer: this step is lost
+                w.push(torch.tensor(0.0))
+        changed = [c for c in caught if "parameters changed between the pull and push()" in str(c.message)]
+        self.assertEqual(len(changed), 1)
+        with self.make_worker() as w, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.train(w)  # no optimizer of one's own: no warning
+        self.assertFalse([c for c in caught if "parameters changed" in str(c.message)])
+
+    def test_the_environment_configures_a_worker_left_without_arguments(self):
+        with mock.patch.dict(os.environ, {"OMNILEARN_SERVER": self.address, "OMNILEARN_NAME": "from-env"}):
+            w = Worker(None, self.model, dataset_size=64, max_iterations=1, log=lambda _: None)
+            self.assertIsNone(w.model_version)  # no model yet: no version
+            with w:
+                self.train(w)
+                self.assertEqual(w.model_version, 1)
+        self.assertEqual([j.name for j in self.fake.joins], ["from-env"])
+        with mock.patch.dict(os.environ, {"OMNILEARN_SERVER": ""}):
+            with self.assertRaisesRegex(ValueError, "OMNILEARN_SERVER"):
+                Worker(None, self.model)
+
+    def test_a_server_never_reached_is_an_error_within_the_short_window(self):
+        with self.assertRaisesRegex(ServerError, r"never reached the server within 10 s.*server '127.0.0.1:1'"):
+            with Worker("127.0.0.1:1", self.model, rpc_timeout=5, log=lambda _: None):
+                pass
+        self.assertLess(sum(self.clock.slept), 12)  # the short window, not reconnect_timeout's 300 s
+
+    def test_metrics_are_served_and_absent_figures_are_absent(self):
+        import urllib.request
+        port = free_port()
+        with self.make_worker(max_iterations=1, metrics_port=port, metrics_bind="127.0.0.1") as w:
+            self.train(w)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            self.assertIn('omnilearn_trainer_iterations_total{worker="py0"} 1', text)
+            self.assertIn('omnilearn_trainer_samples_total{worker="py0"} 4', text)
+            self.assertNotIn("omnilearn_trainer_test_accuracy", text)  # nothing reported yet
+            w.report(0.5)
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            self.assertIn('omnilearn_trainer_test_accuracy{worker="py0"} 0.5', text)
 
     def test_misuse_is_refused_clearly(self):
         with self.assertRaisesRegex(ValueError, "needs dataset_size"):

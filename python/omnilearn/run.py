@@ -1,0 +1,97 @@
+"""Try a training script on one machine, torchrun-style: a local OmniLearn server and N
+copies of the script as its workers.
+
+    python -m omnilearn.run --nproc 2 [--server_args="--mode=async --lr=0.05"] train.py [ARGS...]
+
+Each copy runs with OMNILEARN_SERVER (the server's address), OMNILEARN_NAME (worker0,
+worker1, ...), OMNILEARN_RANK and OMNILEARN_WORLD_SIZE set, so `omnilearn.Worker(None,
+model, ...)` needs no address. The server (`--server_bin`, else $OMNILEARN_SERVER_BIN,
+omnilearn_server on PATH, or a checkout's bazel-bin) listens on 127.0.0.1, waits for the N
+workers, and exits when they are done. Exits with the first failing worker's status.
+"""
+
+import argparse
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def find_server(given: str) -> str:
+    candidates = [given, os.environ.get("OMNILEARN_SERVER_BIN", ""), shutil.which("omnilearn_server") or "",
+                  str(pathlib.Path(__file__).resolve().parents[2] / "bazel-bin" / "server" / "omnilearn_server")]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    raise SystemExit("omnilearn.run: no omnilearn_server: pass --server_bin, set OMNILEARN_SERVER_BIN, put it on "
+                     "PATH, or build it in this checkout (bazel build //server:omnilearn_server)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, server: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if server.poll() is not None:
+                raise SystemExit(f"omnilearn.run: the server exited with status {server.returncode}")
+            if time.monotonic() > deadline:
+                raise SystemExit(f"omnilearn.run: the server did not listen on 127.0.0.1:{port} within {seconds:.0f} s")
+            time.sleep(0.05)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m omnilearn.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--nproc", type=int, default=2, help="workers (copies of the script)")
+    p.add_argument("--server_bin", default="", help="the omnilearn_server binary")
+    p.add_argument("--server_args", default="", help="more flags for the server, e.g. \"--mode=async\"")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    if a.nproc < 1:
+        p.error("--nproc must be at least 1")
+    port = free_port()
+    server = subprocess.Popen([find_server(a.server_bin), "--bind=127.0.0.1", f"--port={port}", "--metrics_port=0",
+                               f"--num_workers={a.nproc}", "--exit_when_done", *a.server_args.split()])
+    status = 0
+    workers = []
+    try:
+        wait_listening(port, server)
+        for rank in range(a.nproc):
+            env = dict(os.environ, OMNILEARN_SERVER=f"127.0.0.1:{port}", OMNILEARN_NAME=f"worker{rank}",
+                       OMNILEARN_RANK=str(rank), OMNILEARN_WORLD_SIZE=str(a.nproc))
+            workers.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env))
+        for w in workers:
+            rc = w.wait()
+            status = status or rc
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            print("omnilearn.run: the server did not exit 60 s after its workers: stopping it", file=sys.stderr)
+        return status or (server.returncode or 0)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        for proc in workers + [server]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in workers + [server]:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
