@@ -58,6 +58,11 @@ absl::string_view FlagName(absl::string_view arg) {
 }
 
 bool Known(absl::string_view name) {
+  // absl::ParseCommandLine's own, not all of them found by FindCommandLineFlag.
+  for (absl::string_view builtin : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch", "version",
+                                    "only_check_args", "flagfile", "fromenv", "tryfromenv", "undefok"}) {
+    if (name == builtin) return true;
+  }
   if (absl::FindCommandLineFlag(name) != nullptr) return true;
   // --nofoo sets a boolean --foo to false.
   return absl::ConsumePrefix(&name, "no") && absl::FindCommandLineFlag(name) != nullptr;

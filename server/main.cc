@@ -47,10 +47,13 @@ ABSL_FLAG(double, beta1, 0.9, "adam, adamw: first-moment decay");
 ABSL_FLAG(double, beta2, 0.999, "adam, adamw: second-moment decay");
 ABSL_FLAG(double, eps, 1e-8, "adam, adamw: denominator epsilon");
 ABSL_FLAG(std::string, lr_schedule, "",
-          "constant | step (x --lr_decay every --lr_decay_steps versions) | cosine (to --lr_min over "
-          "--cosine_steps); default: step when --lr_decay_steps > 0, else constant");
+          "constant | step (x --lr_decay every --lr_decay_steps versions or --lr_decay_epochs epochs) | cosine (to --lr_min over "
+          "--cosine_steps); default: step when --lr_decay_steps or --lr_decay_epochs > 0, else constant");
 ABSL_FLAG(uint64_t, warmup_steps, 0, "versions of linear learning-rate warm-up before the schedule (0 = none)");
 ABSL_FLAG(uint64_t, lr_decay_steps, 0, "step schedule: versions between decays");
+ABSL_FLAG(double, lr_decay_epochs, 0,
+          "step schedule in epochs instead: x --lr_decay every this many epochs (samples trained / the data set's "
+          "size: for workers that give their data set)");
 ABSL_FLAG(double, lr_decay, 0.1, "step schedule: decay factor");
 ABSL_FLAG(uint64_t, cosine_steps, 0, "cosine schedule: versions from --lr to --lr_min (after warm-up)");
 ABSL_FLAG(double, lr_min, 0, "cosine schedule: the final learning rate");
@@ -121,6 +124,7 @@ absl::Status CheckFlags() {
       {"eps", absl::GetFlag(FLAGS_eps), 1e-15, 1},
       {"warmup_steps", d(absl::GetFlag(FLAGS_warmup_steps)), 0, 1e12},
       {"lr_decay_steps", d(absl::GetFlag(FLAGS_lr_decay_steps)), 0, 1e12},
+      {"lr_decay_epochs", absl::GetFlag(FLAGS_lr_decay_epochs), 0, 1e6},
       {"lr_decay", absl::GetFlag(FLAGS_lr_decay), 1e-9, 1},
       {"cosine_steps", d(absl::GetFlag(FLAGS_cosine_steps)), 0, 1e12},
       {"lr_min", absl::GetFlag(FLAGS_lr_min), 0, absl::GetFlag(FLAGS_lr)},
@@ -222,7 +226,9 @@ int Run() {
   auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
   if (!optimizer.ok()) return fail(optimizer.status(), 2);
   const std::string schedule_name = absl::GetFlag(FLAGS_lr_schedule).empty()
-                                        ? (absl::GetFlag(FLAGS_lr_decay_steps) > 0 ? "step" : "constant")
+                                        ? (absl::GetFlag(FLAGS_lr_decay_steps) > 0 || absl::GetFlag(FLAGS_lr_decay_epochs) > 0
+                                               ? "step"
+                                               : "constant")
                                         : absl::GetFlag(FLAGS_lr_schedule);
   auto schedule = ParseLrSchedule(schedule_name);
   if (!schedule.ok()) return fail(schedule.status(), 2);
@@ -265,6 +271,7 @@ int Run() {
   o.optimizer.schedule = *schedule;
   o.optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.optimizer.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
+  o.optimizer.lr_decay_epochs = absl::GetFlag(FLAGS_lr_decay_epochs);
   o.optimizer.lr_decay = absl::GetFlag(FLAGS_lr_decay);
   o.optimizer.cosine_steps = absl::GetFlag(FLAGS_cosine_steps);
   o.optimizer.lr_min = absl::GetFlag(FLAGS_lr_min);

@@ -74,6 +74,10 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
   registry_.AddCollectHook([this] { UpdateGauges(); });
 }
 
+double ParameterServerCore::Epoch() const {
+  return sampler_.enabled() ? static_cast<double>(stats_.global_samples()) / sampler_.dataset_size() : 0.0;
+}
+
 void ParameterServerCore::Event(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
@@ -107,8 +111,7 @@ void ParameterServerCore::MaybeFinishJob() {
   if (job_finished_ || !any_finished_ || !workers_.AllLeft()) return;
   job_finished_ = true;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
-                        stats_.global_samples(),
-                        sampler_.enabled() ? static_cast<double>(stats_.global_samples()) / sampler_.dataset_size() : 0.0,
+                        stats_.global_samples(), Epoch(),
                         stats_.rounds()));
 }
 
@@ -601,6 +604,7 @@ void ParameterServerCore::CompleteRound() {
   }
   if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
+    store_.SetEpoch(Epoch());
     store_.Apply(round_.sum(), 1.0, 1.0, -1, 1.0 / round_.weight());
     stats_.Round();
     metrics_.rounds.Increment();
@@ -622,6 +626,7 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   const AsyncStep step =
       AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum,
                    options_.async_rule);
+  store_.SetEpoch(Epoch());
   store_.Apply(gradient, step.lr_scale, step.buffer_blend, step.momentum);
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);

@@ -291,6 +291,8 @@ class ParameterServerCore {
   size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.LiveCount(); }
   void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Samples trained / the data set's size (0 without a data set).
+  double Epoch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
  public:
   // A line for the server's log (ServerOptions.log), from the service's side.

@@ -100,8 +100,13 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) return bad("betas must be in [0, 1)");
   if (!(o.eps > 0 && std::isfinite(o.eps))) return bad("eps must be > 0");
   if (!(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm))) return bad("the clipping norm must be >= 0");
-  if (o.schedule == LrSchedule::kStep && (o.lr_decay_steps == 0 || !(o.lr_decay > 0 && o.lr_decay <= 1))) {
-    return bad("the step schedule needs lr_decay_steps > 0 and 0 < lr_decay <= 1");
+  if (!(o.lr_decay_epochs >= 0)) return bad("lr_decay_epochs must be >= 0");
+  if (o.lr_decay_steps > 0 && o.lr_decay_epochs > 0) {
+    return bad("the step schedule counts versions (lr_decay_steps) or epochs (lr_decay_epochs), not both");
+  }
+  if (o.schedule == LrSchedule::kStep &&
+      ((o.lr_decay_steps == 0 && o.lr_decay_epochs == 0) || !(o.lr_decay > 0 && o.lr_decay <= 1))) {
+    return bad("the step schedule needs lr_decay_steps > 0 or lr_decay_epochs > 0, and 0 < lr_decay <= 1");
   }
   if (o.schedule == LrSchedule::kCosine &&
       (o.cosine_steps == 0 || !(o.lr_min >= 0 && o.lr_min <= o.learning_rate))) {
@@ -140,6 +145,7 @@ double ParameterStore::LearningRate() const {
     case LrSchedule::kConstant:
       return o.learning_rate;
     case LrSchedule::kStep:
+      if (o.lr_decay_epochs > 0) return o.learning_rate * std::pow(o.lr_decay, std::floor(epoch_ / o.lr_decay_epochs));
       return o.learning_rate * std::pow(o.lr_decay, static_cast<double>(s / o.lr_decay_steps));
     case LrSchedule::kCosine: {
       const double progress = static_cast<double>(std::min(s, o.cosine_steps)) / static_cast<double>(o.cosine_steps);

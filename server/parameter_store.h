@@ -37,11 +37,14 @@ struct OptimizerOptions {
   //   t < warmup_steps: learning_rate * (t + 1) / warmup_steps;
   //   then, with s = t - warmup_steps:
   //   kConstant: learning_rate
-  //   kStep:     learning_rate * lr_decay ^ floor(s / lr_decay_steps)
+  //   kStep:     learning_rate * lr_decay ^ floor(s / lr_decay_steps), or with
+  //              lr_decay_epochs: learning_rate * lr_decay ^ floor(epoch / lr_decay_epochs)
+  //              (epoch: samples trained / the data set's size, as SetEpoch last said)
   //   kCosine:   lr_min + (learning_rate - lr_min) * (1 + cos(pi * min(s, cosine_steps) / cosine_steps)) / 2
   LrSchedule schedule = LrSchedule::kConstant;
   uint64_t warmup_steps = 0;
   uint64_t lr_decay_steps = 0;
+  double lr_decay_epochs = 0;  // the step schedule in epochs instead of versions
   double lr_decay = 0.1;
   uint64_t cosine_steps = 0;
   double lr_min = 0;
@@ -77,6 +80,8 @@ class ParameterStore {
              double update_scale = 1.0);
 
   double LearningRate() const;
+  // Where training stands in epochs (the step schedule in epochs reads it).
+  void SetEpoch(double epoch) { epoch_ = epoch; }
   uint64_t version() const { return version_; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
@@ -99,6 +104,7 @@ class ParameterStore {
   std::shared_ptr<std::vector<float>> spare_;          // the one before: reused once no reader holds it
   std::vector<std::vector<float>> state_;              // per StateNames()
   uint64_t version_ = 0;
+  double epoch_ = 0;  // SetEpoch
 };
 
 }  // namespace server

@@ -43,6 +43,26 @@ TEST_CASE("Warm-up rises linearly, then step, cosine or constant") {
   REQUIRE(RateAt(o, 1000) == Approx(0.1));  // stays at lr_min
 }
 
+TEST_CASE("The step schedule in epochs decays at epoch boundaries, whatever the versions") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.schedule = LrSchedule::kStep;
+  o.lr_decay_epochs = 2;
+  o.lr_decay = 0.5;
+  REQUIRE(ValidateOptimizerOptions(o).ok());
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}, 5000).ok());
+  REQUIRE(s.LearningRate() == Approx(1.0));  // epoch 0
+  s.SetEpoch(1.99);
+  REQUIRE(s.LearningRate() == Approx(1.0));
+  s.SetEpoch(2.0);
+  REQUIRE(s.LearningRate() == Approx(0.5));
+  s.SetEpoch(4.5);
+  REQUIRE(s.LearningRate() == Approx(0.25));
+  o.lr_decay_steps = 10;  // versions and epochs at once: which?
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions(o).message(), "not both"));
+}
+
 TEST_CASE("Options out of range are refused, naming the option") {
   OptimizerOptions o;
   REQUIRE(ValidateOptimizerOptions(o).ok());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The daemon behaves like one (multi-process, 127.0.0.1, every wait bounded):
 # - --help lists each binary's own flags; out-of-range numbers and unknown names are
-#   refused with a message naming the flag and the valid range or names;
+#   refused with a message naming the flag and the valid range or names; a mistyped flag
+#   with the nearest one; a server never reached within seconds, naming --server;
 # - a second server on a busy port fails instead of sharing it;
 # - joins, leaves and the wait for missing workers are logged;
 # - a second worker under a live worker's name is refused (ALREADY_EXISTS);
@@ -32,6 +33,13 @@ expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0
 expect_refusal "--epochs must be in \[0, 1e+06\], got -1" "$WORKER" --epochs=-1
 expect_refusal "want mlp, cnn, cnn_bn" "$WORKER" --model=resnet --server=127.0.0.1:1 --reconnect_timeout=0
 expect_refusal "want fashion-mnist, synthetic or tensors:PATH" "$WORKER" --dataset=imagenet --server=127.0.0.1:1 --reconnect_timeout=0
+# A typo gets the nearest flag; a server never reached is an error within seconds, naming --server.
+expect_refusal "Unknown command line flag 'epoch'. Did you mean '--epochs'?" "$WORKER" --epoch=1
+expect_refusal "Did you mean '--num_workers'?" "$SERVER" --num_worker=2
+expect_refusal "never reached the server within 1 s.*(--server=127.0.0.1:1)" timeout 60 "$WORKER" --server=127.0.0.1:1 \
+  --connect_timeout=1 --dataset=synthetic --model=mlp
+expect_refusal "the server's address does not resolve.*(--server=omnilearn-no-such-host.invalid:1)" timeout 60 \
+  "$WORKER" --server=omnilearn-no-such-host.invalid:1 --dataset=synthetic --model=mlp
 
 # ---- busy port, logs, names, Ctrl-C on a worker
 # Not quiet, equal static batches: a plan line only when membership changes the plan (not

@@ -51,6 +51,9 @@ run_worker good "${GOOD[@]}" || { cat "$WORK/good.log" >&2; fail "the worker wit
 echo "good: trained over TLS with the token"
 n=$(curl -sf "http://127.0.0.1:$SMP/metrics" | awk '$1 == "omnilearn_unauthenticated_total" {print $2}')
 [ "$n" = 2 ] || fail "omnilearn_unauthenticated_total is '$n', want 2 (no token, wrong token)"
+# Each refused join is in the server's log, with its cause and peer.
+grep -q "refused a join from 127.0.0.1: UNAUTHENTICATED: wrong bearer token" "$WORK/tls.server.log" ||
+  fail "the server did not log the join it refused for a wrong token"
 stop_server
 
 start_server mtls --num_workers=1 --global_batch=16 --tls_cert="$PKI/server.pem" --tls_key="$PKI/server.key" \
