@@ -161,7 +161,7 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     readers[-1].start()
     for i in range(4):
         w = [f"{bin_dir}/worker/omnilearn_worker", f"--server={host}:{port}", f"--name=w{i}", "--device=cpu",
-             f"--epochs={epochs}", "--log_every=0", "--threads=1", f"--reconnect_timeout=60"]
+             f"--epochs={epochs}", "--log_every=0", "--threads=1", "--reconnect_timeout=60", "--connect_timeout=60"]
         if args.emulated:
             w += ["--dataset=fashion-mnist", "--model=mlp"]
         elif args.large:
