@@ -146,6 +146,31 @@ def _from_env(value, variable):
     return value if value is not None else (os.environ.get(variable) or None)
 
 
+def _check_arguments(*, dataset_size, epochs, max_iterations, max_batch_size, slowdown, emulate_device, tls_cert,
+                     tls_key):
+    if epochs > 0 and dataset_size <= 0:
+        raise ValueError("epochs needs dataset_size (the training set's sample count)")
+    if epochs < 0 or max_iterations < 0 or dataset_size < 0 or max_batch_size < 0:
+        raise ValueError("epochs, max_iterations, dataset_size and max_batch_size must be >= 0")
+    if not slowdown >= 1.0:
+        raise ValueError("slowdown must be >= 1")
+    # An emulated device (omnilearn.emulation) sets the whole step time; slowdown is for real compute.
+    if emulate_device and slowdown != 1.0:
+        raise ValueError("emulate_device sets the whole step time: leave slowdown (real compute) out")
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("tls_cert and tls_key go together")
+
+
+def _read_token(auth_token, auth_token_file):
+    if not auth_token_file:
+        return auth_token
+    with open(auth_token_file) as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"{auth_token_file} holds no token")
+    return token
+
+
 class Worker:
     """A PyTorch training loop as an OmniLearn worker (see the module's doc).
 
@@ -176,18 +201,10 @@ class Worker:
         tls_ca, tls_cert, tls_key, tls_server_name = (
             _from_env(v, f"OMNILEARN_TLS_{k}") for v, k in ((tls_ca, "CA"), (tls_cert, "CERT"), (tls_key, "KEY"),
                                                             (tls_server_name, "SERVER_NAME")))
+        _check_arguments(dataset_size=dataset_size, epochs=epochs, max_iterations=max_iterations,
+                         max_batch_size=max_batch_size, slowdown=slowdown, emulate_device=emulate_device,
+                         tls_cert=tls_cert, tls_key=tls_key)
         self.server = server
-        if epochs > 0 and dataset_size <= 0:
-            raise ValueError("epochs needs dataset_size (the training set's sample count)")
-        if epochs < 0 or max_iterations < 0 or dataset_size < 0 or max_batch_size < 0:
-            raise ValueError("epochs, max_iterations, dataset_size and max_batch_size must be >= 0")
-        if not slowdown >= 1.0:
-            raise ValueError("slowdown must be >= 1")
-        # An emulated device (omnilearn.emulation) sets the whole step time; slowdown is for real compute.
-        if emulate_device and slowdown != 1.0:
-            raise ValueError("emulate_device sets the whole step time: leave slowdown (real compute) out")
-        if bool(tls_cert) != bool(tls_key):
-            raise ValueError("tls_cert and tls_key go together")
         self.model = model
         self.flat = FlatModel(model)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -202,27 +219,14 @@ class Worker:
         self._profile = None  # the emulated profile last logged
         self._log = log or _Logger(self.name)
         self._device = self.flat.device
-        header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
-                                layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
-                                dataset_size=dataset_size, wire_dtypes=[pb2.WIRE_DTYPE_F32, pb2.WIRE_DTYPE_BF16])
-        if self._device.type == "cuda":
-            header.device = pb2.DEVICE_CUDA
-            header.device_memory_bytes = torch.cuda.get_device_properties(self._device).total_memory
-        else:
-            header.device = pb2.DEVICE_CPU
-        token = auth_token
-        if auth_token_file:
-            with open(auth_token_file) as f:
-                token = f.read().strip()
-            if not token:
-                raise ValueError(f"{auth_token_file} holds no token")
+        header = self._join_header(host, max_batch_size, dataset_size)
+        token = _read_token(auth_token, auth_token_file)
         self.storage = FlatStorage(self.flat)
         # The session, its backoff on this module's clock (a test's fake time drives it).
         self._core = _core.Core(server, self.flat.tensors(), header.SerializeToString(), rpc_timeout,
                                 reconnect_timeout, connect_timeout, token or "", tls_ca or "", tls_cert or "",
-                                tls_key or "",
-                                tls_server_name or "", lambda: time.monotonic(), lambda s: time.sleep(s),
-                                self._log)
+                                tls_key or "", tls_server_name or "", lambda: time.monotonic(),
+                                lambda s: time.sleep(s), self._log)
         _live_cores.add(self._core)
         self.iteration = 0
         self.samples_seen = 0
@@ -240,6 +244,17 @@ class Worker:
         self._warned_changed = False
         self.metrics = WorkerMetrics(self.name)
         self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
+
+    def _join_header(self, host, max_batch_size, dataset_size):
+        header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
+                                layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
+                                dataset_size=dataset_size, wire_dtypes=[pb2.WIRE_DTYPE_F32, pb2.WIRE_DTYPE_BF16])
+        if self._device.type == "cuda":
+            header.device = pb2.DEVICE_CUDA
+            header.device_memory_bytes = torch.cuda.get_device_properties(self._device).total_memory
+        else:
+            header.device = pb2.DEVICE_CPU
+        return header
 
     # ------------------------------------------------------------------ session
     # The session's state lives in the core: join, rejoin, backoff, heartbeats, stop.
