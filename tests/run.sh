@@ -41,7 +41,8 @@ step() {  # step NAME COMMAND...: one more passed or failed entry
 }
 
 if [ $# -eq 0 ]; then
-  # The unit tests and a multi-process test (a server under ASan, Python clients) again
+  # The unit tests and a multi-process test (a server under ASan, Python clients on an
+  # instrumented worker core) again
   # under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch-linked tests excepted:
   # Debian's LibTorch is not instrumented).
   bazel_tests --config=asan -- //common/... //controller/... //server/... \
