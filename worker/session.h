@@ -100,6 +100,8 @@ class Session {
   void Leave(bool finished);
   // Ends and joins the heartbeat thread, if any (Leave and the destructor do too).
   void StopHeartbeats();
+  // Whether a heartbeat thread runs (from the first join until StopHeartbeats or Leave).
+  bool heartbeats_running() const { return heartbeat_.joinable(); }
 
   uint64_t worker_id() const { return id_.load(); }
   int64_t batch() const { return batch_; }

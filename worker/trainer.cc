@@ -257,6 +257,424 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const TrainerOptions& o, const
   return model;
 }
 
+
+// ---------------------------------------------------------------- Train's parts
+
+// Options Train refuses before touching LibTorch.
+absl::Status CheckTrainOptions(const TrainerOptions& o) {
+  if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  if (!(o.epochs > 0) && o.max_iterations <= 0) {
+    return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepTiming> TimingFor(const TrainerOptions& o) {
+  StepTimingOptions to;
+  to.slowdown = o.slowdown;
+  to.slowdown_schedule = o.slowdown_schedule;
+  to.emulate_device = o.emulate_device;
+  to.seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
+  return StepTiming::Create(to, omnilearn::Clock::Real());
+}
+
+// What a run trains with, set up before it joins: the device, the data and the model.
+struct Setup {
+  torch::Device device{torch::kCPU};
+  Dataset train, test;
+  std::unique_ptr<Model> model;
+};
+
+absl::StatusOr<Setup> Prepare(const TrainerOptions& o) {
+  Setup s;
+  std::string note;
+  absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
+  if (!device.ok()) return device.status();
+  if (!note.empty()) std::printf("[%s] %s\n", o.name.c_str(), note.c_str());
+  s.device = *device;
+  if (absl::Status st = LoadData(o, /*need_train=*/true, o.evaluate, &s.train, &s.test); !st.ok()) return st;
+  if (o.warmup != "auto" && o.warmup != "on" && o.warmup != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup=", o.warmup, ": want auto, on or off"));
+  }
+  absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, s.device);
+  if (!made.ok()) return made.status();
+  s.model = std::move(*made);
+  if (absl::Status st = CheckModelFitsData(s.model.get(), s.train, s.device); !st.ok()) return st;
+  return s;
+}
+
+// The model's values to join with: its own, or --init_from's (loaded into it too).
+absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const ModelLayout& layout,
+                                                  FlatModel* params) {
+  std::vector<float> weights = params->Values();
+  if (o.init_from.empty()) return weights;
+  if (absl::Status s = LoadInitialWeights(o.init_from, layout, &weights); !s.ok()) return s;
+  params->Load(weights);
+  std::printf("[%s] initial weights from %s\n", o.name.c_str(), o.init_from.c_str());
+  return weights;
+}
+
+SessionOptions SessionOptionsFor(const TrainerOptions& o, const ModelLayout& layout, bool cuda, int64_t dataset_size) {
+  SessionOptions so;
+  so.header.set_name(o.name);
+  so.header.set_host(o.host.empty() ? Hostname() : o.host);
+  so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
+  so.header.set_max_batch_size(o.max_batch);
+  so.header.set_dataset_size(static_cast<uint64_t>(dataset_size));  // the server assigns the samples
+  so.header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);  // used when the server runs --wire_dtype=bf16
+  *so.header.mutable_layout() = LayoutToProto(layout);
+  so.reconnect_timeout = o.reconnect_timeout;
+  so.connect_timeout = o.connect_timeout;
+  so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
+  so.interrupted = o.interrupted;
+  return so;
+}
+
+// Joins, saying so. False when the server is shutting down (nothing to train).
+absl::StatusOr<bool> JoinJob(const TrainerOptions& o, bool cuda, const std::vector<float>& weights,
+                             Session* session) {
+  std::printf("[%s] joining the server (the first round waits until the server's --num_workers have joined)\n",
+              o.name.c_str());
+  std::fflush(stdout);
+  if (absl::Status s = session->Join(weights); !s.ok()) return s;
+  if (session->stop_requested()) {
+    std::printf("[%s] the server is shutting down: nothing to train\n", o.name.c_str());
+    return false;
+  }
+  std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
+              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), v1::Mode_Name(session->mode()).c_str(),
+              session->global_samples(),
+              session->samples().empty() ? " (own data order: the server assigns none)" : "");
+  std::fflush(stdout);
+  return true;
+}
+
+// Where each step's samples come from: the server's assignment, or, from a server that
+// assigns none (an older one), this worker's own shuffled order, seeded by the name too
+// so that two such workers do not train the same order.
+class SampleSource {
+ public:
+  SampleSource(const TrainerOptions& o, int64_t dataset_size)
+      : n_(dataset_size),
+        gen_(torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + std::hash<std::string>()(o.name))),
+        order_(torch::randperm(n_, gen_)) {}
+
+  // The step's sample ids (the batch is their count).
+  absl::StatusOr<torch::Tensor> Next(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans,
+                                     int64_t own_batch) {
+    std::vector<int64_t> assigned;
+    for (const v1::SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids().begin(), span.ids().end());
+    if (!assigned.empty()) {
+      for (int64_t id : assigned) {
+        if (id < 0 || id >= n_) {
+          return absl::InvalidArgumentError(absl::StrCat("the server assigned sample ", id, " of a data set of ", n_));
+        }
+      }
+      return torch::from_blob(assigned.data(), {static_cast<int64_t>(assigned.size())}, torch::kInt64).clone();
+    }
+    if (cursor_ + own_batch > n_) {
+      order_ = torch::randperm(n_, gen_);
+      cursor_ = 0;
+    }
+    torch::Tensor idx = order_.narrow(0, cursor_, own_batch);
+    cursor_ += own_batch;
+    return idx;
+  }
+
+ private:
+  const int64_t n_;
+  torch::Generator gen_;
+  torch::Tensor order_;
+  int64_t cursor_ = 0;
+};
+
+struct StepResult {
+  double compute_seconds = 0;
+  double loss = 0;
+  bool out_of_memory = false;
+};
+
+// One step's compute: the batch gathered onto the device (on a GPU straight into reused
+// pinned buffers, copied asynchronously: one host copy, covered by the wait before the
+// timed step), an untimed warm-up at each new batch size when asked (the first steps of a
+// shape on a GPU would show the controller times that are not the worker's), then the
+// timed forward + loss + backward, its gradient into the push buffer. Running out of
+// device memory is a result, not an error.
+class StepRunner {
+ public:
+  StepRunner(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, TrainerMetrics* series)
+      : name_(o.name),
+        warmup_(o.warmup == "on" || (o.warmup == "auto" && setup->device.is_cuda())),
+        setup_(setup),
+        params_(params),
+        timing_(timing),
+        series_(series) {}
+
+  StepResult Run(const torch::Tensor& idx, int64_t batch, std::vector<float>* grad) {
+    StepResult r;
+    try {
+      auto [x, y] = Gather(idx, batch);
+      Model* model = setup_->model.get();
+      if (warmup_ && batch != warm_batch_) {
+        torch::nn::functional::cross_entropy(model->Forward(x), y).backward();
+        warm_batch_ = batch;
+        std::printf("[%s] untimed warm-up step at batch %ld\n", name_.c_str(), batch);
+      }
+      params_->ZeroGrad();
+      Synchronize(setup_->device);
+      timing_->Start();
+      torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
+      loss.backward();
+      Synchronize(setup_->device);
+      r.compute_seconds = timing_->Finish(batch);
+      if (std::optional<std::string> warning = timing_->TakeOverrunWarning()) {
+        std::printf("[%s] warning: %s\n", name_.c_str(), warning->c_str());
+      }
+      series_->EmulationOverruns(timing_->overruns());
+      r.loss = loss.item<double>();
+      params_->Update(grad);
+    } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
+      if (!IsOutOfMemory(e)) throw;
+      std::printf("[%s] out of memory at batch %ld: reporting it\n", name_.c_str(), batch);
+      params_->ZeroGrad();
+      return StepResult{0, 0, /*out_of_memory=*/true};
+    }
+    return r;
+  }
+
+ private:
+  std::pair<torch::Tensor, torch::Tensor> Gather(const torch::Tensor& idx, int64_t batch) {
+    const Dataset& train = setup_->train;
+    if (!setup_->device.is_cuda()) return {train.images.index_select(0, idx), train.labels.index_select(0, idx)};
+    if (!stage_x_.defined() || stage_x_.size(0) < batch) {
+      std::vector<int64_t> shape(train.images.sizes().begin(), train.images.sizes().end());
+      shape[0] = batch;
+      stage_x_ = torch::empty(shape, train.images.options().pinned_memory(true));
+      stage_y_ = torch::empty({batch}, train.labels.options().pinned_memory(true));
+    }
+    Synchronize(setup_->device);  // the previous batch's copy out of the buffers is done
+    torch::Tensor hx = stage_x_.narrow(0, 0, batch), hy = stage_y_.narrow(0, 0, batch);
+    torch::index_select_out(hx, train.images, 0, idx);
+    torch::index_select_out(hy, train.labels, 0, idx);
+    return {hx.to(setup_->device, /*non_blocking=*/true), hy.to(setup_->device, /*non_blocking=*/true)};
+  }
+
+  const std::string name_;
+  const bool warmup_;
+  Setup* const setup_;
+  FlatModel* const params_;
+  StepTiming* const timing_;
+  TrainerMetrics* const series_;
+  int64_t warm_batch_ = -1;
+  torch::Tensor stage_x_, stage_y_;
+};
+
+// When to evaluate: each --eval_every_epochs of global progress (1: at epoch ends), and
+// when training is finished.
+class EvaluationSchedule {
+ public:
+  EvaluationSchedule(double every_epochs, int64_t dataset_size, uint64_t global_samples)
+      : span_(every_epochs * static_cast<double>(dataset_size)),
+        last_tick_(static_cast<int64_t>(static_cast<double>(global_samples) / span_)) {}
+  bool Due(double global_samples, bool finished) {
+    const int64_t tick = static_cast<int64_t>(global_samples / span_);
+    if (!finished && tick <= last_tick_) return false;
+    last_tick_ = tick;
+    return true;
+  }
+
+ private:
+  const double span_;
+  int64_t last_tick_;
+};
+
+// Test aid (--log_samples): "epoch id" for every sample of every applied push.
+class SampleLog {
+ public:
+  absl::Status Open(const std::string& path) {
+    if (path.empty()) return absl::OkStatus();
+    file_.reset(std::fopen(path.c_str(), "w"));
+    if (!file_) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", path));
+    return absl::OkStatus();
+  }
+  void Applied(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans) {
+    if (!file_) return;
+    for (const v1::SampleSpan& span : spans) {
+      for (uint64_t id : span.ids()) std::fprintf(file_.get(), "%lu %lu\n", span.epoch(), id);
+    }
+    std::fflush(file_.get());
+  }
+
+ private:
+  std::unique_ptr<FILE, int (*)(FILE*)> file_{nullptr, &std::fclose};
+};
+
+// The loop after the join: the facade that holds the order of a step (samples, compute,
+// push and pull, evaluation) while the parts above hold the rules.
+class TrainingLoop {
+ public:
+  TrainingLoop(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, Session* session,
+               TrainerMetrics* series, std::vector<float> weights)
+      : o_(o),
+        setup_(setup),
+        params_(params),
+        timing_(timing),
+        session_(session),
+        series_(series),
+        weights_(std::move(weights)),
+        samples_(o, setup->train.size()),
+        runner_(o, setup, params, timing, series),
+        evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {}
+
+  absl::StatusOr<TrainerResult> Run() {
+    if (absl::Status s = Pull(); !s.ok()) return s;
+    if (absl::Status s = sample_log_.Open(o_.log_samples); !s.ok()) return s;
+    bool finished = false;
+    for (int64_t it = 0; o_.max_iterations <= 0 || it < o_.max_iterations;) {
+      if (o_.interrupted != nullptr && o_.interrupted->load()) {
+        session_->Leave(/*finished=*/false);
+        return absl::CancelledError("interrupted: left the job");
+      }
+      const google::protobuf::RepeatedPtrField<v1::SampleSpan> spans = session_->samples();
+      absl::StatusOr<torch::Tensor> idx = samples_.Next(spans, session_->batch());
+      if (!idx.ok()) return idx.status();
+      const int64_t batch = idx->size(0);
+      FollowSchedules();
+      const StepResult step = runner_.Run(*idx, batch, &grad_);
+      v1::PushResponse reply;
+      bool model_changed = false;  // one round trip: the reply brings the new model
+      const auto comm_start = Clock::now();
+      absl::StatusOr<PushOutcome> outcome =
+          session_->PushPull(PushFor(it, batch, step), grad_, absl::MakeSpan(weights_), &reply, &model_changed);
+      const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
+      if (!outcome.ok()) return outcome.status();
+      if (*outcome == PushOutcome::kStop) {
+        std::printf("[%s] the server stopped the job\n", o_.name.c_str());
+        result_.stopped_by_server = true;
+        break;
+      }
+      if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
+        if (absl::Status s = Pull(); !s.ok()) return s;
+        last_comm_seconds_ = 0;
+        continue;
+      }
+      last_comm_seconds_ = comm_seconds;
+      if (reply.applied()) sample_log_.Applied(spans);
+      if (!step.out_of_memory) samples_seen_ += batch;
+      pending_accuracy_.reset();
+      result_.iterations = ++it;
+      result_.last_loss = step.loss;
+      LogIteration(it - 1, batch, step, reply.model_version());
+      if (model_changed) params_->Load(weights_);
+      series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
+      const double global = static_cast<double>(reply.global_samples());
+      finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
+                 (o_.max_iterations > 0 && it >= o_.max_iterations);
+      if (o_.evaluate && evaluations_.Due(global, finished)) EvaluateAt(global);
+      if (finished) {
+        if (absl::Status s = ReportFinalAccuracy(step.loss); !s.ok()) return s;
+        break;
+      }
+    }
+    return Finish(finished);
+  }
+
+ private:
+  absl::Status Pull() {
+    absl::StatusOr<bool> changed = session_->Pull(absl::MakeSpan(weights_));
+    if (!changed.ok()) return changed.status();
+    if (*changed) params_->Load(weights_);
+    return absl::OkStatus();
+  }
+
+  // Schedules follow the global epoch the server reports (the same for every worker).
+  void FollowSchedules() {
+    const std::string change =
+        timing_->Follow(static_cast<double>(session_->global_samples()) / setup_->train.size());
+    if (change.empty()) return;
+    std::printf("[%s] %s\n", o_.name.c_str(), change.c_str());
+    std::fflush(stdout);
+  }
+
+  v1::PushHeader PushFor(int64_t it, int64_t batch, const StepResult& step) const {
+    v1::PushHeader push;
+    push.set_batch_size(batch);
+    push.set_iteration(it);
+    push.set_compute_seconds(step.compute_seconds);
+    push.set_train_loss(step.loss);
+    push.set_out_of_memory(step.out_of_memory);
+    push.set_samples_seen(samples_seen_ + (step.out_of_memory ? 0 : batch));
+    if (pending_accuracy_) {
+      push.set_has_test_accuracy(true);
+      push.set_test_accuracy(*pending_accuracy_);
+    }
+    // The previous iteration's communication: the server takes out its own wait and the
+    // controller learns this worker's link time from the rest.
+    push.set_communication_seconds(last_comm_seconds_);
+    return push;
+  }
+
+  void LogIteration(int64_t it, int64_t batch, const StepResult& step, uint64_t version) const {
+    if (o_.log_every <= 0 || it % o_.log_every != 0) return;
+    std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o_.name.c_str(), it, batch,
+                step.loss, 1000 * step.compute_seconds, version);
+    std::fflush(stdout);
+  }
+
+  void EvaluateAt(double global) {
+    result_.test_accuracy = Evaluate(setup_->model.get(), setup_->test, setup_->device);
+    series_->Accuracy(result_.test_accuracy);
+    // Whole epochs as "epoch 3", evaluations within one as "epoch 2.25".
+    const double epoch = global / setup_->train.size();
+    const bool whole = std::fabs(epoch - std::round(epoch)) < 1e-9 || o_.eval_every_epochs >= 1;
+    std::printf("[%s] epoch %.*f: test accuracy %.2f%% (model version %lu)\n", o_.name.c_str(), whole ? 0 : 2,
+                whole ? std::floor(epoch) : epoch, 100 * result_.test_accuracy, session_->model_version());
+    std::fflush(stdout);
+    pending_accuracy_ = result_.test_accuracy;
+  }
+
+  // The last measurement goes to the server alone, on the model it was measured on: the
+  // final model, the summary and an export then agree.
+  absl::Status ReportFinalAccuracy(double loss) {
+    if (!pending_accuracy_) return absl::OkStatus();
+    v1::PushHeader report;
+    report.set_report_only(true);
+    report.set_has_test_accuracy(true);
+    report.set_test_accuracy(*pending_accuracy_);
+    report.set_train_loss(loss);
+    v1::PushResponse reply;
+    return session_->Push(report, {}, weights_, &reply).status();
+  }
+
+  absl::StatusOr<TrainerResult> Finish(bool finished) {
+    if (!o_.save_model.empty()) {
+      if (absl::Status s = setup_->model->Save(o_.save_model); !s.ok()) return s;
+      std::printf("[%s] saved the trained TorchScript module to %s\n", o_.name.c_str(), o_.save_model.c_str());
+    }
+    session_->Leave(finished);
+    result_.pushes_sent = session_->pushes_sent();
+    result_.pushes_answered = session_->pushes_answered();
+    return result_;
+  }
+
+  const TrainerOptions& o_;
+  Setup* const setup_;
+  FlatModel* const params_;
+  StepTiming* const timing_;
+  Session* const session_;
+  TrainerMetrics* const series_;
+  std::vector<float> weights_;
+  std::vector<float> grad_;  // the push buffer, reused from step to step
+  SampleSource samples_;
+  StepRunner runner_;
+  EvaluationSchedule evaluations_;
+  SampleLog sample_log_;
+  uint64_t samples_seen_ = 0;
+  double last_comm_seconds_ = 0;  // the last iteration's, from the end of compute to the reply
+  std::optional<double> pending_accuracy_;
+  TrainerResult result_;
+};
+
 }  // namespace
 
 absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
@@ -284,274 +702,30 @@ absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
 }
 
 absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
-  StepTimingOptions to;
-  to.slowdown = o.slowdown;
-  to.slowdown_schedule = o.slowdown_schedule;
-  to.emulate_device = o.emulate_device;
-  to.seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
-  absl::StatusOr<StepTiming> timing = StepTiming::Create(to, omnilearn::Clock::Real());
+  absl::StatusOr<StepTiming> timing = TimingFor(o);
   if (!timing.ok()) return timing.status();
-  if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
-  if (!(o.epochs > 0) && o.max_iterations <= 0) {
-    return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
-  }
+  if (absl::Status s = CheckTrainOptions(o); !s.ok()) return s;
   try {
     torch::set_num_threads(o.threads);
-    std::string note;
-    absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
-    if (!device.ok()) return device.status();
-    if (!note.empty()) std::printf("[%s] %s\n", o.name.c_str(), note.c_str());
-    const bool cuda = device->is_cuda();
-
-    Dataset train, test;
-    if (absl::Status s = LoadData(o, /*need_train=*/true, o.evaluate, &train, &test); !s.ok()) return s;
-    if (o.warmup != "auto" && o.warmup != "on" && o.warmup != "off") {
-      return absl::InvalidArgumentError(absl::StrCat("--warmup=", o.warmup, ": want auto, on or off"));
-    }
-    // An untimed step after joining and after each batch change: the first steps of a
-    // shape on a GPU (handles, lazy kernels, new allocations, TorchScript's profiling
-    // recompiles) would otherwise show the controller times that are not the worker's.
-    const bool warmup = o.warmup == "on" || (o.warmup == "auto" && cuda);
-    int64_t warm_batch = -1;
-    // GPU: each batch is gathered straight into a reused pinned buffer and copied to the
-    // device asynchronously (one host copy; the wait before the timed step covers it).
-    torch::Tensor stage_x, stage_y;
-    absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, *device);
-    if (!made.ok()) return made.status();
-    std::unique_ptr<Model> model = std::move(*made);
-    if (absl::Status s = CheckModelFitsData(model.get(), train, *device); !s.ok()) return s;
-    FlatModel params(model.get());
+    absl::StatusOr<Setup> setup = Prepare(o);
+    if (!setup.ok()) return setup.status();
+    FlatModel params(setup->model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
-
-    std::vector<float> weights = params.Values();
-    if (!o.init_from.empty()) {
-      if (absl::Status s = LoadInitialWeights(o.init_from, *layout, &weights); !s.ok()) return s;
-      params.Load(weights);
-      std::printf("[%s] initial weights from %s\n", o.name.c_str(), o.init_from.c_str());
+    absl::StatusOr<std::vector<float>> weights = InitialWeights(o, *layout, &params);
+    if (!weights.ok()) return weights.status();
+    const bool cuda = setup->device.is_cuda();
+    Session session(&client, *layout, SessionOptionsFor(o, *layout, cuda, setup->train.size()));
+    TrainerMetrics series(o.registry, o.name);  // from the start: a worker at the start barrier shows 0
+    absl::StatusOr<bool> joined = JoinJob(o, cuda, *weights, &session);
+    if (!joined.ok()) return joined.status();
+    if (!*joined) {
+      TrainerResult stopped;
+      stopped.stopped_by_server = true;
+      return stopped;
     }
-
-    SessionOptions so;
-    so.header.set_name(o.name);
-    so.header.set_host(o.host.empty() ? Hostname() : o.host);
-    so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
-    so.header.set_max_batch_size(o.max_batch);
-    so.header.set_dataset_size(static_cast<uint64_t>(train.size()));  // the server assigns the samples
-    so.header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);  // used when the server runs --wire_dtype=bf16
-    *so.header.mutable_layout() = LayoutToProto(*layout);
-    so.reconnect_timeout = o.reconnect_timeout;
-    so.connect_timeout = o.connect_timeout;
-    so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
-    so.interrupted = o.interrupted;
-    Session session(&client, *layout, so);
-    // The series exist from the start: a worker waiting at the start barrier shows 0.
-    TrainerMetrics series(o.registry, o.name);
-    std::printf("[%s] joining the server (the first round waits until the server's --num_workers have joined)\n",
-                o.name.c_str());
-    std::fflush(stdout);
-    if (absl::Status s = session.Join(weights); !s.ok()) return s;
-    TrainerResult result;
-    if (session.stop_requested()) {
-      std::printf("[%s] the server is shutting down: nothing to train\n", o.name.c_str());
-      result.stopped_by_server = true;
-      return result;
-    }
-    std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
-                session.worker_id(), cuda ? "cuda" : "cpu", session.batch(), v1::Mode_Name(session.mode()).c_str(),
-                session.global_samples(), session.samples().empty() ? " (own data order: the server assigns none)" : "");
-    std::fflush(stdout);
-
-    auto pull = [&]() -> absl::Status {
-      absl::StatusOr<bool> changed = session.Pull(absl::MakeSpan(weights));
-      if (!changed.ok()) return changed.status();
-      if (*changed) params.Load(weights);
-      return absl::OkStatus();
-    };
-    if (absl::Status s = pull(); !s.ok()) return s;
-
-    // A server that assigns no samples (an older one): this worker's own shuffled order.
-    // Seeded by the name too, so two such workers do not train the same order.
-    torch::Generator gen =
-        torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + std::hash<std::string>()(o.name));
-    torch::Tensor order = torch::randperm(train.size(), gen);
-    int64_t cursor = 0;
-    const double total_samples = o.epochs * train.size();
-    uint64_t samples_seen = 0;
-    // Evaluations happen each --eval_every_epochs of global progress (1: at epoch ends).
-    const double eval_span = o.eval_every_epochs * static_cast<double>(train.size());
-    int64_t last_eval_tick = static_cast<int64_t>(static_cast<double>(session.global_samples()) / eval_span);
-    std::optional<double> pending_accuracy;
-    std::unique_ptr<FILE, int (*)(FILE*)> sample_log(nullptr, &std::fclose);
-    if (!o.log_samples.empty()) {
-      sample_log.reset(std::fopen(o.log_samples.c_str(), "w"));
-      if (!sample_log) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", o.log_samples));
-    }
-    bool finished = false;
-    std::vector<float> grad;  // the push buffer, reused from step to step
-    double last_comm_seconds = 0;  // the last iteration's, from the end of compute to the reply
-    for (int64_t it = 0; o.max_iterations <= 0 || it < o.max_iterations;) {
-      if (o.interrupted != nullptr && o.interrupted->load()) {
-        session.Leave(/*finished=*/false);
-        return absl::CancelledError("interrupted: left the job");
-      }
-      // The samples the server assigned, or the next ones of this worker's own order.
-      torch::Tensor idx;
-      const google::protobuf::RepeatedPtrField<v1::SampleSpan> spans = session.samples();
-      std::vector<int64_t> assigned;
-      for (const v1::SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids().begin(), span.ids().end());
-      int64_t batch = static_cast<int64_t>(assigned.size());
-      if (!assigned.empty()) {
-        for (int64_t id : assigned) {
-          if (id < 0 || id >= train.size()) {
-            return absl::InvalidArgumentError(absl::StrCat("the server assigned sample ", id, " of a data set of ",
-                                                           train.size()));
-          }
-        }
-        idx = torch::from_blob(assigned.data(), {batch}, torch::kInt64).clone();
-      } else {
-        batch = session.batch();
-        if (cursor + batch > train.size()) {
-          order = torch::randperm(train.size(), gen);
-          cursor = 0;
-        }
-        idx = order.narrow(0, cursor, batch);
-        cursor += batch;
-      }
-      // Schedules follow the global epoch the server reports (the same for every worker).
-      if (std::string change = timing->Follow(static_cast<double>(session.global_samples()) / train.size());
-          !change.empty()) {
-        std::printf("[%s] %s\n", o.name.c_str(), change.c_str());
-        std::fflush(stdout);
-      }
-      v1::PushHeader push;
-      push.set_batch_size(batch);
-      push.set_iteration(it);
-      double loss_value = 0;
-      try {
-        torch::Tensor x, y;
-        if (cuda) {
-          std::vector<int64_t> shape(train.images.sizes().begin(), train.images.sizes().end());
-          if (!stage_x.defined() || stage_x.size(0) < batch) {
-            shape[0] = batch;
-            stage_x = torch::empty(shape, train.images.options().pinned_memory(true));
-            stage_y = torch::empty({batch}, train.labels.options().pinned_memory(true));
-          }
-          Synchronize(*device);  // the previous batch's copy out of the buffers is done
-          torch::Tensor hx = stage_x.narrow(0, 0, batch), hy = stage_y.narrow(0, 0, batch);
-          torch::index_select_out(hx, train.images, 0, idx);
-          torch::index_select_out(hy, train.labels, 0, idx);
-          x = hx.to(*device, /*non_blocking=*/true);
-          y = hy.to(*device, /*non_blocking=*/true);
-        } else {
-          x = train.images.index_select(0, idx);
-          y = train.labels.index_select(0, idx);
-        }
-        if (warmup && batch != warm_batch) {
-          torch::nn::functional::cross_entropy(model->Forward(x), y).backward();
-          warm_batch = batch;
-          std::printf("[%s] untimed warm-up step at batch %ld\n", o.name.c_str(), batch);
-        }
-        params.ZeroGrad();
-        Synchronize(*device);
-        timing->Start();
-        torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
-        loss.backward();
-        Synchronize(*device);
-        push.set_compute_seconds(timing->Finish(batch));
-        if (std::optional<std::string> warning = timing->TakeOverrunWarning()) {
-          std::printf("[%s] warning: %s\n", o.name.c_str(), warning->c_str());
-        }
-        series.EmulationOverruns(timing->overruns());
-        loss_value = loss.item<double>();
-        push.set_train_loss(loss_value);
-        params.Update(&grad);
-      } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
-        if (!IsOutOfMemory(e)) throw;
-        std::printf("[%s] out of memory at batch %ld: reporting it\n", o.name.c_str(), batch);
-        push.set_out_of_memory(true);
-        params.ZeroGrad();
-      }
-      push.set_samples_seen(samples_seen + (push.out_of_memory() ? 0 : batch));
-      if (pending_accuracy) {
-        push.set_has_test_accuracy(true);
-        push.set_test_accuracy(*pending_accuracy);
-      }
-      // The previous iteration's communication: the server takes out its own wait and the
-      // controller learns this worker's link time from the rest.
-      push.set_communication_seconds(last_comm_seconds);
-      const auto comm_start = Clock::now();
-      v1::PushResponse reply;
-      bool model_changed = false;  // one round trip: the reply brings the new model
-      absl::StatusOr<PushOutcome> outcome = session.PushPull(push, grad, absl::MakeSpan(weights), &reply, &model_changed);
-      const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
-      if (!outcome.ok()) return outcome.status();
-      if (*outcome == PushOutcome::kStop) {
-        std::printf("[%s] the server stopped the job\n", o.name.c_str());
-        result.stopped_by_server = true;
-        break;
-      }
-      if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
-        if (absl::Status s = pull(); !s.ok()) return s;
-        last_comm_seconds = 0;
-        continue;
-      }
-      last_comm_seconds = comm_seconds;
-      if (sample_log && reply.applied()) {  // test aid: the samples this worker's applied pushes trained
-        for (const v1::SampleSpan& span : spans) {
-          for (uint64_t id : span.ids()) std::fprintf(sample_log.get(), "%lu %lu\n", span.epoch(), id);
-        }
-        std::fflush(sample_log.get());
-      }
-      if (!push.out_of_memory()) samples_seen += batch;
-      pending_accuracy.reset();
-      result.iterations = ++it;
-      result.last_loss = loss_value;
-      if (o.log_every > 0 && ((it - 1) % o.log_every == 0)) {
-        std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o.name.c_str(), it - 1, batch,
-                    loss_value, 1000 * push.compute_seconds(), reply.model_version());
-        std::fflush(stdout);
-      }
-      if (model_changed) params.Load(weights);
-      series.Iteration(batch, push.compute_seconds(), comm_seconds, loss_value, push.out_of_memory());
-
-      const double global = static_cast<double>(reply.global_samples());
-      const int64_t eval_tick = static_cast<int64_t>(global / eval_span);
-      finished = (o.epochs > 0 && global >= total_samples) || (o.max_iterations > 0 && it >= o.max_iterations);
-      if (o.evaluate && (finished || eval_tick > last_eval_tick)) {
-        last_eval_tick = eval_tick;
-        result.test_accuracy = Evaluate(model.get(), test, *device);
-        series.Accuracy(result.test_accuracy);
-        // Whole epochs as "epoch 3", evaluations within one as "epoch 2.25".
-        const double epoch = global / train.size();
-        const bool whole = std::fabs(epoch - std::round(epoch)) < 1e-9 || o.eval_every_epochs >= 1;
-        std::printf("[%s] epoch %.*f: test accuracy %.2f%% (model version %lu)\n", o.name.c_str(), whole ? 0 : 2,
-                    whole ? std::floor(epoch) : epoch, 100 * result.test_accuracy, session.model_version());
-        std::fflush(stdout);
-        pending_accuracy = result.test_accuracy;
-      }
-      if (finished) {
-        // The last measurement goes to the server alone, on the model it was measured on:
-        // the final model, the summary and an export then agree.
-        if (pending_accuracy) {
-          v1::PushHeader report;
-          report.set_report_only(true);
-          report.set_has_test_accuracy(true);
-          report.set_test_accuracy(*pending_accuracy);
-          report.set_train_loss(loss_value);
-          absl::StatusOr<PushOutcome> r = session.Push(report, {}, weights, &reply);
-          if (!r.ok()) return r.status();
-        }
-        break;
-      }
-    }
-    if (!o.save_model.empty()) {
-      if (absl::Status s = model->Save(o.save_model); !s.ok()) return s;
-      std::printf("[%s] saved the trained TorchScript module to %s\n", o.name.c_str(), o.save_model.c_str());
-    }
-    session.Leave(finished);
-    result.pushes_sent = session.pushes_sent();
-    result.pushes_answered = session.pushes_answered();
-    return result;
+    TrainingLoop loop(o, &*setup, &params, &*timing, &session, &series, std::move(*weights));
+    return loop.Run();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));
   }
