@@ -355,7 +355,7 @@ def plots(results, out_dir, prefix):
     fig.savefig(os.path.join(out_dir, f"{prefix}_tta.png"), dpi=100)
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--ablation", action="store_true")
@@ -381,18 +381,13 @@ def main():
     ap.add_argument("--from_json", default=None,
                     help="re-render the tables and plots of earlier runs' JSON files, comma-separated (with --work: "
                          "their summaries), time to target at --target")
-    args = ap.parse_args()
-    if args.from_json:
-        rerender(args)
-        return
-    work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
-    os.makedirs(work, exist_ok=True)
-    os.makedirs(args.out, exist_ok=True)
-    started = time.monotonic()
-    modes, policies = ["sync", "async"], ["off", "paper", "omnilearn"]
-    levels = list(LEVELS) + ["dynamic"]
+    return ap.parse_args()
+
+
+def plan_jobs(args, levels, modes, policies):
+    """The runs to make as (level, policy, mode, extra server flags), and the results' file prefix.
+    Adjusts args, DYNAMIC, levels and policies for --quick, --ablation and --emulated."""
     prefix = "heterogeneity_emulated" if args.emulated else "heterogeneity"
-    jobs = []
     if args.quick:
         prefix += "_quick"
         args.epochs = min(args.epochs, 0.5)
@@ -425,46 +420,55 @@ def main():
     if args.emulated:
         policies[:0] = ["plain", "plain+ours"]
         policies.append("omnilearn/compute")
-    results = []
-    for repeat in range(args.repeats):
-        for level, policy, mode, extra in jobs:
-            name = f"{mode}-{level}-{policy.replace('+', '_').replace('/', '_')}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
-            epochs = args.step_epochs * len(DYNAMIC) if level == "dynamic" else args.epochs
-            cluster = None
-            if args.emulated:
-                links = {h: args.link for h in ["ps", "w0", "w1", "w2", "w3"]}
-                if level.endswith("+slow"):
-                    links["w3"] = args.slow_link  # the fastest device at HL8
-                cluster = Cluster(links)
-            try:
-                server_policy = {"plain": "off", "plain+ours": "omnilearn", "omnilearn/compute": "omnilearn"}.get(
-                    policy, policy)
-                r = run_job(args.bin, work, name, mode, server_policy, base_level(level)
-                            if level != "dynamic" else level, epochs, args, extra, cluster)
-            finally:
-                if cluster:
-                    cluster.close()
-            r["policy"], r["schedule"] = policy, level
-            r["repeat"], r["server_flags"] = repeat, list(extra)
-            results.append(r)
-            print(f"{name}: wall {r['wall_seconds']:.1f} s, accuracy {100 * r['final_accuracy']:.2f}%, "
-                  f"time to {100 * args.target:.0f}% {fmt(r['time_to_target'])} s, steady spread "
-                  f"{fmt(r['steady_spread'], '{:.2f}')}", flush=True)
-    elapsed = time.monotonic() - started
+    return jobs, prefix
+
+
+def run_one(args, work, repeat, level, policy, mode, extra):
+    """One job (on its own emulated cluster with --emulated); its result, labelled."""
+    name = f"{mode}-{level}-{policy.replace('+', '_').replace('/', '_')}-{'-'.join(e.strip('-').replace('=', '') for e in extra) or 'default'}-r{repeat}"
+    epochs = args.step_epochs * len(DYNAMIC) if level == "dynamic" else args.epochs
+    cluster = None
+    if args.emulated:
+        links = {h: args.link for h in ["ps", "w0", "w1", "w2", "w3"]}
+        if level.endswith("+slow"):
+            links["w3"] = args.slow_link  # the fastest device at HL8
+        cluster = Cluster(links)
+    try:
+        server_policy = {"plain": "off", "plain+ours": "omnilearn", "omnilearn/compute": "omnilearn"}.get(
+            policy, policy)
+        r = run_job(args.bin, work, name, mode, server_policy, base_level(level)
+                    if level != "dynamic" else level, epochs, args, extra, cluster)
+    finally:
+        if cluster:
+            cluster.close()
+    r["policy"], r["schedule"] = policy, level
+    r["repeat"], r["server_flags"] = repeat, list(extra)
+    print(f"{name}: wall {r['wall_seconds']:.1f} s, accuracy {100 * r['final_accuracy']:.2f}%, "
+          f"time to {100 * args.target:.0f}% {fmt(r['time_to_target'])} s, steady spread "
+          f"{fmt(r['steady_spread'], '{:.2f}')}", flush=True)
+    return r
+
+
+def ablation_table(results, modes):
+    lines = ["| mode | policy | server flags | wall time (s) | final accuracy | accuracy at the first run's wall time |",
+             "|---|---|---|---|---|---|"]
+    for mode in modes:
+        first = next(r for r in results if r["mode"] == mode)
+        for r in (x for x in results if x["mode"] == mode):
+            at = accuracy_at(r, first["wall_seconds"])
+            lines.append(f"| {mode} | {r['policy']} | {' '.join(r['server_flags'])} | {r['wall_seconds']:.1f} | "
+                         f"{100 * r['final_accuracy']:.2f}% | {fmt(None if at is None else 100 * at, '{:.2f}%')} |")
+    return "\n".join(lines)
+
+
+def report(args, results, prefix, levels, modes, policies, elapsed):
+    """The JSON, the tables (and plots) of the runs, in --out."""
     bound_ratios(results, args)
     doc = {"args": vars(args), "elapsed_seconds": elapsed, "levels": {l: slowdowns(l) for l in LEVELS},
            "dynamic": DYNAMIC, "results": results}
     json.dump(doc, open(os.path.join(args.out, f"{prefix}.json"), "w"), indent=1)
     if args.ablation:
-        lines = ["| mode | policy | server flags | wall time (s) | final accuracy | accuracy at the first run's wall time |",
-                 "|---|---|---|---|---|---|"]
-        for mode in modes:
-            first = next(r for r in results if r["mode"] == mode)
-            for r in (x for x in results if x["mode"] == mode):
-                at = accuracy_at(r, first["wall_seconds"])
-                lines.append(f"| {mode} | {r['policy']} | {' '.join(r['server_flags'])} | {r['wall_seconds']:.1f} | "
-                             f"{100 * r['final_accuracy']:.2f}% | {fmt(None if at is None else 100 * at, '{:.2f}%')} |")
-        text = "\n".join(lines)
+        text = ablation_table(results, modes)
     else:
         text = tables(results, [l for l in levels if any(r["schedule"] == l for r in results)], modes, policies)
         if args.emulated:
@@ -476,6 +480,22 @@ def main():
     text += f"\n\n{len(results)} runs in {elapsed / 60:.1f} min; command: {' '.join(sys.argv)}\n"
     open(os.path.join(args.out, f"{prefix}.md"), "w").write(text)
     print(text)
+
+
+def main():
+    args = parse_args()
+    if args.from_json:
+        rerender(args)
+        return
+    work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.monotonic()
+    modes, policies = ["sync", "async"], ["off", "paper", "omnilearn"]
+    levels = list(LEVELS) + ["dynamic"]
+    jobs, prefix = plan_jobs(args, levels, modes, policies)
+    results = [run_one(args, work, repeat, *job) for repeat in range(args.repeats) for job in jobs]
+    report(args, results, prefix, levels, modes, policies, time.monotonic() - started)
     if args.quick:
         check_quick(results, timed=args.emulated)
 

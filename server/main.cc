@@ -196,79 +196,77 @@ absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpo
   return absl::OkStatus();
 }
 
-int Run() {
-  // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
-  // context. Blocked first, before any thread exists (civetweb's, gRPC's): threads
-  // inherit the mask, and one that left them unblocked would let a SIGTERM kill the
-  // process before the summary is written.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
-  if (absl::Status s = CheckFlags(); !s.ok()) return fail(s, 2);
-  ServerOptions o;
-  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
-  if (!mode.ok()) return fail(mode.status(), 2);
-  auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
-  if (!policy.ok()) return fail(policy.status(), 2);
-  auto balance = controller::ParseBalance(absl::GetFlag(FLAGS_balance));
-  if (!balance.ok()) return fail(balance.status(), 2);
+absl::StatusOr<bool> OnOff(const std::string& flag, const std::string& value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": want on or off"));
+}
+
+absl::StatusOr<v1::WireDtype> WireDtypeFromFlag() {
   const std::string wire = absl::GetFlag(FLAGS_wire_dtype);
   if (wire != "f32" && wire != "bf16") {
-    return fail(absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", wire, ": want f32 or bf16")), 2);
+    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", wire, ": want f32 or bf16"));
   }
-  const v1::WireDtype wire_dtype = wire == "bf16" ? v1::WIRE_DTYPE_BF16 : v1::WIRE_DTYPE_F32;
+  return wire == "bf16" ? v1::WIRE_DTYPE_BF16 : v1::WIRE_DTYPE_F32;
+}
+
+// The flags that name a choice (mode, controller, optimizer...), parsed into `o`.
+absl::Status ParseChoices(ServerOptions* o) {
+  auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return mode.status();
+  auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
+  if (!policy.ok()) return policy.status();
+  auto balance = controller::ParseBalance(absl::GetFlag(FLAGS_balance));
+  if (!balance.ok()) return balance.status();
   auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
-  if (!optimizer.ok()) return fail(optimizer.status(), 2);
-  const std::string schedule_name = absl::GetFlag(FLAGS_lr_schedule).empty()
-                                        ? (absl::GetFlag(FLAGS_lr_decay_steps) > 0 || absl::GetFlag(FLAGS_lr_decay_epochs) > 0
-                                               ? "step"
-                                               : "constant")
-                                        : absl::GetFlag(FLAGS_lr_schedule);
-  auto schedule = ParseLrSchedule(schedule_name);
-  if (!schedule.ok()) return fail(schedule.status(), 2);
-  auto on_off = [](const std::string& flag, const std::string& value) -> absl::StatusOr<bool> {
-    if (value == "on") return true;
-    if (value == "off") return false;
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": want on or off"));
-  };
-  auto lr_scaling = on_off("lr_scaling", absl::GetFlag(FLAGS_lr_scaling));
-  if (!lr_scaling.ok()) return fail(lr_scaling.status(), 2);
-  auto damping = on_off("staleness_damping", absl::GetFlag(FLAGS_staleness_damping));
-  if (!damping.ok()) return fail(damping.status(), 2);
+  if (!optimizer.ok()) return optimizer.status();
+  const bool step_by_default = absl::GetFlag(FLAGS_lr_decay_steps) > 0 || absl::GetFlag(FLAGS_lr_decay_epochs) > 0;
+  auto schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule).empty() ? (step_by_default ? "step" : "constant")
+                                                                          : absl::GetFlag(FLAGS_lr_schedule));
+  if (!schedule.ok()) return schedule.status();
+  auto lr_scaling = OnOff("lr_scaling", absl::GetFlag(FLAGS_lr_scaling));
+  if (!lr_scaling.ok()) return lr_scaling.status();
+  auto damping = OnOff("staleness_damping", absl::GetFlag(FLAGS_staleness_damping));
+  if (!damping.ok()) return damping.status();
   const std::string aggregation = absl::GetFlag(FLAGS_aggregation);
   if (aggregation != "weighted" && aggregation != "mean") {
-    return fail(absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean")), 2);
+    return absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean"));
   }
-  o.aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
-  o.async_rule.lr_scaling = *lr_scaling;
-  o.async_rule.staleness_damping = *damping;
-  o.mode = *mode;
+  o->mode = *mode;
+  o->controller.policy = *policy;
+  o->controller.balance = *balance;
+  o->optimizer.kind = *optimizer;
+  o->optimizer.schedule = *schedule;
+  o->async_rule.lr_scaling = *lr_scaling;
+  o->async_rule.staleness_damping = *damping;
+  o->aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
+  return absl::OkStatus();
+}
+
+// The server's options from the flags; `wire_dtype` is the service's.
+absl::StatusOr<ServerOptions> OptionsFromFlags(v1::WireDtype* wire_dtype) {
+  if (absl::Status s = CheckFlags(); !s.ok()) return s;
+  ServerOptions o;
+  if (absl::Status s = ParseChoices(&o); !s.ok()) return s;
+  absl::StatusOr<v1::WireDtype> wire = WireDtypeFromFlag();
+  if (!wire.ok()) return wire.status();
+  *wire_dtype = *wire;
   o.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout));
   o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease));
   o.adjust_every = absl::GetFlag(FLAGS_adjust_every);
-  o.controller.policy = *policy;
-  o.controller.balance = *balance;
   o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
   o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
   o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
   o.controller.deadband = absl::GetFlag(FLAGS_deadband);
-  o.optimizer.kind = *optimizer;
   o.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
   o.optimizer.momentum = absl::GetFlag(FLAGS_momentum);
   o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   o.optimizer.beta1 = absl::GetFlag(FLAGS_beta1);
   o.optimizer.beta2 = absl::GetFlag(FLAGS_beta2);
   o.optimizer.eps = absl::GetFlag(FLAGS_eps);
-  o.optimizer.schedule = *schedule;
   o.optimizer.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.optimizer.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);
   o.optimizer.lr_decay_epochs = absl::GetFlag(FLAGS_lr_decay_epochs);
@@ -283,119 +281,93 @@ int Run() {
     std::printf("omnilearn_server: %s\n", line.c_str());
     std::fflush(stdout);
   };
-  auto core = ParameterServerCore::Create(o);
-  if (!core.ok()) return fail(core.status(), 2);
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return fail(s, 2);
-  auto credentials = MakeServerCredentials(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
-  if (!credentials.ok()) return fail(credentials.status(), 2);
+  return o;
+}
+
+// --auth_token_file's token ("" without one); warns when the port is open to anyone.
+absl::StatusOr<std::string> TokenFromFlags() {
   std::string token;
   if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
     absl::StatusOr<std::string> t = ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
-    if (!t.ok()) return fail(t.status(), 2);
+    if (!t.ok()) return t.status();
     token = *t;
   }
-  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
-  if (!IsLoopbackAddress(absl::GetFlag(FLAGS_bind)) && !tls && token.empty()) {
+  if (!IsLoopbackAddress(absl::GetFlag(FLAGS_bind)) && absl::GetFlag(FLAGS_tls_cert).empty() && token.empty()) {
     std::fprintf(stderr,
                  "omnilearn_server: WARNING: listening on %s with neither TLS nor a token: anyone who can reach "
                  "this port can read and change the model (see --tls_cert, --auth_token_file)\n",
                  absl::GetFlag(FLAGS_bind).c_str());
   }
-  metrics::AddProcessMetrics((*core)->registry());
-  std::unique_ptr<metrics::MetricsExposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
-    auto e = metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
-                                            &(*core)->registry());
-    if (!e.ok()) return fail(e.status(), 1);
-    exposer = std::move(*e);
-  }
+  return token;
+}
 
-  ServiceLimits limits;
-  limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
-  ParameterServerService service(core->get(), absl::Minutes(10), token, limits, wire_dtype);
-  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(address, *credentials, &bound_port);
-  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0) {
-    std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
-    return 1;
-  }
-  const absl::Time start = absl::Now();
+void PrintListening(const ServerOptions& o, int port, v1::WireDtype wire_dtype, bool token,
+                    const metrics::MetricsExposer* exposer) {
+  const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
   std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s wire=%s global_batch=%ld "
               "workers=%d tls=%s token=%s metrics=%s\n",
-              absl::GetFlag(FLAGS_bind).c_str(), bound_port, ModeName(o.mode).c_str(),
+              absl::GetFlag(FLAGS_bind).c_str(), port, ModeName(o.mode).c_str(),
               controller::PolicyName(o.controller.policy).c_str(), controller::BalanceName(o.controller.balance).c_str(),
-              WireDtypeName(wire_dtype),
-              o.controller.global_batch, o.num_workers,
-              tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token.empty() ? "off" : "on",
+              WireDtypeName(wire_dtype), o.controller.global_batch, o.num_workers,
+              tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token ? "on" : "off",
               exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str()
                       : "off");
   std::fflush(stdout);
+}
 
-  std::atomic<bool> stopping{false};
-  std::thread monitor([&] {
-    uint64_t shown_changes = 0;
-    const absl::Duration progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
-    absl::Time last_progress = absl::Now();
-    // From what a resumed job had trained already: a rate counts this run's samples only.
-    uint64_t last_samples = (*core)->Snapshot().global_samples, last_job = 1;
-    while (!stopping.load()) {
-      absl::SleepFor(absl::Milliseconds(200));
-      if (checkpointer) ReportCheckpoint(checkpointer->MaybeCheckpoint());
-      const ServerSnapshot s = (*core)->Snapshot();
-      if (s.job != last_job) last_job = s.job, last_samples = 0, shown_changes = 0;
-      if (absl::GetFlag(FLAGS_quiet)) continue;
-      if (s.plan_changes != shown_changes) {  // a line only when the batch plan changed
-        shown_changes = s.plan_changes;
-        std::printf("%s\n", AdjustmentLine(s).c_str());
-        std::fflush(stdout);
-      }
-      const absl::Time now = absl::Now();
-      if (progress_every > absl::ZeroDuration() && now - last_progress >= progress_every && s.version > 0 &&
-          !s.job_finished) {
-        std::printf("%s\n", ProgressLine(s, s.global_samples - last_samples, now - last_progress).c_str());
-        std::fflush(stdout);
-        last_progress = now;
-        last_samples = s.global_samples;
-      }
+// Until `stopping`: timed checkpoints, a line when the batch plan changes, and progress
+// lines every --progress_every_s.
+void Monitor(ParameterServerCore* core, Checkpointer* checkpointer, const std::atomic<bool>* stopping) {
+  uint64_t shown_changes = 0;
+  const absl::Duration progress_every = absl::Seconds(absl::GetFlag(FLAGS_progress_every_s));
+  absl::Time last_progress = absl::Now();
+  // From what a resumed job had trained already: a rate counts this run's samples only.
+  uint64_t last_samples = core->Snapshot().global_samples, last_job = 1;
+  while (!stopping->load()) {
+    absl::SleepFor(absl::Milliseconds(200));
+    if (checkpointer != nullptr) ReportCheckpoint(checkpointer->MaybeCheckpoint());
+    const ServerSnapshot s = core->Snapshot();
+    if (s.job != last_job) last_job = s.job, last_samples = 0, shown_changes = 0;
+    if (absl::GetFlag(FLAGS_quiet)) continue;
+    if (s.plan_changes != shown_changes) {  // a line only when the batch plan changed
+      shown_changes = s.plan_changes;
+      std::printf("%s\n", AdjustmentLine(s).c_str());
+      std::fflush(stdout);
     }
-  });
+    const absl::Time now = absl::Now();
+    if (progress_every > absl::ZeroDuration() && now - last_progress >= progress_every && s.version > 0 &&
+        !s.job_finished) {
+      std::printf("%s\n", ProgressLine(s, s.global_samples - last_samples, now - last_progress).c_str());
+      std::fflush(stdout);
+      last_progress = now;
+      last_samples = s.global_samples;
+    }
+  }
+}
 
-  // Until a signal, or (--exit_when_done) the end of the job.
-  int sig = 0;
+// Until a signal, or (--exit_when_done) the end of the job.
+void AwaitSignalOrEnd(const sigset_t& signals, ParameterServerCore* core) {
   const timespec tick = {0, 200 * 1000 * 1000};
   while (true) {
-    sig = sigtimedwait(&signals, nullptr, &tick);
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
     if (sig > 0) {
       std::printf("omnilearn_server: signal %d: shutting down; telling the workers to stop\n", sig);
       break;
     }
-    if (absl::GetFlag(FLAGS_exit_when_done) && (*core)->Snapshot().job_finished) {
+    if (absl::GetFlag(FLAGS_exit_when_done) && core->Snapshot().job_finished) {
       std::printf("omnilearn_server: the job is finished: exiting (--exit_when_done)\n");
       break;
     }
   }
   std::fflush(stdout);
-  (*core)->Shutdown();
-  // Every later call is answered "stop"; keep answering until each live worker heard it.
-  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
-  if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {
-    std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
-                absl::ToDoubleSeconds(grace));
-  }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  stopping.store(true);
-  monitor.join();
+}
+
+// The last checkpoint, the export and the summary; the exit status (1 when one failed).
+int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, absl::Time start) {
   int rc = 0;
-  if (checkpointer && !ReportCheckpoint(checkpointer->CheckpointNow())) rc = 1;
+  if (checkpointer != nullptr && !ReportCheckpoint(checkpointer->CheckpointNow())) rc = 1;
   if (!absl::GetFlag(FLAGS_export).empty()) {
-    absl::StatusOr<CheckpointState> state = (*core)->Capture();
+    absl::StatusOr<CheckpointState> state = core->Capture();
     absl::Status s = state.ok() ? ExportModel(absl::GetFlag(FLAGS_export), state->layout, *state->weights,
                                               state->version)
                                 : state.status();
@@ -408,11 +380,10 @@ int Run() {
       rc = 1;
     }
   }
-  const ServerSnapshot s = (*core)->Snapshot();
-  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  const ServerSnapshot s = core->Snapshot();
   const std::string path = absl::GetFlag(FLAGS_summary_json);
   if (!path.empty()) {
-    const std::string json = SummaryJson(s, wall);
+    const std::string json = SummaryJson(s, absl::ToDoubleSeconds(absl::Now() - start));
     absl::Status written = WriteFileAtomically(path, [&](const ByteSink& write) {
       return write(json.data(), json.size()) ? absl::OkStatus() : absl::DataLossError("short write");
     });
@@ -424,6 +395,74 @@ int Run() {
   }
   std::printf("final: %s\n", AdjustmentLine(s).c_str());
   return rc;
+}
+
+int Run() {
+  // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
+  // context. Blocked first, before any thread exists (civetweb's, gRPC's): threads
+  // inherit the mask, and one that left them unblocked would let a SIGTERM kill the
+  // process before the summary is written.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  auto fail = [](const absl::Status& s, int code) {
+    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
+    return code;
+  };
+  v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
+  absl::StatusOr<ServerOptions> o = OptionsFromFlags(&wire_dtype);
+  if (!o.ok()) return fail(o.status(), 2);
+  auto core = ParameterServerCore::Create(*o);
+  if (!core.ok()) return fail(core.status(), 2);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return fail(s, 2);
+  auto credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) return fail(credentials.status(), 2);
+  absl::StatusOr<std::string> token = TokenFromFlags();
+  if (!token.ok()) return fail(token.status(), 2);
+  metrics::AddProcessMetrics((*core)->registry());
+  std::unique_ptr<metrics::MetricsExposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
+    auto e = metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
+                                            &(*core)->registry());
+    if (!e.ok()) return fail(e.status(), 1);
+    exposer = std::move(*e);
+  }
+
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
+  ParameterServerService service(core->get(), absl::Minutes(10), *token, limits, wire_dtype);
+  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(address, *credentials, &bound_port);
+  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
+    return 1;
+  }
+  const absl::Time start = absl::Now();
+  PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer.get());
+
+  std::atomic<bool> stopping{false};
+  std::thread monitor(Monitor, core->get(), checkpointer.get(), &stopping);
+  AwaitSignalOrEnd(signals, core->get());
+  (*core)->Shutdown();
+  // Every later call is answered "stop"; keep answering until each live worker heard it.
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {
+    std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
+                absl::ToDoubleSeconds(grace));
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  stopping.store(true);
+  monitor.join();
+  return WriteResults(core->get(), checkpointer.get(), start);
 }
 
 }  // namespace
