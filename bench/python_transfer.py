@@ -22,12 +22,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from omnilearn.run import free_port, wait_listening  # noqa: E402  (the checkout's library)
 
 
 class Server:
@@ -38,15 +34,7 @@ class Server:
              "--num_workers=1", "--global_batch=32", "--momentum=0", "--lr=0.001", "--metrics_port=0", "--quiet"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.address = f"127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
-        while True:  # until it listens
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError("the server did not start")
-                time.sleep(0.05)
+        wait_listening(self.port, self.proc, seconds=30)
 
     def __enter__(self):
         return self
@@ -119,7 +107,6 @@ def main():
     p.add_argument("--legacy_python", default="",
                    help="also time the round of the Python worker at this python/ folder (e.g. of an older commit)")
     args = p.parse_args()
-    sys.path.insert(0, os.path.join(ROOT, "python"))
     rows = []
     print("python_transfer: the Python worker against the C++ worker, each alone on its own server (async);")
     print("rates in GB/s of model bytes (a round moves the model both ways), medians of all repetitions")

@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/bench_util.h"
 #include "common/large_buffers.h"
 #include "common/model_layout.h"
 #include "common/tensor_codec.h"
@@ -23,10 +24,6 @@ ABSL_FLAG(int, reps, 5, "repetitions");
 
 namespace omnilearn {
 namespace {
-
-double Since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string Json(const std::vector<double>& v) {
   std::string out = "[";
@@ -56,16 +53,16 @@ int Run() {
     v1::PushResponse reply;
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<worker::PushOutcome> o = session.Push(h, gradient, weights, &reply);
-    push.push_back(Since(start));
+    push.push_back(bench::Seconds(start));
     if (!o.ok()) s = o.status();
     start = std::chrono::steady_clock::now();
     absl::StatusOr<bool> changed = session.Pull(absl::MakeSpan(weights));  // the push moved the model
-    pull.push_back(Since(start));
+    pull.push_back(bench::Seconds(start));
     if (s.ok() && !changed.ok()) s = changed.status();
     bool moved = false;
     start = std::chrono::steady_clock::now();
     o = session.PushPull(h, gradient, absl::MakeSpan(weights), &reply, &moved);
-    round.push_back(Since(start));
+    round.push_back(bench::Seconds(start));
     if (s.ok() && !o.ok()) s = o.status();
   }
   session.Leave(true);

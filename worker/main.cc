@@ -10,7 +10,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flag_checks.h"
@@ -103,11 +102,129 @@ absl::Status CheckFlags() {
   });
 }
 
+// torchrun-style configuration: what the command line leaves out, the environment gives.
+absl::Status ApplyEnvironment(int argc, char** argv) {
+  return omnilearn::FlagsFromEnvironment(argc, argv, {{"server", "OMNILEARN_SERVER"},
+                                                      {"name", "OMNILEARN_NAME"},
+                                                      {"auth_token_file", "OMNILEARN_AUTH_TOKEN_FILE"},
+                                                      {"tls_ca", "OMNILEARN_TLS_CA"},
+                                                      {"tls_cert", "OMNILEARN_TLS_CERT"},
+                                                      {"tls_key", "OMNILEARN_TLS_KEY"},
+                                                      {"tls_server_name", "OMNILEARN_TLS_SERVER_NAME"}});
+}
+
+// --check_device: says whether LibTorch can use the device; the exit status.
+int CheckDevice(const std::string& check) {
+  const omnilearn::worker::CudaInfo cuda = omnilearn::worker::ProbeCuda();
+  std::string note;
+  absl::StatusOr<torch::Device> d = omnilearn::worker::PickDevice(check, cuda, &note);
+  std::printf("LibTorch with CUDA: %s; CUDA devices visible: %d\n", cuda.built_with_cuda ? "yes" : "no",
+              cuda.devices);
+  if (!d.ok()) {
+    std::fprintf(stderr, "cannot use %s: %s\n", check.c_str(), std::string(d.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s: usable as %s%s%s\n", check.c_str(), d->str().c_str(), note.empty() ? "" : "; ", note.c_str());
+  return 0;
+}
+
+// The trainer's options from the flags (the name already set).
+absl::Status TrainerOptionsFromFlags(omnilearn::worker::TrainerOptions* o) {
+  o->host = absl::GetFlag(FLAGS_host);
+  o->device = absl::GetFlag(FLAGS_device);
+  o->warmup = absl::GetFlag(FLAGS_warmup);
+  o->model = absl::GetFlag(FLAGS_model);
+  o->model_file = absl::GetFlag(FLAGS_model_file);
+  o->dataset = absl::GetFlag(FLAGS_dataset);
+  o->data_dir = absl::GetFlag(FLAGS_data_dir);
+  o->synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
+  o->threads = absl::GetFlag(FLAGS_threads);
+  o->slowdown = absl::GetFlag(FLAGS_slowdown);
+  o->slowdown_schedule = absl::GetFlag(FLAGS_slowdown_schedule);
+  o->emulate_device = absl::GetFlag(FLAGS_emulate_device);
+  o->epochs = absl::GetFlag(FLAGS_epochs);
+  o->max_iterations = absl::GetFlag(FLAGS_max_iterations);
+  o->seed = absl::GetFlag(FLAGS_seed);
+  o->evaluate = absl::GetFlag(FLAGS_evaluate);
+  o->eval_every_epochs = absl::GetFlag(FLAGS_eval_every_epochs);
+  o->max_batch = absl::GetFlag(FLAGS_max_batch);
+  o->log_every = absl::GetFlag(FLAGS_log_every);
+  o->init_from = absl::GetFlag(FLAGS_init_from);
+  o->save_model = absl::GetFlag(FLAGS_save_model);
+  o->log_samples = absl::GetFlag(FLAGS_log_samples);
+  o->reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
+  o->connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout));
+  o->server_hint = absl::StrCat("--server=", absl::GetFlag(FLAGS_server));
+  if (!o->save_model.empty() && o->model_file.empty()) {
+    return absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<omnilearn::worker::PsClient>> ClientFromFlags() {
+  omnilearn::worker::ClientOptions c;
+  c.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout));
+  c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    absl::StatusOr<std::string> token = omnilearn::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
+    if (!token.ok()) return token.status();
+    c.auth_token = *token;
+  }
+  return omnilearn::worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server), c);
+}
+
+// /metrics for this worker's series when --metrics_port asks for it (null otherwise).
+absl::StatusOr<std::unique_ptr<omnilearn::metrics::MetricsExposer>> StartMetrics(
+    omnilearn::metrics::Registry* registry) {
+  if (absl::GetFlag(FLAGS_metrics_port) == 0) return nullptr;
+  omnilearn::metrics::AddProcessMetrics(*registry);
+  return omnilearn::metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
+                                                   registry);
+}
+
+// SIGINT / SIGTERM (blocked in every thread) are taken here: the worker leaves the job
+// after its current step. A worker blocked in a call (a barrier the others never reach)
+// cannot leave in time: it is given a bounded while, then goes without leaving.
+struct SignalWatch {
+  std::atomic<bool> interrupted{false};
+  std::atomic<int> signal_number{0};
+  std::atomic<bool> done{false};
+
+  void Start(sigset_t signals, const std::string& name) {
+    std::thread([this, signals, name] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      signal_number.store(sig);
+      interrupted.store(true);
+      std::fprintf(stderr, "[%s] signal %d: leaving the job after the current step\n", name.c_str(), sig);
+      for (int i = 0; i < 100 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (!done.load()) {
+        std::fprintf(stderr, "[%s] still blocked after 10 s: exiting without leaving\n", name.c_str());
+        std::fflush(stderr);
+        _exit(128 + sig);
+      }
+    }).detach();
+  }
+};
+
+// The exit status of a training run, with its last line.
+int Report(const std::string& name, const absl::StatusOr<omnilearn::worker::TrainerResult>& result) {
+  if (!result.ok()) return Fail(name, result.status());
+  std::printf("[%s] done%s: %ld iterations, last loss %.4f", name.c_str(),
+              result->stopped_by_server ? " (stopped by the server)" : "", result->iterations, result->last_loss);
+  if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
+  std::printf("; pushes: sent %lu, answered %lu\n", result->pushes_sent, result->pushes_answered);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // SIGINT / SIGTERM are taken by a thread (below) so the worker leaves the job before
-  // it exits. Blocked first, before any thread exists: threads inherit the mask.
+  // SIGINT / SIGTERM are taken by a thread (SignalWatch) so the worker leaves the job
+  // before it exits. Blocked first, before any thread exists: threads inherit the mask.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
@@ -120,127 +237,36 @@ int main(int argc, char** argv) {
       "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|cuda:N|auto] [--model=cnn] [--epochs=E]");
   omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   absl::ParseCommandLine(argc, argv);
-  // torchrun-style configuration: what the command line leaves out, the environment gives.
-  if (absl::Status s = omnilearn::FlagsFromEnvironment(argc, argv, {{"server", "OMNILEARN_SERVER"},
-                                                                    {"name", "OMNILEARN_NAME"},
-                                                                    {"auth_token_file", "OMNILEARN_AUTH_TOKEN_FILE"},
-                                                                    {"tls_ca", "OMNILEARN_TLS_CA"},
-                                                                    {"tls_cert", "OMNILEARN_TLS_CERT"},
-                                                                    {"tls_key", "OMNILEARN_TLS_KEY"},
-                                                                    {"tls_server_name", "OMNILEARN_TLS_SERVER_NAME"}});
-      !s.ok()) {
+  if (absl::Status s = ApplyEnvironment(argc, argv); !s.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  if (const std::string check = absl::GetFlag(FLAGS_check_device); !check.empty()) {
-    const omnilearn::worker::CudaInfo cuda = omnilearn::worker::ProbeCuda();
-    std::string note;
-    absl::StatusOr<torch::Device> d = omnilearn::worker::PickDevice(check, cuda, &note);
-    std::printf("LibTorch with CUDA: %s; CUDA devices visible: %d\n", cuda.built_with_cuda ? "yes" : "no",
-                cuda.devices);
-    if (!d.ok()) {
-      std::fprintf(stderr, "cannot use %s: %s\n", check.c_str(), std::string(d.status().message()).c_str());
-      return 1;
-    }
-    std::printf("%s: usable as %s%s%s\n", check.c_str(), d->str().c_str(), note.empty() ? "" : "; ", note.c_str());
-    return 0;
-  }
+  if (const std::string check = absl::GetFlag(FLAGS_check_device); !check.empty()) return CheckDevice(check);
   omnilearn::worker::TrainerOptions o;
   o.name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
   if (absl::Status s = CheckFlags(); !s.ok()) return Fail(o.name, s);
-  o.host = absl::GetFlag(FLAGS_host);
-  o.device = absl::GetFlag(FLAGS_device);
-  o.warmup = absl::GetFlag(FLAGS_warmup);
-  o.model = absl::GetFlag(FLAGS_model);
-  o.model_file = absl::GetFlag(FLAGS_model_file);
-  o.dataset = absl::GetFlag(FLAGS_dataset);
-  o.data_dir = absl::GetFlag(FLAGS_data_dir);
-  o.synthetic_samples = absl::GetFlag(FLAGS_synthetic_samples);
-  o.threads = absl::GetFlag(FLAGS_threads);
-  o.slowdown = absl::GetFlag(FLAGS_slowdown);
-  o.slowdown_schedule = absl::GetFlag(FLAGS_slowdown_schedule);
-  o.emulate_device = absl::GetFlag(FLAGS_emulate_device);
-  o.epochs = absl::GetFlag(FLAGS_epochs);
-  o.max_iterations = absl::GetFlag(FLAGS_max_iterations);
-  o.seed = absl::GetFlag(FLAGS_seed);
-  o.evaluate = absl::GetFlag(FLAGS_evaluate);
-  o.eval_every_epochs = absl::GetFlag(FLAGS_eval_every_epochs);
-  o.max_batch = absl::GetFlag(FLAGS_max_batch);
-  o.log_every = absl::GetFlag(FLAGS_log_every);
-  o.init_from = absl::GetFlag(FLAGS_init_from);
-  o.save_model = absl::GetFlag(FLAGS_save_model);
-  o.log_samples = absl::GetFlag(FLAGS_log_samples);
-  o.reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
-  o.connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout));
-  if (!o.save_model.empty() && o.model_file.empty()) {
-    return Fail(o.name, absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)"));
-  }
+  if (absl::Status s = TrainerOptionsFromFlags(&o); !s.ok()) return Fail(o.name, s);
   if (absl::GetFlag(FLAGS_evaluate_only)) {
     absl::StatusOr<double> accuracy = omnilearn::worker::EvaluateOnly(o);
     if (!accuracy.ok()) return Fail(o.name, accuracy.status());
     std::printf("[%s] %s: test accuracy %.2f%%\n", o.name.c_str(), o.init_from.c_str(), 100 * *accuracy);
     return 0;
   }
-  omnilearn::worker::ClientOptions c;
-  c.rpc_timeout = absl::Seconds(absl::GetFlag(FLAGS_rpc_timeout));
-  c.tls_ca = absl::GetFlag(FLAGS_tls_ca);
-  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
-  c.tls_key = absl::GetFlag(FLAGS_tls_key);
-  c.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
-    absl::StatusOr<std::string> token = omnilearn::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
-    if (!token.ok()) return Fail(o.name, token.status());
-    c.auth_token = *token;
-  }
-  auto client = omnilearn::worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server), c);
+  auto client = ClientFromFlags();
   if (!client.ok()) return Fail(o.name, client.status());
-
   omnilearn::metrics::Registry registry;
-  std::unique_ptr<omnilearn::metrics::MetricsExposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
-    omnilearn::metrics::AddProcessMetrics(registry);
-    auto e = omnilearn::metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind),
-                                                       absl::GetFlag(FLAGS_metrics_port), &registry);
-    if (!e.ok()) return Fail(o.name, e.status());
-    exposer = std::move(*e);
-    o.registry = &registry;
-  }
-  std::atomic<bool> interrupted{false};
-  std::atomic<int> signal_number{0};
-  std::atomic<bool> done{false};
-  o.interrupted = &interrupted;
-  std::thread([&, name = o.name] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    signal_number.store(sig);
-    interrupted.store(true);
-    std::fprintf(stderr, "[%s] signal %d: leaving the job after the current step\n", name.c_str(), sig);
-    // A worker blocked in a call (a barrier the others never reach) cannot leave in
-    // time: give it a bounded while, then go without it.
-    for (int i = 0; i < 100 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    if (!done.load()) {
-      std::fprintf(stderr, "[%s] still blocked after 10 s: exiting without leaving\n", name.c_str());
-      std::fflush(stderr);
-      _exit(128 + sig);
-    }
-  }).detach();
+  auto exposer = StartMetrics(&registry);
+  if (!exposer.ok()) return Fail(o.name, exposer.status());
+  if (*exposer) o.registry = &registry;
+  SignalWatch watch;
+  o.interrupted = &watch.interrupted;
+  watch.Start(signals, o.name);
   auto result = omnilearn::worker::Train(o, **client);
-  done.store(true);
-  if (interrupted.load()) {
+  watch.done.store(true);
+  if (watch.interrupted.load()) {
     std::fprintf(stderr, "[%s] interrupted: %s\n", o.name.c_str(),
                  result.ok() ? "stopped" : std::string(result.status().message()).c_str());
-    return 128 + signal_number.load();
+    return 128 + watch.signal_number.load();
   }
-  if (!result.ok()) {
-    absl::Status s = result.status();
-    if (absl::StrContains(s.message(), "never reached the server") || absl::StrContains(s.message(), "does not resolve")) {
-      s = absl::Status(s.code(), absl::StrCat(s.message(), " (--server=", absl::GetFlag(FLAGS_server), ")"));
-    }
-    return Fail(o.name, s);
-  }
-  std::printf("[%s] done%s: %ld iterations, last loss %.4f", o.name.c_str(),
-              result->stopped_by_server ? " (stopped by the server)" : "", result->iterations, result->last_loss);
-  if (result->test_accuracy >= 0) std::printf(", test accuracy %.2f%%", 100 * result->test_accuracy);
-  std::printf("; pushes: sent %lu, answered %lu\n", result->pushes_sent, result->pushes_answered);
-  return 0;
+  return Report(o.name, result);
 }

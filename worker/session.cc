@@ -71,14 +71,15 @@ bool NameDoesNotResolve(const absl::Status& s) {
   return absl::IsUnavailable(s) && absl::StrContains(s.message(), "DNS resolution failed");
 }
 
-absl::Status NeverReached(const absl::Status& last, absl::Duration window) {
+absl::Status NeverReached(const absl::Status& last, absl::Duration window, const std::string& hint) {
+  const std::string where = hint.empty() ? "" : absl::StrCat(" (", hint, ")");
   if (NameDoesNotResolve(last)) {
     return absl::UnavailableError(absl::StrCat("the server's address does not resolve (", last.message(),
-                                               "): check the server's host name"));
+                                               "): check the server's host name", where));
   }
   return absl::UnavailableError(absl::StrFormat(
-      "never reached the server within %.0f s (last error: %s): check the server's address and that it is running",
-      absl::ToDoubleSeconds(window), last.ToString()));
+      "never reached the server within %.0f s (last error: %s): check the server's address and that it is running%s",
+      absl::ToDoubleSeconds(window), last.ToString(), where));
 }
 
 }  // namespace
@@ -100,7 +101,7 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     if (attempt > 0 || Transient(cause)) {
       const absl::Time now = clock.Now();
       if (now - start >= window) {
-        if (never_reached) return NeverReached(last, window);
+        if (never_reached) return NeverReached(last, window, options_.server_hint);
         return absl::UnavailableError(absl::StrFormat("the server did not come back within %.0f s (last error: %s)",
                                                       absl::ToDoubleSeconds(window), last.ToString()));
       }
@@ -117,7 +118,7 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     last = TryJoin(weights);
     if (last.ok()) break;
     if (!Transient(last)) return last;
-    if (never_reached && NameDoesNotResolve(last)) return NeverReached(last, window);
+    if (never_reached && NameDoesNotResolve(last)) return NeverReached(last, window, options_.server_hint);
   }
   if (stop_.load()) return absl::OkStatus();  // the server is shutting down
   if (joined_once_) {
@@ -157,16 +158,14 @@ absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, absl::Span<
                                               absl::Span<float> weights, v1::PushResponse* reply, bool* changed) {
   *changed = false;
   uint64_t version = version_;
-  bool called = false;
   absl::StatusOr<PushOutcome> outcome = Send(std::move(header), weights, reply, [&](const v1::PushHeader& h) {
-    called = true;
     return client_->PushPull(h, layout_, gradient, &version, weights);
   });
   if (outcome.ok() && *outcome == PushOutcome::kReplied) {
     *changed = version != version_;
     version_ = version;
-  } else if (!outcome.ok() && called) {
-    version_ = ~0ull;  // the weights may be partly written
+  } else if (!outcome.ok()) {
+    version_ = ~0ull;  // the weights may be partly written: the next pull brings the whole model
   }
   return outcome;
 }

@@ -45,6 +45,9 @@ struct SessionOptions {
   // A server never reached yet (a wrong address, or not started): the first join gives up
   // after this (at most reconnect_timeout), and at once when the address does not resolve.
   absl::Duration connect_timeout = absl::Seconds(10);
+  // How the user named the server, added to the error for one never reached (e.g.
+  // "--server=HOST:PORT"): the address to check, in the caller's own terms.
+  std::string server_hint;
   absl::Duration backoff_initial = absl::Milliseconds(200);
   absl::Duration backoff_max = absl::Seconds(2);
   bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3

@@ -195,13 +195,14 @@ TEST_CASE("a server never reached is an error after connect_timeout, at once whe
   SessionOptions o = Options(&clock, &log);
   o.connect_timeout = absl::Seconds(10);
   o.reconnect_timeout = absl::Seconds(300);
+  o.server_hint = "--server=ps:1";
   for (int i = 0; i < 1000; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
   Session s(&server, Layout(), o);
   absl::Status st = s.Join(kMine);
   REQUIRE(absl::IsUnavailable(st));
   CAPTURE(st.message());
   REQUIRE(absl::StrContains(st.message(), "never reached the server within 10 s"));
-  REQUIRE(absl::StrContains(st.message(), "check the server's address"));
+  REQUIRE(absl::StrContains(st.message(), "check the server's address and that it is running (--server=ps:1)"));
   REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(10));
   REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) < absl::Seconds(15));
 

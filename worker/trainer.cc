@@ -325,6 +325,7 @@ SessionOptions SessionOptionsFor(const TrainerOptions& o, const ModelLayout& lay
   *so.header.mutable_layout() = LayoutToProto(layout);
   so.reconnect_timeout = o.reconnect_timeout;
   so.connect_timeout = o.connect_timeout;
+  so.server_hint = o.server_hint;
   so.jitter_seed = o.seed * 1000003 + std::hash<std::string>()(o.name);
   so.interrupted = o.interrupted;
   return so;

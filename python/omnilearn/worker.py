@@ -204,7 +204,6 @@ class Worker:
         _check_arguments(dataset_size=dataset_size, epochs=epochs, max_iterations=max_iterations,
                          max_batch_size=max_batch_size, slowdown=slowdown, emulate_device=emulate_device,
                          tls_cert=tls_cert, tls_key=tls_key)
-        self.server = server
         self.model = model
         self.flat = FlatModel(model)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
@@ -224,7 +223,9 @@ class Worker:
         self.storage = FlatStorage(self.flat)
         # The session, its backoff on this module's clock (a test's fake time drives it).
         self._core = _core.Core(server, self.flat.tensors(), header.SerializeToString(), rpc_timeout,
-                                reconnect_timeout, connect_timeout, token or "", tls_ca or "", tls_cert or "",
+                                reconnect_timeout, connect_timeout,
+                                f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
+                                token or "", tls_ca or "", tls_cert or "",
                                 tls_key or "", tls_server_name or "", lambda: time.monotonic(),
                                 lambda s: time.sleep(s), self._log)
         _live_cores.add(self._core)
@@ -295,16 +296,13 @@ class Worker:
         try:
             return method(*args)
         except _core.Error as e:
-            error = ServerError(e)
-        if "never reached the server" in str(error) or "does not resolve" in str(error):
-            error.args = (f"{error} (server '{self.server}': Worker's server argument or OMNILEARN_SERVER)",)
-        raise error
+            raise ServerError(e) from None
 
     def pull(self):
         """Brings the model to the server's current version."""
         if self._call(self._core.pull, self.storage.weights_host):
             self.storage.received()
-        self._pulled_versions = self.storage.versions()
+        self._note_pulled()
 
     def join(self):
         self._log("joining the server (the first round waits until the server's --num_workers have joined)")
@@ -430,6 +428,11 @@ class Worker:
         self.metrics.step(header.compute_seconds, float(loss))
         return self._send(header, self.storage.prepare_update(), step)
 
+    def _note_pulled(self):
+        """Remembers the parameters' version counters as the model arrived (until warned)."""
+        if not self._warned_changed:
+            self._pulled_versions = self.storage.versions()
+
     def _check_parameters_unchanged(self):
         """The server owns the optimizer: a step of one's own (opt.step() after backward)
         changes the model just pulled, and the server never sees it. Warns once."""
@@ -497,7 +500,7 @@ class Worker:
             return pb2.PushResponse.FromString(reply) if reply else None
         if changed:
             self.storage.received()
-        self._pulled_versions = self.storage.versions()
+        self._note_pulled()
         reply = pb2.PushResponse.FromString(reply)
         self.last_reply = reply
         if not header.out_of_memory:

@@ -95,7 +95,7 @@ class Core {
  public:
   Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
        const py::bytes& join_header, worker::ClientOptions client_options, double reconnect_timeout,
-       double connect_timeout, py::function now, py::function sleep, py::function log)
+       double connect_timeout, std::string server_hint, py::function now, py::function sleep, py::function log)
       : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape, buffer] : tensors) specs.push_back(TensorSpec{name, shape, buffer});
@@ -105,6 +105,7 @@ class Core {
     if (!so.header.ParseFromString(std::string(join_header))) throw py::value_error("join_header is not a JoinHeader");
     so.reconnect_timeout = absl::Seconds(reconnect_timeout);
     so.connect_timeout = absl::Seconds(connect_timeout);
+    so.server_hint = std::move(server_hint);
     so.clock = &clock_;
     so.heartbeat_clock = Clock::Real();
     so.interrupted = &interrupted_;
@@ -137,23 +138,21 @@ class Core {
   }
 
   void Join(const py::object& weights) {
-    py::buffer_info w = Request(weights, false, "weights");
-    Check(w);
+    py::buffer_info w = ModelBuffer(weights, false, "weights");
     absl::Status s;
     {
       py::gil_scoped_release nogil;
-      s = session()->Join(absl::MakeConstSpan(static_cast<const float*>(w.ptr), w.size));
+      s = session()->Join(ConstSpan(w));
     }
     Done(s);
   }
 
   bool Pull(const py::object& weights) {
-    py::buffer_info w = Request(weights, true, "weights");
-    Check(w);
+    py::buffer_info w = ModelBuffer(weights, true, "weights");
     absl::StatusOr<bool> changed;
     {
       py::gil_scoped_release nogil;
-      changed = session()->Pull(absl::MakeSpan(static_cast<float*>(w.ptr), w.size));
+      changed = session()->Pull(MutableSpan(w));
     }
     Done(changed.status());
     return *changed;
@@ -164,15 +163,13 @@ class Core {
   py::tuple PushPull(const py::bytes& header, const py::object& gradient, const py::object& weights) {
     v1::PushHeader h = ParseHeader(header);
     std::optional<py::buffer_info> g = Gradient(gradient);
-    py::buffer_info w = Request(weights, true, "weights");
-    Check(w);
+    py::buffer_info w = ModelBuffer(weights, true, "weights");
     v1::PushResponse reply;
     bool changed = false;
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->PushPull(std::move(h), GradientSpan(g), absl::MakeSpan(static_cast<float*>(w.ptr), w.size),
-                                    &reply, &changed);
+      outcome = session()->PushPull(std::move(h), GradientSpan(g), MutableSpan(w), &reply, &changed);
     }
     Done(outcome.status());
     return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
@@ -182,14 +179,12 @@ class Core {
   py::tuple Push(const py::bytes& header, const py::object& gradient, const py::object& weights) {
     v1::PushHeader h = ParseHeader(header);
     std::optional<py::buffer_info> g = Gradient(gradient);
-    py::buffer_info w = Request(weights, false, "weights");
-    Check(w);
+    py::buffer_info w = ModelBuffer(weights, false, "weights");
     v1::PushResponse reply;
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->Push(std::move(h), GradientSpan(g),
-                                absl::MakeConstSpan(static_cast<const float*>(w.ptr), w.size), &reply);
+      outcome = session()->Push(std::move(h), GradientSpan(g), ConstSpan(w), &reply);
     }
     Done(outcome.status());
     return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()));
@@ -217,20 +212,26 @@ class Core {
   worker::Session* session() { return session_.get(); }
 
  private:
-  void Check(const py::buffer_info& b) const {
+  // A whole model's buffer (kept while its span is used).
+  py::buffer_info ModelBuffer(const py::object& o, bool writable, const char* what) const {
+    py::buffer_info b = Request(o, writable, what);
     if (b.size != total_) {
       throw py::value_error(absl::StrCat("a model buffer of ", b.size, " values; the model has ", total_));
     }
+    return b;
+  }
+  static absl::Span<float> MutableSpan(const py::buffer_info& b) {
+    return absl::MakeSpan(static_cast<float*>(b.ptr), b.size);
+  }
+  static absl::Span<const float> ConstSpan(const py::buffer_info& b) {
+    return absl::MakeConstSpan(static_cast<const float*>(b.ptr), b.size);
   }
   std::optional<py::buffer_info> Gradient(const py::object& gradient) const {
     if (gradient.is_none()) return std::nullopt;
-    py::buffer_info g = Request(gradient, false, "gradient");
-    Check(g);
-    return g;
+    return ModelBuffer(gradient, false, "gradient");
   }
   static absl::Span<const float> GradientSpan(const std::optional<py::buffer_info>& g) {
-    if (!g) return {};
-    return absl::MakeConstSpan(static_cast<const float*>(g->ptr), g->size);
+    return g ? ConstSpan(*g) : absl::Span<const float>();
   }
   static v1::PushHeader ParseHeader(const py::bytes& header) {
     v1::PushHeader h;
@@ -274,7 +275,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
                        const py::bytes& join_header, double rpc_timeout, double reconnect_timeout,
-                       double connect_timeout, const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
+                       double connect_timeout, const std::string& server_hint, const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
                        const std::string& tls_key, const std::string& tls_server_name, py::function now,
                        py::function sleep, py::function log) {
              omnilearn::worker::ClientOptions o;
@@ -285,10 +286,10 @@ PYBIND11_MODULE(_core, m) {
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
              return std::make_unique<Core>(target, tensors, join_header, o, reconnect_timeout, connect_timeout,
-                                           std::move(now), std::move(sleep), std::move(log));
+                                           server_hint, std::move(now), std::move(sleep), std::move(log));
            }),
            py::arg("target"), py::arg("tensors"), py::arg("join_header"), py::arg("rpc_timeout"),
-           py::arg("reconnect_timeout"), py::arg("connect_timeout"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
+           py::arg("reconnect_timeout"), py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
            py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"), py::arg("log"))
       .def("join", &Core::Join, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))

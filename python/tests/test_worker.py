@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 import fake_codec as codec
 from omnilearn import flat_model, models
+from omnilearn.run import free_port
 from omnilearn import worker as worker_mod
 from omnilearn.worker import ServerError, Worker
 
@@ -163,13 +164,6 @@ class Pairs(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return self.x[i], self.y[i]
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class WorkerTest(unittest.TestCase):
