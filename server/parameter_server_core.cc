@@ -269,6 +269,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   }
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
+  AwaitRoundIdle();  // a reset or a new model must not meet a push still adding
   if (job_finished_) {
     if (!options_.reset_when_done) {
       return absl::FailedPreconditionError(absl::StrFormat(
@@ -555,10 +556,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
                  absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
   }
   OpenRound();
-  Worker& w = *workers_.Find(info.id);
-  const double weight = options_.aggregation == ServerOptions::Aggregation::kMean ? 1.0 : info.batch;
-  round_.Add(info.id, info.batch, weight, gradient, std::move(w.assigned));  // samples: trained when it closes
-  w.assigned.clear();
+  AccumulateUnlocked(info, gradient);
   Account(info);
   CountPush(info.id, "applied");
   MaybeCompleteRound();
@@ -569,7 +567,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
     const absl::Time until = std::min(deadline, round_.deadline());
     if (!options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), until)) {
       if (options_.clock->Now() >= round_.deadline() && round_.open() && store_.version() == version) {
-        CompleteRound();  // the round timed out: go on without the missing workers
+        AwaitRoundIdle();  // a push still adding is in the round
+        if (round_.open() && store_.version() == version) CompleteRound();  // timed out: go on without the missing
       } else if (options_.clock->Now() >= deadline) {
         // The gradient is in the round (applied when it closes): never an error now.
         return Reply(info.id, true, "the round had not closed by the call's deadline; the gradient is in it: pull");
@@ -581,12 +580,33 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
                store_.version() == version + 1 ? round_.batch_for(info.id) : -1);
 }
 
+void ParameterServerCore::AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) {
+  Worker& w = *workers_.Find(info.id);
+  SampleBatch samples = std::move(w.assigned);  // trained when the round closes
+  w.assigned.clear();
+  const double weight = options_.aggregation == ServerOptions::Aggregation::kMean ? 1.0 : info.batch;
+  // The round counts the push in flight, so it neither closes nor resets meanwhile: the
+  // model-sized sum runs without the lock, beside other workers' pushes, heartbeats and
+  // pulls. Whatever else changes meanwhile (a leave, a shutdown) is read afresh after.
+  round_.Reserve(info.id);
+  mu_.Unlock();
+  if (options_.before_accumulate) options_.before_accumulate(info.id);
+  round_.Accumulate(info.id, weight, gradient);
+  mu_.Lock();
+  round_.Commit(info.batch, weight, std::move(samples));
+}
+
+void ParameterServerCore::AwaitRoundIdle() {
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return round_.idle(); };
+  mu_.Await(absl::Condition(&idle));  // bounded: an accumulation is a memory loop
+}
+
 void ParameterServerCore::OpenRound() {
   round_.Open(options_.clock->Now(), options_.round_timeout, store_.layout().total_elements());
 }
 
 void ParameterServerCore::MaybeCompleteRound() {
-  if (!round_.open()) return;
+  if (!round_.open() || !round_.idle()) return;  // a push in flight completes it when it lands
   for (const auto& [id, w] : workers_) {
     if (w.state == WorkerState::kActive && !round_.Pushed(id)) return;
   }

@@ -81,6 +81,9 @@ struct ServerOptions {
   std::function<void(const std::string&)> log;
   // Every lease, deadline and timeout reads this clock (tests drive a FakeClock). Not owned.
   const Clock* clock = Clock::Real();
+  // Tests: called without the core's lock as a sync push starts adding its gradient to
+  // the round (a test holds a push there to show the others go on). Null in production.
+  std::function<void(uint64_t worker_id)> before_accumulate;
 };
 
 struct JoinInfo {
@@ -313,6 +316,10 @@ class ParameterServerCore {
   void RecordAccuracy(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock (sync_round.h)
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a sync push to the round, releasing the lock for the model-sized loop.
+  void AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until no push is adding to the round (a close, a reset, a new model need it).
+  void AwaitRoundIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`

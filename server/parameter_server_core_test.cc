@@ -829,6 +829,96 @@ TEST_CASE("a push whose gradient is summed never fails: the call's deadline answ
 }
 
 
+// Holds every sync push where it starts adding to the round (ServerOptions::
+// before_accumulate) until Release: counts those inside.
+class AccumulationGate {
+ public:
+  std::function<void(uint64_t)> Hook() {
+    return [this](uint64_t) {
+      absl::MutexLock lock(&mu_);
+      ++inside_;
+      mu_.AwaitWithTimeout(absl::Condition(&released_), absl::Seconds(20));
+    };
+  }
+  int inside() {
+    absl::MutexLock lock(&mu_);
+    return inside_;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int inside_ ABSL_GUARDED_BY(mu_) = 0;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+TEST_CASE("sync pushes add to the round side by side, and the core answers meanwhile", "[core][parallel]") {
+  AccumulationGate gate;
+  ServerOptions o = Options(Mode::kSync, 2);
+  o.before_accumulate = gate.Hook();
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  PushResult ra, rb;
+  std::thread ta([&] { ra = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+  std::thread tb([&] { rb = *core->Push(Grad(b.id, 4, 0), std::vector<float>(kParams, 5.0f), Soon()); });
+  // Both pushes are adding at once: neither holds the core's lock while it sums...
+  AwaitState([&] { return gate.inside() == 2; });
+  // ...so status, heartbeats and pulls are answered meanwhile, and the round is still open.
+  REQUIRE(core->Snapshot().version == 0);
+  uint64_t version = 0;
+  int64_t batch = 0;
+  REQUIRE(core->Heartbeat(a.id, &version, &batch) == Action::kContinue);
+  REQUIRE(core->Pull(b.id, 0)->version == 0);
+  gate.Release();
+  ta.join();
+  tb.join();
+  REQUIRE(ra.version == 1);
+  REQUIRE(rb.version == 1);
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -3.0f));
+}
+
+TEST_CASE("a round that times out waits for a push still adding, and keeps it", "[core][parallel][clock]") {
+  FakeClock clock;
+  AccumulationGate gate;
+  ServerOptions o = FakeTimed(Mode::kSync, 3, &clock);
+  o.controller.global_batch = 12;
+  std::atomic<bool> hold{false};  // only a's push is held (b's goes through)
+  std::function<void(uint64_t)> held = gate.Hook();
+  o.before_accumulate = [&](uint64_t) {
+    if (hold) held(0);
+  };
+  auto core = *ParameterServerCore::Create(o);
+  std::vector<JoinResult> j(3);
+  std::thread j0([&] { j[0] = *core->Join(Info("a", true), clock.Now() + absl::Seconds(5)); });
+  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+  std::thread j1([&] { j[1] = *core->Join(Info("b", false), clock.Now() + absl::Seconds(5)); });
+  j[2] = *core->Join(Info("c", false), clock.Now() + absl::Seconds(5));
+  j0.join();
+  j1.join();
+  const auto deadline = clock.Now() + absl::Minutes(5);
+  absl::StatusOr<PushResult> rb, ra;
+  std::thread tb([&] { rb = core->Push(Grad(j[1].id, 4, 0), std::vector<float>(kParams, 5.0f), deadline); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // b waits in the round
+  hold = true;
+  std::thread ta([&] { ra = core->Push(Grad(j[0].id, 4, 0), std::vector<float>(kParams, 1.0f), deadline); });
+  AwaitState([&] { return gate.inside() == 1; });  // a is adding; c never pushes
+  clock.Advance(absl::Seconds(11));                // past the round's deadline: b's wait times out...
+  REQUIRE(core->Snapshot().version == 0);          // ...but the round waits for a's sum
+  gate.Release();
+  ta.join();
+  tb.join();
+  REQUIRE(ra.ok());
+  REQUIRE(rb.ok());
+  REQUIRE(ra->version == 1);
+  REQUIRE(rb->version == 1);
+  REQUIRE(Weights(*core, j[0].id) == std::vector<float>(kParams, -3.0f));  // a's gradient is in the mean
+  REQUIRE(StateOf(core->Snapshot(), j[2].id) == WorkerState::kDropped);
+}
+
 TEST_CASE("aggregation=mean counts every push once, whatever its batch (an ablation)", "[core]") {
   for (const bool mean : {false, true}) {
     ServerOptions o = Options(Mode::kSync, 2);

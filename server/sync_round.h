@@ -1,7 +1,8 @@
 // One synchronous round's state, apart from membership: who pushed, the running sum of
 // b_k * g_k (float, reused from round to round without clearing), the samples in it,
 // its clock, and the plan its members are told once it closed. Thread-compatible: the
-// core calls it under its mutex.
+// core calls it under its mutex, except Accumulate, which pushes call side by side
+// without it (between Reserve and Commit, while the round counts them in flight).
 #ifndef OMNILEARN_SERVER_SYNC_ROUND_H_
 #define OMNILEARN_SERVER_SYNC_ROUND_H_
 
@@ -12,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "server/epoch_sampler.h"
+#include "server/round_sum.h"
 
 namespace omnilearn {
 namespace server {
@@ -30,23 +32,31 @@ class SyncRound {
   bool Pushed(WorkerId id) const { return pushed_.count(id) > 0; }
   // The worker is present without contributing (an out-of-memory report).
   void MarkPresent(WorkerId id) { pushed_.insert(id); }
-  // Adds b * gradient to the sum and takes the push's samples (trained when the round
-  // closes). The round must be open.
-  // `weight` is what the push counts for in the mean: its batch (weighted aggregation)
-  // or 1 (a plain mean over pushes, the ablation's --aggregation=mean).
+  // A push in three steps, so that the model-sized loop runs without the core's lock:
+  // Reserve marks the worker pushed and the push in flight (the round must be open);
+  // Accumulate adds weight * gradient to the sum (thread-safe, no lock needed; several
+  // pushes at once); Commit counts the batch and takes the push's samples (trained
+  // when the round closes). `weight` is what the push counts for in the mean: its batch
+  // (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
+  void Reserve(WorkerId id);
+  void Accumulate(WorkerId id, double weight, const std::vector<float>& gradient);
+  void Commit(int64_t batch, double weight, SampleBatch samples);
+  // The three steps at once (a caller that keeps the lock).
   void Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient, SampleBatch samples);
+  // No push between Reserve and Commit: the round may close (and the sum be read).
+  bool idle() const { return in_flight_ == 0; }
   // A worker that left: it is no longer awaited (a contribution already summed stays).
   void Forget(WorkerId id) { pushed_.erase(id); }
 
   int64_t samples() const { return samples_; }
   // The pushes' weights summed: the round's mean is sum() / weight().
   double weight() const { return weight_; }
-  // sum(b_k * g_k); valid while samples() > 0.
-  const std::vector<float>& sum() const { return sum_; }
+  // sum(b_k * g_k); valid while samples() > 0 and idle().
+  const std::vector<float>& sum() const { return sum_.values(); }
   // Samples of the pushes in the round (not trained until it closes).
   const SampleBatch& sample_ids() const { return sample_ids_; }
 
-  // Closes the round: `plan` gives each member's next batch, which batch_for() then
+  // Closes the round (it must be idle): `plan` gives each member's next batch, which batch_for() then
   // tells them. The sum's storage is kept for the next round.
   template <typename Plan>
   void Close(Plan plan) {
@@ -61,13 +71,14 @@ class SyncRound {
   // The batch the closed round planned for `id`, or -1.
   int64_t batch_for(WorkerId id) const;
 
-  // Forgets everything, the sum's storage included (a new job).
-  void Reset() { *this = SyncRound(); }
+  // Forgets everything, the sum's storage included (a new job). It must be idle.
+  void Reset();
 
  private:
   bool open_ = false;
   absl::Time opened_, deadline_;
-  std::vector<float> sum_;
+  RoundSum sum_;
+  int in_flight_ = 0;  // pushes between Reserve and Commit
   int64_t samples_ = 0;
   double weight_ = 0;
   std::set<WorkerId> pushed_;
