@@ -31,4 +31,12 @@ bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values
                         });
 }
 
+bool ForEachChunkBufferOf(int field, const ModelLayout& layout, int tensor, const void* values,
+                          const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes) {
+  return ForEachChunkOfTensor(layout, tensor, values, value_bytes, kMaxChunkBytes,
+                              [&](const TensorSpec& spec, int64_t offset, const void* data, int64_t n) {
+                                return emit(ChunkBuffer(field, spec, offset, data, n, value_bytes, nullptr));
+                              });
+}
+
 }  // namespace omnilearn

@@ -39,6 +39,9 @@ bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values
                         const std::shared_ptr<const void>& owner,
                         const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);
 
+// The same for the layout's tensor `tensor` only, without an owner.
+bool ForEachChunkBufferOf(int field, const ModelLayout& layout, int tensor, const void* values,
+                          const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);
 // A protobuf message as a ByteBuffer (for the non-chunk messages of a raw stream).
 template <typename Message>
 grpc::ByteBuffer Serialize(const Message& m) {

@@ -74,19 +74,25 @@ bool CopyFiniteBfloat16(float* __restrict dst, const void* __restrict src, int64
   return bad == 0;
 }
 
+bool ForEachChunkOfTensor(const ModelLayout& layout, int tensor, const void* values, int value_bytes,
+                          int64_t max_chunk_bytes,
+                          const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit) {
+  const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / value_bytes);
+  const int64_t size = layout.size(tensor);
+  const char* base = static_cast<const char*>(values) + layout.offset(tensor) * value_bytes;
+  int64_t off = 0;
+  do {  // a zero-sized tensor still sends one (empty) chunk, so it is named
+    const int64_t n = std::min(per_chunk, size - off);
+    if (!emit(layout.tensors()[tensor], off, base + off * value_bytes, n)) return false;
+    off += n;
+  } while (off < size);
+  return true;
+}
+
 bool ForEachChunkOf(const ModelLayout& layout, const void* values, int value_bytes, int64_t max_chunk_bytes,
                     const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit) {
-  const int64_t per_chunk = std::max<int64_t>(1, max_chunk_bytes / value_bytes);
-  const char* bytes = static_cast<const char*>(values);
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
-    const int64_t size = layout.size(i);
-    const char* base = bytes + layout.offset(i) * value_bytes;
-    int64_t off = 0;
-    do {  // a zero-sized tensor still sends one (empty) chunk, so it is named
-      const int64_t n = std::min(per_chunk, size - off);
-      if (!emit(layout.tensors()[i], off, base + off * value_bytes, n)) return false;
-      off += n;
-    } while (off < size);
+    if (!ForEachChunkOfTensor(layout, static_cast<int>(i), values, value_bytes, max_chunk_bytes, emit)) return false;
   }
   return true;
 }

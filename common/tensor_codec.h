@@ -37,9 +37,14 @@ void EncodeBfloat16(const float* src, int64_t n, uint16_t* dst, float* residual 
 // Decodes n bfloat16 values at `src` (any alignment) into dst; whether all were finite.
 bool CopyFiniteBfloat16(float* dst, const void* src, int64_t n);
 
-// Calls `emit` with each chunk of `values` (layout.total_elements() values of
-// `value_bytes` each, in layout order), each at most `max_chunk_bytes` of payload; `data`
-// points at the chunk's first value. Stops at the first false from emit; returns false then.
+// Calls `emit` with each chunk of the layout's tensor `tensor` in `values`
+// (layout.total_elements() values of `value_bytes` each, in layout order), each at most
+// `max_chunk_bytes` of payload; `data` points at the chunk's first value. Stops at the
+// first false from emit; returns false then.
+bool ForEachChunkOfTensor(const ModelLayout& layout, int tensor, const void* values, int value_bytes,
+                          int64_t max_chunk_bytes,
+                          const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit);
+// The same for every tensor, in layout order.
 bool ForEachChunkOf(const ModelLayout& layout, const void* values, int value_bytes, int64_t max_chunk_bytes,
                     const std::function<bool(const TensorSpec&, int64_t, const void*, int64_t)>& emit);
 

@@ -298,6 +298,7 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
     response->set_wire_dtype(wire_dtype_);
   }
+  response->set_push_trailer(true);
   return grpc::Status::OK;
 }
 
@@ -363,6 +364,44 @@ grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream
 }
 
 // Reads a push (its header, then the gradient's chunks) and hands it to the core.
+// A push's chunks, then its trailer when the header asks for one. A PushPull's request
+// stream has no end of its own before the reply: its chunks end when the layout is
+// complete. A Push's stream is read to its end.
+template <typename Stream>
+absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* stream, StreamWatch* watch,
+                                                                         const v1::PushHeader& header,
+                                                                         bool until_complete, PushInfo* info) {
+  absl::StatusOr<ModelLayout> layout = core_->Layout();
+  if (!layout.ok()) return layout.status();
+  ChunkAssembler assembler(&*layout, core_->TakeBuffer(), header.wire_dtype());
+  grpc::ByteBuffer buffer;
+  ReceivedMessage<v1::PushRequest> msg;
+  bool trailer = false;
+  while (!(until_complete && assembler.complete() && trailer == header.trailer()) && stream->Read(&buffer)) {
+    watch->Touch();
+    absl::Status s = msg.Parse(buffer, kPushRequestChunkField);
+    if (!s.ok()) return s;
+    if (msg.is_chunk()) {
+      if (trailer) return absl::InvalidArgumentError("Push: a chunk after the trailer");
+      if (s = assembler.Add(msg.chunk()); !s.ok()) return s;
+    } else if (msg.message().has_trailer() && header.trailer() && !trailer && assembler.complete()) {
+      trailer = true;
+      info->compute_seconds = msg.message().trailer().compute_seconds();
+      info->train_loss = msg.message().trailer().train_loss();
+    } else {
+      return absl::InvalidArgumentError(msg.message().has_trailer()
+                                            ? "Push: a trailer before the gradient was complete or not announced"
+                                            : "Push: a second header");
+    }
+  }
+  if (trailer != header.trailer()) return absl::InvalidArgumentError("Push: the announced trailer never came");
+  absl::StatusOr<std::vector<float>> g = assembler.Finish();
+  if (!g.ok()) return g.status();
+  core_->CountPushBytes(assembler.bytes_received());
+  info->finite_checked = assembler.all_finite();  // when not, the core says which problem it is
+  return g;
+}
+
 template <typename Stream>
 absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
                                                                bool until_complete, PushInfo* info,
@@ -405,27 +444,11 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   info->report_only = header.report_only();
   std::vector<float> gradient;
   if (!info->out_of_memory && !info->report_only) {
-    absl::StatusOr<ModelLayout> layout = core_->Layout();
-    if (!layout.ok()) return layout.status();
-    ChunkAssembler assembler(&*layout, core_->TakeBuffer(), header.wire_dtype());
-    // A PushPull's request stream has no end of its own before the reply: its chunks
-    // end when the layout is complete. A Push's stream is read to its end.
-    while (!(until_complete && assembler.complete()) && stream->Read(&buffer)) {
-      watch.Touch();
-      absl::Status s = msg.Parse(buffer, kPushRequestChunkField);
-      if (s.ok()) s = msg.is_chunk() ? assembler.Add(msg.chunk()) : absl::InvalidArgumentError("Push: a second header");
-      if (!s.ok()) {
-        core_->CountRejectedPush(info->id, "invalid");
-        return s;
-      }
-    }
-    absl::StatusOr<std::vector<float>> g = assembler.Finish();
+    absl::StatusOr<std::vector<float>> g = ReadGradient(stream, &watch, header, until_complete, info);
     if (!g.ok()) {
       core_->CountRejectedPush(info->id, "invalid");
       return g.status();
     }
-    core_->CountPushBytes(assembler.bytes_received());
-    info->finite_checked = assembler.all_finite();  // when not, the core says which problem it is
     gradient = std::move(*g);
   }
   watch.Done();  // read: a sync round or an ssp wait may keep the call waiting

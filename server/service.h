@@ -83,6 +83,12 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   template <typename Stream>
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
                                          PushInfo* info, v1::WireDtype* dtype);
+  class StreamWatch;
+  // A push's gradient (its chunks, and its trailer: info's time and loss); InvalidArgument
+  // for a bad chunk or trailer, an incomplete gradient.
+  template <typename Stream>
+  absl::StatusOr<std::vector<float>> ReadGradient(Stream* stream, StreamWatch* watch, const v1::PushHeader& header,
+                                                  bool until_complete, PushInfo* info);
   static void FillReply(const PushResult& r, v1::PushResponse* response);
   // Writes a snapshot as Pull does: a PullHeader inside `Envelope`, then (unless up to
   // date) the chunks as the envelope's field `chunk_field`, in `dtype`.

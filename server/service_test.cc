@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -106,6 +108,122 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   REQUIRE(status.model_version() == 1);
   REQUIRE(status.workers_size() == 1);
   REQUIRE(status.parameter_count() == 9);
+}
+
+// One async push of `grad` by the fixture's joined worker, streamed tensor by tensor in
+// reverse order (as backward makes them final) with the trailer, or whole: the weights after.
+std::vector<float> PushedModel(const std::vector<float>& grad, bool streamed, absl::Status* status = nullptr) {
+  Fixture f;
+  auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
+  REQUIRE(joined->push_trailer());  // this server reads trailers
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  push.set_model_version(0);
+  std::vector<float> weights(9);
+  uint64_t version = 0;
+  absl::StatusOr<v1::PushResponse> r;
+  if (streamed) {
+    auto stream = f.client->StartPushPull(push, f.layout, grad);
+    REQUIRE(stream.ok());
+    (*stream)->Send({1});  // "b" first: backward ends at the first layer
+    (*stream)->Send({0});
+    v1::PushTrailer trailer;
+    trailer.set_compute_seconds(0.01);
+    trailer.set_train_loss(0.25);
+    r = (*stream)->Finish(trailer, &version, absl::MakeSpan(weights));
+  } else {
+    push.set_compute_seconds(0.01);
+    push.set_train_loss(0.25);
+    r = f.client->PushPull(push, f.layout, grad, &version, absl::MakeSpan(weights));
+  }
+  if (status != nullptr) *status = r.status();
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  return weights;
+}
+
+TEST_CASE("a push streamed in buckets during backward equals a whole push bit for bit", "[service][bucket]") {
+  std::vector<float> grad(9);
+  for (int i = 0; i < 9; ++i) grad[i] = 0.1f * static_cast<float>(i) - 0.37f;
+  absl::Status streamed_status;
+  const std::vector<float> streamed = PushedModel(grad, true, &streamed_status);
+  REQUIRE(streamed_status.ok());
+  const std::vector<float> whole = PushedModel(grad, false);
+  REQUIRE(std::memcmp(streamed.data(), whole.data(), sizeof(float) * 9) == 0);
+  REQUIRE(streamed != std::vector<float>(9, 0.5f));  // the push was applied
+}
+
+TEST_CASE("a bad last bucket is refused and leaves the model untouched", "[service][bucket]") {
+  std::vector<float> grad(9, 1.0f);
+  grad[0] = std::nanf("");  // in "w", the tensor that leaves last
+  absl::Status status;
+  REQUIRE(PushedModel(grad, true, &status) == std::vector<float>(9, 0.5f));
+  REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(status.message(), "NaN"));
+}
+
+TEST_CASE("a streamed push given up before its end changes nothing, and frees its slot", "[service][bucket]") {
+  Fixture f;
+  auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  const std::vector<float> grad(9, 1.0f);
+  {
+    auto stream = f.client->StartPushPull(push, f.layout, grad);
+    REQUIRE(stream.ok());
+    (*stream)->Send({1});
+    REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+  }  // dropped unfinished (out of memory in backward, say): cancelled
+  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(joined->worker_id()); }));
+  REQUIRE(f.core->version() == 0);
+  std::vector<float> weights(9);
+  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(weights == std::vector<float>(9, 0.5f));
+}
+
+TEST_CASE("trailers out of place are refused", "[service][bucket]") {
+  Fixture f;
+  auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  v1::PushRequest header;
+  header.mutable_header()->set_worker_id(joined->worker_id());
+  header.mutable_header()->set_batch_size(8);
+  header.mutable_header()->set_compute_seconds(0.01);
+  header.mutable_header()->set_session_secret(joined->session_secret());
+  v1::PushRequest trailer;
+  trailer.mutable_trailer()->set_compute_seconds(0.01);
+  std::vector<v1::PushRequest> chunks;
+  REQUIRE(ForEachChunk(f.layout, std::vector<float>(9, 1.0f).data(), 1 << 20, [&](v1::TensorChunk& c) {
+    v1::PushRequest m;
+    *m.mutable_chunk() = c;
+    chunks.push_back(m);
+    return true;
+  }));
+  auto push = [&](const std::vector<v1::PushRequest>& messages) {
+    grpc::ClientContext ctx;
+    v1::PushResponse r;
+    auto writer = stub->Push(&ctx, &r);
+    for (const auto& m : messages) writer->Write(m);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  // A trailer the header did not announce.
+  std::vector<v1::PushRequest> unannounced = {header, chunks[0], chunks[1], trailer};
+  REQUIRE(push(unannounced).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // Announced, but before the gradient is whole; and announced, never sent.
+  header.mutable_header()->set_trailer(true);
+  std::vector<v1::PushRequest> early = {header, chunks[0], trailer, chunks[1]};
+  REQUIRE(push(early).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  std::vector<v1::PushRequest> missing = {header, chunks[0], chunks[1]};
+  const grpc::Status s = push(missing);
+  REQUIRE(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(absl::StrContains(s.error_message(), "trailer never came"));
+  REQUIRE(f.core->version() == 0);
+  // Announced and sent last: applied, with the trailer's time.
+  std::vector<v1::PushRequest> good = {header, chunks[1], chunks[0], trailer};
+  REQUIRE(push(good).ok());
+  REQUIRE(f.core->version() == 1);
 }
 
 TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[service]") {

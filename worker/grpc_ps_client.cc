@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -121,6 +122,37 @@ void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other othe
   }
 }
 
+using RawStream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// What a PushPull's response stream brought: the call's status, the reply, and whether
+// the model (written in place) arrived whole.
+struct PushPullReceipt {
+  grpc::Status status;
+  std::optional<v1::PushResponse> reply;
+  absl::Status model;
+};
+
+PushPullReceipt ReceivePushPull(RawStream* stream, const ModelLayout& layout, absl::Span<float> weights,
+                                uint64_t* model_version) {
+  PushPullReceipt out;
+  ModelReceiver model(&layout, weights);
+  ReadModel<v1::PushPullResponse>(stream, kPushPullResponseChunkField, &model, [&](const v1::PushPullResponse& m) {
+    if (m.has_reply()) out.reply = m.reply();
+  });
+  out.status = stream->Finish();
+  if (out.status.ok() && out.reply) out.model = model.Finish(model_version);
+  return out;
+}
+
+absl::StatusOr<v1::PushResponse> ReplyOf(const PushPullReceipt& r) {
+  if (!r.status.ok()) return FromGrpc(r.status, "PushPull");
+  if (!r.reply) return absl::InternalError("PushPull: the server sent no reply");
+  if (!r.model.ok()) return r.model;
+  return *r.reply;
+}
+
+class GrpcPushStream;
+
 class GrpcPsClient : public PsClient {
  public:
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
@@ -188,35 +220,22 @@ class GrpcPsClient : public PsClient {
     if (!push_pull_.load()) return PsClient::PushPull(header, layout, gradient, model_version, weights);
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
-        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-            channel_.get(), push_pull_method_, &ctx));
+    std::unique_ptr<RawStream> stream(OpenPushPull(&ctx));
     absl::ReleasableMutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
     const v1::PushHeader signed_header = Signed(header);
     WriteHeaderAndChunks<v1::PushRequest>(stream.get(), signed_header, kPushRequestChunkField, layout,
                                           GradientOf(signed_header, gradient));
-    std::optional<v1::PushResponse> reply;
-    grpc::Status s;
-    absl::Status received;
-    {
-      ModelReceiver model(&layout, weights);
-      ReadModel<v1::PushPullResponse>(stream.get(), kPushPullResponseChunkField, &model,
-                                      [&](const v1::PushPullResponse& m) {
-                                        if (m.has_reply()) reply = m.reply();
-                                      });
-      s = stream->Finish();
-      if (s.ok() && reply) received = model.Finish(model_version);
-    }
-    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED && !reply) {
+    const PushPullReceipt receipt = ReceivePushPull(stream.get(), layout, weights, model_version);
+    if (receipt.status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !receipt.reply) {
       push_pull_.store(false);  // an older server: Push and Pull from now on
       encode_lock.Release();
       return PsClient::PushPull(header, layout, gradient, model_version, weights);
     }
-    if (!s.ok()) return FromGrpc(s, "PushPull");
-    if (!reply) return absl::InternalError("PushPull: the server sent no reply");
-    if (!received.ok()) return received;
-    return *reply;
+    return ReplyOf(receipt);
   }
+
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header, const ModelLayout& layout,
+                                                            absl::Span<const float> gradient) override;
 
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {
     grpc::ClientContext ctx;
@@ -249,6 +268,13 @@ class GrpcPsClient : public PsClient {
   }
 
  private:
+  friend class GrpcPushStream;
+
+  RawStream* OpenPushPull(grpc::ClientContext* ctx) const {
+    return grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+        channel_.get(), push_pull_method_, ctx);
+  }
+
   std::string secret() const {
     absl::MutexLock lock(&secret_mu_);
     return secret_;
@@ -319,6 +345,132 @@ class GrpcPsClient : public PsClient {
   const absl::Duration timeout_;
   const std::string authorization_;
 };
+
+// A PushPull whose chunks a thread of its own writes while the caller (autograd's
+// thread) only queues tensors: a slow link never holds up backward. The gradient is
+// sent from where it lies (float32) or encoded tensor by tensor into this stream's own
+// buffer (bfloat16, with the client's error feedback).
+class GrpcPushStream : public PushStream {
+ public:
+  GrpcPushStream(GrpcPsClient* client, const v1::PushHeader& header, const ModelLayout& layout,
+                 absl::Span<const float> gradient)
+      : client_(client), layout_(layout), gradient_(gradient) {
+    client_->Prepare(&ctx_);
+    stream_.reset(client_->OpenPushPull(&ctx_));
+    writer_ = std::thread([this, header] { WriteLoop(header); });
+  }
+
+  ~GrpcPushStream() override {
+    if (finished_) return;
+    ctx_.TryCancel();  // the server drops a push it did not read whole
+    StopWriter(/*cancel=*/true);
+    (void)stream_->Finish();
+  }
+
+  void Send(const std::vector<int>& tensors) override {
+    absl::MutexLock lock(&mu_);
+    queue_.insert(queue_.end(), tensors.begin(), tensors.end());
+  }
+
+  absl::StatusOr<v1::PushResponse> Finish(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                          absl::Span<float> weights) override {
+    {
+      absl::MutexLock lock(&mu_);
+      trailer_ = trailer;
+    }
+    StopWriter(/*cancel=*/false);
+    finished_ = true;
+    return ReplyOf(ReceivePushPull(stream_.get(), layout_, weights, model_version));
+  }
+
+ private:
+  void StopWriter(bool cancel) {
+    {
+      absl::MutexLock lock(&mu_);
+      (cancel ? cancelled_ : closing_) = true;
+    }
+    writer_.join();
+  }
+
+  void WriteLoop(v1::PushHeader header) {
+    std::vector<bool> sent(layout_.tensors().size(), false);
+    v1::PushTrailer trailer;
+    {
+      absl::MutexLock lock(&client_->encode_mu_);
+      header = client_->Signed(header);
+      header.set_trailer(true);
+      if (header.wire_dtype() == v1::WIRE_DTYPE_BF16) {
+        encoded_.resize(gradient_.size());
+        if (client_->residual_.size() != gradient_.size()) client_->residual_.assign(gradient_.size(), 0.0f);
+      }
+    }
+    v1::PushRequest msg;
+    *msg.mutable_header() = header;
+    bool ok = stream_->Write(Serialize(msg));
+    while (true) {
+      std::vector<int> batch;
+      bool closing = false;
+      {
+        absl::MutexLock lock(&mu_);
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || closing_ || cancelled_; };
+        mu_.Await(absl::Condition(&wake));
+        if (cancelled_) return;
+        batch.swap(queue_);
+        closing = closing_;
+        trailer = trailer_;
+      }
+      if (closing) {  // everything else, whatever got no gradient, then the trailer
+        for (int t = static_cast<int>(sent.size()) - 1; t >= 0; --t) batch.push_back(t);
+      }
+      for (int t : batch) {
+        if (t < 0 || t >= static_cast<int>(sent.size()) || sent[t]) continue;
+        sent[t] = true;
+        ok = ok && WriteTensor(header.wire_dtype(), t);
+      }
+      if (closing) break;
+    }
+    msg.Clear();
+    *msg.mutable_trailer() = trailer;
+    if (ok) ok = stream_->Write(Serialize(msg));
+    stream_->WritesDone();
+  }
+
+  bool WriteTensor(v1::WireDtype dtype, int t) {
+    auto write = [this](const grpc::ByteBuffer& b) { return stream_->Write(b); };
+    if (dtype != v1::WIRE_DTYPE_BF16) {
+      return ForEachChunkBufferOf(kPushRequestChunkField, layout_, t, gradient_.data(), write);
+    }
+    const int64_t at = layout_.offset(t), n = layout_.size(t);
+    {
+      absl::MutexLock lock(&client_->encode_mu_);  // the error feedback carried from push to push
+      EncodeBfloat16(gradient_.data() + at, n, encoded_.data() + at, client_->residual_.data() + at);
+    }
+    return ForEachChunkBufferOf(kPushRequestChunkField, layout_, t, encoded_.data(), write, sizeof(uint16_t));
+  }
+
+  GrpcPsClient* const client_;
+  const ModelLayout layout_;
+  const absl::Span<const float> gradient_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<RawStream> stream_;
+  std::vector<uint16_t> encoded_;  // bfloat16: the gradient as sent, kept until the call ends
+  absl::Mutex mu_;
+  std::vector<int> queue_ ABSL_GUARDED_BY(mu_);
+  v1::PushTrailer trailer_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ = false;
+  std::thread writer_;
+};
+
+absl::StatusOr<std::unique_ptr<PushStream>> GrpcPsClient::StartPushPull(const v1::PushHeader& header,
+                                                                        const ModelLayout& layout,
+                                                                        absl::Span<const float> gradient) {
+  if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
+  if (gradient.empty()) return absl::InvalidArgumentError("a streamed push needs the gradient's buffer");
+  if (!push_pull_.load()) return absl::UnimplementedError("the server has no PushPull");
+  return std::unique_ptr<PushStream>(new GrpcPushStream(this, header, layout, gradient));
+}
 
 }  // namespace
 

@@ -20,6 +20,23 @@ class Channel;
 namespace omnilearn {
 namespace worker {
 
+// A PushPull whose gradient leaves while backward still computes it (PsClient::
+// StartPushPull): the header at once, the tensors as they become final, then the
+// trailer and the reply with the model. Destroying one before Finish cancels the push:
+// the server changes nothing. Used by one thread.
+class PushStream {
+ public:
+  virtual ~PushStream() = default;
+  // These tensors (layout indices) of the gradient are final: they are sent in the
+  // background (the caller is never held up by the network), each once.
+  virtual void Send(const std::vector<int>& tensors) = 0;
+  // Sends the tensors not sent yet, then the trailer (compute time and loss), and then
+  // receives as PushPull does: the reply, and the model into `weights` with
+  // `*model_version` when it moved. Errors as PushPull's.
+  virtual absl::StatusOr<v1::PushResponse> Finish(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                                  absl::Span<float> weights) = 0;
+};
+
 class PsClient {
  public:
   virtual ~PsClient() = default;
@@ -49,6 +66,15 @@ class PsClient {
     if (!v.ok()) return v.status();
     *model_version = *v;
     return r;
+  }
+  // Opens a PushPull for `gradient` (the caller's, filled in while the push runs and
+  // unchanged once sent, until Finish returns): `header` with its `trailer` set. For a
+  // server that said JoinResponse.push_trailer only. Unimplemented when this client
+  // cannot (the caller then pushes the whole gradient at the end).
+  virtual absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header,
+                                                                    const ModelLayout& layout,
+                                                                    absl::Span<const float> gradient) {
+    return absl::UnimplementedError("this client pushes whole gradients only");
   }
   // The session's secret (JoinResponse.session_secret), sent with every later call:
   // Pull, Push, PushPull, Heartbeat, Leave. Thread-safe.

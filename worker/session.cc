@@ -59,6 +59,7 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   samples_ = r->samples();
   global_samples_ = r->global_samples();
   mode_ = r->mode();
+  push_trailer_ = r->push_trailer();
   version_ = ~0ull;  // whatever we hold, pull the server's model
   rejoin_.store(false);
   return absl::OkStatus();
@@ -156,17 +157,59 @@ absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, absl::Span<cons
 
 absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, absl::Span<const float> gradient,
                                               absl::Span<float> weights, v1::PushResponse* reply, bool* changed) {
-  *changed = false;
   uint64_t version = version_;
   absl::StatusOr<PushOutcome> outcome = Send(std::move(header), weights, reply, [&](const v1::PushHeader& h) {
     return client_->PushPull(h, layout_, gradient, &version, weights);
   });
+  Received(outcome, version, changed);
+  return outcome;
+}
+
+void Session::Received(const absl::StatusOr<PushOutcome>& outcome, uint64_t version, bool* changed) {
+  *changed = false;
   if (outcome.ok() && *outcome == PushOutcome::kReplied) {
     *changed = version != version_;
     version_ = version;
   } else if (!outcome.ok()) {
     version_ = ~0ull;  // the weights may be partly written: the next pull brings the whole model
   }
+}
+
+void StreamedPush::Ready(int tensor) {
+  if (stream_ == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  std::vector<int> whole = buckets_.Ready(tensor);
+  if (!whole.empty()) stream_->Send(whole);
+}
+
+std::unique_ptr<StreamedPush> Session::BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient) {
+  header.set_worker_id(id_.load());
+  header.set_model_version(version_);
+  std::unique_ptr<StreamedPush> push(new StreamedPush(header, gradient, layout_, options_.bucket_bytes));
+  if (options_.bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;
+  absl::StatusOr<std::unique_ptr<PushStream>> stream = client_->StartPushPull(header, layout_, gradient);
+  if (stream.ok()) push->stream_ = std::move(*stream);  // else the gradient goes whole at the end
+  return push;
+}
+
+absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push, double compute_seconds,
+                                                    double train_loss, absl::Span<float> weights,
+                                                    v1::PushResponse* reply, bool* changed) {
+  if (push->stream_ == nullptr || id_.load() != push->header_.worker_id()) {
+    push->stream_.reset();  // never opened, or of a session since replaced: cancelled
+    push->header_.set_compute_seconds(compute_seconds);
+    push->header_.set_train_loss(train_loss);
+    return PushPull(push->header_, push->gradient_, weights, reply, changed);
+  }
+  v1::PushTrailer trailer;
+  trailer.set_compute_seconds(compute_seconds);
+  trailer.set_train_loss(train_loss);
+  uint64_t version = version_;
+  ++pushes_sent_;
+  absl::StatusOr<v1::PushResponse> r = push->stream_->Finish(trailer, &version, weights);
+  push->stream_.reset();
+  absl::StatusOr<PushOutcome> outcome = Settle(r, weights, reply);
+  Received(outcome, version, changed);
   return outcome;
 }
 
@@ -181,13 +224,17 @@ absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, absl::Span<cons
   header.set_worker_id(id_.load());
   header.set_model_version(version_);
   ++pushes_sent_;
-  absl::StatusOr<v1::PushResponse> r = call(header);
-  if (r.ok()) ++pushes_answered_;
+  return Settle(call(header), weights, reply);
+}
+
+absl::StatusOr<PushOutcome> Session::Settle(const absl::StatusOr<v1::PushResponse>& r,
+                                            absl::Span<const float> weights, v1::PushResponse* reply) {
   if (!r.ok()) {
     if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
     if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;
     return stop_.load() ? PushOutcome::kStop : PushOutcome::kRejoined;
   }
+  ++pushes_answered_;
   *reply = *r;
   global_samples_ = std::max(global_samples_, r->global_samples());
   if (r->action() == v1::ACTION_STOP) {

@@ -34,6 +34,7 @@
 #include "common/model_layout.h"
 #include "proto/omnilearn.pb.h"
 #include "worker/ps_client.h"
+#include "worker/push_buckets.h"
 
 namespace omnilearn {
 namespace worker {
@@ -56,6 +57,10 @@ struct SessionOptions {
   // Python's, which only threads holding the interpreter may call.)
   const Clock* heartbeat_clock = nullptr;
   uint64_t jitter_seed = 0;
+  // > 0: a push begun with BeginPushPull sends its gradient during backward, in buckets
+  // of about this many bytes (push_buckets.h), to a server that reads trailers; 0: whole,
+  // at the end.
+  int64_t bucket_bytes = 0;
   // Where event lines go (joined, rejoined, waiting for the server); default stdout.
   std::function<void(const std::string&)> log;
   // Set (e.g. by a signal) to give up waiting for the server: Join and the reconnect
@@ -68,6 +73,29 @@ enum class PushOutcome {
   kReplied,    // the server answered; see the reply
   kRejoined,   // the session was re-established: pull and train the iteration again
   kStop,       // the server said stop (training over or server shutting down)
+};
+
+// A PushPull begun before its gradient is complete (Session::BeginPushPull): backward
+// tells it each tensor it made final, and whole buckets leave while backward goes on.
+// Ready may be called from autograd's threads.
+class StreamedPush {
+ public:
+  // Tensor `tensor` (layout index) of the gradient is final (unchanged from now on).
+  void Ready(int tensor);
+  // Whether the gradient leaves during backward (else whole, at FinishPushPull).
+  bool streaming() const { return stream_ != nullptr; }
+
+ private:
+  friend class Session;
+  StreamedPush(v1::PushHeader header, absl::Span<const float> gradient, const ModelLayout& layout,
+               int64_t bucket_bytes)
+      : header_(std::move(header)), gradient_(gradient), buckets_(layout, bucket_bytes) {}
+
+  v1::PushHeader header_;
+  absl::Span<const float> gradient_;
+  absl::Mutex mu_;
+  PushBuckets buckets_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<PushStream> stream_;  // null: the gradient goes whole at the end
 };
 
 // Thread-compatible for the training thread; the heartbeat thread is its own.
@@ -98,6 +126,17 @@ class Session {
   // server's current model and `*changed` says whether it moved. Otherwise as Push.
   absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, absl::Span<const float> gradient,
                                        absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
+  // PushPull in two halves around backward. Begin opens the push for `gradient` (which
+  // backward fills in; the caller keeps it until Finish returns): with bucket_bytes set
+  // and a server that reads trailers, the header leaves now and each bucket once
+  // StreamedPush::Ready made it whole. Finish sends the rest and the trailer (the compute
+  // time and loss, known only now) and receives as PushPull; without a stream it is
+  // PushPull with them in the header. Dropping a begun push unfinished (out of memory,
+  // an exception) cancels it: the server changes nothing.
+  std::unique_ptr<StreamedPush> BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient);
+  absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, double compute_seconds,
+                                             double train_loss, absl::Span<float> weights, v1::PushResponse* reply,
+                                             bool* changed);
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);
@@ -132,6 +171,11 @@ class Session {
   template <typename Call>
   absl::StatusOr<PushOutcome> Send(v1::PushHeader header, absl::Span<const float> weights, v1::PushResponse* reply,
                                    Call call);
+  // A push's answer (or failure) acted upon: rejoin, stop, the next batch and samples.
+  absl::StatusOr<PushOutcome> Settle(const absl::StatusOr<v1::PushResponse>& r, absl::Span<const float> weights,
+                                     v1::PushResponse* reply);
+  // After a PushPull: the version the weights now hold.
+  void Received(const absl::StatusOr<PushOutcome>& outcome, uint64_t version, bool* changed);
   void Log(const std::string& line) const;
 
   PsClient* const client_;
@@ -149,6 +193,7 @@ class Session {
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
+  bool push_trailer_ = false;  // the server reads PushTrailers (streamed pushes)
   std::atomic<bool> stop_{false};
   std::atomic<bool> rejoin_{false};
 
