@@ -23,7 +23,7 @@ cp "$OMNILEARN_PROTO" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
 cp -L "$RUNFILES/python/src/core.cc" src/python/src/
 cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_security,model_layout,tensor_codec}.* src/common/
-cp -L "$RUNFILES"/worker/{grpc_ps_client.cc,ps_client.h,session.cc,session.h} src/worker/
+cp -L "$RUNFILES"/worker/{grpc_ps_client.cc,ps_client.h,push_buckets.cc,push_buckets.h,session.cc,session.h} src/worker/
 rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
 /usr/bin/python3 -m venv --system-site-packages venv

@@ -388,6 +388,7 @@ absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* 
       trailer = true;
       info->compute_seconds = msg.message().trailer().compute_seconds();
       info->train_loss = msg.message().trailer().train_loss();
+      if (msg.message().trailer().has_test_accuracy()) info->test_accuracy = msg.message().trailer().test_accuracy();
     } else {
       return absl::InvalidArgumentError(msg.message().has_trailer()
                                             ? "Push: a trailer before the gradient was complete or not announced"

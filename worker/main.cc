@@ -55,6 +55,9 @@ ABSL_FLAG(int64_t, max_batch, 0, "a batch ceiling this worker knows of (0 = none
 ABSL_FLAG(double, rpc_timeout, 600, "seconds any call to the server may take");
 ABSL_FLAG(double, reconnect_timeout, 300,
           "seconds a server outage is ridden out (retrying with backoff, then joining again) before giving up");
+ABSL_FLAG(double, bucket_mb, 4,
+          "the gradient leaves during backward in buckets of about this many MB, last layers first, so the push "
+          "ends shortly after backward does (a server that reads push trailers); 0: whole, after backward");
 ABSL_FLAG(double, connect_timeout, 10,
           "seconds to wait for a server never reached yet (not started, or a wrong --server) before giving up; "
           "an address that does not resolve fails at once");
@@ -97,6 +100,7 @@ absl::Status CheckFlags() {
       {"rpc_timeout", absl::GetFlag(FLAGS_rpc_timeout), 0.001, 86400},
       {"reconnect_timeout", absl::GetFlag(FLAGS_reconnect_timeout), 0, 7 * 86400},
       {"connect_timeout", absl::GetFlag(FLAGS_connect_timeout), 0, 7 * 86400},
+      {"bucket_mb", absl::GetFlag(FLAGS_bucket_mb), 0, 1 << 20},
       {"log_every", static_cast<double>(absl::GetFlag(FLAGS_log_every)), 0, 1e9},
       {"metrics_port", static_cast<double>(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
   });
@@ -154,6 +158,7 @@ absl::Status TrainerOptionsFromFlags(omnilearn::worker::TrainerOptions* o) {
   o->log_samples = absl::GetFlag(FLAGS_log_samples);
   o->reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
   o->connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout));
+  o->bucket_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20));
   o->server_hint = absl::StrCat("--server=", absl::GetFlag(FLAGS_server));
   if (!o->save_model.empty() && o->model_file.empty()) {
     return absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)");

@@ -182,28 +182,30 @@ void StreamedPush::Ready(int tensor) {
   if (!whole.empty()) stream_->Send(whole);
 }
 
-std::unique_ptr<StreamedPush> Session::BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient) {
+std::unique_ptr<StreamedPush> Session::BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient,
+                                                     int64_t bucket_bytes) {
   header.set_worker_id(id_.load());
   header.set_model_version(version_);
-  std::unique_ptr<StreamedPush> push(new StreamedPush(header, gradient, layout_, options_.bucket_bytes));
-  if (options_.bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;
+  std::unique_ptr<StreamedPush> push(new StreamedPush(header, gradient, layout_, bucket_bytes));
+  if (bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;
   absl::StatusOr<std::unique_ptr<PushStream>> stream = client_->StartPushPull(header, layout_, gradient);
   if (stream.ok()) push->stream_ = std::move(*stream);  // else the gradient goes whole at the end
   return push;
 }
 
-absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push, double compute_seconds,
-                                                    double train_loss, absl::Span<float> weights,
+absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push,
+                                                    const v1::PushTrailer& trailer, absl::Span<float> weights,
                                                     v1::PushResponse* reply, bool* changed) {
   if (push->stream_ == nullptr || id_.load() != push->header_.worker_id()) {
     push->stream_.reset();  // never opened, or of a session since replaced: cancelled
-    push->header_.set_compute_seconds(compute_seconds);
-    push->header_.set_train_loss(train_loss);
+    push->header_.set_compute_seconds(trailer.compute_seconds());
+    push->header_.set_train_loss(trailer.train_loss());
+    if (trailer.has_test_accuracy()) {
+      push->header_.set_has_test_accuracy(true);
+      push->header_.set_test_accuracy(trailer.test_accuracy());
+    }
     return PushPull(push->header_, push->gradient_, weights, reply, changed);
   }
-  v1::PushTrailer trailer;
-  trailer.set_compute_seconds(compute_seconds);
-  trailer.set_train_loss(train_loss);
   uint64_t version = version_;
   ++pushes_sent_;
   absl::StatusOr<v1::PushResponse> r = push->stream_->Finish(trailer, &version, weights);

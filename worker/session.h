@@ -57,10 +57,6 @@ struct SessionOptions {
   // Python's, which only threads holding the interpreter may call.)
   const Clock* heartbeat_clock = nullptr;
   uint64_t jitter_seed = 0;
-  // > 0: a push begun with BeginPushPull sends its gradient during backward, in buckets
-  // of about this many bytes (push_buckets.h), to a server that reads trailers; 0: whole,
-  // at the end.
-  int64_t bucket_bytes = 0;
   // Where event lines go (joined, rejoined, waiting for the server); default stdout.
   std::function<void(const std::string&)> log;
   // Set (e.g. by a signal) to give up waiting for the server: Join and the reconnect
@@ -127,16 +123,16 @@ class Session {
   absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, absl::Span<const float> gradient,
                                        absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
   // PushPull in two halves around backward. Begin opens the push for `gradient` (which
-  // backward fills in; the caller keeps it until Finish returns): with bucket_bytes set
-  // and a server that reads trailers, the header leaves now and each bucket once
-  // StreamedPush::Ready made it whole. Finish sends the rest and the trailer (the compute
+  // backward fills in; the caller keeps it until Finish returns): with bucket_bytes > 0
+  // and a server that reads trailers, the header leaves now and each bucket (of about
+  // bucket_bytes, push_buckets.h) once StreamedPush::Ready made it whole. Finish sends the rest and the trailer (the compute
   // time and loss, known only now) and receives as PushPull; without a stream it is
   // PushPull with them in the header. Dropping a begun push unfinished (out of memory,
   // an exception) cancels it: the server changes nothing.
-  std::unique_ptr<StreamedPush> BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient);
-  absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, double compute_seconds,
-                                             double train_loss, absl::Span<float> weights, v1::PushResponse* reply,
-                                             bool* changed);
+  std::unique_ptr<StreamedPush> BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient,
+                                              int64_t bucket_bytes);
+  absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const v1::PushTrailer& trailer,
+                                             absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);

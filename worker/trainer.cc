@@ -11,6 +11,7 @@
 #include <thread>
 #include <tuple>
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
 #include "absl/strings/match.h"
@@ -39,6 +40,7 @@ class FlatModel {
     for (auto& [name, t] : model->Buffers()) Add(name, t, /*buffer=*/true);
   }
   absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
+  size_t size() const { return tensors_.size(); }
 
   std::vector<float> Values() const {
     std::vector<float> out;
@@ -46,16 +48,30 @@ class FlatModel {
     return out;
   }
 
-  // The parameters' gradients and the buffers' values, each copied once straight into
-  // the push buffer `out` (one device-to-host copy per tensor on CUDA, no staging
-  // tensor; the buffer is reused from step to step: no allocation per step).
-  void Update(std::vector<float>* out) const {
-    Flatten(
-        [](const torch::Tensor& t, bool buffer) {
-          if (buffer) return t.detach();
-          return t.grad().defined() ? t.grad() : torch::zeros_like(t);
-        },
-        out);
+  // Backward's notice per parameter: `ready(i)` runs once parameter i's gradient is
+  // accumulated (a post hook on its grad accumulator, as DDP's reducer does; the model
+  // keeps the accumulators alive). Null: no notices.
+  void OnGradientReady(std::function<void(int)> ready) { ready_ = std::move(ready); }
+  void WatchGradients() {
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      if (specs_[i].buffer || !tensors_[i].requires_grad()) continue;
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(tensors_[i]);
+      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
+            if (ready_) ready_(static_cast<int>(i));
+            return out;
+          }));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+  // Tensor i's gradient (a parameter's) or value (a buffer's), copied once straight into
+  // its place in the push buffer `out` (already sized to the model; one device-to-host
+  // copy on CUDA, no staging tensor).
+  void CopyOne(int i, std::vector<float>* out) const {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor& t = tensors_[i];
+    torch::Tensor v = specs_[i].buffer ? t.detach() : (t.grad().defined() ? t.grad() : torch::zeros_like(t));
+    torch::from_blob(out->data() + offsets_[i], t.sizes(), torch::kFloat32).copy_(v);
   }
 
   void Load(const std::vector<float>& flat) {
@@ -77,6 +93,7 @@ class FlatModel {
 
  private:
   void Add(const std::string& name, const torch::Tensor& t, bool buffer) {
+    offsets_.push_back(offsets_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
     specs_.push_back(TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer});
     tensors_.push_back(t);
   }
@@ -97,6 +114,9 @@ class FlatModel {
 
   std::vector<TensorSpec> specs_;
   std::vector<torch::Tensor> tensors_;
+  std::vector<int64_t> offsets_;  // per tensor, in the flat vector
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::function<void(int)> ready_;
 };
 
 double Evaluate(Model* model, const Dataset& test, const torch::Device& device) {
@@ -409,9 +429,13 @@ class StepRunner {
         setup_(setup),
         params_(params),
         timing_(timing),
-        series_(series) {}
+        series_(series) {
+    params_->WatchGradients();
+  }
 
-  StepResult Run(const torch::Tensor& idx, int64_t batch, std::vector<float>* grad) {
+  // `push` (may be null) is told each parameter as backward makes its gradient final, its
+  // values already in `grad` (sized to the model): buckets leave while backward goes on.
+  StepResult Run(const torch::Tensor& idx, int64_t batch, std::vector<float>* grad, StreamedPush* push) {
     StepResult r;
     try {
       auto [x, y] = Gather(idx, batch);
@@ -423,9 +447,18 @@ class StepRunner {
       }
       params_->ZeroGrad();
       Synchronize(setup_->device);
+      std::vector<bool> copied(params_->size(), false);
+      if (push != nullptr && push->streaming()) {
+        params_->OnGradientReady([this, grad, push, &copied](int i) {
+          params_->CopyOne(i, grad);
+          copied[i] = true;
+          push->Ready(i);
+        });
+      }
       timing_->Start();
       torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
       loss.backward();
+      params_->OnGradientReady(nullptr);
       Synchronize(setup_->device);
       r.compute_seconds = timing_->Finish(batch);
       if (std::optional<std::string> warning = timing_->TakeOverrunWarning()) {
@@ -433,8 +466,11 @@ class StepRunner {
       }
       series_->EmulationOverruns(timing_->overruns());
       r.loss = loss.item<double>();
-      params_->Update(grad);
+      for (size_t i = 0; i < copied.size(); ++i) {  // buffers, and what backward did not reach
+        if (!copied[i]) params_->CopyOne(static_cast<int>(i), grad);
+      }
     } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
+      params_->OnGradientReady(nullptr);
       if (!IsOutOfMemory(e)) throw;
       std::printf("[%s] out of memory at batch %ld: reporting it\n", name_.c_str(), batch);
       params_->ZeroGrad();
@@ -525,7 +561,9 @@ class TrainingLoop {
         weights_(std::move(weights)),
         samples_(o, setup->train.size()),
         runner_(o, setup, params, timing, series),
-        evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {}
+        evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {
+    grad_.resize(weights_.size());  // a push's span from before its step
+  }
 
   absl::StatusOr<TrainerResult> Run() {
     if (absl::Status s = Pull(); !s.ok()) return s;
@@ -541,12 +579,30 @@ class TrainingLoop {
       if (!idx.ok()) return idx.status();
       const int64_t batch = idx->size(0);
       FollowSchedules();
-      const StepResult step = runner_.Run(*idx, batch, &grad_);
+      // The push opens before backward, whose buckets leave while it runs (when streaming).
+      std::unique_ptr<StreamedPush> push = session_->BeginPushPull(PushFor(it, batch), grad_, o_.bucket_bytes);
+      const StepResult step = runner_.Run(*idx, batch, &grad_, push.get());
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
       const auto comm_start = Clock::now();
-      absl::StatusOr<PushOutcome> outcome =
-          session_->PushPull(PushFor(it, batch, step), grad_, absl::MakeSpan(weights_), &reply, &model_changed);
+      absl::StatusOr<PushOutcome> outcome;
+      if (step.out_of_memory) {
+        push.reset();  // cancelled: the server changes nothing; the report goes instead
+        v1::PushHeader report = PushFor(it, batch);
+        report.set_out_of_memory(true);
+        report.set_samples_seen(samples_seen_);
+        if (pending_accuracy_) {
+          report.set_has_test_accuracy(true);
+          report.set_test_accuracy(*pending_accuracy_);
+        }
+        outcome = session_->PushPull(report, grad_, absl::MakeSpan(weights_), &reply, &model_changed);
+      } else {
+        v1::PushTrailer trailer;
+        trailer.set_compute_seconds(step.compute_seconds);
+        trailer.set_train_loss(step.loss);
+        if (pending_accuracy_) trailer.set_test_accuracy(*pending_accuracy_);
+        outcome = session_->FinishPushPull(std::move(push), trailer, absl::MakeSpan(weights_), &reply, &model_changed);
+      }
       const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
@@ -597,18 +653,12 @@ class TrainingLoop {
     std::fflush(stdout);
   }
 
-  v1::PushHeader PushFor(int64_t it, int64_t batch, const StepResult& step) const {
+  // The push's header as known before the step (its time and loss follow the step).
+  v1::PushHeader PushFor(int64_t it, int64_t batch) const {
     v1::PushHeader push;
     push.set_batch_size(batch);
     push.set_iteration(it);
-    push.set_compute_seconds(step.compute_seconds);
-    push.set_train_loss(step.loss);
-    push.set_out_of_memory(step.out_of_memory);
-    push.set_samples_seen(samples_seen_ + (step.out_of_memory ? 0 : batch));
-    if (pending_accuracy_) {
-      push.set_has_test_accuracy(true);
-      push.set_test_accuracy(*pending_accuracy_);
-    }
+    push.set_samples_seen(samples_seen_ + batch);
     // The previous iteration's communication: the server takes out its own wait and the
     // controller learns this worker's link time from the rest.
     push.set_communication_seconds(last_comm_seconds_);

@@ -43,6 +43,9 @@ struct TrainerOptions {
   std::string save_model;             // with model_file: write the trained TorchScript module here
   absl::Duration reconnect_timeout = absl::Seconds(300);  // how long a server outage is ridden out
   absl::Duration connect_timeout = absl::Seconds(10);     // how long a server never reached is waited for
+  // > 0: the gradient leaves during backward in buckets of about this many bytes
+  // (SessionOptions.bucket_bytes); 0: whole, after backward.
+  int64_t bucket_bytes = int64_t{4} << 20;
   std::string server_hint;            // how the server was named, for a never-reached error (SessionOptions)
   int log_every = 50;                 // iterations between progress lines (0 = none)
   // Test aid: write "epoch id" for every sample of every applied push to this file.

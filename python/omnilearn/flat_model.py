@@ -134,6 +134,45 @@ class FlatStorage:
         self.weights_host = self.host_weights.numpy()
         self.update_host = self.host_update.numpy()
 
+    # ------------------------------------------------------------ pushes during backward
+    def watch_gradients(self, ready, repeated) -> None:
+        """Calls ready(i) as backward finishes parameter i's gradient (layout index), its
+        values by then in the push's host memory; repeated(i) when a step's backward reaches
+        a parameter a second time (gradients accumulated over several backward passes: what
+        was sent is not the step's whole gradient). Hooks on the parameters' gradient
+        accumulators, run after each accumulation (torch 1.13 has no post-accumulate hook
+        on tensors; DDP hooks the same nodes). Call once."""
+        self._ready = [False] * len(self.flat.entries)
+        self._accumulators = []  # kept alive: a node dropped would take its hook along
+        for i, ((name, t, is_buffer), off) in enumerate(zip(self.flat.entries, self.flat.offsets)):
+            if is_buffer:
+                continue
+            node = t.expand_as(t).grad_fn.next_functions[0][0]
+            node.register_hook(self._accumulated_hook(i, t, off, ready, repeated))
+            self._accumulators.append(node)
+
+    def _accumulated_hook(self, i, t, off, ready, repeated):
+        n = t.numel()
+
+        def hook(grad_inputs, grad_outputs):
+            if self._ready[i]:
+                repeated(i)
+                return
+            with torch.no_grad():
+                g = self.update[off:off + n]
+                if t.grad is not None and t.grad.data_ptr() != g.data_ptr():
+                    g.copy_(t.grad.detach().reshape(-1))  # a gradient of its own (set_to_none...)
+                if self._cuda:
+                    self.host_update[off:off + n].copy_(g)
+            self._ready[i] = True
+            ready(i)
+        return hook
+
+    def new_step(self) -> None:
+        """Nothing of the next backward has been seen."""
+        if hasattr(self, "_ready"):
+            self._ready = [False] * len(self._ready)
+
     def versions(self) -> tuple:
         """The parameters' version counters (an in-place change of a parameter, such as an
         optimizer step, moves its counter; the core's writes do not)."""
@@ -148,11 +187,17 @@ class FlatStorage:
             if not is_buffer:
                 t.grad = None
 
-    def prepare_update(self) -> np.ndarray:
+    def prepare_update(self, streamed: bool = False) -> np.ndarray:
         """The push's payload, in host memory: the gradients (zeros where none) and the
-        buffers' values."""
+        buffers' values. `streamed`: the gradients backward finished (watch_gradients) are
+        in place already (and may be on the wire): only the rest is written."""
+        done = set()
+        if streamed:
+            done = {id(t) for (_, t, _), r in zip(self.flat.entries, self._ready) if r}
         with torch.no_grad():
             for t, g in self._grads:  # a gradient the user replaced (zero_grad(set_to_none)...)
+                if id(t) in done:
+                    continue
                 if t.grad is None:
                     g.zero_()
                     t.grad = g
@@ -161,11 +206,21 @@ class FlatStorage:
                     t.grad = g
             for off, n in self._buffer_spans:
                 self.update[off:off + n].copy_(self.weights[off:off + n])
+            rest = []  # (offset, size) of what this call wrote
             for t, off, is_buffer in self._copied:
+                if id(t) in done:
+                    continue
                 src = t if is_buffer else (t.grad if t.grad is not None else torch.zeros_like(t))
                 self.update[off:off + t.numel()].copy_(src.detach().reshape(-1))
-            if self._cuda:
+                rest.append((off, t.numel()))
+            if self._cuda and not streamed:
                 self.host_update.copy_(self.update)
+            elif self._cuda:
+                rest += self._buffer_spans
+                rest += [(off, t.numel()) for (_, t, b), off in zip(self.flat.entries, self.flat.offsets)
+                         if not b and id(t) not in done and t.dtype == torch.float32]
+                for off, n in rest:
+                    self.host_update[off:off + n].copy_(self.update[off:off + n])
         return self.update_host
 
     def prepare_weights(self) -> np.ndarray:

@@ -191,7 +191,7 @@ class Worker:
                  tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
                  reconnect_timeout: float = 300.0, connect_timeout: float = 10.0,
                  emulate_device: Optional[str] = None, metrics_port: int = 0, metrics_bind: str = "0.0.0.0",
-                 log=None):
+                 bucket_mb: float = 4.0, log=None):
         server = _from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
@@ -201,6 +201,8 @@ class Worker:
         tls_ca, tls_cert, tls_key, tls_server_name = (
             _from_env(v, f"OMNILEARN_TLS_{k}") for v, k in ((tls_ca, "CA"), (tls_cert, "CERT"), (tls_key, "KEY"),
                                                             (tls_server_name, "SERVER_NAME")))
+        if not 0 <= bucket_mb <= 1 << 20:
+            raise ValueError(f"bucket_mb={bucket_mb} is not in [0, {1 << 20}]")
         _check_arguments(dataset_size=dataset_size, epochs=epochs, max_iterations=max_iterations,
                          max_batch_size=max_batch_size, slowdown=slowdown, emulate_device=emulate_device,
                          tls_cert=tls_cert, tls_key=tls_key)
@@ -243,6 +245,11 @@ class Worker:
         self.last_reply = None
         self._pulled_versions = None  # the parameters' version counters when the model last arrived
         self._warned_changed = False
+        # Pushes during backward: buckets of about bucket_mb leave as autograd finishes them.
+        self._bucket_bytes = int(bucket_mb * (1 << 20))
+        self._open_push = False  # a push begun for the step yielded
+        if self._bucket_bytes > 0:
+            self.storage.watch_gradients(lambda i: self._core.ready(i), self._on_repeated_backward)
         self.metrics = WorkerMetrics(self.name)
         self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
@@ -316,6 +323,7 @@ class Worker:
 
     def leave(self, finished: bool = False):
         """Best effort: tells the server this worker is gone (finished: it completed its training)."""
+        self._cancel_push()
         self._core.leave(finished)
 
     def close(self):
@@ -366,10 +374,40 @@ class Worker:
             self.storage.zero_grad()
             self._step = Step(self.iteration, len(ids) if len(ids) else self.batch_size, samples, epoch,
                               self.model_version)
+            self._begin_push(self._step)
             self._t0 = None if self._hook is not None else time.perf_counter()
             yield self._step
             if self._step is not None:
                 raise RuntimeError("the loop body must call push() (or report_out_of_memory()) for each step")
+
+    def _begin_push(self, step: Step):
+        """Opens the step's push before its backward: the gradient leaves in buckets as
+        autograd finishes them (bucket_mb), and push() sends the rest with the trailer."""
+        self.storage.new_step()
+        self._open_push = False
+        if self._bucket_bytes <= 0:
+            return
+        header = pb2.PushHeader(batch_size=step.batch_size, iteration=step.iteration,
+                                samples_seen=self.samples_seen + step.batch_size,
+                                communication_seconds=self._last_comm_seconds)
+        self._core.begin_push(header.SerializeToString(), self.storage.update_host, self._bucket_bytes)
+        self._open_push = True
+
+    def _cancel_push(self):
+        if self._open_push:
+            self._core.cancel_push()
+            self._open_push = False
+
+    def _on_repeated_backward(self, i):
+        """A second backward in one step (gradient accumulation): what left is not the step's
+        gradient. The push is given up and the step's gradient goes whole at push(); so do
+        the following steps'."""
+        if not self._open_push:
+            return
+        self._cancel_push()
+        self._bucket_bytes = 0
+        self._log("several backward passes in one step (accumulated gradients): the gradient now leaves whole "
+                  "at push(), not during backward")
 
     def _on_forward(self, module, inputs):
         if self._step is not None and self._t0 is None and torch.is_grad_enabled():
@@ -417,16 +455,23 @@ class Worker:
         re-established: the next step trains again on the new model) or the server stopped.
         """
         step = self._require_step()
-        header = pb2.PushHeader(batch_size=step.batch_size, compute_seconds=self._compute_seconds(),
-                                iteration=step.iteration, train_loss=float(loss),
-                                samples_seen=self.samples_seen + step.batch_size)
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
-            header.has_test_accuracy, header.test_accuracy = True, test_accuracy
+        trailer = pb2.PushTrailer(compute_seconds=self._compute_seconds(), train_loss=float(loss))
+        if test_accuracy is not None:
+            trailer.test_accuracy = test_accuracy
             self.metrics.test_accuracy = test_accuracy
         self._check_parameters_unchanged()
-        self.metrics.step(header.compute_seconds, float(loss))
-        return self._send(header, self.storage.prepare_update(), step)
+        self.metrics.step(trailer.compute_seconds, float(loss))
+        update = self.storage.prepare_update(streamed=self._open_push)
+        if self._open_push:
+            return self._send(None, update, step, trailer)
+        header = pb2.PushHeader(batch_size=step.batch_size, compute_seconds=trailer.compute_seconds,
+                                iteration=step.iteration, train_loss=trailer.train_loss,
+                                samples_seen=self.samples_seen + step.batch_size)
+        if test_accuracy is not None:
+            header.has_test_accuracy, header.test_accuracy = True, test_accuracy
+        return self._send(header, update, step)
 
     def _note_pulled(self):
         """Remembers the parameters' version counters as the model arrived (until warned)."""
@@ -449,6 +494,7 @@ class Worker:
     def report_out_of_memory(self):
         """The step ran out of memory: no gradient; the server lowers this worker's batch."""
         step = self._require_step()
+        self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()
         header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True, iteration=step.iteration,
                                 samples_seen=self.samples_seen)
@@ -460,6 +506,7 @@ class Worker:
         self._check_accuracy(test_accuracy)
         if self.stopped.is_set() or not self.worker_id:
             return None
+        self._cancel_push()  # one push at a time per session: the step's gradient goes whole
         header = pb2.PushHeader(report_only=True, has_test_accuracy=True, test_accuracy=test_accuracy,
                                 train_loss=loss, iteration=self.iteration)
         self.metrics.test_accuracy = test_accuracy
@@ -478,16 +525,24 @@ class Worker:
             raise RuntimeError("push() outside a step: iterate over the worker first")
         return self._step
 
-    def _send(self, header, update, step: Step):
+    def _send(self, header, update, step: Step, trailer=None):
+        """The step's push: whole (`header`), or the end of the one begun (`trailer`)."""
         self._step = None
         if self.stopped.is_set():
+            self._cancel_push()
             return None
-        # The previous iteration's communication: the server takes out its own wait and the
-        # controller learns this worker's link time from the rest.
-        header.communication_seconds = self._last_comm_seconds
         comm_start = time.perf_counter()
-        outcome, reply, changed = self._call(self._core.push_pull, header.SerializeToString(), update,
-                                             self.storage.weights_host)
+        if trailer is not None:
+            self._open_push = False
+            outcome, reply, changed = self._call(self._core.finish_push, trailer.SerializeToString(),
+                                                 self.storage.weights_host)
+        else:
+            self._cancel_push()
+            # The previous iteration's communication: the server takes out its own wait and
+            # the controller learns this worker's link time from the rest.
+            header.communication_seconds = self._last_comm_seconds
+            outcome, reply, changed = self._call(self._core.push_pull, header.SerializeToString(), update,
+                                                 self.storage.weights_host)
         if outcome == "rejoined":  # the step's gradient was of an old session: train it again
             self.pull()
             self._last_comm_seconds = 0.0
@@ -503,7 +558,7 @@ class Worker:
         self._note_pulled()
         reply = pb2.PushResponse.FromString(reply)
         self.last_reply = reply
-        if not header.out_of_memory:
+        if header is None or not header.out_of_memory:
             self.samples_seen += step.batch_size
             self.metrics.samples += step.batch_size
         self.iteration += 1

@@ -126,6 +126,7 @@ class Core {
 
   ~Core() {
     py::gil_scoped_release nogil;  // the heartbeat thread may be in a call
+    push_.reset();
     session_.reset();
     client_.reset();
   }
@@ -171,6 +172,49 @@ class Core {
       py::gil_scoped_release nogil;
       outcome = session()->PushPull(std::move(h), GradientSpan(g), MutableSpan(w), &reply, &changed);
     }
+    Done(outcome.status());
+    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
+  }
+
+  // Opens a push whose gradient leaves during backward (Session::BeginPushPull), from
+  // `gradient` (kept referenced until the push ends); a push still open is cancelled
+  // first. True when it streams (else finish_push sends it whole).
+  bool BeginPush(const py::bytes& header, const py::object& gradient, int64_t bucket_bytes) {
+    CancelPush();
+    v1::PushHeader h = ParseHeader(header);
+    py::buffer_info g = ModelBuffer(gradient, false, "gradient");
+    open_gradient_ = gradient;
+    py::gil_scoped_release nogil;
+    push_ = session()->BeginPushPull(std::move(h), ConstSpan(g), bucket_bytes);
+    return push_->streaming();
+  }
+  // Tensor i's gradient is final (autograd's hook, the GIL held: it only queues).
+  void Ready(int i) {
+    if (push_ != nullptr) push_->Ready(i);
+  }
+  // Gives the open push up: the server changes nothing.
+  void CancelPush() {
+    if (push_ == nullptr) return;
+    {
+      py::gil_scoped_release nogil;  // ends the stream's writer thread
+      push_.reset();
+    }
+    open_gradient_ = py::none();
+  }
+  // Ends the open push as push_pull does: (outcome, reply, changed).
+  py::tuple FinishPush(const py::bytes& trailer, const py::object& weights) {
+    if (push_ == nullptr) throw py::value_error("finish_push without begin_push");
+    v1::PushTrailer t;
+    if (!t.ParseFromString(std::string(trailer))) throw py::value_error("trailer is not a PushTrailer");
+    py::buffer_info w = ModelBuffer(weights, true, "weights");
+    v1::PushResponse reply;
+    bool changed = false;
+    absl::StatusOr<worker::PushOutcome> outcome;
+    {
+      py::gil_scoped_release nogil;
+      outcome = session()->FinishPushPull(std::move(push_), t, MutableSpan(w), &reply, &changed);
+    }
+    open_gradient_ = py::none();
     Done(outcome.status());
     return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
   }
@@ -261,6 +305,8 @@ class Core {
   int64_t total_ = 0;
   std::unique_ptr<worker::PsClient> client_;
   std::unique_ptr<worker::Session> session_;
+  std::unique_ptr<worker::StreamedPush> push_;  // the push begun, until finished or cancelled
+  py::object open_gradient_ = py::none();       // its gradient's owner, kept alive meanwhile
 };
 
 }  // namespace
@@ -295,6 +341,10 @@ PYBIND11_MODULE(_core, m) {
       .def("pull", &Core::Pull, py::arg("weights"))
       .def("push_pull", &Core::PushPull, py::arg("header"), py::arg("gradient"), py::arg("weights"))
       .def("push", &Core::Push, py::arg("header"), py::arg("gradient"), py::arg("weights"))
+      .def("begin_push", &Core::BeginPush, py::arg("header"), py::arg("gradient"), py::arg("bucket_bytes"))
+      .def("ready", &Core::Ready, py::arg("tensor"))
+      .def("cancel_push", &Core::CancelPush)
+      .def("finish_push", &Core::FinishPush, py::arg("trailer"), py::arg("weights"))
       .def("leave", &Core::Leave, py::arg("finished"))
       .def("close", &Core::Close)
       .def("samples", &Core::Samples)

@@ -59,6 +59,10 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.token = None
         self.lock = threading.Lock()
         self.sample = 0
+        self.trailers = False  # announce push trailers (pushes during backward)
+        self.arrivals = []     # per push: the tensor names of its chunks in order, then "<trailer>"
+        self.on_chunk = None   # called (on the server's thread) with each chunk's tensor name
+        self.gradients = []    # per applied push: the gradient assembled
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -94,7 +98,8 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
             self.next_id += 1
             return pb2.JoinResponse(worker_id=wid, lease_seconds=60, mode=pb2.MODE_ASYNC, batch_size=4,
                                     model_version=self.version, samples=self._samples(),
-                                    session_secret=SECRET + bytes([wid]), action=pb2.ACTION_CONTINUE)
+                                    session_secret=SECRET + bytes([wid]), action=pb2.ACTION_CONTINUE,
+                                    push_trailer=self.trailers)
 
     def _model(self, have_version):
         if have_version == self.version:
@@ -116,12 +121,22 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         if self.on_push:
             self.on_push()
         a = codec.Assembler(self.flat)
+        arrived = []
         for m in request_iterator:
+            if m.HasField("trailer"):
+                arrived.append("<trailer>")
+                header.compute_seconds, header.train_loss = m.trailer.compute_seconds, m.trailer.train_loss
+                break
+            arrived.append(m.chunk.name)
+            if self.on_chunk:
+                self.on_chunk(m.chunk.name)
             a.add(m.chunk)
+        self.arrivals.append(arrived)
         self.pushes.append(header)
         action = self.push_actions.get(len(self.pushes), pb2.ACTION_CONTINUE)
         if action == pb2.ACTION_CONTINUE and not header.out_of_memory and not header.report_only:
             grad = a.finish()
+            self.gradients.append(grad)
             self.flat.load(self.flat.values() - 0.5 * grad)
             self.version += 1
         batch = 2 if header.out_of_memory else 4
@@ -432,6 +447,91 @@ def make_pki(d):
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
             "2", "-out", f"{name}.pem", ext=ext)
     return {n: open(os.path.join(d, n), "rb").read() for n in os.listdir(d) if n.endswith((".pem", ".key"))}
+
+
+class _Gate(torch.autograd.Function):
+    """Identity; its backward (the last of a step, at the model's input) waits until
+    `event` is set, at most 20 s, and records whether it was."""
+
+    @staticmethod
+    def forward(ctx, x, event, seen):
+        ctx.event, ctx.seen = event, seen
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        ctx.seen.append(ctx.event.wait(20))
+        return g, None, None
+
+
+class _Gated(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.event, self.seen = inner, threading.Event(), []
+
+    def forward(self, x):
+        x = x.detach().requires_grad_()  # so that backward reaches the gate, last
+        return self.inner(_Gate.apply(x, self.event, self.seen))
+
+
+class PushDuringBackwardTest(unittest.TestCase):
+    """Against a fake server that reads push trailers (WorkerTest's fixture)."""
+    make_worker = WorkerTest.make_worker
+    train = WorkerTest.train
+
+    def setUp(self):
+        WorkerTest.setUp(self)
+        self.fake.trailers = True
+        self.model = _Gated(models.make("mlp", seed=1))
+        self.model.event.set()  # backward runs through unless a test holds it
+        self.fake.flat = flat_model.FlatModel(_Gated(models.make("mlp", seed=2)))
+
+    def test_the_last_layers_gradient_leaves_while_backward_still_runs(self):
+        self.model.event.clear()
+        last = self.fake.flat.entries[-1][0]  # the output layer's bias: backward's first
+        self.fake.on_chunk = lambda name: name == last and self.model.event.set()
+        with self.make_worker(max_iterations=1, bucket_mb=0.001) as w:  # about a tensor a bucket
+            self.train(w)
+            update = np.array(w.storage.update_host)
+        # Backward reached the model's input only after the server had the last layer's chunk.
+        self.assertEqual(self.model.seen, [True])
+        arrived = self.fake.arrivals[0]
+        self.assertEqual(arrived[-1], "<trailer>")
+        names = [e[0] for e in self.fake.flat.entries]
+        self.assertEqual(arrived[0], names[-1])  # last layer first
+        self.assertTrue(self.fake.pushes[0].trailer)
+        self.assertEqual(self.fake.pushes[0].compute_seconds, 0.25)  # the trailer's, on the fake clock
+        np.testing.assert_array_equal(self.fake.gradients[0], update)  # exactly the step's gradient
+
+    def test_accumulated_backward_passes_send_the_whole_gradient_at_push(self):
+        lines = []
+        with Worker(self.address, self.model, name="py0", dataset_size=64, max_iterations=2, rpc_timeout=30,
+                    log=lines.append) as w:
+            for step in w:
+                for half in (step.samples[:2], step.samples[2:]):
+                    F.cross_entropy(self.model(self.x[half]), self.y[half]).backward()
+                grads = np.array(w.storage.update_host)
+                w.push(torch.tensor(1.0))
+                np.testing.assert_array_equal(self.fake.gradients[-1][:grads.size], grads)
+        self.assertEqual([h.trailer for h in self.fake.pushes], [False, False])
+        self.assertTrue(any("several backward passes" in line for line in lines))
+
+    def test_bucket_mb_zero_pushes_whole_after_backward(self):
+        with self.make_worker(max_iterations=2, bucket_mb=0) as w:
+            self.train(w)
+        self.assertEqual([h.trailer for h in self.fake.pushes], [False, False])
+        self.assertTrue(all("<trailer>" not in a for a in self.fake.arrivals))
+
+    def test_out_of_memory_cancels_the_push_begun(self):
+        with self.make_worker(max_iterations=1) as w:
+            for step in w:
+                F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples]).backward()
+                w.report_out_of_memory()
+                break
+        # (The fake may see the cancelled stream's start; it never completes.)
+        self.assertTrue(self.fake.pushes[-1].out_of_memory)
+        self.assertEqual(self.fake.version, 0)
+        self.assertEqual(self.fake.gradients, [])
 
 
 class TlsTest(unittest.TestCase):
