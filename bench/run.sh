@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every benchmark, each against its baseline measured in the same run; tables on stdout,
-# JSON (and the scale plot) in bench/results/. About 5 minutes on 2 cores.
+# JSON (and the scale plot) in bench/results/. About 8 minutes on 2 cores (root: overlap.py
+# runs on the emulated cluster's network namespaces).
 #   ./bench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,3 +15,5 @@ done
 /usr/bin/python3 bench/plot_scale.py bench/results/scale.json
 echo
 /usr/bin/python3 bench/python_transfer.py
+echo
+/usr/bin/python3 bench/overlap.py
