@@ -117,6 +117,8 @@ class ChunkAssembler {
   int64_t bytes_received() const { return bytes_; }
   // Whether every tensor has all its values.
   bool complete() const { return received_ == layout_->total_elements(); }
+  // Whether tensor i (layout index) has all its values.
+  bool tensor_complete(int i) const { return filled_[i] == layout_->size(i); }
   // Whether every value received so far is finite (checked while copying).
   bool all_finite() const { return all_finite_; }
 

@@ -153,6 +153,29 @@ TEST_CASE("a push streamed in buckets during backward equals a whole push bit fo
   REQUIRE(streamed != std::vector<float>(9, 0.5f));  // the push was applied
 }
 
+TEST_CASE("a streamed push's model arrives tensor by tensor after the reply", "[service][bucket]") {
+  Fixture f;
+  auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
+  v1::PushHeader push;
+  push.set_worker_id(joined->worker_id());
+  push.set_batch_size(8);
+  const std::vector<float> grad(9, 1.0f);
+  auto stream = f.client->StartPushPull(push, f.layout, grad);
+  REQUIRE(stream.ok());
+  v1::PushTrailer trailer;
+  trailer.set_compute_seconds(0.01);
+  std::vector<float> weights(9, -7.0f);
+  uint64_t version = 0;
+  auto reply = (*stream)->FinishEarly(trailer, &version, absl::MakeSpan(weights));
+  REQUIRE(reply.ok());
+  REQUIRE(reply->applied());
+  REQUIRE(version == 1);  // the version the weights will hold, known with the reply
+  REQUIRE((*stream)->AwaitTensor(0));  // "w": 6 values, in place
+  for (int i = 0; i < 6; ++i) REQUIRE(weights[i] == 0.5f - 1.0f);
+  REQUIRE((*stream)->AwaitModel().ok());
+  REQUIRE(weights == std::vector<float>(9, -0.5f));
+}
+
 TEST_CASE("a bad last bucket is refused and leaves the model untouched", "[service][bucket]") {
   std::vector<float> grad(9, 1.0f);
   grad[0] = std::nanf("");  // in "w", the tensor that leaves last

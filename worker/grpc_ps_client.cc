@@ -80,6 +80,8 @@ class ModelReceiver {
     if (!status_.ok()) return;
     status_ = assembler_ ? assembler_->Add(c) : absl::InvalidArgumentError("a model chunk before the model's header");
   }
+  // Tensor t has all its values (always, when no values are due).
+  bool TensorComplete(int t) const { return !assembler_ || assembler_->tensor_complete(t); }
   void Fail(absl::Status s) {
     if (status_.ok()) status_ = std::move(s);
   }
@@ -361,6 +363,10 @@ class GrpcPushStream : public PushStream {
   }
 
   ~GrpcPushStream() override {
+    if (reader_.joinable()) {  // a model still arriving: given up
+      ctx_.TryCancel();
+      reader_.join();
+    }
     if (finished_) return;
     ctx_.TryCancel();  // the server drops a push it did not read whole
     StopWriter(/*cancel=*/true);
@@ -372,15 +378,57 @@ class GrpcPushStream : public PushStream {
     queue_.insert(queue_.end(), tensors.begin(), tensors.end());
   }
 
-  absl::StatusOr<v1::PushResponse> Finish(const v1::PushTrailer& trailer, uint64_t* model_version,
-                                          absl::Span<float> weights) override {
+  absl::StatusOr<v1::PushResponse> FinishEarly(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                               absl::Span<float> weights) override {
     {
       absl::MutexLock lock(&mu_);
       trailer_ = trailer;
     }
     StopWriter(/*cancel=*/false);
     finished_ = true;
-    return ReplyOf(ReceivePushPull(stream_.get(), layout_, weights, model_version));
+    absl::ReleasableMutexLock lock(&mu_);  // no reader yet: taken for the annotations' sake
+    receiver_.emplace(&layout_, weights);
+    // The reply, then the model's header; the chunks follow in the background.
+    std::optional<v1::PushResponse> reply;
+    bool header = false;
+    grpc::ByteBuffer buffer;
+    ReceivedMessage<v1::PushPullResponse> msg;
+    while (!(reply && header) && stream_->Read(&buffer)) {
+      if (absl::Status p = msg.Parse(buffer, kPushPullResponseChunkField); !p.ok()) {
+        receiver_->Fail(p);
+      } else if (msg.is_chunk()) {
+        receiver_->Chunk(msg.chunk());
+      } else if (msg.message().has_header()) {
+        receiver_->Header(msg.message().header());
+        *model_version = msg.message().header().model_version();
+        header = true;
+      } else if (msg.message().has_reply()) {
+        reply = msg.message().reply();
+      }
+    }
+    if (!(reply && header)) {  // the call ended first: an error, or a reply without a model
+      PushPullReceipt receipt{stream_->Finish(), reply, absl::OkStatus()};
+      if (receipt.status.ok() && reply) receipt.model = receiver_->Finish(model_version);
+      done_ = true;
+      result_ = receipt.status.ok() ? receipt.model : FromGrpc(receipt.status, "PushPull");
+      return ReplyOf(receipt);
+    }
+    lock.Release();
+    reader_ = std::thread([this] { ReadRest(); });
+    return *reply;
+  }
+
+  bool AwaitTensor(int t) override {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this, t]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_ || receiver_->TensorComplete(t); };
+    mu_.Await(absl::Condition(&arrived));
+    return receiver_->TensorComplete(t);
+  }
+
+  absl::Status AwaitModel() override {
+    if (reader_.joinable()) reader_.join();
+    absl::MutexLock lock(&mu_);
+    return result_;
   }
 
  private:
@@ -390,6 +438,27 @@ class GrpcPushStream : public PushStream {
       (cancel ? cancelled_ : closing_) = true;
     }
     writer_.join();
+  }
+
+  // The model's chunks after FinishEarly, into the weights in place, then the call's end.
+  void ReadRest() {
+    grpc::ByteBuffer buffer;
+    ReceivedMessage<v1::PushPullResponse> msg;
+    while (stream_->Read(&buffer)) {
+      absl::MutexLock lock(&mu_);  // AwaitTensor reads the progress
+      if (absl::Status p = msg.Parse(buffer, kPushPullResponseChunkField); !p.ok()) {
+        receiver_->Fail(p);
+      } else if (msg.is_chunk()) {
+        receiver_->Chunk(msg.chunk());
+      } else {
+        receiver_->Fail(absl::InvalidArgumentError("PushPull: a message after the model's header"));
+      }
+    }
+    const grpc::Status s = stream_->Finish();
+    absl::MutexLock lock(&mu_);
+    uint64_t version = 0;
+    result_ = s.ok() ? receiver_->Finish(&version) : FromGrpc(s, "PushPull");
+    done_ = true;
   }
 
   void WriteLoop(v1::PushHeader header) {
@@ -461,6 +530,10 @@ class GrpcPushStream : public PushStream {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ = false;
   std::thread writer_;
+  std::optional<ModelReceiver> receiver_ ABSL_GUARDED_BY(mu_);  // the model, after FinishEarly
+  bool done_ ABSL_GUARDED_BY(mu_) = false;                        // its stream has ended
+  absl::Status result_ ABSL_GUARDED_BY(mu_);
+  std::thread reader_;
 };
 
 absl::StatusOr<std::unique_ptr<PushStream>> GrpcPsClient::StartPushPull(const v1::PushHeader& header,

@@ -33,8 +33,23 @@ class PushStream {
   // Sends the tensors not sent yet, then the trailer (compute time and loss), and then
   // receives as PushPull does: the reply, and the model into `weights` with
   // `*model_version` when it moved. Errors as PushPull's.
-  virtual absl::StatusOr<v1::PushResponse> Finish(const v1::PushTrailer& trailer, uint64_t* model_version,
-                                                  absl::Span<float> weights) = 0;
+  absl::StatusOr<v1::PushResponse> Finish(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                          absl::Span<float> weights) {
+    absl::StatusOr<v1::PushResponse> r = FinishEarly(trailer, model_version, weights);
+    if (!r.ok()) return r;
+    if (absl::Status s = AwaitModel(); !s.ok()) return s;
+    return r;
+  }
+  // As Finish, but returns once the reply and the model's header are in (`*model_version`
+  // is the version `weights` will hold); the values keep arriving in the background, in
+  // layout order, until AwaitModel. Nothing else of the stream may be called meanwhile.
+  virtual absl::StatusOr<v1::PushResponse> FinishEarly(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                                       absl::Span<float> weights) = 0;
+  // After FinishEarly: waits until tensor `t` (layout index) is whole in the weights, or the
+  // stream ended without it (false).
+  virtual bool AwaitTensor(int t) = 0;
+  // After FinishEarly: waits for the end; OK once every value arrived (or none was due).
+  virtual absl::Status AwaitModel() = 0;
 };
 
 class PsClient {

@@ -135,6 +135,7 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
 absl::Status Session::Join(absl::Span<const float> weights) { return JoinUntilBack(weights, absl::OkStatus()); }
 
 absl::StatusOr<bool> Session::Pull(absl::Span<float> weights) {
+  if (absl::Status s = AwaitModel(); !s.ok()) return s;
   while (true) {
     absl::StatusOr<uint64_t> v = client_->Pull(id_.load(), version_, layout_, weights);
     if (v.ok()) {
@@ -151,12 +152,15 @@ absl::StatusOr<bool> Session::Pull(absl::Span<float> weights) {
 
 absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, absl::Span<const float> gradient,
                                           absl::Span<const float> weights, v1::PushResponse* reply) {
+  if (absl::Status s = AwaitModel(); !s.ok()) return s;
   return Send(std::move(header), weights, reply,
               [&](const v1::PushHeader& h) { return client_->Push(h, layout_, gradient); });
 }
 
 absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, absl::Span<const float> gradient,
                                               absl::Span<float> weights, v1::PushResponse* reply, bool* changed) {
+  *changed = false;
+  if (absl::Status s = AwaitModel(); !s.ok()) return s;
   uint64_t version = version_;
   absl::StatusOr<PushOutcome> outcome = Send(std::move(header), weights, reply, [&](const v1::PushHeader& h) {
     return client_->PushPull(h, layout_, gradient, &version, weights);
@@ -195,7 +199,9 @@ std::unique_ptr<StreamedPush> Session::BeginPushPull(v1::PushHeader header, absl
 
 absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push,
                                                     const v1::PushTrailer& trailer, absl::Span<float> weights,
-                                                    v1::PushResponse* reply, bool* changed) {
+                                                    v1::PushResponse* reply, bool* changed, bool early) {
+  *changed = false;
+  if (absl::Status s = AwaitModel(); !s.ok()) return s;
   if (push->stream_ == nullptr || id_.load() != push->header_.worker_id()) {
     push->stream_.reset();  // never opened, or of a session since replaced: cancelled
     push->header_.set_compute_seconds(trailer.compute_seconds());
@@ -208,11 +214,38 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   }
   uint64_t version = version_;
   ++pushes_sent_;
-  absl::StatusOr<v1::PushResponse> r = push->stream_->Finish(trailer, &version, weights);
-  push->stream_.reset();
+  std::unique_ptr<PushStream> stream = std::move(push->stream_);
+  absl::StatusOr<v1::PushResponse> r = stream->FinishEarly(trailer, &version, weights);
+  if (r.ok()) {
+    arriving_ = std::move(stream);  // the model's values, still on their way
+    arriving_into_ = weights;
+    if (!early) {
+      const uint64_t held = version_;
+      if (absl::Status m = AwaitModel(); !m.ok()) {
+        r = m;
+      } else if (version_ != held) {
+        version = version_;  // the stream broke and the model was pulled whole instead
+      }
+    }
+  }
   absl::StatusOr<PushOutcome> outcome = Settle(r, weights, reply);
+  if (outcome.ok() && *outcome != PushOutcome::kReplied) (void)AwaitModel();  // none was due
   Received(outcome, version, changed);
   return outcome;
+}
+
+void Session::AwaitTensor(int t) {
+  if (arriving_ != nullptr) (void)arriving_->AwaitTensor(t);
+}
+
+absl::Status Session::AwaitModel() {
+  if (arriving_ == nullptr) return absl::OkStatus();
+  const absl::Status s = arriving_->AwaitModel();
+  arriving_.reset();
+  if (s.ok()) return s;
+  version_ = ~0ull;  // partly written: the whole model again
+  absl::StatusOr<bool> pulled = Pull(arriving_into_);
+  return pulled.status();
 }
 
 template <typename Call>
@@ -253,6 +286,7 @@ absl::StatusOr<PushOutcome> Session::Settle(const absl::StatusOr<v1::PushRespons
 }
 
 void Session::Leave(bool finished) {
+  arriving_.reset();  // a model still arriving is of no use now
   StopHeartbeats();  // a departed session sends nothing more
   if (id_.load() != 0) (void)client_->Leave(id_.load(), finished);
 }

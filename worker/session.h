@@ -131,8 +131,20 @@ class Session {
   // an exception) cancels it: the server changes nothing.
   std::unique_ptr<StreamedPush> BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient,
                                               int64_t bucket_bytes);
+  //
+  // `early` (a streamed push only): Finish returns once the reply is in and the model keeps
+  // arriving into `weights` in layout order, so the next forward can start on the first
+  // layers (AwaitTensor); `*changed` then says the model will have moved. Every other call
+  // of the session except BeginPushPull and StreamedPush::Ready waits for the rest first
+  // (AwaitModel).
   absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const v1::PushTrailer& trailer,
-                                             absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
+                                             absl::Span<float> weights, v1::PushResponse* reply, bool* changed,
+                                             bool early = false);
+  // Waits until tensor `t` of a model still arriving is in place (at once when none is).
+  void AwaitTensor(int t);
+  // Waits for the rest of a model still arriving; when its stream broke, pulls the model
+  // whole (riding out the outage as Pull does). Errors as Pull's.
+  absl::Status AwaitModel();
   // Best effort: tells the server this worker is gone (`finished`: it completed its
   // training).
   void Leave(bool finished);
@@ -190,6 +202,8 @@ class Session {
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
   bool push_trailer_ = false;  // the server reads PushTrailers (streamed pushes)
+  std::unique_ptr<PushStream> arriving_;  // a PushPull whose model is still arriving
+  absl::Span<float> arriving_into_;       // ...into these weights
   std::atomic<bool> stop_{false};
   std::atomic<bool> rejoin_{false};
 

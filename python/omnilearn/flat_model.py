@@ -130,6 +130,9 @@ class FlatStorage:
             self.host_update = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
         else:
             self.host_weights, self.host_update = self.weights, self.update
+        # Whether the core's writes land in the model's tensors themselves (CPU, every tensor a
+        # view): a model may then arrive while a forward runs on the layers already in.
+        self.in_place = not self._cuda and not self._copied
         # numpy views (no copies) of the host memory: what the core is handed.
         self.weights_host = self.host_weights.numpy()
         self.update_host = self.host_update.numpy()

@@ -191,7 +191,7 @@ class Worker:
                  tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
                  reconnect_timeout: float = 300.0, connect_timeout: float = 10.0,
                  emulate_device: Optional[str] = None, metrics_port: int = 0, metrics_bind: str = "0.0.0.0",
-                 bucket_mb: float = 4.0, log=None):
+                 bucket_mb: float = 4.0, overlap_pull: bool = True, log=None):
         server = _from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
@@ -250,6 +250,15 @@ class Worker:
         self._open_push = False  # a push begun for the step yielded
         if self._bucket_bytes > 0:
             self.storage.watch_gradients(lambda i: self._core.ready(i), self._on_repeated_backward)
+        # The model's way back overlapped with the next forward: each module waits for its own
+        # tensors only. CPU models whose tensors all live in the flat storage (the values land
+        # in the parameters themselves), with module hooks (not TorchScript).
+        self._arriving = False  # a model is still arriving into the parameters
+        self._overlap = bool(overlap_pull and self._bucket_bytes > 0 and self.storage.in_place
+                             and self._hook is not None)
+        self._module_hooks = self._watch_modules(model) if self._overlap else []
+        self._step_arrival_wait = 0.0  # this step's forward waiting for the model to arrive
+        self.arrival_wait_seconds = 0.0  # all steps
         self.metrics = WorkerMetrics(self.name)
         self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
@@ -307,6 +316,7 @@ class Worker:
 
     def pull(self):
         """Brings the model to the server's current version."""
+        self.wait_model()
         if self._call(self._core.pull, self.storage.weights_host):
             self.storage.received()
         self._note_pulled()
@@ -323,6 +333,10 @@ class Worker:
 
     def leave(self, finished: bool = False):
         """Best effort: tells the server this worker is gone (finished: it completed its training)."""
+        try:
+            self.wait_model()  # what was trained is whole in the parameters
+        except ServerError:
+            pass
         self._cancel_push()
         self._core.leave(finished)
 
@@ -334,6 +348,9 @@ class Worker:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        for h in self._module_hooks:
+            h.remove()
+        self._module_hooks = []
         self._core.close()
 
     def __enter__(self):
@@ -363,6 +380,7 @@ class Worker:
         while not self.stopped.is_set():
             if self._done():
                 self.finished = True
+                self.wait_model()  # the loop's end: the parameters hold the last model
                 return
             if self._step is not None:
                 raise RuntimeError("call push() (or report_out_of_memory()) for each step before the next")
@@ -383,6 +401,8 @@ class Worker:
     def _begin_push(self, step: Step):
         """Opens the step's push before its backward: the gradient leaves in buckets as
         autograd finishes them (bucket_mb), and push() sends the rest with the trailer."""
+        self._last_comm_seconds += self._step_arrival_wait  # the last model's arrival, seen late
+        self._step_arrival_wait = 0.0
         self.storage.new_step()
         self._open_push = False
         if self._bucket_bytes <= 0:
@@ -409,6 +429,38 @@ class Worker:
         self._log("several backward passes in one step (accumulated gradients): the gradient now leaves whole "
                   "at push(), not during backward")
 
+    def _watch_modules(self, model):
+        """A forward pre-hook on every module holding tensors of its own: it waits until
+        those have arrived (the GIL released), so a forward runs while later layers arrive."""
+        hooks = []
+        for prefix, module in model.named_modules():
+            names = [n for n, t in list(module._parameters.items()) + list(module._buffers.items()) if t is not None]
+            tensors = [self.flat.index(f"{prefix}.{n}" if prefix else n) for n in names]
+            tensors = [t for t in tensors if t >= 0]
+            if tensors:
+                hooks.append(module.register_forward_pre_hook(self._arrival_hook(tensors)))
+        return hooks
+
+    def _arrival_hook(self, tensors):
+        def hook(module, inputs):
+            if self._arriving:
+                t = time.perf_counter()
+                self._core.await_tensors(tensors)
+                waited = time.perf_counter() - t
+                # The model's transfer, not compute: taken out of the step's compute time and
+                # reported as communication with the next push.
+                self._step_arrival_wait += waited
+                self.arrival_wait_seconds += waited
+        return hook
+
+    def wait_model(self):
+        """Waits for a model still arriving (see overlap_pull): call it before reading the
+        parameters outside a forward pass (a state_dict, your own evaluation code without
+        calling the model). The Worker's own calls and every forward wait by themselves."""
+        if self._arriving:
+            self._arriving = False
+            self._call(self._core.await_model)
+
     def _on_forward(self, module, inputs):
         if self._step is not None and self._t0 is None and torch.is_grad_enabled():
             self.start_compute()
@@ -428,7 +480,7 @@ class Worker:
             torch.cuda.synchronize(self._device)
         if self.emulation is not None:
             return self._emulated_seconds()
-        real = time.perf_counter() - self._t0
+        real = time.perf_counter() - self._t0 - self._step_arrival_wait
         if self.slowdown > 1.0:
             time.sleep((self.slowdown - 1.0) * real)
         return real * self.slowdown
@@ -441,7 +493,7 @@ class Worker:
             self._log(f"emulated device {profile.fixed_ms:g} ms + {profile.ms_per_sample:g} ms/sample, "
                       f"jitter {profile.jitter:g}, from epoch {epoch:.2f}")
         overruns = self.emulation.overruns
-        reported, real = self.emulation.pace(self._t0, self._step.batch_size, epoch)
+        reported, real = self.emulation.pace(self._t0 + self._step_arrival_wait, self._step.batch_size, epoch)
         if self.emulation.overruns == 1 and overruns == 0:
             self._log(f"warning: the real compute of a step ({1000 * real:.1f} ms at batch {self._step.batch_size}) "
                       f"took longer than its emulated time: the emulation is not faithful for such steps "
@@ -506,6 +558,7 @@ class Worker:
         self._check_accuracy(test_accuracy)
         if self.stopped.is_set() or not self.worker_id:
             return None
+        self.wait_model()
         self._cancel_push()  # one push at a time per session: the step's gradient goes whole
         header = pb2.PushHeader(report_only=True, has_test_accuracy=True, test_accuracy=test_accuracy,
                                 train_loss=loss, iteration=self.iteration)
@@ -535,7 +588,8 @@ class Worker:
         if trailer is not None:
             self._open_push = False
             outcome, reply, changed = self._call(self._core.finish_push, trailer.SerializeToString(),
-                                                 self.storage.weights_host)
+                                                 self.storage.weights_host, self._overlap)
+            self._arriving = self._overlap and outcome == "replied"
         else:
             self._cancel_push()
             # The previous iteration's communication: the server takes out its own wait and

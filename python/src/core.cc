@@ -201,8 +201,10 @@ class Core {
     }
     open_gradient_ = py::none();
   }
-  // Ends the open push as push_pull does: (outcome, reply, changed).
-  py::tuple FinishPush(const py::bytes& trailer, const py::object& weights) {
+  // Ends the open push as push_pull does: (outcome, reply, changed). `early`: returns with
+  // the reply while the model still arrives into `weights` (kept referenced meanwhile);
+  // await_tensors / await_model wait for it (Session::FinishPushPull).
+  py::tuple FinishPush(const py::bytes& trailer, const py::object& weights, bool early) {
     if (push_ == nullptr) throw py::value_error("finish_push without begin_push");
     v1::PushTrailer t;
     if (!t.ParseFromString(std::string(trailer))) throw py::value_error("trailer is not a PushTrailer");
@@ -212,11 +214,28 @@ class Core {
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->FinishPushPull(std::move(push_), t, MutableSpan(w), &reply, &changed);
+      outcome = session()->FinishPushPull(std::move(push_), t, MutableSpan(w), &reply, &changed, early);
     }
     open_gradient_ = py::none();
+    arriving_weights_ = weights;
     Done(outcome.status());
     return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
+  }
+
+  // Waits (the GIL released) until these tensors of a model arriving are in place.
+  void AwaitTensors(const std::vector<int>& tensors) {
+    py::gil_scoped_release nogil;
+    for (int t : tensors) session()->AwaitTensor(t);
+  }
+  // Waits for the rest of a model arriving (pulling it whole when its stream broke).
+  void AwaitModel() {
+    absl::Status s;
+    {
+      py::gil_scoped_release nogil;
+      s = session()->AwaitModel();
+    }
+    arriving_weights_ = py::none();
+    Done(s);
   }
 
   // A push without the model back (reports): (outcome, reply).
@@ -307,6 +326,7 @@ class Core {
   std::unique_ptr<worker::Session> session_;
   std::unique_ptr<worker::StreamedPush> push_;  // the push begun, until finished or cancelled
   py::object open_gradient_ = py::none();       // its gradient's owner, kept alive meanwhile
+  py::object arriving_weights_ = py::none();    // the weights a model may still arrive into
 };
 
 }  // namespace
@@ -344,7 +364,9 @@ PYBIND11_MODULE(_core, m) {
       .def("begin_push", &Core::BeginPush, py::arg("header"), py::arg("gradient"), py::arg("bucket_bytes"))
       .def("ready", &Core::Ready, py::arg("tensor"))
       .def("cancel_push", &Core::CancelPush)
-      .def("finish_push", &Core::FinishPush, py::arg("trailer"), py::arg("weights"))
+      .def("finish_push", &Core::FinishPush, py::arg("trailer"), py::arg("weights"), py::arg("early") = false)
+      .def("await_tensors", &Core::AwaitTensors, py::arg("tensors"))
+      .def("await_model", &Core::AwaitModel)
       .def("leave", &Core::Leave, py::arg("finished"))
       .def("close", &Core::Close)
       .def("samples", &Core::Samples)

@@ -55,6 +55,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.joins, self.pushes, self.leaves, self.calls = [], [], [], []
         self.faults = {}  # call name -> list of (code, message[, then]) to answer, in order (then() runs first)
         self.on_push = None  # called (on the server's thread) as a push arrives
+        self.before_last_chunk = None  # PushPull: called before the model's last chunk is sent
         self.push_actions = {}  # push number (1-based) -> action to reply with
         self.token = None
         self.lock = threading.Lock()
@@ -156,7 +157,10 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
                 for m in self._model(header.model_version):
                     out.append(pb2.PushPullResponse(header=m) if isinstance(m, pb2.PullHeader)
                                else pb2.PushPullResponse(chunk=m))
-        yield from out
+        for i, m in enumerate(out):
+            if i == len(out) - 1 and m.HasField("chunk") and self.before_last_chunk:
+                self.before_last_chunk()
+            yield m
 
     def Heartbeat(self, request, context):
         self._check("Heartbeat", context)
@@ -532,6 +536,60 @@ class PushDuringBackwardTest(unittest.TestCase):
         self.assertTrue(self.fake.pushes[-1].out_of_memory)
         self.assertEqual(self.fake.version, 0)
         self.assertEqual(self.fake.gradients, [])
+
+
+class _Mark(torch.nn.Module):
+    """Sets `event` when a forward reaches it."""
+
+    def __init__(self):
+        super().__init__()
+        self.event = threading.Event()
+
+    def forward(self, x):
+        self.event.set()
+        return x
+
+
+def _small_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), _Mark(), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+class PullDuringForwardTest(unittest.TestCase):
+    """The model of a streamed push arrives while the next forward runs (overlap_pull)."""
+    make_worker = WorkerTest.make_worker
+
+    def setUp(self):
+        WorkerTest.setUp(self)
+        self.fake.trailers = True
+        self.model = _small_model(1)
+        self.fake.flat = flat_model.FlatModel(_small_model(2))
+        self.x, self.y = torch.randn(64, 8), torch.randint(0, 4, (64,))
+
+    def run_steps(self, **kw):
+        with self.make_worker(max_iterations=3, **kw) as w:
+            for step in w:
+                F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples]).backward()
+                self.model[1].event.clear()  # set again by the next forward
+                w.push(torch.tensor(1.0))
+            overlapping = bool(w._module_hooks)
+            weights = np.array(w.storage.weights_host)
+        return overlapping, weights
+
+    def test_the_next_forward_starts_before_the_model_is_whole(self):
+        seen = []  # per model sent: whether a forward had passed the first layer before its last chunk
+        self.fake.before_last_chunk = lambda: len(seen) < 2 and seen.append(self.model[1].event.wait(20))
+        overlapping, weights = self.run_steps()
+        self.assertTrue(overlapping)
+        # The first two models: the next step's forward passed the first layer before the
+        # last layer had been sent. (Nothing trains after the third; the loop's end waits.)
+        self.assertEqual(seen, [True, True])
+        np.testing.assert_array_equal(weights, self.fake.flat.values())
+
+    def test_overlap_pull_off_receives_the_model_whole_first(self):
+        overlapping, weights = self.run_steps(overlap_pull=False)
+        self.assertFalse(overlapping)
+        np.testing.assert_array_equal(weights, self.fake.flat.values())
 
 
 class TlsTest(unittest.TestCase):
