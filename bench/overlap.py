@@ -6,11 +6,13 @@ M MB (L Linear layers), equal batches; every layer's forward and backward take a
 time (a sleep inside autograd, so backward finishes the layers one by one, last first, as a
 device does): backward as long as the push's wire time, forward half of it.
 
-Per iteration and worker: compute = forward + loss + backward; exposed communication = the
-iteration's time beyond its compute (push() until the new model is in place). The figure is
-exposed / wire, wire being the time the link needs for the iteration's bytes (the gradient
-up and the model down). Each rate runs twice: --bucket_mb=0 (the gradient leaves whole
-after backward: the baseline) and the default buckets during backward.
+Per iteration and worker: the iteration runs from one step's start to the next's; compute =
+forward + loss + backward, less the forward's waits for a model still arriving; exposed
+communication = iteration - compute. The figure is exposed / wire, wire being the time the
+link needs for the iteration's bytes (the gradient up and the model down). Each rate runs
+three ways: bucket_mb=0 (the gradient leaves whole after backward, the model is received
+whole before the next step: the baseline), buckets during backward, and buckets with the
+model arriving during the next forward (overlap_pull, the default).
 
     bazel build -c opt //server:omnilearn_server //python:omnilearn
     /usr/bin/python3 bench/overlap.py [--rates=1gbit,10gbit] [--megabytes=100] [--iterations=8]
@@ -31,6 +33,9 @@ sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 
 WORKERS = 4
 PORT = 50051
+# (bucket_mb, overlap_pull, label): the baseline first.
+MODES = ((0, 0, "whole, after backward"), (4, 0, "push during backward"),
+         (4, 1, "+ pull during forward"))
 
 
 def rate_bytes(rate):
@@ -73,19 +78,20 @@ def worker_main(args):
     model = torch.nn.Sequential(*[Layer(d, args.forward_s / layers, args.backward_s / layers)
                                   for _ in range(layers)])
     x, y = torch.randn(64, d), torch.randint(0, d, (64,))
-    rows = []
+    starts, computes = [], []
     with Worker(args.server, model, name=args.name, max_iterations=args.iterations, bucket_mb=args.bucket_mb,
-                rpc_timeout=120, connect_timeout=60, log=lambda _: None) as w:
+                overlap_pull=args.overlap_pull, rpc_timeout=120, connect_timeout=60, log=lambda _: None) as w:
         for step in w:
-            t0 = time.perf_counter()
+            t0, waited = time.perf_counter(), w.arrival_wait_seconds
             xb = x[:step.batch_size].detach().requires_grad_()  # backward reaches the first layer's delay
             loss = torch.nn.functional.cross_entropy(model(xb), y[:step.batch_size])
             loss.backward()
-            t1 = time.perf_counter()
+            # Compute without the forward's waits for the model still arriving (communication).
+            computes.append(time.perf_counter() - t0 - (w.arrival_wait_seconds - waited))
+            starts.append(t0)
             w.push(loss)
-            t2 = time.perf_counter()
-            rows.append({"compute_s": t1 - t0, "iteration_s": t2 - t0})
-    print(json.dumps(rows))
+    # An iteration: from one step's start to the next's (the last step has no next).
+    print(json.dumps([{"compute_s": c, "iteration_s": b - a} for c, a, b in zip(computes, starts, starts[1:])]))
 
 
 class Cluster:
@@ -105,7 +111,7 @@ class Cluster:
         subprocess.run([self.script, "down", self.prefix], check=False)
 
 
-def one_run(args, rate, bucket_mb, push_wire_s):
+def one_run(args, rate, bucket_mb, overlap_pull, push_wire_s):
     cluster = Cluster(rate)
     server = None
     try:
@@ -117,6 +123,7 @@ def one_run(args, rate, bucket_mb, push_wire_s):
                                          f"--server={cluster.addr['ps']}:{PORT}", f"--name=w{i}",
                                          f"--megabytes={args.megabytes}", f"--layers={args.layers}",
                                          f"--iterations={args.iterations}", f"--bucket_mb={bucket_mb}",
+                                         f"--overlap_pull={overlap_pull}",
                                          f"--forward_s={push_wire_s / 2}", f"--backward_s={push_wire_s}"],
                                stdout=subprocess.PIPE, text=True) for i in range(WORKERS)]
         rows = []
@@ -141,6 +148,7 @@ def main():
     ap.add_argument("--forward_s", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--backward_s", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--bucket_mb", type=float, default=4.0, help=argparse.SUPPRESS)
+    ap.add_argument("--overlap_pull", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--rates", default="1gbit,10gbit")
     ap.add_argument("--megabytes", type=float, default=100)
     ap.add_argument("--layers", type=int, default=8)
@@ -157,15 +165,16 @@ def main():
         model_bytes = args.megabytes * (1 << 20)
         push_wire_s = model_bytes / rate_bytes(rate)
         wire_s = 2 * push_wire_s  # the gradient up, the model down
-        for bucket_mb, label in ((0, "whole after backward"), (4, "buckets during backward")):
-            rows = one_run(args, rate, bucket_mb, push_wire_s)
+        for bucket_mb, overlap_pull, label in MODES:
+            rows = one_run(args, rate, bucket_mb, overlap_pull, push_wire_s)
             compute = statistics.median(r["compute_s"] for r in rows)
             iteration = statistics.median(r["iteration_s"] for r in rows)
             exposed = statistics.median(r["iteration_s"] - r["compute_s"] for r in rows)
-            results.append({"rate": rate, "mode": label, "bucket_mb": bucket_mb, "wire_s": wire_s,
+            results.append({"rate": rate, "mode": label, "bucket_mb": bucket_mb, "overlap_pull": overlap_pull,
+                            "wire_s": wire_s,
                             "compute_s": compute, "iteration_s": iteration, "exposed_s": exposed,
                             "exposed_over_wire": exposed / wire_s, "samples": len(rows)})
-            print(f"{rate:>7} {label:<24} compute {compute:6.3f} s  iteration {iteration:6.3f} s  "
+            print(f"{rate:>7} {label:<22} compute {compute:6.3f} s  iteration {iteration:6.3f} s  "
                   f"exposed {exposed:6.3f} s = {exposed / wire_s:4.2f} of the wire ({wire_s:.3f} s)", flush=True)
     with open(args.out, "w") as f:
         json.dump({"megabytes": args.megabytes, "workers": WORKERS, "results": results}, f, indent=1)

@@ -181,6 +181,12 @@ class Worker:
     (at once when its name does not resolve); one lost after joining is waited for up to
     `reconnect_timeout`. Lines go to the logging module's "omnilearn" logger unless `log` is
     given; `metrics_port` serves this worker's Prometheus series at /metrics.
+
+    Communication off the critical path: the gradient leaves in buckets of about `bucket_mb`
+    MB while backward runs (0: whole, at push()), and with `overlap_pull` (CPU models) push()
+    returns with the server's reply while the new model still arrives into the parameters:
+    each module's forward waits for its own tensors only. Read parameters outside a forward
+    (a state_dict of your own) after wait_model().
     """
 
     def __init__(self, server: Optional[str], model: torch.nn.Module, *, name: Optional[str] = None,
