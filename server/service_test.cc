@@ -110,15 +110,21 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   REQUIRE(status.parameter_count() == 9);
 }
 
+// A push's header for a streamed push of the session `joined` (8 samples).
+v1::PushHeader StreamedHeader(const v1::JoinResponse& joined) {
+  v1::PushHeader push;
+  push.set_worker_id(joined.worker_id());
+  push.set_batch_size(8);
+  return push;
+}
+
 // One async push of `grad` by the fixture's joined worker, streamed tensor by tensor in
 // reverse order (as backward makes them final) with the trailer, or whole: the weights after.
 std::vector<float> PushedModel(const std::vector<float>& grad, bool streamed, absl::Status* status = nullptr) {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
   REQUIRE(joined->push_trailer());  // this server reads trailers
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
+  v1::PushHeader push = StreamedHeader(*joined);
   push.set_model_version(0);
   std::vector<float> weights(9);
   uint64_t version = 0;
@@ -156,9 +162,7 @@ TEST_CASE("a push streamed in buckets during backward equals a whole push bit fo
 TEST_CASE("a streamed push's model arrives tensor by tensor after the reply", "[service][bucket]") {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
+  v1::PushHeader push = StreamedHeader(*joined);
   const std::vector<float> grad(9, 1.0f);
   auto stream = f.client->StartPushPull(push, f.layout, grad);
   REQUIRE(stream.ok());
@@ -188,9 +192,7 @@ TEST_CASE("a bad last bucket is refused and leaves the model untouched", "[servi
 TEST_CASE("a streamed push given up before its end changes nothing, and frees its slot", "[service][bucket]") {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
+  v1::PushHeader push = StreamedHeader(*joined);
   const std::vector<float> grad(9, 1.0f);
   {
     auto stream = f.client->StartPushPull(push, f.layout, grad);

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -80,6 +81,8 @@ class ModelReceiver {
     if (!status_.ok()) return;
     status_ = assembler_ ? assembler_->Add(c) : absl::InvalidArgumentError("a model chunk before the model's header");
   }
+  bool has_header() const { return got_header_; }
+  uint64_t version() const { return version_; }  // the header's
   // Tensor t has all its values (always, when no values are due).
   bool TensorComplete(int t) const { return !assembler_ || assembler_->tensor_complete(t); }
   void Fail(absl::Status s) {
@@ -105,13 +108,15 @@ class ModelReceiver {
   bool got_header_ = false;
 };
 
-// Reads a model stream (Pull's, PushPull's) into `model`; `other` gets every message that
-// is neither a chunk nor the model's header (PushPull's reply).
+// Reads a model stream (Pull's, PushPull's) into `model` until it ends or `enough()`;
+// `other` gets every message that is neither a chunk nor the model's header (PushPull's
+// reply).
 template <typename Envelope, typename Reader, typename Other>
-void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other other) {
+void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other other,
+               const std::function<bool()>& enough = [] { return false; }) {
   grpc::ByteBuffer buffer;
   ReceivedMessage<Envelope> msg;
-  while (reader->Read(&buffer)) {
+  while (!enough() && reader->Read(&buffer)) {
     if (absl::Status p = msg.Parse(buffer, chunk_field); !p.ok()) {
       model->Fail(p);
     } else if (msg.is_chunk()) {
@@ -390,22 +395,15 @@ class GrpcPushStream : public PushStream {
     receiver_.emplace(&layout_, weights);
     // The reply, then the model's header; the chunks follow in the background.
     std::optional<v1::PushResponse> reply;
-    bool header = false;
-    grpc::ByteBuffer buffer;
-    ReceivedMessage<v1::PushPullResponse> msg;
-    while (!(reply && header) && stream_->Read(&buffer)) {
-      if (absl::Status p = msg.Parse(buffer, kPushPullResponseChunkField); !p.ok()) {
-        receiver_->Fail(p);
-      } else if (msg.is_chunk()) {
-        receiver_->Chunk(msg.chunk());
-      } else if (msg.message().has_header()) {
-        receiver_->Header(msg.message().header());
-        *model_version = msg.message().header().model_version();
-        header = true;
-      } else if (msg.message().has_reply()) {
-        reply = msg.message().reply();
-      }
-    }
+    ModelReceiver* model = &*receiver_;
+    ReadModel<v1::PushPullResponse>(
+        stream_.get(), kPushPullResponseChunkField, model,
+        [&](const v1::PushPullResponse& m) {
+          if (m.has_reply()) reply = m.reply();
+        },
+        [&] { return reply && model->has_header(); });
+    const bool header = model->has_header();
+    if (header) *model_version = model->version();
     if (!(reply && header)) {  // the call ended first: an error, or a reply without a model
       PushPullReceipt receipt{stream_->Finish(), reply, absl::OkStatus()};
       if (receipt.status.ok() && reply) receipt.model = receiver_->Finish(model_version);

@@ -585,24 +585,7 @@ class TrainingLoop {
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
       const auto comm_start = Clock::now();
-      absl::StatusOr<PushOutcome> outcome;
-      if (step.out_of_memory) {
-        push.reset();  // cancelled: the server changes nothing; the report goes instead
-        v1::PushHeader report = PushFor(it, batch);
-        report.set_out_of_memory(true);
-        report.set_samples_seen(samples_seen_);
-        if (pending_accuracy_) {
-          report.set_has_test_accuracy(true);
-          report.set_test_accuracy(*pending_accuracy_);
-        }
-        outcome = session_->PushPull(report, grad_, absl::MakeSpan(weights_), &reply, &model_changed);
-      } else {
-        v1::PushTrailer trailer;
-        trailer.set_compute_seconds(step.compute_seconds);
-        trailer.set_train_loss(step.loss);
-        if (pending_accuracy_) trailer.set_test_accuracy(*pending_accuracy_);
-        outcome = session_->FinishPushPull(std::move(push), trailer, absl::MakeSpan(weights_), &reply, &model_changed);
-      }
+      absl::StatusOr<PushOutcome> outcome = Exchange(it, batch, step, std::move(push), &reply, &model_changed);
       const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
@@ -651,6 +634,28 @@ class TrainingLoop {
     if (change.empty()) return;
     std::printf("[%s] %s\n", o_.name.c_str(), change.c_str());
     std::fflush(stdout);
+  }
+
+  // The step's push ended (its time, loss and any accuracy in the trailer) and the new
+  // model received; or, out of memory, the push given up and the report sent instead.
+  absl::StatusOr<PushOutcome> Exchange(int64_t it, int64_t batch, const StepResult& step,
+                                       std::unique_ptr<StreamedPush> push, v1::PushResponse* reply, bool* changed) {
+    if (step.out_of_memory) {
+      push.reset();  // cancelled: the server changes nothing
+      v1::PushHeader report = PushFor(it, batch);
+      report.set_out_of_memory(true);
+      report.set_samples_seen(samples_seen_);
+      if (pending_accuracy_) {
+        report.set_has_test_accuracy(true);
+        report.set_test_accuracy(*pending_accuracy_);
+      }
+      return session_->PushPull(report, grad_, absl::MakeSpan(weights_), reply, changed);
+    }
+    v1::PushTrailer trailer;
+    trailer.set_compute_seconds(step.compute_seconds);
+    trailer.set_train_loss(step.loss);
+    if (pending_accuracy_) trailer.set_test_accuracy(*pending_accuracy_);
+    return session_->FinishPushPull(std::move(push), trailer, absl::MakeSpan(weights_), reply, changed);
   }
 
   // The push's header as known before the step (its time and loss follow the step).
