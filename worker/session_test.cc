@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <deque>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -38,12 +39,14 @@ class FakeServer : public PsClient {
     r.set_batch_size(16);
     r.set_global_samples(global_samples);
     r.set_model_version(version);
+    r.set_push_trailer(trailers);
     v1::SampleSpan* span = r.add_samples();
     for (uint64_t i = 0; i < 16; ++i) span->add_ids(100 + i);
     return r;
   }
   absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, absl::Span<float> weights) override {
     absl::MutexLock lock(&mu_);
+    ++pulls;
     if (absl::Status s = Next(pull_failures); !s.ok()) return s;
     if (id != last_id) return absl::NotFoundError("unknown worker");
     if (have != version) std::copy(model.begin(), model.end(), weights.begin());
@@ -65,6 +68,47 @@ class FakeServer : public PsClient {
     ++version;
     return r;
   }
+  // A streamed push (only when `trailers`): records the tensors as sent, answers as Push,
+  // and brings the model (or, with `arrival_failure`, breaks part way).
+  class Stream : public PushStream {
+   public:
+    Stream(FakeServer* server, v1::PushHeader header) : server_(server), header_(std::move(header)) {}
+    void Send(const std::vector<int>& tensors) override {
+      absl::MutexLock lock(&server_->mu_);
+      server_->sent.insert(server_->sent.end(), tensors.begin(), tensors.end());
+    }
+    absl::StatusOr<v1::PushResponse> FinishEarly(const v1::PushTrailer& trailer, uint64_t* model_version,
+                                                 absl::Span<float> weights) override {
+      header_.set_compute_seconds(trailer.compute_seconds());
+      absl::StatusOr<v1::PushResponse> r = server_->Push(header_, Layout2(), {});
+      absl::MutexLock lock(&server_->mu_);
+      server_->trailer_times.push_back(trailer.compute_seconds());
+      *model_version = server_->version;
+      weights_ = weights;
+      return r;
+    }
+    bool AwaitTensor(int) override { return true; }
+    absl::Status AwaitModel() override {
+      absl::MutexLock lock(&server_->mu_);
+      if (!server_->arrival_failure.ok()) {
+        weights_[0] = -1;  // partly written
+        return std::exchange(server_->arrival_failure, absl::OkStatus());
+      }
+      std::copy(server_->model.begin(), server_->model.end(), weights_.begin());
+      return absl::OkStatus();
+    }
+
+   private:
+    FakeServer* server_;
+    v1::PushHeader header_;
+    absl::Span<float> weights_;
+  };
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header, const ModelLayout&,
+                                                            absl::Span<const float>) override {
+    return std::unique_ptr<PushStream>(new Stream(this, header));
+  }
+  static ModelLayout Layout2() { return *ModelLayout::Create({{"a", {1}}, {"b", {2}}}); }
+
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t id) override {
     absl::MutexLock lock(&mu_);
     ++heartbeats;
@@ -95,6 +139,11 @@ class FakeServer : public PsClient {
   v1::Action next_action = v1::ACTION_PULL;
   v1::Action heartbeat_action = v1::ACTION_CONTINUE;
   std::deque<absl::Status> join_failures, pull_failures, push_failures;
+  bool trailers = false;              // the server reads push trailers (streamed pushes)
+  std::vector<int> sent;              // streamed pushes: tensors in the order sent
+  std::vector<double> trailer_times;  // ...and their trailers' compute times
+  absl::Status arrival_failure;       // the next streamed model breaks part way
+  int pulls = 0;
 
  private:
   static absl::Status Next(std::deque<absl::Status>& q) {
@@ -343,6 +392,79 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
   REQUIRE(s.heartbeats_running());
   s.Leave(/*finished=*/true);
   REQUIRE_FALSE(s.heartbeats_running());
+}
+
+
+TEST_CASE("a streamed push sends whole buckets as backward finishes them, then the trailer", "[session][bucket]") {
+  FakeClock clock;
+  FakeServer server;
+  server.trailers = true;
+  std::vector<std::string> log;
+  Session s(&server, FakeServer::Layout2(), Options(&clock, &log));
+  REQUIRE(s.Join({1, 2, 3}).ok());
+  std::vector<float> w(3), g(3, 0.5f);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+  v1::PushHeader h;
+  h.set_batch_size(16);
+  std::unique_ptr<StreamedPush> push = s.BeginPushPull(h, g, /*bucket_bytes=*/4);  // a tensor a bucket
+  REQUIRE(push->streaming());
+  push->Ready(1);  // backward: the last tensor first
+  push->Ready(1);  // repeated: sent once
+  push->Ready(0);
+  REQUIRE(server.sent == std::vector<int>{1, 0});
+  v1::PushTrailer trailer;
+  trailer.set_compute_seconds(0.25);
+  v1::PushResponse reply;
+  bool changed = false;
+  auto r = s.FinishPushPull(std::move(push), trailer, absl::MakeSpan(w), &reply, &changed);
+  REQUIRE(r.ok());
+  REQUIRE(*r == PushOutcome::kReplied);
+  REQUIRE(changed);
+  REQUIRE(server.trailer_times == std::vector<double>{0.25});
+  REQUIRE(s.model_version() == server.version);
+  // bucket_bytes 0, or a server without trailers: nothing streams, the push goes whole.
+  REQUIRE_FALSE(s.BeginPushPull(h, g, 0)->streaming());
+  server.trailers = false;
+  REQUIRE(s.Join({1, 2, 3}).ok());
+  auto whole = s.BeginPushPull(h, g, 4);
+  REQUIRE_FALSE(whole->streaming());
+  const int pushes = server.pushes;
+  REQUIRE(s.FinishPushPull(std::move(whole), trailer, absl::MakeSpan(w), &reply, &changed).ok());
+  REQUIRE(server.pushes == pushes + 1);
+  REQUIRE(server.trailer_times.size() == 1);
+}
+
+TEST_CASE("a model still arriving is waited for; one whose stream broke is pulled whole", "[session][bucket]") {
+  FakeClock clock;
+  FakeServer server;
+  server.trailers = true;
+  std::vector<std::string> log;
+  Session s(&server, FakeServer::Layout2(), Options(&clock, &log));
+  REQUIRE(s.Join({1, 2, 3}).ok());
+  std::vector<float> w(3), g(3, 0.5f);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+  server.model = {7, 8, 9};
+  server.arrival_failure = absl::UnavailableError("Socket closed");
+  v1::PushHeader h;
+  h.set_batch_size(16);
+  v1::PushTrailer trailer;
+  trailer.set_compute_seconds(0.25);
+  v1::PushResponse reply;
+  bool changed = false;
+  auto r = s.FinishPushPull(s.BeginPushPull(h, g, 4), trailer, absl::MakeSpan(w), &reply, &changed, /*early=*/true);
+  REQUIRE(r.ok());
+  REQUIRE(*r == PushOutcome::kReplied);
+  const int pulls = server.pulls;
+  REQUIRE(s.AwaitModel().ok());  // the stream broke: the whole model is pulled instead
+  REQUIRE(server.pulls == pulls + 1);
+  REQUIRE(w == std::vector<float>{7, 8, 9});
+  REQUIRE(s.model_version() == server.version);
+  // The next one arrives whole; the next call of the session waits for it.
+  server.model = {4, 5, 6};
+  REQUIRE(s.FinishPushPull(s.BeginPushPull(h, g, 4), trailer, absl::MakeSpan(w), &reply, &changed, true).ok());
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+  REQUIRE(w == std::vector<float>{4, 5, 6});
+  REQUIRE(server.pulls == pulls + 2);
 }
 
 }  // namespace
