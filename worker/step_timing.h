@@ -43,6 +43,9 @@ class StepTiming {
   // returns the seconds to report.
   double Finish(int64_t batch);
 
+  // Whether Finish waits after the real compute (an emulated device, a slowdown): such a
+  // step's gradient is ready only after that wait, as it would be from the device emulated.
+  bool waits() const { return device_.has_value() || slowdown_ > 1; }
   // Emulated steps whose real compute took longer than their emulated time.
   uint64_t overruns() const { return overruns_; }
   // After the first overrun, once: a warning with both figures (nullopt otherwise).

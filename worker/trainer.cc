@@ -580,7 +580,10 @@ class TrainingLoop {
       const int64_t batch = idx->size(0);
       FollowSchedules();
       // The push opens before backward, whose buckets leave while it runs (when streaming).
-      std::unique_ptr<StreamedPush> push = session_->BeginPushPull(PushFor(it, batch), grad_, o_.bucket_bytes);
+      // An emulated or slowed step waits after its real backward: its gradient leaves whole
+      // after the wait, or the link would hide behind a wait no real device makes.
+      std::unique_ptr<StreamedPush> push =
+          session_->BeginPushPull(PushFor(it, batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
       const StepResult step = runner_.Run(*idx, batch, &grad_, push.get());
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model

@@ -252,7 +252,10 @@ class Worker:
         self._pulled_versions = None  # the parameters' version counters when the model last arrived
         self._warned_changed = False
         # Pushes during backward: buckets of about bucket_mb leave as autograd finishes them.
-        self._bucket_bytes = int(bucket_mb * (1 << 20))
+        # Not with an emulated device or a slowdown: their wait comes after the real backward
+        # (at push()), and a gradient leaving before it would hide the link behind a wait no
+        # real device makes.
+        self._bucket_bytes = 0 if emulate_device or slowdown > 1.0 else int(bucket_mb * (1 << 20))
         self._open_push = False  # a push begun for the step yielded
         if self._bucket_bytes > 0:
             self.storage.watch_gradients(lambda i: self._core.ready(i), self._on_repeated_backward)
