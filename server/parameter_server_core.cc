@@ -588,10 +588,10 @@ void ParameterServerCore::AccumulateUnlocked(const PushInfo& info, const std::ve
   // The round counts the push in flight, so it neither closes nor resets meanwhile: the
   // model-sized sum runs without the lock, beside other workers' pushes, heartbeats and
   // pulls. Whatever else changes meanwhile (a leave, a shutdown) is read afresh after.
-  round_.Reserve(info.id);
+  RoundSum* sum = round_.Reserve(info.id);
   mu_.Unlock();
   if (options_.before_accumulate) options_.before_accumulate(info.id);
-  round_.Accumulate(info.id, weight, gradient);
+  SyncRound::Accumulate(sum, info.id, weight, gradient);
   mu_.Lock();
   round_.Commit(info.batch, weight, std::move(samples));
 }

@@ -12,15 +12,16 @@ void SyncRound::Open(absl::Time now, absl::Duration timeout, int64_t elements) {
   samples_ = 0;
 }
 
-void SyncRound::Reserve(WorkerId id) {
+RoundSum* SyncRound::Reserve(WorkerId id) {
   pushed_.insert(id);
   ++in_flight_;
+  return &sum_;
 }
 
-void SyncRound::Accumulate(WorkerId id, double weight, const std::vector<float>& gradient) {
+void SyncRound::Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient) {
   // In float (vectorized), split across cores, each stripe under its own lock; pushes
   // start at different stripes (by worker id), so they rarely wait for each other.
-  sum_.Add(gradient, static_cast<float>(weight), id * 7919);
+  sum->Add(gradient, static_cast<float>(weight), id * 7919);
 }
 
 void SyncRound::Commit(int64_t batch, double weight, SampleBatch samples) {
@@ -32,8 +33,7 @@ void SyncRound::Commit(int64_t batch, double weight, SampleBatch samples) {
 
 void SyncRound::Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient,
                     SampleBatch samples) {
-  Reserve(id);
-  Accumulate(id, weight, gradient);
+  Accumulate(Reserve(id), id, weight, gradient);
   Commit(batch, weight, std::move(samples));
 }
 

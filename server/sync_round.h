@@ -33,13 +33,13 @@ class SyncRound {
   // The worker is present without contributing (an out-of-memory report).
   void MarkPresent(WorkerId id) { pushed_.insert(id); }
   // A push in three steps, so that the model-sized loop runs without the core's lock:
-  // Reserve marks the worker pushed and the push in flight (the round must be open);
-  // Accumulate adds weight * gradient to the sum (thread-safe, no lock needed; several
-  // pushes at once); Commit counts the batch and takes the push's samples (trained
-  // when the round closes). `weight` is what the push counts for in the mean: its batch
-  // (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
-  void Reserve(WorkerId id);
-  void Accumulate(WorkerId id, double weight, const std::vector<float>& gradient);
+  // Reserve marks the worker pushed and the push in flight (the round must be open) and
+  // returns where to add; Accumulate adds weight * gradient there (thread-safe, no lock
+  // needed; several pushes at once); Commit counts the batch and takes the push's samples
+  // (trained when the round closes). `weight` is what the push counts for in the mean: its
+  // batch (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
+  RoundSum* Reserve(WorkerId id);
+  static void Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient);
   void Commit(int64_t batch, double weight, SampleBatch samples);
   // The three steps at once (a caller that keeps the lock).
   void Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient, SampleBatch samples);
