@@ -262,32 +262,48 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", info.max_batch, " is not in [0, 2^24]"));
   }
   absl::MutexLock lock(&mu_);
-  if (shutdown_) {
-    JoinResult stop;
-    stop.action = Action::kStop;
-    return stop;
-  }
+  if (shutdown_) return StopJoin();
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   AwaitRoundIdle();  // a reset or a new model must not meet a push still adding
-  if (job_finished_) {
-    if (!options_.reset_when_done) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
-          "it with --reset_when_done to take a new job",
-          store_.version(), stats_.global_samples()));
-    }
-    ResetJob();
-  }
+  if (absl::Status s = ReopenFinishedJob(); !s.ok()) return s;
   if (absl::Status s = CheckJoin(info); !s.ok()) return s;
   // From here on the join succeeds.
-  if (!store_.initialized() || !info.layout.SameTensors(store_.layout())) {
-    if (store_.initialized()) {
-      Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
-      store_ = ParameterStore(options_.optimizer);
-    }
-    if (absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters)); !s.ok()) return s;
+  if (absl::Status s = AdoptModel(info); !s.ok()) return s;
+  absl::StatusOr<WorkerId> id = AddWorker(info, now);
+  if (!id.ok()) return id.status();
+  AwaitStart(deadline, now);
+  return JoinReply(*id);
+}
+
+JoinResult ParameterServerCore::StopJoin() {
+  JoinResult stop;
+  stop.action = Action::kStop;
+  return stop;
+}
+
+absl::Status ParameterServerCore::ReopenFinishedJob() {
+  if (!job_finished_) return absl::OkStatus();
+  if (!options_.reset_when_done) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
+        "it with --reset_when_done to take a new job",
+        store_.version(), stats_.global_samples()));
   }
+  ResetJob();
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {
+  if (store_.initialized() && info.layout.SameTensors(store_.layout())) return absl::OkStatus();
+  if (store_.initialized()) {  // CheckJoin allowed it: untrained and unused
+    Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
+    store_ = ParameterStore(options_.optimizer);
+  }
+  return store_.Initialize(info.layout, std::move(*info.initial_parameters));
+}
+
+absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, absl::Time now) {
   if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
   if (Worker* old = workers_.FindCurrent(Resumable(workers_, info)); old != nullptr) {
     Retire(*old, WorkerState::kLeft);  // this process's previous session
@@ -318,28 +334,33 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
                         known ? ", its controller memory restored" : "", LiveCount()));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
   PruneLeft();           // this name's earlier sessions
+  return id;
+}
 
-  if (!started_) {
-    const size_t live = LiveCount();
-    const absl::Time start_by = job_start_ + options_.start_timeout;
-    if (live < static_cast<size_t>(options_.num_workers)) {
-      Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
-                            options_.num_workers - static_cast<int>(live), options_.num_workers,
-                            std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
-    }
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
-    };
-    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
-    if (!started_ && !shutdown_) {
-      const size_t n = LiveCount();
-      Event(n >= static_cast<size_t>(options_.num_workers)
-                ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
-                : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
-                                  options_.num_workers));
-    }
-    started_ = true;  // with everyone, or with who came in time
+void ParameterServerCore::AwaitStart(absl::Time deadline, absl::Time now) {
+  if (started_) return;
+  const size_t live = LiveCount();
+  const absl::Time start_by = job_start_ + options_.start_timeout;
+  if (live < static_cast<size_t>(options_.num_workers)) {
+    Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
+                          options_.num_workers - static_cast<int>(live), options_.num_workers,
+                          std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
   }
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
+  if (!started_ && !shutdown_) {
+    const size_t n = LiveCount();
+    Event(n >= static_cast<size_t>(options_.num_workers)
+              ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
+              : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
+                                options_.num_workers));
+  }
+  started_ = true;  // with everyone, or with who came in time
+}
+
+JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   Worker* me = workers_.Find(id);
   if (shutdown_ || me == nullptr) {
     // Told to stop at the barrier, it gets no session and cannot leave: it is gone now.
@@ -347,9 +368,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
       Retire(*me, WorkerState::kLeft);
       Event(absl::StrFormat("worker %s was told to stop at the start barrier; %d live", me->name, LiveCount()));
     }
-    JoinResult stop;
-    stop.action = Action::kStop;
-    return stop;
+    return StopJoin();
   }
   me->last_seen = options_.clock->Now();  // its call was open all along: the lease starts now
   JoinResult r;

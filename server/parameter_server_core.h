@@ -314,6 +314,18 @@ class ParameterServerCore {
   absl::Status CheckJoin(const JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the push's test accuracy, if any, with the version it was measured on.
   void RecordAccuracy(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Join's parts, in its order (Join holds the lock and the order):
+  static JoinResult StopJoin();  // the answer to a join while shutting down
+  // A finished job refuses joins (FailedPrecondition), or starts afresh (reset_when_done).
+  absl::Status ReopenFinishedJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's model from the join (the first, or one replacing an untrained, unused model).
+  absl::Status AdoptModel(JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker's record, its controller entry (a remembered one restored), the event line.
+  absl::StatusOr<WorkerId> AddWorker(const JoinInfo& info, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start barrier: until num_workers joined, start_timeout, the deadline or shutdown.
+  void AwaitStart(absl::Time deadline, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The join's answer once past the barrier: the session, or stop.
+  JoinResult JoinReply(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock (sync_round.h)
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a sync push to the round, releasing the lock for the model-sized loop.

@@ -251,25 +251,28 @@ class Worker:
         self.last_reply = None
         self._pulled_versions = None  # the parameters' version counters when the model last arrived
         self._warned_changed = False
-        # Pushes during backward: buckets of about bucket_mb leave as autograd finishes them.
-        # Not with an emulated device or a slowdown: their wait comes after the real backward
-        # (at push()), and a gradient leaving before it would hide the link behind a wait no
-        # real device makes.
-        self._bucket_bytes = 0 if emulate_device or slowdown > 1.0 else int(bucket_mb * (1 << 20))
+        self._setup_overlap(model, 0.0 if emulate_device or slowdown > 1.0 else bucket_mb, overlap_pull)
+        self.metrics = WorkerMetrics(self.name)
+        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
+
+    def _setup_overlap(self, model, bucket_mb, overlap_pull):
+        """Communication during compute. Pushes during backward: buckets of about bucket_mb
+        leave as autograd finishes them (0: whole, at push(); the caller passes 0 for an
+        emulated device or a slowdown, whose wait comes after the real backward: a gradient
+        leaving before it would hide the link behind a wait no real device makes). The model's
+        way back during the next forward (overlap_pull): each module waits for its own tensors
+        only; for CPU models whose tensors all live in the flat storage (the values land in
+        the parameters themselves), with module hooks (not TorchScript)."""
+        self._bucket_bytes = int(bucket_mb * (1 << 20))
         self._open_push = False  # a push begun for the step yielded
         if self._bucket_bytes > 0:
             self.storage.watch_gradients(lambda i: self._core.ready(i), self._on_repeated_backward)
-        # The model's way back overlapped with the next forward: each module waits for its own
-        # tensors only. CPU models whose tensors all live in the flat storage (the values land
-        # in the parameters themselves), with module hooks (not TorchScript).
         self._arriving = False  # a model is still arriving into the parameters
         self._overlap = bool(overlap_pull and self._bucket_bytes > 0 and self.storage.in_place
                              and self._hook is not None)
         self._module_hooks = self._watch_modules(model) if self._overlap else []
         self._step_arrival_wait = 0.0  # this step's forward waiting for the model to arrive
         self.arrival_wait_seconds = 0.0  # all steps
-        self.metrics = WorkerMetrics(self.name)
-        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
     def _join_header(self, host, max_batch_size, dataset_size):
         header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
