@@ -118,6 +118,14 @@ v1::PushHeader StreamedHeader(const v1::JoinResponse& joined) {
   return push;
 }
 
+// A streamed push of `grad` (kept by the caller until it ends) by the session `joined`.
+std::unique_ptr<worker::PushStream> OpenStream(Fixture& f, const v1::JoinResponse& joined,
+                                               const std::vector<float>& grad) {
+  auto stream = f.client->StartPushPull(StreamedHeader(joined), f.layout, grad);
+  REQUIRE(stream.ok());
+  return std::move(*stream);
+}
+
 // One async push of `grad` by the fixture's joined worker, streamed tensor by tensor in
 // reverse order (as backward makes them final) with the trailer, or whole: the weights after.
 std::vector<float> PushedModel(const std::vector<float>& grad, bool streamed, absl::Status* status = nullptr) {
@@ -162,21 +170,19 @@ TEST_CASE("a push streamed in buckets during backward equals a whole push bit fo
 TEST_CASE("a streamed push's model arrives tensor by tensor after the reply", "[service][bucket]") {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
-  v1::PushHeader push = StreamedHeader(*joined);
   const std::vector<float> grad(9, 1.0f);
-  auto stream = f.client->StartPushPull(push, f.layout, grad);
-  REQUIRE(stream.ok());
+  std::unique_ptr<worker::PushStream> stream = OpenStream(f, *joined, grad);
   v1::PushTrailer trailer;
   trailer.set_compute_seconds(0.01);
   std::vector<float> weights(9, -7.0f);
   uint64_t version = 0;
-  auto reply = (*stream)->FinishEarly(trailer, &version, absl::MakeSpan(weights));
+  auto reply = stream->FinishEarly(trailer, &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
   REQUIRE(reply->applied());
   REQUIRE(version == 1);  // the version the weights will hold, known with the reply
-  REQUIRE((*stream)->AwaitTensor(0));  // "w": 6 values, in place
+  REQUIRE(stream->AwaitTensor(0));  // "w": 6 values, in place
   for (int i = 0; i < 6; ++i) REQUIRE(weights[i] == 0.5f - 1.0f);
-  REQUIRE((*stream)->AwaitModel().ok());
+  REQUIRE(stream->AwaitModel().ok());
   REQUIRE(weights == std::vector<float>(9, -0.5f));
 }
 
@@ -192,12 +198,10 @@ TEST_CASE("a bad last bucket is refused and leaves the model untouched", "[servi
 TEST_CASE("a streamed push given up before its end changes nothing, and frees its slot", "[service][bucket]") {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
-  v1::PushHeader push = StreamedHeader(*joined);
   const std::vector<float> grad(9, 1.0f);
   {
-    auto stream = f.client->StartPushPull(push, f.layout, grad);
-    REQUIRE(stream.ok());
-    (*stream)->Send({1});
+    std::unique_ptr<worker::PushStream> stream = OpenStream(f, *joined, grad);
+    stream->Send({1});
     REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
   }  // dropped unfinished (out of memory in backward, say): cancelled
   REQUIRE(AwaitState([&] { return !f.service->PushInFlight(joined->worker_id()); }));

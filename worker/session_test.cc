@@ -395,76 +395,74 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
 }
 
 
-TEST_CASE("a streamed push sends whole buckets as backward finishes them, then the trailer", "[session][bucket]") {
+// A joined session with the model pulled, against a server that reads push trailers, and
+// a push's header and trailer (16 samples, 0.25 s).
+struct Streaming {
+  Streaming() : s(&server, FakeServer::Layout2(), Options(&clock, &log)) {
+    server.trailers = true;  // said in its join reply
+    REQUIRE(s.Join({1, 2, 3}).ok());
+    REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+    h.set_batch_size(16);
+    trailer.set_compute_seconds(0.25);
+  }
+  absl::StatusOr<PushOutcome> Finish(std::unique_ptr<StreamedPush> push, bool early = false) {
+    return s.FinishPushPull(std::move(push), trailer, absl::MakeSpan(w), &reply, &changed, early);
+  }
   FakeClock clock;
   FakeServer server;
-  server.trailers = true;
   std::vector<std::string> log;
-  Session s(&server, FakeServer::Layout2(), Options(&clock, &log));
-  REQUIRE(s.Join({1, 2, 3}).ok());
-  std::vector<float> w(3), g(3, 0.5f);
-  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+  Session s;
+  std::vector<float> w = std::vector<float>(3), g = std::vector<float>(3, 0.5f);
   v1::PushHeader h;
-  h.set_batch_size(16);
-  std::unique_ptr<StreamedPush> push = s.BeginPushPull(h, g, /*bucket_bytes=*/4);  // a tensor a bucket
+  v1::PushTrailer trailer;
+  v1::PushResponse reply;
+  bool changed = false;
+};
+
+TEST_CASE("a streamed push sends whole buckets as backward finishes them, then the trailer", "[session][bucket]") {
+  Streaming t;
+  std::unique_ptr<StreamedPush> push = t.s.BeginPushPull(t.h, t.g, /*bucket_bytes=*/4);  // a tensor a bucket
   REQUIRE(push->streaming());
   push->Ready(1);  // backward: the last tensor first
   push->Ready(1);  // repeated: sent once
   push->Ready(0);
-  REQUIRE(server.sent == std::vector<int>{1, 0});
-  v1::PushTrailer trailer;
-  trailer.set_compute_seconds(0.25);
-  v1::PushResponse reply;
-  bool changed = false;
-  auto r = s.FinishPushPull(std::move(push), trailer, absl::MakeSpan(w), &reply, &changed);
+  REQUIRE(t.server.sent == std::vector<int>{1, 0});
+  auto r = t.Finish(std::move(push));
   REQUIRE(r.ok());
   REQUIRE(*r == PushOutcome::kReplied);
-  REQUIRE(changed);
-  REQUIRE(server.trailer_times == std::vector<double>{0.25});
-  REQUIRE(s.model_version() == server.version);
+  REQUIRE(t.changed);
+  REQUIRE(t.server.trailer_times == std::vector<double>{0.25});
+  REQUIRE(t.s.model_version() == t.server.version);
   // bucket_bytes 0, or a server without trailers: nothing streams, the push goes whole.
-  REQUIRE_FALSE(s.BeginPushPull(h, g, 0)->streaming());
-  server.trailers = false;
-  REQUIRE(s.Join({1, 2, 3}).ok());
-  auto whole = s.BeginPushPull(h, g, 4);
+  REQUIRE_FALSE(t.s.BeginPushPull(t.h, t.g, 0)->streaming());
+  t.server.trailers = false;
+  REQUIRE(t.s.Join({1, 2, 3}).ok());
+  auto whole = t.s.BeginPushPull(t.h, t.g, 4);
   REQUIRE_FALSE(whole->streaming());
-  const int pushes = server.pushes;
-  REQUIRE(s.FinishPushPull(std::move(whole), trailer, absl::MakeSpan(w), &reply, &changed).ok());
-  REQUIRE(server.pushes == pushes + 1);
-  REQUIRE(server.trailer_times.size() == 1);
+  const int pushes = t.server.pushes;
+  REQUIRE(t.Finish(std::move(whole)).ok());
+  REQUIRE(t.server.pushes == pushes + 1);
+  REQUIRE(t.server.trailer_times.size() == 1);
 }
 
 TEST_CASE("a model still arriving is waited for; one whose stream broke is pulled whole", "[session][bucket]") {
-  FakeClock clock;
-  FakeServer server;
-  server.trailers = true;
-  std::vector<std::string> log;
-  Session s(&server, FakeServer::Layout2(), Options(&clock, &log));
-  REQUIRE(s.Join({1, 2, 3}).ok());
-  std::vector<float> w(3), g(3, 0.5f);
-  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
-  server.model = {7, 8, 9};
-  server.arrival_failure = absl::UnavailableError("Socket closed");
-  v1::PushHeader h;
-  h.set_batch_size(16);
-  v1::PushTrailer trailer;
-  trailer.set_compute_seconds(0.25);
-  v1::PushResponse reply;
-  bool changed = false;
-  auto r = s.FinishPushPull(s.BeginPushPull(h, g, 4), trailer, absl::MakeSpan(w), &reply, &changed, /*early=*/true);
+  Streaming t;
+  t.server.model = {7, 8, 9};
+  t.server.arrival_failure = absl::UnavailableError("Socket closed");
+  auto r = t.Finish(t.s.BeginPushPull(t.h, t.g, 4), /*early=*/true);
   REQUIRE(r.ok());
   REQUIRE(*r == PushOutcome::kReplied);
-  const int pulls = server.pulls;
-  REQUIRE(s.AwaitModel().ok());  // the stream broke: the whole model is pulled instead
-  REQUIRE(server.pulls == pulls + 1);
-  REQUIRE(w == std::vector<float>{7, 8, 9});
-  REQUIRE(s.model_version() == server.version);
+  const int pulls = t.server.pulls;
+  REQUIRE(t.s.AwaitModel().ok());  // the stream broke: the whole model is pulled instead
+  REQUIRE(t.server.pulls == pulls + 1);
+  REQUIRE(t.w == std::vector<float>{7, 8, 9});
+  REQUIRE(t.s.model_version() == t.server.version);
   // The next one arrives whole; the next call of the session waits for it.
-  server.model = {4, 5, 6};
-  REQUIRE(s.FinishPushPull(s.BeginPushPull(h, g, 4), trailer, absl::MakeSpan(w), &reply, &changed, true).ok());
-  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
-  REQUIRE(w == std::vector<float>{4, 5, 6});
-  REQUIRE(server.pulls == pulls + 2);
+  t.server.model = {4, 5, 6};
+  REQUIRE(t.Finish(t.s.BeginPushPull(t.h, t.g, 4), true).ok());
+  REQUIRE(t.s.Pull(absl::MakeSpan(t.w)).ok());
+  REQUIRE(t.w == std::vector<float>{4, 5, 6});
+  REQUIRE(t.server.pulls == pulls + 2);
 }
 
 }  // namespace
