@@ -1,7 +1,5 @@
 #include "worker/push_buckets.h"
 
-#include <algorithm>
-
 namespace omnilearn {
 namespace worker {
 
@@ -19,40 +17,17 @@ PushBuckets::PushBuckets(const ModelLayout& layout, int64_t bucket_bytes) {
     bucket_of_[i] = static_cast<int>(members_.size()) - 1;
     filled += bytes;
   }
-  Reset();
-}
-
-void PushBuckets::Reset() {
   missing_.resize(members_.size());
   for (size_t b = 0; b < members_.size(); ++b) missing_[b] = static_cast<int>(members_[b].size());
-  final_.assign(bucket_of_.size(), false);
-  sent_.assign(bucket_of_.size(), false);
+  final_.assign(n, false);
 }
 
 std::vector<int> PushBuckets::Ready(int tensor) {
-  std::vector<int> out;
-  if (tensor < 0 || tensor >= static_cast<int>(final_.size()) || final_[tensor]) return out;
+  if (tensor < 0 || tensor >= static_cast<int>(final_.size()) || final_[tensor]) return {};
   final_[tensor] = true;
   const int b = bucket_of_[tensor];
-  if (--missing_[b] > 0) return out;
-  for (int i : members_[b]) {
-    if (!sent_[i]) {
-      sent_[i] = true;
-      out.push_back(i);
-    }
-  }
-  return out;
-}
-
-std::vector<int> PushBuckets::Rest() {
-  std::vector<int> out;
-  for (int i = static_cast<int>(sent_.size()) - 1; i >= 0; --i) {
-    if (!sent_[i]) {
-      sent_[i] = true;
-      out.push_back(i);
-    }
-  }
-  return out;
+  if (--missing_[b] > 0) return {};
+  return members_[b];  // whole now, and only now
 }
 
 }  // namespace worker

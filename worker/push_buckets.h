@@ -16,17 +16,14 @@ namespace worker {
 
 class PushBuckets {
  public:
+  // One push's buckets: nothing final yet.
   PushBuckets(const ModelLayout& layout, int64_t bucket_bytes);
 
-  // A new push: nothing final, nothing sent.
-  void Reset();
-  // Tensor `tensor` (layout index) is final. Returns the tensors of the buckets this
-  // completes, each tensor once over the push (empty when none; repeated calls are
-  // harmless).
+  // Tensor `tensor` (layout index) is final. Returns the tensors of the bucket this
+  // completes, last first (empty when none; repeated calls are harmless), so each tensor
+  // is returned at most once. What never becomes final (a parameter without a gradient,
+  // the buffers) is the stream's to send at the end (PushStream::Finish).
   std::vector<int> Ready(int tensor);
-  // The tensors not returned yet, in reverse layout order (at the end of backward:
-  // whatever got no gradient, buffers included), and marks them returned.
-  std::vector<int> Rest();
 
   int buckets() const { return static_cast<int>(members_.size()); }
   int bucket_of(int tensor) const { return bucket_of_[tensor]; }
@@ -35,7 +32,7 @@ class PushBuckets {
   std::vector<std::vector<int>> members_;  // per bucket: its tensors, last first
   std::vector<int> bucket_of_;             // per tensor
   std::vector<int> missing_;               // per bucket: tensors not final yet
-  std::vector<bool> final_, sent_;         // per tensor
+  std::vector<bool> final_;                // per tensor
 };
 
 }  // namespace worker

@@ -125,6 +125,7 @@ class FlatStorage:
         if viewed_buffers and all(a[0] + a[1] == b[0] for a, b in zip(viewed_buffers, viewed_buffers[1:])):
             self._buffer_spans = [(viewed_buffers[0][0], sum(n for _, n in viewed_buffers))]
         self._cuda = device.type == "cuda"
+        self._ready = [False] * len(flat.entries)  # per tensor: backward finished it this step
         if self._cuda:
             self.host_weights = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
             self.host_update = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
@@ -145,7 +146,6 @@ class FlatStorage:
         was sent is not the step's whole gradient). Hooks on the parameters' gradient
         accumulators, run after each accumulation (torch 1.13 has no post-accumulate hook
         on tensors; DDP hooks the same nodes). Call once."""
-        self._ready = [False] * len(self.flat.entries)
         self._accumulators = []  # kept alive: a node dropped would take its hook along
         for i, ((name, t, is_buffer), off) in enumerate(zip(self.flat.entries, self.flat.offsets)):
             if is_buffer:
@@ -173,8 +173,7 @@ class FlatStorage:
 
     def new_step(self) -> None:
         """Nothing of the next backward has been seen."""
-        if hasattr(self, "_ready"):
-            self._ready = [False] * len(self._ready)
+        self._ready = [False] * len(self.flat.entries)
 
     def versions(self) -> tuple:
         """The parameters' version counters (an in-place change of a parameter, such as an
