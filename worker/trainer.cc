@@ -43,8 +43,11 @@ class FlatModel {
   size_t size() const { return tensors_.size(); }
 
   std::vector<float> Values() const {
-    std::vector<float> out;
-    Flatten([](const torch::Tensor& t, bool) { return t.detach(); }, &out);
+    torch::NoGradGuard no_grad;
+    std::vector<float> out(tensors_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      torch::from_blob(out.data() + offsets_[i], tensors_[i].sizes(), torch::kFloat32).copy_(tensors_[i].detach());
+    }
     return out;
   }
 
@@ -96,20 +99,6 @@ class FlatModel {
     offsets_.push_back(offsets_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
     specs_.push_back(TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer});
     tensors_.push_back(t);
-  }
-
-  template <typename Pick>
-  void Flatten(Pick pick, std::vector<float>* out) const {
-    torch::NoGradGuard no_grad;
-    int64_t total = 0;
-    for (const torch::Tensor& t : tensors_) total += t.numel();
-    out->resize(total);
-    int64_t off = 0;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const torch::Tensor& t = tensors_[i];
-      torch::from_blob(out->data() + off, t.sizes(), torch::kFloat32).copy_(pick(t, specs_[i].buffer));
-      off += t.numel();
-    }
   }
 
   std::vector<TensorSpec> specs_;
