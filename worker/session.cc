@@ -201,9 +201,14 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
                                                     const v1::PushTrailer& trailer, absl::Span<float> weights,
                                                     v1::PushResponse* reply, bool* changed, bool early) {
   *changed = false;
+  const uint64_t session = push->header_.worker_id();
   if (absl::Status s = AwaitModel(); !s.ok()) return s;
-  if (push->stream_ == nullptr || id_.load() != push->header_.worker_id()) {
-    push->stream_.reset();  // never opened, or of a session since replaced: cancelled
+  if (id_.load() != session) {
+    // Rejoined since the push began (the last model's stream broke and its pull had to
+    // join again): the header's batch and the gradient are of the old session and model.
+    return PushOutcome::kRejoined;
+  }
+  if (push->stream_ == nullptr) {  // never opened: the push goes whole now
     push->header_.set_compute_seconds(trailer.compute_seconds());
     push->header_.set_train_loss(trailer.train_loss());
     if (trailer.has_test_accuracy()) {
@@ -219,18 +224,19 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   if (r.ok()) {
     arriving_ = std::move(stream);  // the model's values, still on their way
     arriving_into_ = weights;
-    if (!early) {
-      const uint64_t held = version_;
-      if (absl::Status m = AwaitModel(); !m.ok()) {
-        r = m;
-      } else if (version_ != held) {
-        version = version_;  // the stream broke and the model was pulled whole instead
-      }
-    }
   }
   absl::StatusOr<PushOutcome> outcome = Settle(r, weights, reply);
-  if (outcome.ok() && *outcome != PushOutcome::kReplied) (void)AwaitModel();  // none was due
-  Received(outcome, version, changed);
+  if (!outcome.ok() || *outcome != PushOutcome::kReplied) {
+    (void)AwaitModel();  // none was due
+    Received(outcome, version, changed);
+    return outcome;
+  }
+  Received(outcome, version, changed);  // the version the arriving model will hold
+  if (early) return outcome;
+  const uint64_t arriving = version_;
+  if (absl::Status m = AwaitModel(); !m.ok()) return m;
+  if (id_.load() != session) return PushOutcome::kRejoined;  // its stream broke; the pull joined again
+  if (version_ != arriving) *changed = true;  // its stream broke; pulled whole instead
   return outcome;
 }
 

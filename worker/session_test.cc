@@ -465,6 +465,32 @@ TEST_CASE("a model still arriving is waited for; one whose stream broke is pulle
   REQUIRE(t.server.pulls == pulls + 2);
 }
 
+TEST_CASE("a model whose stream broke and whose pull had to join again leaves the step to be redone",
+          "[session][bucket]") {
+  Streaming t;
+  // Whole pushes (the C++ trainer): the reply said batch 24, but the session it came from
+  // is gone: the outcome is a rejoin, and the new session's batch stands.
+  t.server.arrival_failure = absl::UnavailableError("Socket closed");
+  t.server.pull_failures = {absl::NotFoundError("unknown worker")};
+  const uint64_t first = t.s.worker_id();
+  auto r = t.Finish(t.s.BeginPushPull(t.h, t.g, 4));
+  REQUIRE(r.ok());
+  REQUIRE(*r == PushOutcome::kRejoined);
+  REQUIRE(t.s.worker_id() != first);
+  REQUIRE(t.s.batch() == 16);  // the join's, not the old reply's 24
+  // Early (Python): the repair comes with the next call; a push begun before it is of the
+  // old session and is not sent.
+  REQUIRE(t.Finish(t.s.BeginPushPull(t.h, t.g, 4), /*early=*/true).ok());
+  t.server.arrival_failure = absl::UnavailableError("Socket closed");  // that model's stream breaks
+  std::unique_ptr<StreamedPush> begun = t.s.BeginPushPull(t.h, t.g, 4);
+  t.server.pull_failures = {absl::NotFoundError("unknown worker")};
+  const int pushes = t.server.pushes;
+  auto late = t.Finish(std::move(begun), true);
+  REQUIRE(late.ok());
+  REQUIRE(*late == PushOutcome::kRejoined);
+  REQUIRE(t.server.pushes == pushes);  // nothing of the old session was pushed
+}
+
 }  // namespace
 }  // namespace worker
 }  // namespace omnilearn
