@@ -20,7 +20,7 @@ absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
   }
   last_ = core_->clock().Now();
   if (state->job != last_job_) {
-    absl::StatusOr<std::string> aside = dir_.MoveAside(absl::Now());
+    absl::StatusOr<std::string> aside = dir_.MoveAside(core_->clock().Now());
     if (!aside.ok()) return aside.status();
     last_job_ = state->job;
     last_version_ = ~0ull;

@@ -103,7 +103,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
 
 ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::Duration max_wait,
                                                std::string auth_token, ServiceLimits limits, v1::WireDtype wire_dtype)
-    : core_(core), max_wait_(max_wait), auth_token_(std::move(auth_token)), limits_(limits), wire_dtype_(wire_dtype) {
+    : core_(core),
+      max_wait_(max_wait),
+      auth_token_(std::move(auth_token)),
+      wire_dtype_(wire_dtype),
+      admission_(&core->clock(), limits) {
   // The model-carrying methods, by their index in the service (the generated code adds
   // them in the proto's order), as streams of raw buffers. A server-streaming Pull served
   // as a bidirectional stream reads its one request itself; the wire is the same.
@@ -125,63 +129,24 @@ ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::
                            return s->PushPullRaw(ctx, stream);
                          },
                          this));
-  watchdog_ = std::thread([this] { WatchdogLoop(); });
+  watchdog_ = std::thread([this] { admission_.CancelIdleStreamsUntilStopped(); });
 }
 
 ParameterServerService::~ParameterServerService() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  admission_.Stop();
   watchdog_.join();
 }
 
-void ParameterServerService::WatchdogLoop() {
-  absl::MutexLock lock(&mu_);
-  const absl::Duration tick = std::min(absl::Seconds(1), limits_.stream_idle_timeout / 4);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) {
-    const absl::Time now = absl::Now();
-    for (auto& [ctx, deadline] : idle_deadline_) {
-      if (now >= deadline) {
-        ctx->TryCancel();  // the handler's next Read fails; it returns and unregisters
-        deadline = absl::InfiniteFuture();
-      }
-    }
-  }
-}
-
-ParameterServerService::StreamWatch::StreamWatch(ParameterServerService* service, grpc::ServerContext* ctx)
-    : service_(service), ctx_(ctx) {
-  Touch();
-}
+ParameterServerService::StreamWatch::StreamWatch(Admission* admission, grpc::ServerContext* ctx)
+    : admission_(admission), id_(admission->Watch([ctx] { ctx->TryCancel(); })) {}
 
 void ParameterServerService::StreamWatch::Done() {
-  absl::MutexLock lock(&service_->mu_);
-  service_->idle_deadline_.erase(ctx_);
+  if (done_) return;
+  admission_->Unwatch(id_);
+  done_ = true;
 }
 
-void ParameterServerService::StreamWatch::Touch() {
-  absl::MutexLock lock(&service_->mu_);
-  auto [it, inserted] = service_->idle_deadline_.try_emplace(ctx_);
-  if (inserted || it->second != absl::InfiniteFuture()) {
-    it->second = absl::Now() + service_->limits_.stream_idle_timeout;
-  }
-}
-
-bool ParameterServerService::BeginUpload(WorkerId id) {
-  absl::MutexLock lock(&mu_);
-  return uploading_.insert(id).second;
-}
-
-void ParameterServerService::EndUpload(WorkerId id) {
-  absl::MutexLock lock(&mu_);
-  uploading_.erase(id);
-}
-
-bool ParameterServerService::PushInFlight(WorkerId id) const {
-  absl::MutexLock lock(&mu_);
-  return uploading_.count(id) > 0;
-}
+bool ParameterServerService::PushInFlight(WorkerId id) const { return admission_.UploadInFlight(id); }
 
 absl::Duration ParameterServerService::WaitLeft(const grpc::ServerContext* ctx) const {
   return std::min(max_wait_, absl::FromChrono(ctx->deadline()) - absl::Now());
@@ -202,6 +167,12 @@ grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) c
   core_->CountUnauthenticated();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       it == md.end() ? "no bearer token: pass --auth_token_file" : "wrong bearer token");
+}
+
+template <typename Request>
+grpc::Status ParameterServerService::AuthorizeSession(const grpc::ServerContext* ctx, const Request& request) const {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  return ToGrpc(core_->Authenticate(request.worker_id(), request.session_secret()));
 }
 
 grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
@@ -225,7 +196,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
 grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                               v1::JoinResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  StreamWatch watch(this, ctx);
+  StreamWatch watch(&admission_, ctx);
   v1::JoinRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join must start with a header");
@@ -248,9 +219,7 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   // A model upload holds up to --max_model_bytes: only a few at once, each in its turn.
   bool uploading = false;
   auto release = [&] {
-    if (!uploading) return;
-    absl::MutexLock lock(&mu_);
-    --join_uploads_;
+    if (uploading) admission_.EndJoinUpload();
     uploading = false;
   };
   absl::Cleanup release_at_exit = release;
@@ -260,12 +229,9 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
     watch.Touch();
     if (!msg.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join: a second header");
     if (!assembler) {
-      absl::MutexLock lock(&mu_);
-      auto turn = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return join_uploads_ < limits_.max_join_uploads; };
-      if (!mu_.AwaitWithDeadline(absl::Condition(&turn), absl::Now() + WaitLeft(ctx))) {
+      if (!admission_.BeginJoinUpload(Deadline(ctx))) {
         return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "other joins are uploading models: retry");
       }
-      ++join_uploads_;
       uploading = true;
       assembler.emplace(&info.layout);
     }
@@ -350,13 +316,12 @@ grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int c
 }
 
 grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   grpc::ByteBuffer in;
   v1::PullRequest request;
   if (!stream->Read(&in) || !grpc::SerializationTraits<v1::PullRequest>::Deserialize(&in, &request).ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull: no request, or a malformed one");
   }
-  if (absl::Status s = core_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
+  if (grpc::Status s = AuthorizeSession(ctx, request); !s.ok()) return s;
   if (absl::Status s = CheckWireDtype(request.wire_dtype()); !s.ok()) return ToGrpc(s);
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request.worker_id(), request.have_version());
   if (!snap.ok()) return ToGrpc(snap.status());
@@ -407,7 +372,7 @@ template <typename Stream>
 absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerContext* ctx, Stream* stream,
                                                                bool until_complete, PushInfo* info,
                                                                v1::WireDtype* dtype) {
-  StreamWatch watch(this, ctx);
+  StreamWatch watch(&admission_, ctx);
   grpc::ByteBuffer buffer;
   ReceivedMessage<v1::PushRequest> msg;
   if (!stream->Read(&buffer) || !msg.Parse(buffer, kPushRequestChunkField).ok() || !msg.message().has_header()) {
@@ -426,12 +391,12 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   }
   *dtype = header.wire_dtype();
   // One push in flight per session: the gradients held are at most one model per worker.
-  if (!BeginUpload(header.worker_id())) {
+  if (!admission_.BeginUpload(header.worker_id())) {
     core_->CountRejectedPush(header.worker_id(), "busy");
     return absl::ResourceExhaustedError(
         absl::StrCat("worker ", header.worker_id(), " has a push in flight already: one at a time"));
   }
-  absl::Cleanup end_upload = [this, id = header.worker_id()] { EndUpload(id); };
+  absl::Cleanup end_upload = [this, id = header.worker_id()] { admission_.EndUpload(id); };
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
@@ -495,8 +460,7 @@ grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawSt
 
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
+  if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;
   uint64_t version = 0;
   int64_t batch = 0;
   response->set_action(ToProto(core_->Heartbeat(request->worker_id(), &version, &batch)));
@@ -507,8 +471,7 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v
 
 grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request,
                                            v1::LeaveResponse*) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
-  if (absl::Status s = core_->Authenticate(request->worker_id(), request->session_secret()); !s.ok()) return ToGrpc(s);
+  if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;
   return ToGrpc(core_->Leave(request->worker_id(), request->finished()));
 }
 

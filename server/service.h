@@ -5,8 +5,6 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <map>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -14,6 +12,7 @@
 #include "absl/time/time.h"
 
 #include "proto/omnilearn.grpc.pb.h"
+#include "server/admission.h"
 #include "server/parameter_server_core.h"
 #include "server/refusal_log.h"
 
@@ -26,17 +25,6 @@ grpc::Status ToGrpc(const absl::Status& status);
 // error rather than shared, at most `max_threads` calls served at once: beyond them a
 // call gets RESOURCE_EXHAUSTED instead of a thread); the benchmarks use the same.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads = 1024);
-
-// Bounds on what callers can hold of the server: every client stream (Join, Push,
-// PushPull) is cancelled when no message arrived for `stream_idle_timeout`, so stalled or
-// slow streams give their thread back; a worker session has at most one push in flight
-// (the memory of in-flight gradients is at most one model per live worker; streams that
-// are not a session's never allocate one); at most `max_join_uploads` joins upload a model
-// at once (the others wait for their turn until their deadline).
-struct ServiceLimits {
-  absl::Duration stream_idle_timeout = absl::Seconds(60);
-  int max_join_uploads = 2;
-};
 
 // Thread-safe (the core is).
 class ParameterServerService final : public v1::ParameterServer::Service {
@@ -70,6 +58,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
 
   // Whether worker `id`'s session holds its upload slot: a push of it is being read.
   bool PushInFlight(WorkerId id) const;
+  // How many client streams are being read (watched for idleness) now.
+  size_t WatchedStreams() const { return admission_.watched(); }
 
  private:
   // How long a call may wait: `max_wait`, or less when the client's deadline is sooner.
@@ -99,44 +89,41 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // The bfloat16 values of `weights` (a snapshot's), made once per snapshot and shared by
   // every bfloat16 session that pulls it.
   std::shared_ptr<const std::vector<uint16_t>> Bfloat16Of(const std::shared_ptr<const std::vector<float>>& weights);
-  // OK, or UNAUTHENTICATED when a token is required and the call lacks it.
+  // Every call's gate: OK, or UNAUTHENTICATED (counted) when a token is required and the
+  // call lacks it. Join, GetStatus and the pushes (before their stream is read) pass it.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+  // The gate of calls made for a worker session (Pull, Heartbeat, Leave): Authorize, then
+  // the request's worker id and session secret. Pushes check their header's the same way.
+  template <typename Request>
+  grpc::Status AuthorizeSession(const grpc::ServerContext* ctx, const Request& request) const;
 
   // Watches a client stream while it is read, from construction to Done() (or
   // destruction): the call is cancelled when Touch() was not called for the idle timeout.
   // Not while the core works on the call (a join at the start barrier, a push in a round).
   class StreamWatch {
    public:
-    StreamWatch(ParameterServerService* service, grpc::ServerContext* ctx);
+    StreamWatch(Admission* admission, grpc::ServerContext* ctx);
     ~StreamWatch() { Done(); }
-    void Touch();
+    void Touch() { admission_->Touch(id_); }
     void Done();
 
    private:
-    ParameterServerService* const service_;
-    grpc::ServerContext* const ctx_;
+    Admission* const admission_;
+    const Admission::StreamId id_;
+    bool done_ = false;
   };
-  void WatchdogLoop();
-  // A session's upload slot (one push in flight); false when it holds one already.
-  bool BeginUpload(WorkerId id);
-  void EndUpload(WorkerId id);
 
   ParameterServerCore* core_;
   RefusalLog refused_joins_;
   const absl::Duration max_wait_;
   const std::string auth_token_;
-  const ServiceLimits limits_;
   const v1::WireDtype wire_dtype_;
 
   absl::Mutex bf16_mu_;
   std::shared_ptr<const std::vector<float>> bf16_source_ ABSL_GUARDED_BY(bf16_mu_);
   std::shared_ptr<const std::vector<uint16_t>> bf16_values_ ABSL_GUARDED_BY(bf16_mu_);
 
-  mutable absl::Mutex mu_;
-  std::map<grpc::ServerContext*, absl::Time> idle_deadline_ ABSL_GUARDED_BY(mu_);
-  std::set<WorkerId> uploading_ ABSL_GUARDED_BY(mu_);
-  int join_uploads_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  Admission admission_;
   std::thread watchdog_;
 };
 

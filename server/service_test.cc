@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
+#include "common/clock.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -37,6 +38,8 @@ struct Fixture {
   explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {},
                    int num_workers = 1, v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32) {
     ServerOptions o;
+    o.clock = &clock;  // leases, rounds, waits and idle streams move only when a test says
+    o.lease = absl::Hours(1);  // outlives the idle timeouts the tests advance past
     o.mode = Mode::kAsync;
     o.num_workers = num_workers;
     o.controller.global_batch = 8;
@@ -65,6 +68,7 @@ struct Fixture {
     core->Shutdown();
     server->Shutdown();
   }
+  FakeClock clock;
   std::unique_ptr<ParameterServerCore> core;
   std::unique_ptr<ParameterServerService> service;
   std::unique_ptr<grpc::Server> server;
@@ -503,19 +507,22 @@ TEST_CASE("one push in flight per session; its slot is freed when its stream end
 
 TEST_CASE("a stalled push stream is cancelled by the server and frees its slot", "[service]") {
   ServiceLimits limits;
-  limits.stream_idle_timeout = absl::Milliseconds(200);
+  limits.stream_idle_timeout = absl::Seconds(60);
   Fixture f("", "", limits);
   const std::vector<float> init(9, 1.0f);
   auto joined = f.JoinSigned(init);
   auto stub = v1::ParameterServer::NewStub(f.channel);
   const v1::PushRequest header = SessionPushHeader(*joined);
   grpc::ClientContext stalled_ctx;
-  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
   v1::PushResponse stalled_reply;
   auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
   REQUIRE(stalled->Write(header));
-  // Nothing more is sent: the server cancels the stream once idle (Finish returns then,
-  // long before the call's own 30 s deadline), and its slot is free again.
+  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+  // Nothing more is sent: once the server's clock passes the idle timeout it cancels the
+  // stream (Finish returns then, long before the call's own deadline), and its slot is
+  // free again.
+  f.clock.Advance(absl::Seconds(61));
   REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
   PushOnceSlotIsFree(f, header.header());
 }
@@ -585,13 +592,16 @@ TEST_CASE("a server without --wire_dtype=bf16 refuses bfloat16 pushes and pulls"
 
 TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream", "[service]") {
   ServiceLimits limits;
-  limits.stream_idle_timeout = absl::Milliseconds(200);
+  limits.stream_idle_timeout = absl::Seconds(60);
   Fixture f("", "", limits, /*num_workers=*/2);
   const std::vector<float> init(9, 1.0f);
   absl::StatusOr<v1::JoinResponse> first;
   std::thread waiting([&] { first = f.client->Join(Header(f.layout), f.layout, init); });
-  // Long past the idle timeout: the first join is read and waits for the second worker.
-  absl::SleepFor(absl::Milliseconds(800));
+  // The first join is read and waits for the second worker: its stream is not watched.
+  REQUIRE(AwaitState([&] { return f.core->Snapshot().workers.size() == 1 && f.service->WatchedStreams() == 0; }));
+  // Long past the idle timeout on the server's clock; a stalled stream would be cancelled
+  // now (the test above), this one is not.
+  f.clock.Advance(absl::Minutes(5));
   v1::JoinHeader second = Header(f.layout);
   second.set_name("w1");
   second.set_has_initial_parameters(false);
