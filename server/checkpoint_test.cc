@@ -219,7 +219,7 @@ TEST_CASE("a restored core continues exactly where the captured one was", "[chec
   auto b = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
   REQUIRE(b->Restore(read).ok());
   const JoinResult k = *b->Join(Joiner("w0", false), clock.Now() + absl::Seconds(5));
-  REQUIRE(k.version == 5);
+  REQUIRE(b->version() == 5);
   REQUIRE(k.global_samples == 40);
   // The same push on both: same weights after it (momentum restored too).
   const std::vector<float> g(kParams, 0.7f);

@@ -27,7 +27,6 @@ struct WorkerRecord {
   WorkerId id = 0;
   std::string name, host;
   Device device = Device::kUnknown;
-  int64_t memory = 0;
   WorkerState state = WorkerState::kActive;
   absl::Time last_seen;
   uint64_t iterations = 0, samples = 0;

@@ -201,9 +201,6 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
     return absl::InvalidArgumentError(
         absl::StrCat("a training set of ", info.dataset_size, " samples is more than this server takes (2^32)"));
   }
-  if (info.device_memory_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("device memory ", info.device_memory_bytes, " bytes is negative"));
-  }
   if (info.dataset_size == 0 && sampler_.enabled()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "this job assigns the samples of a training set of ", sampler_.dataset_size(),
@@ -312,7 +309,6 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
   w.name = info.name;
   w.host = info.host;
   w.device = info.device;
-  w.memory = info.device_memory_bytes;
   w.last_seen = now;
   w.clock = workers_.SlowestClock(0).value_or(0);
   w.uses_samples = info.dataset_size > 0;
@@ -376,9 +372,6 @@ JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   r.lease = options_.lease;
   r.mode = options_.mode;
   r.batch = controller_.plan().batch(id);
-  r.layout = store_.layout();
-  r.version = store_.version();
-  r.global_batch = options_.controller.global_batch;
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);
   me->told_batch = r.batch;
@@ -426,7 +419,7 @@ void ParameterServerCore::CountAdjustmentTick() {
 
 PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string message, int64_t batch, bool assign) {
   PushResult r;
-  r.action = shutdown_ ? Action::kStop : Action::kPull;
+  r.action = shutdown_ ? Action::kStop : Action::kContinue;
   r.next_batch = batch >= 0 ? batch : controller_.plan().batch(id);
   r.version = store_.version();
   r.applied = applied;
@@ -731,15 +724,13 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
   return snap;
 }
 
-Action ParameterServerCore::Heartbeat(WorkerId id, uint64_t* version, int64_t* batch) {
+Action ParameterServerCore::Heartbeat(WorkerId id) {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return Action::kStop;
   ExpireLeases(options_.clock->Now());
   Worker* w = workers_.FindCurrent(id);
   if (w == nullptr) return Action::kRejoin;
   w->last_seen = options_.clock->Now();
-  *version = store_.version();
-  *batch = controller_.plan().batch(id);
   return Action::kContinue;
 }
 

@@ -48,7 +48,7 @@ namespace server {
 // iterations ahead of the slowest live one (its push reply waits until it is not).
 enum class Mode { kSync, kAsync, kSsp };
 // What the worker must do next (mirrors the proto's Action).
-enum class Action { kContinue, kPull, kRejoin, kStop };
+enum class Action { kContinue, kRejoin, kStop };
 
 absl::StatusOr<Mode> ParseMode(absl::string_view name);
 std::string ModeName(Mode mode);
@@ -90,7 +90,6 @@ struct JoinInfo {
   std::string name;
   std::string host;
   Device device = Device::kUnknown;
-  int64_t device_memory_bytes = 0;
   ModelLayout layout;
   std::optional<std::vector<float>> initial_parameters;
   int64_t max_batch = 0;  // 0 = none
@@ -106,9 +105,6 @@ struct JoinResult {
   absl::Duration lease;
   Mode mode = Mode::kSync;
   int64_t batch = 0;
-  ModelLayout layout;
-  uint64_t version = 0;
-  int64_t global_batch = 0;
   uint64_t global_samples = 0;
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
 };
@@ -118,11 +114,9 @@ struct PushInfo {
   int64_t batch = 0;
   double compute_seconds = 0;
   uint64_t version = 0;
-  uint64_t iteration = 0;
   double train_loss = 0;
   std::optional<double> test_accuracy;
   bool out_of_memory = false;
-  uint64_t samples_seen = 0;
   // The worker's previous iteration from the end of its compute to its reply (0 = none).
   double communication_seconds = 0;
   // No gradient: the push only reports (test_accuracy measured on `version`, loss);
@@ -134,7 +128,7 @@ struct PushInfo {
 };
 
 struct PushResult {
-  Action action = Action::kPull;
+  Action action = Action::kContinue;
   int64_t next_batch = 0;
   uint64_t version = 0;
   uint64_t staleness = 0;
@@ -226,7 +220,7 @@ class ParameterServerCore {
   absl::Status Authenticate(WorkerId id, absl::string_view secret) const;
 
   // Keeps the lease. Returns what the worker must do (kRejoin for unknown ids).
-  Action Heartbeat(WorkerId id, uint64_t* version, int64_t* batch);
+  Action Heartbeat(WorkerId id);
 
   // The worker leaves (`finished`: it completed its training); its share goes to the
   // others, its unfinished samples back to the epoch. NotFound.

@@ -18,8 +18,6 @@ v1::Action ToProto(Action a) {
   switch (a) {
     case Action::kContinue:
       return v1::ACTION_CONTINUE;
-    case Action::kPull:
-      return v1::ACTION_PULL;
     case Action::kRejoin:
       return v1::ACTION_REJOIN;
     case Action::kStop:
@@ -210,7 +208,6 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   info.name = header.name();
   info.host = header.host();
   info.device = FromProto(header.device());
-  info.device_memory_bytes = header.device_memory_bytes();
   info.max_batch = header.max_batch_size();
   info.dataset_size = header.dataset_size();
   info.resume_id = header.resume_worker_id();
@@ -254,9 +251,6 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   response->set_lease_seconds(absl::ToDoubleSeconds(r->lease));
   response->set_mode(ToProto(r->mode));
   response->set_batch_size(r->batch);
-  *response->mutable_layout() = LayoutToProto(r->layout);
-  response->set_model_version(r->version);
-  response->set_global_batch_size(r->global_batch);
   response->set_global_samples(r->global_samples);
   SamplesToProto(r->samples, response->mutable_samples());
   response->set_session_secret(r->secret);
@@ -401,11 +395,9 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
   info->version = header.model_version();
-  info->iteration = header.iteration();
   info->train_loss = header.train_loss();
   if (header.has_test_accuracy()) info->test_accuracy = header.test_accuracy();
   info->out_of_memory = header.out_of_memory();
-  info->samples_seen = header.samples_seen();
   info->communication_seconds = header.communication_seconds();
   info->report_only = header.report_only();
   std::vector<float> gradient;
@@ -425,7 +417,6 @@ void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* re
   response->set_action(ToProto(r.action));
   response->set_next_batch_size(r.next_batch);
   response->set_model_version(r.version);
-  response->set_staleness(r.staleness);
   response->set_applied(r.applied);
   response->set_message(r.message);
   response->set_global_samples(r.global_samples);
@@ -452,7 +443,7 @@ grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawSt
   v1::PushPullResponse out;
   FillReply(*r, out.mutable_reply());
   if (!stream->Write(Serialize(out))) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  if (r->action != Action::kPull && r->action != Action::kContinue) return grpc::Status::OK;
+  if (r->action != Action::kContinue) return grpc::Status::OK;
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(info.id, info.version);
   if (!snap.ok()) return ToGrpc(snap.status());
   return WriteModel<v1::PushPullResponse>(*snap, kPushPullResponseChunkField, dtype, stream);
@@ -461,11 +452,7 @@ grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawSt
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
   if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;
-  uint64_t version = 0;
-  int64_t batch = 0;
-  response->set_action(ToProto(core_->Heartbeat(request->worker_id(), &version, &batch)));
-  response->set_model_version(version);
-  response->set_batch_size(batch);
+  response->set_action(ToProto(core_->Heartbeat(request->worker_id())));
   return grpc::Status::OK;
 }
 
@@ -485,8 +472,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_controller(s.controller);
   response->set_uptime_seconds(s.uptime_seconds);
   response->set_last_train_loss(s.last_train_loss);
-  response->set_has_test_accuracy(s.test_accuracy.has_value());
-  response->set_test_accuracy(s.test_accuracy.value_or(0));
+  if (s.test_accuracy) response->set_test_accuracy(*s.test_accuracy);
   response->set_controller_adjustments(s.adjustments);
   response->set_parameter_count(s.parameter_count);
   response->set_job_finished(s.job_finished);

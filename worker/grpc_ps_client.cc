@@ -152,6 +152,10 @@ PushPullReceipt ReceivePushPull(RawStream* stream, const ModelLayout& layout, ab
 }
 
 absl::StatusOr<v1::PushResponse> ReplyOf(const PushPullReceipt& r) {
+  if (r.status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !r.reply) {
+    return absl::FailedPreconditionError(
+        "the server does not serve PushPull: it is of a release older than this worker's, upgrade it");
+  }
   if (!r.status.ok()) return FromGrpc(r.status, "PushPull");
   if (!r.reply) return absl::InternalError("PushPull: the server sent no reply");
   if (!r.model.ok()) return r.model;
@@ -224,21 +228,14 @@ class GrpcPsClient : public PsClient {
                                             absl::Span<const float> gradient, uint64_t* model_version,
                                             absl::Span<float> weights) override {
     if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
-    if (!push_pull_.load()) return PsClient::PushPull(header, layout, gradient, model_version, weights);
     grpc::ClientContext ctx;
     Prepare(&ctx);
     std::unique_ptr<RawStream> stream(OpenPushPull(&ctx));
-    absl::ReleasableMutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
+    absl::MutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
     const v1::PushHeader signed_header = Signed(header);
     WriteHeaderAndChunks<v1::PushRequest>(stream.get(), signed_header, kPushRequestChunkField, layout,
                                           GradientOf(signed_header, gradient));
-    const PushPullReceipt receipt = ReceivePushPull(stream.get(), layout, weights, model_version);
-    if (receipt.status.error_code() == grpc::StatusCode::UNIMPLEMENTED && !receipt.reply) {
-      push_pull_.store(false);  // an older server: Push and Pull from now on
-      encode_lock.Release();
-      return PsClient::PushPull(header, layout, gradient, model_version, weights);
-    }
-    return ReplyOf(receipt);
+    return ReplyOf(ReceivePushPull(stream.get(), layout, weights, model_version));
   }
 
   absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header, const ModelLayout& layout,
@@ -340,7 +337,6 @@ class GrpcPsClient : public PsClient {
   // methods and wire format as the stub's, without protobuf copies of the model.
   const std::string join_path_, pull_path_, push_path_, push_pull_path_;
   const grpc::internal::RpcMethod join_method_, pull_method_, push_method_, push_pull_method_;
-  std::atomic<bool> push_pull_{true};  // the server implements PushPull
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
   // The session's wire dtype and, in bfloat16, the encoded gradient being sent and the
@@ -539,7 +535,6 @@ absl::StatusOr<std::unique_ptr<PushStream>> GrpcPsClient::StartPushPull(const v1
                                                                         absl::Span<const float> gradient) {
   if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
   if (gradient.empty()) return absl::InvalidArgumentError("a streamed push needs the gradient's buffer");
-  if (!push_pull_.load()) return absl::UnimplementedError("the server has no PushPull");
   return std::unique_ptr<PushStream>(new GrpcPushStream(this, header, layout, gradient));
 }
 

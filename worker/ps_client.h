@@ -71,17 +71,11 @@ class PsClient {
                                                 absl::Span<const float> gradient) = 0;
   // Push, then the model, in one round trip (the PushPull call): `weights` is written
   // and `*model_version` set when the reply allows training on and the server's model
-  // differs from header.model_version(). This default makes two calls, Push then Pull.
+  // differs from header.model_version(). FailedPrecondition from a server of a release
+  // without PushPull.
   virtual absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
                                                     absl::Span<const float> gradient, uint64_t* model_version,
-                                                    absl::Span<float> weights) {
-    absl::StatusOr<v1::PushResponse> r = Push(header, layout, gradient);  // Push adds the secret
-    if (!r.ok() || (r->action() != v1::ACTION_PULL && r->action() != v1::ACTION_CONTINUE)) return r;
-    absl::StatusOr<uint64_t> v = Pull(header.worker_id(), header.model_version(), layout, weights);
-    if (!v.ok()) return v.status();
-    *model_version = *v;
-    return r;
-  }
+                                                    absl::Span<float> weights) = 0;
   // Opens a PushPull for `gradient` (the caller's, filled in while the push runs and
   // unchanged once sent, until Finish returns): `header` with its `trailer` set. For a
   // server that said JoinResponse.push_trailer only. Unimplemented when this client

@@ -211,10 +211,7 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   if (push->stream_ == nullptr) {  // never opened: the push goes whole now
     push->header_.set_compute_seconds(trailer.compute_seconds());
     push->header_.set_train_loss(trailer.train_loss());
-    if (trailer.has_test_accuracy()) {
-      push->header_.set_has_test_accuracy(true);
-      push->header_.set_test_accuracy(trailer.test_accuracy());
-    }
+    if (trailer.has_test_accuracy()) push->header_.set_test_accuracy(trailer.test_accuracy());
     return PushPull(push->header_, push->gradient_, weights, reply, changed);
   }
   uint64_t version = version_;

@@ -38,7 +38,6 @@ class FakeServer : public PsClient {
     r.set_lease_seconds(3);
     r.set_batch_size(16);
     r.set_global_samples(global_samples);
-    r.set_model_version(version);
     r.set_push_trailer(trailers);
     v1::SampleSpan* span = r.add_samples();
     for (uint64_t i = 0; i < 16; ++i) span->add_ids(100 + i);
@@ -66,6 +65,17 @@ class FakeServer : public PsClient {
     span->set_epoch(1);
     for (uint64_t i = 0; i < 24; ++i) span->add_ids(i);
     ++version;
+    return r;
+  }
+  // Push, then Pull: the fake's round trip.
+  absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& h, const ModelLayout& layout,
+                                            absl::Span<const float> gradient, uint64_t* model_version,
+                                            absl::Span<float> weights) override {
+    absl::StatusOr<v1::PushResponse> r = Push(h, layout, gradient);
+    if (!r.ok() || r->action() == v1::ACTION_STOP || r->action() == v1::ACTION_REJOIN) return r;
+    absl::StatusOr<uint64_t> v = Pull(h.worker_id(), h.model_version(), layout, weights);
+    if (!v.ok()) return v.status();
+    *model_version = *v;
     return r;
   }
   // A streamed push (only when `trailers`): records the tensors as sent, answers as Push,

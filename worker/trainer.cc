@@ -572,7 +572,7 @@ class TrainingLoop {
       // An emulated or slowed step waits after its real backward: its gradient leaves whole
       // after the wait, or the link would hide behind a wait no real device makes.
       std::unique_ptr<StreamedPush> push =
-          session_->BeginPushPull(PushFor(it, batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
+          session_->BeginPushPull(PushFor(batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
       const StepResult step = runner_.Run(*idx, batch, &grad_, push.get());
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
@@ -592,7 +592,6 @@ class TrainingLoop {
       }
       last_comm_seconds_ = comm_seconds;
       if (reply.applied()) sample_log_.Applied(spans);
-      if (!step.out_of_memory) samples_seen_ += batch;
       pending_accuracy_.reset();
       result_.iterations = ++it;
       result_.last_loss = step.loss;
@@ -634,13 +633,9 @@ class TrainingLoop {
                                        std::unique_ptr<StreamedPush> push, v1::PushResponse* reply, bool* changed) {
     if (step.out_of_memory) {
       push.reset();  // cancelled: the server changes nothing
-      v1::PushHeader report = PushFor(it, batch);
+      v1::PushHeader report = PushFor(batch);
       report.set_out_of_memory(true);
-      report.set_samples_seen(samples_seen_);
-      if (pending_accuracy_) {
-        report.set_has_test_accuracy(true);
-        report.set_test_accuracy(*pending_accuracy_);
-      }
+      if (pending_accuracy_) report.set_test_accuracy(*pending_accuracy_);
       return session_->PushPull(report, grad_, absl::MakeSpan(weights_), reply, changed);
     }
     v1::PushTrailer trailer;
@@ -651,11 +646,9 @@ class TrainingLoop {
   }
 
   // The push's header as known before the step (its time and loss follow the step).
-  v1::PushHeader PushFor(int64_t it, int64_t batch) const {
+  v1::PushHeader PushFor(int64_t batch) const {
     v1::PushHeader push;
     push.set_batch_size(batch);
-    push.set_iteration(it);
-    push.set_samples_seen(samples_seen_ + batch);
     // The previous iteration's communication: the server takes out its own wait and the
     // controller learns this worker's link time from the rest.
     push.set_communication_seconds(last_comm_seconds_);
@@ -687,7 +680,6 @@ class TrainingLoop {
     if (!pending_accuracy_) return absl::OkStatus();
     v1::PushHeader report;
     report.set_report_only(true);
-    report.set_has_test_accuracy(true);
     report.set_test_accuracy(*pending_accuracy_);
     report.set_train_loss(loss);
     v1::PushResponse reply;
@@ -717,7 +709,6 @@ class TrainingLoop {
   StepRunner runner_;
   EvaluationSchedule evaluations_;
   SampleLog sample_log_;
-  uint64_t samples_seen_ = 0;
   double last_comm_seconds_ = 0;  // the last iteration's, from the end of compute to the reply
   std::optional<double> pending_accuracy_;
   TrainerResult result_;

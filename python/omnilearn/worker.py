@@ -280,7 +280,6 @@ class Worker:
                                 dataset_size=dataset_size, wire_dtypes=[pb2.WIRE_DTYPE_F32, pb2.WIRE_DTYPE_BF16])
         if self._device.type == "cuda":
             header.device = pb2.DEVICE_CUDA
-            header.device_memory_bytes = torch.cuda.get_device_properties(self._device).total_memory
         else:
             header.device = pb2.DEVICE_CPU
         return header
@@ -419,9 +418,7 @@ class Worker:
         self._open_push = False
         if self._bucket_bytes <= 0:
             return
-        header = pb2.PushHeader(batch_size=step.batch_size, iteration=step.iteration,
-                                samples_seen=self.samples_seen + step.batch_size,
-                                communication_seconds=self._last_comm_seconds)
+        header = pb2.PushHeader(batch_size=step.batch_size, communication_seconds=self._last_comm_seconds)
         self._core.begin_push(header.SerializeToString(), self.storage.update_host, self._bucket_bytes)
         self._open_push = True
 
@@ -531,10 +528,9 @@ class Worker:
         if self._open_push:
             return self._send(None, update, step, trailer)
         header = pb2.PushHeader(batch_size=step.batch_size, compute_seconds=trailer.compute_seconds,
-                                iteration=step.iteration, train_loss=trailer.train_loss,
-                                samples_seen=self.samples_seen + step.batch_size)
+                                train_loss=trailer.train_loss)
         if test_accuracy is not None:
-            header.has_test_accuracy, header.test_accuracy = True, test_accuracy
+            header.test_accuracy = test_accuracy
         return self._send(header, update, step)
 
     def _note_pulled(self):
@@ -560,8 +556,7 @@ class Worker:
         step = self._require_step()
         self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()
-        header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True, iteration=step.iteration,
-                                samples_seen=self.samples_seen)
+        header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True)
         self.metrics.out_of_memory += 1
         return self._send(header, None, step)
 
@@ -572,8 +567,7 @@ class Worker:
             return None
         self.wait_model()
         self._cancel_push()  # one push at a time per session: the step's gradient goes whole
-        header = pb2.PushHeader(report_only=True, has_test_accuracy=True, test_accuracy=test_accuracy,
-                                train_loss=loss, iteration=self.iteration)
+        header = pb2.PushHeader(report_only=True, test_accuracy=test_accuracy, train_loss=loss)
         self.metrics.test_accuracy = test_accuracy
         outcome, reply = self._call(self._core.push, header.SerializeToString(), None, self.storage.weights_host)
         if outcome == "rejoined":

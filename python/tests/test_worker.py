@@ -98,7 +98,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
             wid = self.next_id
             self.next_id += 1
             return pb2.JoinResponse(worker_id=wid, lease_seconds=60, mode=pb2.MODE_ASYNC, batch_size=4,
-                                    model_version=self.version, samples=self._samples(),
+                                    samples=self._samples(),
                                     session_secret=SECRET + bytes([wid]), action=pb2.ACTION_CONTINUE,
                                     push_trailer=self.trailers)
 
@@ -230,7 +230,7 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual([s.samples.tolist() for s in steps], [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
         self.assertEqual([p.compute_seconds for p in self.fake.pushes], [0.25] * 3)  # data loading untimed
         self.assertEqual([p.model_version for p in self.fake.pushes], [0, 1, 2])
-        self.assertEqual([p.samples_seen for p in self.fake.pushes], [4, 8, 12])
+        self.assertEqual([p.batch_size for p in self.fake.pushes], [4, 4, 4])
         self.assertEqual(self.fake.calls.count("PushPull"), 3)
         self.assertEqual(self.fake.calls.count("Push") + self.fake.calls.count("Pull"), 1)  # the first pull
         self.assert_same_model()
@@ -280,13 +280,12 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(len(steps), 2)
         self.assertEqual([l.finished for l in self.fake.leaves], [False])
 
-    def test_an_older_server_without_pushpull_gets_push_then_pull(self):
+    def test_a_server_without_pushpull_is_named_as_too_old(self):
         self.fake.faults["PushPull"] = [(grpc.StatusCode.UNIMPLEMENTED, "unknown method")]
-        with self.make_worker() as w:
-            self.train(w)
-        self.assertEqual(self.fake.calls.count("PushPull"), 1)
-        self.assertEqual(self.fake.calls.count("Push"), 3)
-        self.assert_same_model()
+        with self.assertRaisesRegex(ServerError, "older than this worker's, upgrade it"):
+            with self.make_worker() as w:
+                self.train(w)
+        self.assertEqual(self.fake.calls.count("Push"), 0)
 
     def test_refusals_are_errors_with_the_servers_reason(self):
         self.fake.faults["Join"] = [(grpc.StatusCode.ALREADY_EXISTS, "a live worker is named py0")]
