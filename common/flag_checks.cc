@@ -129,4 +129,10 @@ absl::Status FlagsFromEnvironment(int argc, char** argv, const std::vector<FlagF
   return absl::OkStatus();
 }
 
+double RenamedFlag(const char* old_name, const std::optional<double>& old_value, const char* new_name, double value) {
+  if (!old_value) return value;
+  std::fprintf(stderr, "warning: --%s is deprecated and goes in the next release: use --%s\n", old_name, new_name);
+  return *old_value;
+}
+
 }  // namespace omnilearn

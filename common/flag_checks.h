@@ -4,6 +4,7 @@
 #ifndef OMNILEARN_COMMON_FLAG_CHECKS_H_
 #define OMNILEARN_COMMON_FLAG_CHECKS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct FlagRange {
 // InvalidArgument for the first value out of its range (or NaN):
 // "--port must be in [1, 65535], got 99999".
 absl::Status CheckFlagRanges(const std::vector<FlagRange>& ranges);
+
+// A flag renamed, its old name kept as a deprecated alias for one release: the old
+// flag's value when it was given (with a warning naming the new flag, on stderr), else
+// the new flag's `value`.
+double RenamedFlag(const char* old_name, const std::optional<double>& old_value, const char* new_name, double value);
 
 // The known name nearest to `name` by edit distance (a typo's likely meaning), or "" when
 // none is close (more than a third of the name, at least 2, would have to change).

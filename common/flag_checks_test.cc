@@ -52,5 +52,10 @@ TEST_CASE("flags left out of the command line come from the environment", "[flag
   REQUIRE(absl::StrContains(bad.message(), "OMNILEARN_TEST_EPOCHS='many' is no value for --epochs"));
 }
 
+TEST_CASE("a renamed flag's old name, when given, still sets it", "[flags]") {
+  REQUIRE(RenamedFlag("lease", std::nullopt, "lease_s", 60) == 60);
+  REQUIRE(RenamedFlag("lease", 20.0, "lease_s", 60) == 20);
+}
+
 }  // namespace
 }  // namespace omnilearn

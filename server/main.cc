@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <optional>
 #include <cstdio>
 #include <thread>
 
@@ -71,8 +72,11 @@ ABSL_FLAG(std::string, balance, "iteration",
           "time, so a worker behind a slow link gets a smaller batch) | compute (compute only, as the paper)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
-ABSL_FLAG(double, round_timeout, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
-ABSL_FLAG(double, lease, 60, "seconds without a call after which a worker is gone");
+ABSL_FLAG(double, round_timeout_s, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
+ABSL_FLAG(double, lease_s, 60, "seconds without a call after which a worker is gone");
+// The names of earlier releases, kept for one release (a warning says the new name).
+ABSL_FLAG(std::optional<double>, round_timeout, std::nullopt, "deprecated: --round_timeout_s");
+ABSL_FLAG(std::optional<double>, lease, std::nullopt, "deprecated: --lease_s");
 ABSL_FLAG(double, stream_idle_timeout_s, 60,
           "a Join/Push stream that sends nothing for this long is cancelled (stalled or hostile callers)");
 ABSL_FLAG(int, max_rpc_threads, 1024, "calls served at once; beyond them a call gets RESOURCE_EXHAUSTED");
@@ -106,6 +110,14 @@ namespace omnilearn {
 namespace server {
 namespace {
 
+// Once, after parsing: the deprecated names set the new flags when given.
+void ApplyRenamedFlags() {
+  absl::SetFlag(&FLAGS_round_timeout_s, RenamedFlag("round_timeout", absl::GetFlag(FLAGS_round_timeout),
+                                                    "round_timeout_s", absl::GetFlag(FLAGS_round_timeout_s)));
+  absl::SetFlag(&FLAGS_lease_s,
+                RenamedFlag("lease", absl::GetFlag(FLAGS_lease), "lease_s", absl::GetFlag(FLAGS_lease_s)));
+}
+
 absl::Status CheckFlags() {
   auto d = [](auto v) { return static_cast<double>(v); };
   return CheckFlagRanges({
@@ -131,8 +143,8 @@ absl::Status CheckFlags() {
       {"clip_grad_norm", absl::GetFlag(FLAGS_clip_grad_norm), 0, 1e9},
       {"adjust_every", d(absl::GetFlag(FLAGS_adjust_every)), 1, 1e6},
       {"deadband", absl::GetFlag(FLAGS_deadband), 0, 10},
-      {"round_timeout", absl::GetFlag(FLAGS_round_timeout), 0.001, 86400},
-      {"lease", absl::GetFlag(FLAGS_lease), 0.01, 86400},
+      {"round_timeout_s", absl::GetFlag(FLAGS_round_timeout_s), 0.001, 86400},
+      {"lease_s", absl::GetFlag(FLAGS_lease_s), 0.01, 86400},
       {"stream_idle_timeout_s", absl::GetFlag(FLAGS_stream_idle_timeout_s), 0.1, 86400},
       {"max_rpc_threads", static_cast<double>(absl::GetFlag(FLAGS_max_rpc_threads)), 16, 65536},
       {"metrics_port", d(absl::GetFlag(FLAGS_metrics_port)), 0, 65535},
@@ -254,8 +266,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(v1::WireDtype* wire_dtype) {
   o.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   o.num_workers = absl::GetFlag(FLAGS_num_workers);
   o.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
-  o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout));
-  o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease));
+  o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout_s));
+  o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
   o.adjust_every = absl::GetFlag(FLAGS_adjust_every);
   o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
   o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
@@ -398,6 +410,7 @@ int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, absl::Ti
 }
 
 int Run() {
+  ApplyRenamedFlags();
   // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
   // context. Blocked first, before any thread exists (civetweb's, gRPC's): threads
   // inherit the mask, and one that left them unblocked would let a SIGTERM kill the

@@ -29,7 +29,10 @@ expect_refusal() {  # expect_refusal PATTERN COMMAND...: exits non-zero, stderr 
 expect_refusal "--port must be in \[0, 65535\], got 99999" "$SERVER" --port=99999
 expect_refusal "--lr must be in" "$SERVER" --lr=-1
 expect_refusal "unknown optimizer 'lion' (want sgd, adam or adamw)" "$SERVER" --optimizer=lion
-expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout=90 --lease=60
+expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout_s=90 --lease_s=60
+# The names of the previous release still work, for one release, with a warning.
+expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout=90 --lease_s=120 --lease=60
+expect_refusal "warning: --lease is deprecated and goes in the next release: use --lease_s" "$SERVER" --port=0 --metrics_port=0 --round_timeout=90 --lease=60
 expect_refusal "--epochs must be in \[0, 1e+06\], got -1" "$WORKER" --epochs=-1
 expect_refusal "want mlp, cnn, cnn_bn" "$WORKER" --model=resnet --server=127.0.0.1:1 --reconnect_timeout=0
 expect_refusal "want fashion-mnist, synthetic or tensors:PATH" "$WORKER" --dataset=imagenet --server=127.0.0.1:1 --reconnect_timeout=0
@@ -44,7 +47,7 @@ expect_refusal "the server's address does not resolve.*(--server=omnilearn-no-su
 # ---- busy port, logs, names, Ctrl-C on a worker
 # Not quiet, equal static batches: a plan line only when membership changes the plan (not
 # at every adjustment), and progress lines every second.
-start_server sync --mode=sync --num_workers=2 --global_batch=64 --round_timeout=100 --lease=120 --controller=off \
+start_server sync --mode=sync --num_workers=2 --global_batch=64 --round_timeout_s=100 --lease_s=120 --controller=off \
   --quiet=false --progress_every_s=1
 if timeout 20 "$SERVER" --bind=127.0.0.1 --port="$PORT" --metrics_port=0 > "$WORK/second.log" 2>&1; then
   fail "a second server started on the busy port $PORT"

@@ -12,7 +12,7 @@
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 RUNFILES_TOOLS=$RUNFILES/tools
-FLAGS=(--num_workers=3 --global_batch=96 --lr=0.05 --lr_decay=0.2 --checkpoint_every_s=1 --lease=20 --round_timeout=10)
+FLAGS=(--num_workers=3 --global_batch=96 --lr=0.05 --lr_decay=0.2 --checkpoint_every_s=1 --lease_s=20 --round_timeout_s=10)
 EPOCHS=1.5
 REPORT=$WORK/report.txt
 : > "$REPORT"
@@ -140,7 +140,7 @@ FLAGS=("${BASE_FLAGS[@]}")
 run_pair async
 
 # A worker frozen past its lease rejoins and finishes.
-start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease=2 --round_timeout=1 --checkpoint_every_s=60
+start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease_s=2 --round_timeout_s=1 --checkpoint_every_s=60
 # --slowdown stretches each step to ~20 ms, so s0 is still pushing when s1 wakes up.
 start_worker s0 "$WORK/stop.s0.log" --max_iterations=800 --epochs=0 --slowdown=20
 start_worker s1 "$WORK/stop.s1.log" --max_iterations=150 --epochs=0 --slowdown=20

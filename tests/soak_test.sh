@@ -14,7 +14,7 @@ phase() {  # phase MODE
   local mode=$1
   WORKER_PIDS=()
   start_server "soak-$mode" --mode="$mode" --num_workers="$N" --global_batch=$((8 * N)) --lr=0.05 \
-    --round_timeout=20 --lease=60 --start_timeout_s=120 --shutdown_grace_s=60
+    --round_timeout_s=20 --lease_s=60 --start_timeout_s=120 --shutdown_grace_s=60
   for i in $(seq 0 $((N - 1))); do
     timeout $((SECONDS_PER_PHASE + 300)) "$WORKER" --server="127.0.0.1:$PORT" --name="s$i" --device=cpu \
       --dataset=synthetic --synthetic_samples=2000 --model=mlp --epochs=0 --max_iterations=100000000 --threads=1 \

@@ -3,7 +3,7 @@
 # it is dropped, its share goes to the survivors, and they finish.
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
-start_server failure --mode=sync --num_workers=3 --global_batch=96 --round_timeout=2 --adjust_every=5
+start_server failure --mode=sync --num_workers=3 --global_batch=96 --round_timeout_s=2 --adjust_every=5
 start_worker w0 "$WORK/w0.log" --epochs=0 --max_iterations=80
 start_worker w1 "$WORK/w1.log" --epochs=0 --max_iterations=80
 start_worker victim "$WORK/victim.log" --epochs=0 --max_iterations=100000
