@@ -14,9 +14,14 @@
 
 namespace omnilearn {
 
-void ShowOwnFlagsInHelp(std::string main_file) {
+void ShowOwnFlagsInHelp(std::vector<std::string> files) {
   absl::FlagsUsageConfig config;
-  auto own = [main_file](absl::string_view file) { return absl::EndsWith(file, main_file); };
+  auto own = [files](absl::string_view file) {
+    for (const std::string& f : files) {
+      if (absl::EndsWith(file, f)) return true;
+    }
+    return false;
+  };
   config.contains_help_flags = own;
   config.contains_helpshort_flags = own;
   absl::SetFlagsUsageConfig(config);

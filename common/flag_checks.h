@@ -13,9 +13,9 @@
 
 namespace omnilearn {
 
-// `--help` and `--helpshort` list the flags defined in files ending with
-// `main_file` (e.g. "server/main.cc"). Call before absl::ParseCommandLine.
-void ShowOwnFlagsInHelp(std::string main_file);
+// `--help` and `--helpshort` list the flags defined in files ending with one of `files`
+// (e.g. "server/main.cc"). Call before absl::ParseCommandLine.
+void ShowOwnFlagsInHelp(std::vector<std::string> files);
 
 // One numeric flag's value and its closed range [lo, hi].
 struct FlagRange {

@@ -9,19 +9,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_checks.h"
+#include "controller/controller_flags.h"
 #include "controller/simulation.h"
 
 ABSL_FLAG(std::string, speeds, "1,1,2,4", "relative worker speeds, comma-separated");
 ABSL_FLAG(double, noise, 0.05, "relative standard deviation of each measured compute time");
 ABSL_FLAG(double, overhead_ms, 0, "fixed per-iteration cost of every worker, milliseconds");
-ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' batches");
-ABSL_FLAG(int64_t, min_batch, 1, "smallest batch a worker may get");
-ABSL_FLAG(int64_t, max_batch, 0, "largest batch a worker may get (0 = global batch)");
 ABSL_FLAG(int, rounds, 10, "adjustments to run");
-ABSL_FLAG(int, adjust_every, 5, "iterations between adjustments");
-ABSL_FLAG(std::string, policy, "omnilearn", "omnilearn | paper | off");
-ABSL_FLAG(std::string, balance, "iteration",
-          "omnilearn: make whole iterations (compute + link) equal, or compute only: iteration | compute");
 ABSL_FLAG(std::string, link_ms, "", "per worker, link milliseconds per iteration (e.g. 0,0,0,8; default none)");
 ABSL_FLAG(std::string, schedule, "", "speed changes, round:worker:speed,... (worker from 0)");
 ABSL_FLAG(std::string, oom_batches, "", "per worker, batches above this run out of memory (0 = none)");
@@ -36,11 +30,10 @@ int Run() {
   SimulationOptions o;
   auto speeds = ParseSpeeds(absl::GetFlag(FLAGS_speeds));
   auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
-  auto policy = ParsePolicy(absl::GetFlag(FLAGS_policy));
-  auto balance = ParseBalance(absl::GetFlag(FLAGS_balance));
+  auto controller = ControllerFromFlags();
   absl::StatusOr<std::vector<double>> links = std::vector<double>{};
   if (!absl::GetFlag(FLAGS_link_ms).empty()) links = ParseSpeeds(absl::GetFlag(FLAGS_link_ms), /*allow_zero=*/true);
-  for (const absl::Status& s : {speeds.status(), schedule.status(), policy.status(), balance.status(), links.status()}) {
+  for (const absl::Status& s : {speeds.status(), schedule.status(), controller.status(), links.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "simulate: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -59,21 +52,17 @@ int Run() {
   o.noise = absl::GetFlag(FLAGS_noise);
   o.overhead_seconds = absl::GetFlag(FLAGS_overhead_ms) / 1000.0;
   o.rounds = absl::GetFlag(FLAGS_rounds);
-  o.iterations_per_adjustment = absl::GetFlag(FLAGS_adjust_every);
+  o.iterations_per_adjustment = controller->adjust_every;
   o.samples_per_second = absl::GetFlag(FLAGS_samples_per_second);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.controller.policy = *policy;
-  o.controller.balance = *balance;
+  o.controller = controller->options;
   for (double ms : *links) o.link_seconds.push_back(ms / 1000);
-  o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
-  o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
-  o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
   auto rounds = Simulate(o);
   if (!rounds.ok()) {
     std::fprintf(stderr, "simulate: %s\n", std::string(rounds.status().message()).c_str());
     return 2;
   }
-  std::printf("policy=%s workers=%zu global_batch=%ld noise=%.3f overhead_ms=%.1f adjust_every=%d\n",
+  std::printf("controller=%s workers=%zu global_batch=%ld noise=%.3f overhead_ms=%.1f adjust_every=%d\n",
               PolicyName(o.controller.policy).c_str(), o.speeds.size(), o.controller.global_batch, o.noise,
               absl::GetFlag(FLAGS_overhead_ms), o.iterations_per_adjustment);
   std::printf("spread = max(t)/min(t) of the round's measured mean compute times; ideal = without noise%s\n",
@@ -96,6 +85,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Runs a batch-controller policy against simulated heterogeneous workers.");
+  omnilearn::ShowOwnFlagsInHelp({"controller/simulate_main.cc", "controller/controller_flags.cc"});
   omnilearn::RefuseUnknownFlags(argc, argv);  // with the nearest flag as a suggestion
   absl::ParseCommandLine(argc, argv);
   return omnilearn::controller::Run();

@@ -20,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
 #include "common/tensor_codec.h"
+#include "controller/controller_flags.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/parameter_server_core.h"
@@ -32,9 +33,6 @@ ABSL_FLAG(std::string, mode, "sync", "sync | async | ssp (stale-synchronous, see
 ABSL_FLAG(int, staleness_bound, 4, "ssp: iterations a worker may run ahead of the slowest (0 = lockstep)");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
-ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
-ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
-ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
 ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
 ABSL_FLAG(std::string, aggregation, "weighted",
           "sync: weighted (each push by its batch) | mean (every push once: an ablation)");
@@ -62,16 +60,10 @@ ABSL_FLAG(double, clip_grad_norm, 0, "clip the global gradient norm of each step
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{4} << 30,
           "the largest model (float32 bytes) a worker may bring; larger joins are refused before any allocation");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
-ABSL_FLAG(std::string, controller, "omnilearn", "omnilearn | paper | off (equal static batches)");
 ABSL_FLAG(std::string, wire_dtype, "f32",
           "values of gradients and models on the wire for workers that can use it: f32 | bf16 (half the bytes; the "
           "server keeps float32 master weights and optimizer state; workers keep the rounding error and send it "
           "with their next gradient)");
-ABSL_FLAG(std::string, balance, "iteration",
-          "what the omnilearn controller makes equal across workers: iteration (compute + each worker's link "
-          "time, so a worker behind a slow link gets a smaller batch) | compute (compute only, as the paper)");
-ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
-ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
 ABSL_FLAG(double, round_timeout_s, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
 ABSL_FLAG(double, lease_s, 60, "seconds without a call after which a worker is gone");
 // The names of earlier releases, kept for one release (a warning says the new name).
@@ -125,9 +117,6 @@ absl::Status CheckFlags() {
       {"staleness_bound", d(absl::GetFlag(FLAGS_staleness_bound)), 0, 1e6},
       {"num_workers", d(absl::GetFlag(FLAGS_num_workers)), 1, 100000},
       {"start_timeout_s", d(absl::GetFlag(FLAGS_start_timeout_s)), 1, 7 * 86400},
-      {"global_batch", d(absl::GetFlag(FLAGS_global_batch)), 1, 1 << 24},
-      {"min_batch", d(absl::GetFlag(FLAGS_min_batch)), 1, 1 << 24},
-      {"max_batch", d(absl::GetFlag(FLAGS_max_batch)), 0, 1 << 24},
       {"lr", absl::GetFlag(FLAGS_lr), 1e-12, 100},
       {"momentum", absl::GetFlag(FLAGS_momentum), 0, 0.999999},
       {"weight_decay", absl::GetFlag(FLAGS_weight_decay), 0, 10},
@@ -141,8 +130,6 @@ absl::Status CheckFlags() {
       {"cosine_steps", d(absl::GetFlag(FLAGS_cosine_steps)), 0, 1e12},
       {"lr_min", absl::GetFlag(FLAGS_lr_min), 0, absl::GetFlag(FLAGS_lr)},
       {"clip_grad_norm", absl::GetFlag(FLAGS_clip_grad_norm), 0, 1e9},
-      {"adjust_every", d(absl::GetFlag(FLAGS_adjust_every)), 1, 1e6},
-      {"deadband", absl::GetFlag(FLAGS_deadband), 0, 10},
       {"round_timeout_s", absl::GetFlag(FLAGS_round_timeout_s), 0.001, 86400},
       {"lease_s", absl::GetFlag(FLAGS_lease_s), 0.01, 86400},
       {"stream_idle_timeout_s", absl::GetFlag(FLAGS_stream_idle_timeout_s), 0.1, 86400},
@@ -226,10 +213,8 @@ absl::StatusOr<v1::WireDtype> WireDtypeFromFlag() {
 absl::Status ParseChoices(ServerOptions* o) {
   auto mode = ParseMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return mode.status();
-  auto policy = controller::ParsePolicy(absl::GetFlag(FLAGS_controller));
-  if (!policy.ok()) return policy.status();
-  auto balance = controller::ParseBalance(absl::GetFlag(FLAGS_balance));
-  if (!balance.ok()) return balance.status();
+  auto controller = controller::ControllerFromFlags();
+  if (!controller.ok()) return controller.status();
   auto optimizer = ParseOptimizer(absl::GetFlag(FLAGS_optimizer));
   if (!optimizer.ok()) return optimizer.status();
   const bool step_by_default = absl::GetFlag(FLAGS_lr_decay_steps) > 0 || absl::GetFlag(FLAGS_lr_decay_epochs) > 0;
@@ -245,8 +230,8 @@ absl::Status ParseChoices(ServerOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean"));
   }
   o->mode = *mode;
-  o->controller.policy = *policy;
-  o->controller.balance = *balance;
+  o->controller = controller->options;
+  o->adjust_every = controller->adjust_every;
   o->optimizer.kind = *optimizer;
   o->optimizer.schedule = *schedule;
   o->async_rule.lr_scaling = *lr_scaling;
@@ -268,11 +253,6 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(v1::WireDtype* wire_dtype) {
   o.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   o.round_timeout = absl::Seconds(absl::GetFlag(FLAGS_round_timeout_s));
   o.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
-  o.adjust_every = absl::GetFlag(FLAGS_adjust_every);
-  o.controller.global_batch = absl::GetFlag(FLAGS_global_batch);
-  o.controller.min_batch = absl::GetFlag(FLAGS_min_batch);
-  o.controller.max_batch = absl::GetFlag(FLAGS_max_batch);
-  o.controller.deadband = absl::GetFlag(FLAGS_deadband);
   o.optimizer.learning_rate = absl::GetFlag(FLAGS_lr);
   o.optimizer.momentum = absl::GetFlag(FLAGS_momentum);
   o.optimizer.weight_decay = absl::GetFlag(FLAGS_weight_decay);
@@ -484,7 +464,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   omnilearn::KeepLargeBuffersInHeap();
-  omnilearn::ShowOwnFlagsInHelp("server/main.cc");
+  omnilearn::ShowOwnFlagsInHelp({"server/main.cc", "controller/controller_flags.cc"});
   absl::SetProgramUsageMessage(
       "OmniLearn parameter server: holds the model, assigns every worker its samples and a mini-batch\n"
       "proportional to its speed, applies gradients (sync, async or ssp).\n"

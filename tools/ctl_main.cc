@@ -157,7 +157,7 @@ int Run(const std::vector<char*>& args) {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
-  omnilearn::ShowOwnFlagsInHelp("tools/ctl_main.cc");
+  omnilearn::ShowOwnFlagsInHelp({"tools/ctl_main.cc"});
   absl::SetProgramUsageMessage(
       "omnilearn_ctl: the status of a running OmniLearn server.\n"
       "  omnilearn_ctl status [--server=HOST:PORT] [--watch=SECONDS] [--json] [--auth_token_file=F] [--tls_ca=F]");

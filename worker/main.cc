@@ -236,7 +236,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   omnilearn::KeepLargeBuffersInHeap();
-  omnilearn::ShowOwnFlagsInHelp("worker/main.cc");
+  omnilearn::ShowOwnFlagsInHelp({"worker/main.cc"});
   absl::SetProgramUsageMessage(
       "OmniLearn worker: trains the samples and mini-batch sizes the server assigns.\n"
       "  omnilearn_worker --server=HOST:PORT [--name=N] [--device=cpu|cuda|cuda:N|auto] [--model=cnn] [--epochs=E]");
