@@ -13,7 +13,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/atomic_file.h"
+#include "common/enum_names.h"
 #include "common/flag_checks.h"
 #include "common/large_buffers.h"
 #include "common/grpc_security.h"
@@ -203,10 +205,13 @@ absl::StatusOr<bool> OnOff(const std::string& flag, const std::string& value) {
 
 absl::StatusOr<v1::WireDtype> WireDtypeFromFlag() {
   const std::string wire = absl::GetFlag(FLAGS_wire_dtype);
-  if (wire != "f32" && wire != "bf16") {
-    return absl::InvalidArgumentError(absl::StrCat("--wire_dtype=", wire, ": want f32 or bf16"));
+  std::optional<v1::WireDtype> dtype = ParseEnumName<v1::WireDtype>(wire);
+  if (!dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wire_dtype=", wire, ": want ",
+                     absl::StrJoin(ShortEnumNames(*v1::WireDtype_descriptor(), /*skip_zero=*/false), " or ")));
   }
-  return wire == "bf16" ? v1::WIRE_DTYPE_BF16 : v1::WIRE_DTYPE_F32;
+  return *dtype;
 }
 
 // The flags that name a choice (mode, controller, optimizer...), parsed into `o`.

@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/enum_names.h"
 #include "common/flag_checks.h"
 #include "common/grpc_security.h"
 #include "google/protobuf/util/json_util.h"
@@ -34,31 +35,10 @@ ABSL_FLAG(std::string, auth_token_file, "", "file holding the server's shared be
 namespace omnilearn {
 namespace {
 
-std::string DeviceName(v1::DeviceKind d) {
-  return d == v1::DEVICE_CUDA ? "cuda" : (d == v1::DEVICE_CPU ? "cpu" : "?");
-}
-
-std::string StateName(v1::WorkerState s) {
-  switch (s) {
-    case v1::WORKER_STATE_ACTIVE:
-      return "active";
-    case v1::WORKER_STATE_DROPPED:
-      return "dropped";
-    case v1::WORKER_STATE_LEFT:
-      return "left";
-    default:
-      return "?";
-  }
-}
-
-std::string ModeName(v1::Mode m) {
-  return m == v1::MODE_SYNC ? "sync" : (m == v1::MODE_ASYNC ? "async" : (m == v1::MODE_SSP ? "ssp" : "?"));
-}
-
 // The status as a table: the job on one line, then a row per worker (active first).
 std::string Table(const v1::GetStatusResponse& s) {
   std::string out = absl::StrFormat("job %d  %s  controller %s  version %d  rounds %d  uptime %.0f s%s\n", s.job(),
-                                    ModeName(s.mode()), s.controller(), s.model_version(), s.rounds(),
+                                    EnumName(s.mode()), s.controller(), s.model_version(), s.rounds(),
                                     s.uptime_seconds(), s.job_finished() ? "  FINISHED" : "");
   if (s.dataset_size() > 0) {
     absl::StrAppend(&out, absl::StrFormat("epoch %.2f (%d samples of %d per epoch)  ",
@@ -84,7 +64,7 @@ std::string Table(const v1::GetStatusResponse& s) {
   });
   for (const v1::WorkerStatus* w : rows) {
     absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6d %10.1f ms %10d %10d %8d %8.4f\n", w->name(),
-                                          w->host(), DeviceName(w->device()), StateName(w->state()), w->batch_size(),
+                                          w->host(), EnumName(w->device()), EnumName(w->state()), w->batch_size(),
                                           1000 * w->mean_compute_seconds(), w->iterations(), w->samples(),
                                           w->last_model_version(), w->last_train_loss()));
   }

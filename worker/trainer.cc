@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/enum_names.h"
 #include "common/tensor_codec.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
@@ -352,7 +353,7 @@ absl::StatusOr<bool> JoinJob(const TrainerOptions& o, bool cuda, const std::vect
     return false;
   }
   std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
-              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), v1::Mode_Name(session->mode()).c_str(),
+              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), EnumName(session->mode()).c_str(),
               session->global_samples(),
               session->samples().empty() ? " (own data order: the server assigns none)" : "");
   std::fflush(stdout);
