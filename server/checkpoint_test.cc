@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 #include "common/clock.h"
 #include "common/safetensors.h"
 #include "server/checkpointer.h"
@@ -294,7 +295,7 @@ TEST_CASE("a restored server gives returning workers their batches at once", "[c
   auto a = *ParameterServerCore::Create(o);
   JoinResult fast, slow;
   std::thread t([&] { fast = *a->Join(Joiner("fast", true), clock.Now() + absl::Seconds(30)); });
-  while (a->Snapshot().parameter_count == 0) absl::SleepFor(absl::Milliseconds(1));
+  REQUIRE(AwaitState([&] { return a->Snapshot().parameter_count > 0; }));
   slow = *a->Join(Joiner("slow", false), clock.Now() + absl::Seconds(30));
   t.join();
   for (int i = 0; i < 40; ++i) {

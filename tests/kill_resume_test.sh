@@ -17,6 +17,10 @@ EPOCHS=1.5
 REPORT=$WORK/report.txt
 : > "$REPORT"
 
+iteration_lines() {  # iteration_lines RUN: the workers' "it=" lines so far
+  cat "$WORK/$1".w*.log | grep -c " it=" || true
+}
+
 start_workers() {  # start_workers RUN
   local run=$1 i=0
   for s in 1 1 2; do
@@ -61,15 +65,22 @@ run_pair() {  # run_pair MODE
   local port=$PORT
   start_workers "$mode-kill"
   wait_for_line "$WORK/$mode-kill.server.log" "omnilearn_server: checkpoint" 600 || fail "$mode: no checkpoint in 60 s"
-  local delay
-  delay=$(python3 -c "import random; print(round(random.uniform(0.5, 3.0), 2))")
-  sleep "$delay"
+  # Killed at a random point after it: once the workers logged a random number (1-6) of
+  # further lines of 10 iterations.
+  local more before
+  more=$(python3 -c "import random; print(random.randint(1, 6))")
+  before=$(iteration_lines "$mode-kill")
+  for _ in $(seq 600); do [ "$(iteration_lines "$mode-kill")" -ge $((before + more)) ] && break; sleep 0.1; done
   # SERVER_PID is the `timeout` wrapper: the server is its child.
   pkill -KILL -P "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   local last_ckpt
   last_ckpt=$(grep -o 'ckpt-[0-9]*' "$WORK/$mode-kill.server.log" | tail -1 | sed 's/ckpt-0*//')
-  sleep 3  # the pause: every worker is now retrying
+  # The pause: until every worker says it is waiting for the server.
+  for _ in $(seq 300); do
+    [ "$(grep -l "waiting for the server" "$WORK/$mode-kill".w*.log | wc -l)" = 3 ] && break
+    sleep 0.1
+  done
   PORT=$port
   SUMMARY=$WORK/$mode-resumed.json
   timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 \

@@ -36,11 +36,15 @@ phase() {  # phase MODE
     now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
   done
   [ "$now" != 0 ] || fail "$mode: no round closed within 90 s of the start"
-  # Progress all along: the model version (GetStatus) must move in every 15 s window.
-  local last=$now
-  for _ in $(seq $((SECONDS_PER_PHASE / 15))); do
-    sleep 15
-    now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
+  # Progress all along, for the phase: the model version (GetStatus) moves again within
+  # 15 s each time it is looked at.
+  local last=$now phase_end=$((SECONDS + SECONDS_PER_PHASE))
+  while [ "$SECONDS" -lt "$phase_end" ]; do
+    local window_end=$((SECONDS + 15))
+    while [ "$now" = "$last" ] && [ "$SECONDS" -lt "$window_end" ]; do
+      sleep 1
+      now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
+    done
     [ "$now" != "$last" ] || fail "$mode: no progress in 15 s (version $now): a deadlock?"
     echo "soak $mode: model version $now"
     last=$now

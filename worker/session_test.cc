@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 
 namespace omnilearn {
 namespace worker {
@@ -378,13 +379,11 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
     absl::MutexLock lock(&server.mu_);
     return server.heartbeats;
   };
-  auto await = [&](int n) {
-    const absl::Time until = absl::Now() + absl::Seconds(30);
-    while (heartbeats() < n) {
-      REQUIRE(absl::Now() < until);
+  auto await = [&](int n) {  // drives the clock until the heartbeat thread has sent n
+    REQUIRE(AwaitState([&] {
       clock.Advance(absl::Milliseconds(100));
-      absl::SleepFor(absl::Milliseconds(2));
-    }
+      return heartbeats() >= n;
+    }));
   };
   await(3);
   {
