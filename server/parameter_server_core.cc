@@ -18,8 +18,6 @@ namespace server {
 namespace {
 
 // Largest batch a push may claim (a sanity bound, not a policy).
-constexpr int64_t kMaxPushBatch = int64_t{1} << 24;
-constexpr double kMaxComputeSeconds = 86400;  // a day per mini-batch: beyond it, a broken clock
 
 }  // namespace
 
@@ -485,44 +483,15 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
                                                                      ": join again")));
   }
   if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
-  if (info.test_accuracy && !(*info.test_accuracy >= 0 && *info.test_accuracy <= 1)) {
-    return reject("invalid", absl::InvalidArgumentError("test accuracy must be in [0, 1]"));
-  }
-  if (!std::isfinite(info.train_loss)) {
-    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("train loss must be finite, got ", info.train_loss)));
-  }
+  if (absl::Status s = CheckPushReport(info); !s.ok()) return reject("invalid", s);
   if (info.report_only) {
     current->last_seen = now;
     RecordAccuracy(info);
     CountPush(info.id, "report");
     return Reply(info.id, false, "report recorded", -1, /*assign=*/false);
   }
-  if (info.batch < 1 || info.batch > kMaxPushBatch) {
-    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("batch size ", info.batch, " out of range")));
-  }
-  if (info.version > store_.version()) {
-    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("model version ", info.version,
-                                                                     " is newer than the server's ",
-                                                                     store_.version())));
-  }
-  if (!info.out_of_memory) {
-    if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0 || info.compute_seconds > kMaxComputeSeconds) {
-      return reject("invalid", absl::InvalidArgumentError(absl::StrCat(
-                                   "compute seconds must be in (0, ", kMaxComputeSeconds, "], got ", info.compute_seconds)));
-    }
-    if (!(info.communication_seconds >= 0 && info.communication_seconds <= kMaxComputeSeconds)) {
-      return reject("invalid", absl::InvalidArgumentError(absl::StrCat("communication seconds must be in [0, ",
-                                                                       kMaxComputeSeconds, "], got ",
-                                                                       info.communication_seconds)));
-    }
-    if (static_cast<int64_t>(gradient.size()) != store_.layout().total_elements()) {
-      return reject("invalid", absl::InvalidArgumentError(absl::StrCat("gradient has ", gradient.size(),
-                                                                       " values, the model has ",
-                                                                       store_.layout().total_elements())));
-    }
-    if (!info.finite_checked && !AllFinite(gradient)) {
-      return reject("invalid", absl::InvalidArgumentError("gradient contains NaN or Inf: not applied"));
-    }
+  if (absl::Status s = CheckPushGradient(info, gradient, store_.version(), store_.layout().total_elements()); !s.ok()) {
+    return reject("invalid", s);
   }
   Worker& w = *current;
   // A push trains the batch it was assigned (its samples, or its size): a worker cannot

@@ -36,6 +36,7 @@
 #include "server/async_rule.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
+#include "server/push_check.h"
 #include "server/server_metrics.h"
 #include "server/sync_round.h"
 #include "server/training_stats.h"
@@ -109,23 +110,6 @@ struct JoinResult {
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
 };
 
-struct PushInfo {
-  WorkerId id = 0;
-  int64_t batch = 0;
-  double compute_seconds = 0;
-  uint64_t version = 0;
-  double train_loss = 0;
-  std::optional<double> test_accuracy;
-  bool out_of_memory = false;
-  // The worker's previous iteration from the end of its compute to its reply (0 = none).
-  double communication_seconds = 0;
-  // No gradient: the push only reports (test_accuracy measured on `version`, loss);
-  // the model and the round are untouched.
-  bool report_only = false;
-  // The caller already checked that every value is finite (the service does it while
-  // copying the chunks), so the core need not walk the gradient again.
-  bool finite_checked = false;
-};
 
 struct PushResult {
   Action action = Action::kContinue;

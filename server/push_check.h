@@ -1,0 +1,54 @@
+// The rules a push must pass before it may touch the model or the round, apart from who
+// sent it: values in range, a gradient of the model's size, finite values, no version
+// from the future. Pure functions of the push and the model's facts; the core calls them
+// under its lock and counts what they refuse.
+#ifndef OMNILEARN_SERVER_PUSH_CHECK_H_
+#define OMNILEARN_SERVER_PUSH_CHECK_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace omnilearn {
+namespace server {
+
+using WorkerId = uint64_t;
+
+struct PushInfo {
+  WorkerId id = 0;
+  int64_t batch = 0;
+  double compute_seconds = 0;
+  uint64_t version = 0;
+  double train_loss = 0;
+  std::optional<double> test_accuracy;
+  bool out_of_memory = false;
+  // The worker's previous iteration from the end of its compute to its reply (0 = none).
+  double communication_seconds = 0;
+  // No gradient: the push only reports (test_accuracy measured on `version`, loss);
+  // the model and the round are untouched.
+  bool report_only = false;
+  // The caller already checked that every value is finite (the service does it while
+  // copying the chunks), so the core need not walk the gradient again.
+  bool finite_checked = false;
+};
+
+// The largest batch a push may claim, and the longest compute or communication time.
+inline constexpr int64_t kMaxPushBatch = int64_t{1} << 24;
+inline constexpr double kMaxComputeSeconds = 86400;  // a day per mini-batch: beyond it, a broken clock
+
+// What every push reports (a report-only one too): an accuracy in [0, 1], a finite loss.
+// InvalidArgument naming the value otherwise.
+absl::Status CheckPushReport(const PushInfo& info);
+
+// A push that trains (not report-only): its batch in [1, kMaxPushBatch], a version not
+// newer than `model_version`, and unless it reports out of memory, times in range and a
+// gradient of `model_elements` finite values (not walked again when the caller checked).
+absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& gradient, uint64_t model_version,
+                               int64_t model_elements);
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_PUSH_CHECK_H_
