@@ -49,9 +49,9 @@ double MemcpySeconds(int64_t bytes, int copies, int reps) {
   return Median(times);
 }
 
-nlohmann::json Measure(double megabytes, int n, int rounds) {
-  const ModelLayout layout = LayoutOfMegabytes(megabytes);
-  const int64_t bytes = layout.total_elements() * sizeof(float);
+// A sync core with `n` workers joined (w0 brings the model); their ids in `ids`.
+std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layout, int n,
+                                                       std::vector<server::WorkerId>* ids) {
   server::ServerOptions o;
   o.mode = server::Mode::kSync;
   o.num_workers = n;
@@ -59,27 +59,33 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
   o.controller.policy = controller::Policy::kOff;
   o.round_timeout = absl::Seconds(50);
   auto core = *server::ParameterServerCore::Create(o);
-  std::vector<server::WorkerId> ids(n);
-  {
-    std::vector<std::thread> joins;
-    for (int i = 0; i < n; ++i) {
-      joins.emplace_back([&, i] {
-        server::JoinInfo info;
-        info.name = "w" + std::to_string(i);
-        info.layout = layout;
-        if (i == 0) info.initial_parameters = std::vector<float>(layout.total_elements(), 0.5f);
-        while (true) {
-          auto r = core->Join(info, absl::Now() + absl::Seconds(60));
-          if (r.ok()) {
-            ids[i] = r->id;
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));  // w0 brings the model first
+  ids->assign(n, 0);
+  std::vector<std::thread> joins;
+  for (int i = 0; i < n; ++i) {
+    joins.emplace_back([&, i] {
+      server::JoinInfo info;
+      info.name = "w" + std::to_string(i);
+      info.layout = layout;
+      if (i == 0) info.initial_parameters = std::vector<float>(layout.total_elements(), 0.5f);
+      while (true) {
+        auto r = core->Join(info, absl::Now() + absl::Seconds(60));
+        if (r.ok()) {
+          (*ids)[i] = r->id;
+          return;
         }
-      });
-    }
-    for (auto& t : joins) t.join();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));  // w0 brings the model first
+      }
+    });
   }
+  for (auto& t : joins) t.join();
+  return core;
+}
+
+nlohmann::json Measure(double megabytes, int n, int rounds) {
+  const ModelLayout layout = LayoutOfMegabytes(megabytes);
+  const int64_t bytes = layout.total_elements() * sizeof(float);
+  std::vector<server::WorkerId> ids;
+  auto core = JoinedCore(layout, n, &ids);
   const std::vector<grpc::ByteBuffer> chunks =
       Chunks(layout, std::make_shared<const std::vector<float>>(layout.total_elements(), 1e-3f));
   const int64_t batch = 64;
