@@ -117,7 +117,7 @@ PY
   version=$(json "s['model_version']")
   python3 -c "import sys; sys.exit(0 if $acc >= $ref - 0.01 else 1)" ||
     fail "$mode: accuracy after kill-and-resume $acc is more than 1 point under the uninterrupted $ref"
-  echo "$mode: uninterrupted $ref, killed after ${delay}s past the first checkpoint (last checkpoint v$last_ckpt," \
+  echo "$mode: uninterrupted $ref, killed $more log lines of 10 iterations past the first checkpoint (last checkpoint v$last_ckpt," \
     "resumed at v$resumed, >= v$seen seen before the kill: $((seen > resumed ? seen - resumed : 0)) versions lost)," \
     "workers waited up to ${stall}s, final $acc at v$version" | tee -a "$REPORT"
 

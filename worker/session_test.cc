@@ -147,7 +147,9 @@ class FakeServer : public PsClient {
   std::vector<std::string> resume_secrets;
   std::string client_secret;  // what the session told the client to send
   v1::Action join_action = v1::ACTION_CONTINUE;
-  v1::Action next_action = v1::ACTION_PULL;
+  // ACTION_PULL (2), deprecated, as servers of earlier releases said where they now say
+  // CONTINUE: every test here trains on through it, as the session must.
+  v1::Action next_action = static_cast<v1::Action>(2);
   v1::Action heartbeat_action = v1::ACTION_CONTINUE;
   std::deque<absl::Status> join_failures, pull_failures, push_failures;
   bool trailers = false;              // the server reads push trailers (streamed pushes)
