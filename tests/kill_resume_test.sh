@@ -152,17 +152,21 @@ run_pair async
 
 # A worker frozen past its lease rejoins and finishes.
 start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease_s=2 --round_timeout_s=1 --checkpoint_every_s=60
-# --slowdown stretches each step to ~20 ms, so s0 is still pushing when s1 wakes up.
-start_worker s0 "$WORK/stop.s0.log" --max_iterations=800 --epochs=0 --slowdown=20
+# s0 trains until s1 is done (then Ctrl-C makes it leave): it keeps the job open and the
+# server checking leases however long s1 stays frozen. --slowdown stretches each step to ~20 ms.
+start_worker s0 "$WORK/stop.s0.log" --max_iterations=1000000 --epochs=0 --slowdown=20
 start_worker s1 "$WORK/stop.s1.log" --max_iterations=150 --epochs=0 --slowdown=20
-frozen=${WORKER_PIDS[1]}
+keeper=${WORKER_PIDS[0]} frozen=${WORKER_PIDS[1]}
+WORKER_PIDS=()
 wait_for_line "$WORK/stop.s1.log" "it=20 " 600 || fail "s1 did not train"
 pkill -STOP -P "$frozen"  # the worker, child of its `timeout` wrapper
 # Frozen until the server has let s1's lease expire (it says so; s0's pushes keep it checking).
 wait_for_line "$WORK/stop-cont.server.log" "worker s1 (id [0-9]*): lease expired" 600 ||
   fail "the server did not expire the frozen worker's lease"
 pkill -CONT -P "$frozen"
-wait_workers || { tail -n 5 "$WORK"/stop.s*.log >&2; fail "a worker failed around SIGSTOP"; }
+wait "$frozen" || { tail -n 5 "$WORK"/stop.s*.log >&2; fail "the frozen worker failed after SIGCONT"; }
+pkill -INT -P "$keeper"
+wait "$keeper" || true  # it was interrupted: its exit status says so
 grep -q "rejoined as worker" "$WORK/stop.s1.log" || fail "s1 did not rejoin after SIGCONT"
 stop_server
 echo "sigstop: s1 frozen past its 2 s lease (the server expired it), rejoined and finished" | tee -a "$REPORT"
