@@ -29,7 +29,8 @@ std::string ShortEnumName(const google::protobuf::EnumDescriptor& type, int numb
 std::optional<int> ParseShortEnumName(const google::protobuf::EnumDescriptor& type, absl::string_view name) {
   const google::protobuf::EnumValueDescriptor* v =
       type.FindValueByName(SharedPrefix(type) + absl::AsciiStrToUpper(name));
-  if (v == nullptr) return std::nullopt;
+  // Exactly the short name, as ShortEnumName writes it ("bf16", not "BF16").
+  if (v == nullptr || ShortEnumName(type, v->number()) != name) return std::nullopt;
   return v->number();
 }
 

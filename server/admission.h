@@ -51,7 +51,7 @@ class Admission {
   // barrier or a push in its round, is not idle and is not watched then).
   StreamId Watch(std::function<void()> cancel);
   void Touch(StreamId stream);
-  void Unwatch(StreamId stream);
+  void Unwatch(StreamId stream);  // a stream no longer watched: nothing
   size_t watched() const;
 
   // Runs the cancels of streams whose idle deadline passed, as that time comes on the

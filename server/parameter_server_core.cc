@@ -15,11 +15,6 @@
 
 namespace omnilearn {
 namespace server {
-namespace {
-
-// Largest batch a push may claim (a sanity bound, not a policy).
-
-}  // namespace
 
 absl::StatusOr<Mode> ParseMode(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);

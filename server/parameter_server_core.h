@@ -110,7 +110,6 @@ struct JoinResult {
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
 };
 
-
 struct PushResult {
   Action action = Action::kContinue;
   int64_t next_batch = 0;

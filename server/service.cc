@@ -138,12 +138,6 @@ ParameterServerService::~ParameterServerService() {
 ParameterServerService::StreamWatch::StreamWatch(Admission* admission, grpc::ServerContext* ctx)
     : admission_(admission), id_(admission->Watch([ctx] { ctx->TryCancel(); })) {}
 
-void ParameterServerService::StreamWatch::Done() {
-  if (done_) return;
-  admission_->Unwatch(id_);
-  done_ = true;
-}
-
 bool ParameterServerService::PushInFlight(WorkerId id) const { return admission_.UploadInFlight(id); }
 
 absl::Duration ParameterServerService::WaitLeft(const grpc::ServerContext* ctx) const {
@@ -310,12 +304,13 @@ grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int c
 }
 
 grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream* stream) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;  // before anything is read
   grpc::ByteBuffer in;
   v1::PullRequest request;
   if (!stream->Read(&in) || !grpc::SerializationTraits<v1::PullRequest>::Deserialize(&in, &request).ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull: no request, or a malformed one");
   }
-  if (grpc::Status s = AuthorizeSession(ctx, request); !s.ok()) return s;
+  if (absl::Status s = core_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
   if (absl::Status s = CheckWireDtype(request.wire_dtype()); !s.ok()) return ToGrpc(s);
   absl::StatusOr<ModelSnapshot> snap = core_->Pull(request.worker_id(), request.have_version());
   if (!snap.ok()) return ToGrpc(snap.status());

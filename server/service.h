@@ -90,10 +90,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // every bfloat16 session that pulls it.
   std::shared_ptr<const std::vector<uint16_t>> Bfloat16Of(const std::shared_ptr<const std::vector<float>>& weights);
   // Every call's gate: OK, or UNAUTHENTICATED (counted) when a token is required and the
-  // call lacks it. Join, GetStatus and the pushes (before their stream is read) pass it.
+  // call lacks it. Join, GetStatus, Pull and the pushes pass it before reading anything;
+  // Pull and the pushes then check the session secret their first message carries.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
-  // The gate of calls made for a worker session (Pull, Heartbeat, Leave): Authorize, then
-  // the request's worker id and session secret. Pushes check their header's the same way.
+  // The gate of the unary calls made for a worker session (Heartbeat, Leave): Authorize,
+  // then the request's worker id and session secret.
   template <typename Request>
   grpc::Status AuthorizeSession(const grpc::ServerContext* ctx, const Request& request) const;
 
@@ -105,12 +106,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     StreamWatch(Admission* admission, grpc::ServerContext* ctx);
     ~StreamWatch() { Done(); }
     void Touch() { admission_->Touch(id_); }
-    void Done();
+    void Done() { admission_->Unwatch(id_); }  // again: a no-op
 
    private:
     Admission* const admission_;
     const Admission::StreamId id_;
-    bool done_ = false;
   };
 
   ParameterServerCore* core_;

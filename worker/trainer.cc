@@ -578,7 +578,7 @@ class TrainingLoop {
       v1::PushResponse reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
       const auto comm_start = Clock::now();
-      absl::StatusOr<PushOutcome> outcome = Exchange(it, batch, step, std::move(push), &reply, &model_changed);
+      absl::StatusOr<PushOutcome> outcome = Exchange(batch, step, std::move(push), &reply, &model_changed);
       const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
@@ -630,7 +630,7 @@ class TrainingLoop {
 
   // The step's push ended (its time, loss and any accuracy in the trailer) and the new
   // model received; or, out of memory, the push given up and the report sent instead.
-  absl::StatusOr<PushOutcome> Exchange(int64_t it, int64_t batch, const StepResult& step,
+  absl::StatusOr<PushOutcome> Exchange(int64_t batch, const StepResult& step,
                                        std::unique_ptr<StreamedPush> push, v1::PushResponse* reply, bool* changed) {
     if (step.out_of_memory) {
       push.reset();  // cancelled: the server changes nothing
