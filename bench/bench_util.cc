@@ -123,20 +123,28 @@ std::unique_ptr<worker::PsClient> ClientTo(int port) {
   return worker::MakeGrpcPsClient(channel, worker::ClientOptions());
 }
 
-absl::StatusOr<v1::JoinResponse> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
-                                        bool first, const std::vector<float>& weights) {
-  v1::JoinHeader h;
-  h.set_name(name);
-  *h.mutable_layout() = LayoutToProto(layout);
-  h.set_has_initial_parameters(first);
-  absl::StatusOr<v1::JoinResponse> joined;
+absl::StatusOr<worker::JoinReply> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
+                                         bool first, const std::vector<float>& weights) {
+  worker::JoinRequest h;
+  h.worker.name = name;
+  h.has_initial_parameters = first;
+  absl::StatusOr<worker::JoinReply> joined;
   for (int attempt = 0; attempt < 5000; ++attempt) {  // the first worker brings the model
     joined = client.Join(h, layout, first ? absl::MakeConstSpan(weights) : absl::Span<const float>());
-    if (joined.ok()) client.SetSessionSecret(joined->session_secret());
+    if (joined.ok()) client.SetSessionSecret(joined->session_secret);
     if (joined.ok() || !absl::IsFailedPrecondition(joined.status())) return joined;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return joined;
+}
+
+worker::PushedStep StepOf(uint64_t worker_id, int64_t batch, uint64_t version, double compute_seconds) {
+  worker::PushedStep p;
+  p.worker_id = worker_id;
+  p.model_version = version;
+  p.step.batch_size = batch;
+  p.step.end.compute_seconds = compute_seconds;
+  return p;
 }
 
 absl::StatusOr<std::vector<double>> ParseNumbers(const std::string& flag, const std::string& csv, double min) {

@@ -170,23 +170,19 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
     threads.emplace_back([&, w] {
       auto client = ClientTo(port);
       std::vector<float> weights(layout.total_elements(), 0.5f), gradient(layout.total_elements(), 1e-6f);
-      absl::StatusOr<v1::JoinResponse> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
+      absl::StatusOr<worker::JoinReply> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
       if (!joined.ok()) return (void)++failures;
-      uint64_t version = *client->Pull(joined->worker_id(), ~0ull, layout, absl::MakeSpan(weights));
-      int64_t batch = joined->batch_size();  // the batch the server last told this worker
+      uint64_t version = *client->Pull(joined->worker_id, ~0ull, layout, absl::MakeSpan(weights));
+      int64_t batch = joined->batch_size;  // the batch the server last told this worker
       for (int r = 0; r < rounds; ++r) {
-        v1::PushHeader ph;
-        ph.set_worker_id(joined->worker_id());
-        ph.set_batch_size(batch);
-        ph.set_compute_seconds(0.001);
-        ph.set_model_version(version);
+        const worker::PushedStep ph = StepOf(joined->worker_id, batch, version, 0.001);
         const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<v1::PushResponse> reply = one_call ? client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights))
+        absl::StatusOr<worker::PushReply> reply = one_call ? client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights))
                                                            : client->Push(ph, layout, gradient);
         if (!reply.ok()) return (void)++failures;
-        if (reply->next_batch_size() > 0) batch = reply->next_batch_size();
+        if (reply->next_batch_size > 0) batch = reply->next_batch_size;
         if (!one_call) {
-          auto v = client->Pull(joined->worker_id(), version, layout, absl::MakeSpan(weights));
+          auto v = client->Pull(joined->worker_id, version, layout, absl::MakeSpan(weights));
           if (!v.ok()) return (void)++failures;
           version = *v;
         }

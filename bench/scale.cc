@@ -42,26 +42,22 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
     threads.emplace_back([&, w] {
       auto client = ClientTo(s->port);
       std::vector<float> weights(layout.total_elements(), 0.5f), gradient(layout.total_elements(), 1e-6f);
-      absl::StatusOr<v1::JoinResponse> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
+      absl::StatusOr<worker::JoinReply> joined = JoinAs(*client, "w" + std::to_string(w), layout, w == 0, weights);
       if (!joined.ok()) return (void)++errors;
-      auto v = client->Pull(joined->worker_id(), ~0ull, layout, absl::MakeSpan(weights));
+      auto v = client->Pull(joined->worker_id, ~0ull, layout, absl::MakeSpan(weights));
       if (!v.ok()) return (void)++errors;
       uint64_t version = *v;
       std::vector<double> mine;
-      int64_t batch = joined->batch_size();  // the batch the server last told this worker
+      int64_t batch = joined->batch_size;  // the batch the server last told this worker
       while (!stop.load()) {
-        v1::PushHeader ph;
-        ph.set_worker_id(joined->worker_id());
-        ph.set_batch_size(batch);
-        ph.set_compute_seconds(0.001);
-        ph.set_model_version(version);
+        const worker::PushedStep ph = StepOf(joined->worker_id, batch, version, 0.001);
         const auto start = std::chrono::steady_clock::now();
         auto r = client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights));
         if (!r.ok()) {
           ++errors;
           return;
         }
-        if (r->next_batch_size() > 0) batch = r->next_batch_size();
+        if (r->next_batch_size > 0) batch = r->next_batch_size;
         if (measuring.load()) {
           mine.push_back(Seconds(start));
           ++pushes;

@@ -41,27 +41,23 @@ nlohmann::json Measure(double megabytes) {
   worker::ClientOptions co;
   auto client = *worker::MakeGrpcPsClient(s->address(), co);
   std::vector<float> weights(layout.total_elements(), 0.5f), gradient(layout.total_elements(), 1e-6f);
-  v1::JoinHeader header;
-  header.set_name("bench");
-  *header.mutable_layout() = LayoutToProto(layout);
-  header.set_has_initial_parameters(true);
-  auto joined = client->Join(header, layout, absl::MakeSpan(weights));
+  worker::JoinRequest join;
+  join.worker.name = "bench";
+  join.has_initial_parameters = true;
+  auto joined = client->Join(join, layout, absl::MakeSpan(weights));
   if (!joined.ok()) throw std::runtime_error(joined.status().ToString());
-  client->SetSessionSecret(joined->session_secret());
+  client->SetSessionSecret(joined->session_secret);
 
   std::vector<double> pull, push;
   uint64_t version = 0;
   for (int r = 0; r < reps; ++r) {
     auto start = std::chrono::steady_clock::now();
-    auto v = client->Pull(joined->worker_id(), ~0ull, layout, absl::MakeSpan(weights));  // the whole model every time
+    auto v = client->Pull(joined->worker_id, ~0ull, layout, absl::MakeSpan(weights));  // the whole model every time
     pull.push_back(Seconds(start));
     if (!v.ok()) throw std::runtime_error(v.status().ToString());
     version = *v;
-    v1::PushHeader ph;
-    ph.set_worker_id(joined->worker_id());
-    ph.set_batch_size(joined->batch_size());  // alone: always the whole global batch
-    ph.set_compute_seconds(0.01);
-    ph.set_model_version(version);
+    // Alone: always the whole global batch.
+    const worker::PushedStep ph = StepOf(joined->worker_id, joined->batch_size, version, 0.01);
     start = std::chrono::steady_clock::now();
     auto reply = client->Push(ph, layout, gradient);
     push.push_back(Seconds(start));

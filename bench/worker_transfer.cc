@@ -38,8 +38,7 @@ int Run() {
   auto client = worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server), worker::ClientOptions());
   if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().ToString().c_str()), 1;
   worker::SessionOptions so;
-  so.header.set_name("cpp");
-  *so.header.mutable_layout() = LayoutToProto(*layout);
+  so.worker.name = "cpp";
   so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   worker::Session session(client->get(), *layout, so);
   std::vector<float> weights(layout->total_elements(), 0.01f), gradient(layout->total_elements(), 1e-6f);
@@ -47,10 +46,10 @@ int Run() {
   if (s.ok()) s = session.Pull(absl::MakeSpan(weights)).status();
   std::vector<double> push, pull, round;
   for (int r = 0; s.ok() && r < absl::GetFlag(FLAGS_reps); ++r) {
-    v1::PushHeader h;
-    h.set_batch_size(session.batch());
-    h.set_compute_seconds(0.01);
-    v1::PushResponse reply;
+    worker::StepReport h;
+    h.batch_size = session.batch();
+    h.end.compute_seconds = 0.01;
+    worker::PushReply reply;
     auto start = std::chrono::steady_clock::now();
     absl::StatusOr<worker::PushOutcome> o = session.Push(h, gradient, weights, &reply);
     push.push_back(bench::Seconds(start));

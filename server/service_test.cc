@@ -26,12 +26,22 @@ worker::ClientOptions WithToken(std::string token) {
   return o;
 }
 
-v1::JoinHeader Header(const ModelLayout& layout) {
-  v1::JoinHeader h;
-  h.set_name("w0");
-  h.set_has_initial_parameters(true);
-  *h.mutable_layout() = LayoutToProto(layout);
-  return h;
+// A join as "w0" that brings the model's values (the client sends the layout).
+worker::JoinRequest Request() {
+  worker::JoinRequest r;
+  r.worker.name = "w0";
+  r.has_initial_parameters = true;
+  return r;
+}
+
+// A push of 8 samples (the fixture's global batch) by session `id`, on model `version`.
+worker::PushedStep StepOf(uint64_t id, uint64_t version = 0) {
+  worker::PushedStep p;
+  p.worker_id = id;
+  p.model_version = version;
+  p.step.batch_size = 8;
+  p.step.end.compute_seconds = 0.01;
+  return p;
 }
 
 struct Fixture {
@@ -58,10 +68,10 @@ struct Fixture {
     layout = *ModelLayout::Create({{"w", {2, 3}}, {"b", {3}}});
   }
   // Joins as "w0" with `init` as the model; the client then signs its calls with the session.
-  absl::StatusOr<v1::JoinResponse> JoinSigned(const std::vector<float>& init) {
-    absl::StatusOr<v1::JoinResponse> joined = client->Join(Header(layout), layout, init);
+  absl::StatusOr<worker::JoinReply> JoinSigned(const std::vector<float>& init) {
+    absl::StatusOr<worker::JoinReply> joined = client->Join(Request(), layout, init);
     REQUIRE(joined.ok());
-    client->SetSessionSecret(joined->session_secret());
+    client->SetSessionSecret(joined->session_secret);
     return joined;
   }
   ~Fixture() {
@@ -82,27 +92,22 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   Fixture f;
   const std::vector<float> init = {1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto joined = f.JoinSigned(init);
-  REQUIRE(joined->batch_size() == 8);
+  REQUIRE(joined->batch_size == 8);
   std::vector<float> weights(9);
-  auto version = f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights));
+  auto version = f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights));
   REQUIRE(version.ok());
   REQUIRE(weights == init);
   // Up to date: no chunks, the vector is left alone.
   std::vector<float> untouched(9, -1.0f);
-  REQUIRE(f.client->Pull(joined->worker_id(), *version, f.layout, absl::MakeSpan(untouched)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, *version, f.layout, absl::MakeSpan(untouched)).ok());
   REQUIRE(untouched == std::vector<float>(9, -1.0f));
 
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
-  push.set_model_version(0);
-  auto reply = f.client->Push(push, f.layout, std::vector<float>(9, 1.0f));
+  auto reply = f.client->Push(StepOf(joined->worker_id), f.layout, std::vector<float>(9, 1.0f));
   REQUIRE(reply.ok());
-  REQUIRE(reply->applied());
-  REQUIRE(reply->model_version() == 1);
-  REQUIRE(reply->action() == v1::ACTION_CONTINUE);
-  REQUIRE(f.client->Pull(joined->worker_id(), 0, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(reply->applied);
+  REQUIRE(reply->model_version == 1);
+  REQUIRE(reply->action == worker::Action::kContinue);
+  REQUIRE(f.client->Pull(joined->worker_id, 0, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights[0] == 0.0f);  // 1 - lr * (8/8) * 1
 
   auto stub = v1::ParameterServer::NewStub(f.channel);
@@ -114,18 +119,10 @@ TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   REQUIRE(status.parameter_count() == 9);
 }
 
-// A push's header for a streamed push of the session `joined` (8 samples).
-v1::PushHeader StreamedHeader(const v1::JoinResponse& joined) {
-  v1::PushHeader push;
-  push.set_worker_id(joined.worker_id());
-  push.set_batch_size(8);
-  return push;
-}
-
 // A streamed push of `grad` (kept by the caller until it ends) by the session `joined`.
-std::unique_ptr<worker::PushStream> OpenStream(Fixture& f, const v1::JoinResponse& joined,
+std::unique_ptr<worker::PushStream> OpenStream(Fixture& f, const worker::JoinReply& joined,
                                                const std::vector<float>& grad) {
-  auto stream = f.client->StartPushPull(StreamedHeader(joined), f.layout, grad);
+  auto stream = f.client->StartPushPull(StepOf(joined.worker_id), f.layout, grad);
   REQUIRE(stream.ok());
   return std::move(*stream);
 }
@@ -135,28 +132,23 @@ std::unique_ptr<worker::PushStream> OpenStream(Fixture& f, const v1::JoinRespons
 std::vector<float> PushedModel(const std::vector<float>& grad, bool streamed, absl::Status* status = nullptr) {
   Fixture f;
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
-  REQUIRE(joined->push_trailer());  // this server reads trailers
-  v1::PushHeader push = StreamedHeader(*joined);
-  push.set_model_version(0);
+  REQUIRE(joined->push_trailer);  // this server reads trailers
+  worker::PushedStep push = StepOf(joined->worker_id);
+  push.step.end = worker::StepEnd{0.01, 0.25, std::nullopt};
   std::vector<float> weights(9);
   uint64_t version = 0;
-  absl::StatusOr<v1::PushResponse> r;
+  absl::StatusOr<worker::PushReply> r;
   if (streamed) {
     auto stream = f.client->StartPushPull(push, f.layout, grad);
     REQUIRE(stream.ok());
     (*stream)->Send({1});  // "b" first: backward ends at the first layer
     (*stream)->Send({0});
-    v1::PushTrailer trailer;
-    trailer.set_compute_seconds(0.01);
-    trailer.set_train_loss(0.25);
-    r = (*stream)->Finish(trailer, &version, absl::MakeSpan(weights));
+    r = (*stream)->Finish(push.step.end, &version, absl::MakeSpan(weights));
   } else {
-    push.set_compute_seconds(0.01);
-    push.set_train_loss(0.25);
     r = f.client->PushPull(push, f.layout, grad, &version, absl::MakeSpan(weights));
   }
   if (status != nullptr) *status = r.status();
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   return weights;
 }
 
@@ -176,13 +168,11 @@ TEST_CASE("a streamed push's model arrives tensor by tensor after the reply", "[
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
   const std::vector<float> grad(9, 1.0f);
   std::unique_ptr<worker::PushStream> stream = OpenStream(f, *joined, grad);
-  v1::PushTrailer trailer;
-  trailer.set_compute_seconds(0.01);
   std::vector<float> weights(9, -7.0f);
   uint64_t version = 0;
-  auto reply = stream->FinishEarly(trailer, &version, absl::MakeSpan(weights));
+  auto reply = stream->FinishEarly(worker::StepEnd{0.01, 0, std::nullopt}, &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
-  REQUIRE(reply->applied());
+  REQUIRE(reply->applied);
   REQUIRE(version == 1);  // the version the weights will hold, known with the reply
   REQUIRE(stream->AwaitTensor(0));  // "w": 6 values, in place
   for (int i = 0; i < 6; ++i) REQUIRE(weights[i] == 0.5f - 1.0f);
@@ -206,12 +196,12 @@ TEST_CASE("a streamed push given up before its end changes nothing, and frees it
   {
     std::unique_ptr<worker::PushStream> stream = OpenStream(f, *joined, grad);
     stream->Send({1});
-    REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+    REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id); }));
   }  // dropped unfinished (out of memory in backward, say): cancelled
-  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(joined->worker_id()); }));
+  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(joined->worker_id); }));
   REQUIRE(f.core->version() == 0);
   std::vector<float> weights(9);
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == std::vector<float>(9, 0.5f));
 }
 
@@ -220,10 +210,10 @@ TEST_CASE("trailers out of place are refused", "[service][bucket]") {
   auto joined = f.JoinSigned(std::vector<float>(9, 0.5f));
   auto stub = v1::ParameterServer::NewStub(f.channel);
   v1::PushRequest header;
-  header.mutable_header()->set_worker_id(joined->worker_id());
+  header.mutable_header()->set_worker_id(joined->worker_id);
   header.mutable_header()->set_batch_size(8);
   header.mutable_header()->set_compute_seconds(0.01);
-  header.mutable_header()->set_session_secret(joined->session_secret());
+  header.mutable_header()->set_session_secret(joined->session_secret);
   v1::PushRequest trailer;
   trailer.mutable_trailer()->set_compute_seconds(0.01);
   std::vector<v1::PushRequest> chunks;
@@ -263,10 +253,7 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   Fixture f;
   const std::vector<float> init(9, 0.5f);
   auto joined = f.JoinSigned(init);
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
+  worker::PushedStep push = StepOf(joined->worker_id);
 
   // A gradient for another model: the layout the client chunks with differs.
   const ModelLayout other = *ModelLayout::Create({{"w", {3, 3}}});
@@ -275,12 +262,12 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   std::vector<float> nan(9, 1.0f);
   nan[4] = NAN;
   REQUIRE(f.client->Push(push, f.layout, nan).status().code() == absl::StatusCode::kInvalidArgument);
-  push.set_worker_id(77);
+  push.worker_id = 77;
   REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
           absl::StatusCode::kNotFound);
 
   std::vector<float> weights(9);
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == init);
   const ServerSnapshot s = f.core->Snapshot();
   REQUIRE(s.version == 0);
@@ -291,25 +278,21 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
 TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[service]") {
   Fixture f;
   const ModelLayout with_buffer = *ModelLayout::Create({{"w", {2}}, {"bn.running_mean", {2}, true}});
-  v1::JoinHeader h = Header(with_buffer);
-  h.set_dataset_size(20);
+  worker::JoinRequest h = Request();
+  h.worker.dataset_size = 20;
   const std::vector<float> init = {1, 1, 0, 0};
   auto joined = f.client->Join(h, with_buffer, init);
-  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret());
+  if (joined.ok()) f.client->SetSessionSecret(joined->session_secret);
   REQUIRE(joined.ok());
-  REQUIRE(joined->samples_size() == 1);
-  REQUIRE(joined->samples(0).ids_size() == 8);
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
-  auto reply = f.client->Push(push, with_buffer, {0, 0, 4, 4});
+  REQUIRE(joined->samples.size() == 1);
+  REQUIRE(joined->samples[0].ids.size() == 8);
+  auto reply = f.client->Push(StepOf(joined->worker_id), with_buffer, {0, 0, 4, 4});
   REQUIRE(reply.ok());
-  REQUIRE(reply->samples(0).ids_size() == 8);
+  REQUIRE(worker::SampleCount(reply->samples) == 8);
   std::vector<float> weights(4);
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, with_buffer, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, with_buffer, absl::MakeSpan(weights)).ok());
   REQUIRE(weights[2] == 4.0f);  // async: blended by the push's share, 8/8
-  REQUIRE(f.client->Leave(joined->worker_id(), /*finished=*/true).ok());
+  REQUIRE(f.client->Leave(joined->worker_id, /*finished=*/true).ok());
   REQUIRE(f.core->Snapshot().job_finished);
   auto stub = v1::ParameterServer::NewStub(f.channel);
   grpc::ClientContext ctx;
@@ -321,7 +304,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   f.core->Shutdown();
   auto stopped = f.client->Join(h, with_buffer, init);
   REQUIRE(stopped.ok());
-  REQUIRE(stopped->action() == v1::ACTION_STOP);
+  REQUIRE(stopped->action == worker::Action::kStop);
 }
 
 TEST_CASE("PushPull: the reply and the new model in one call; a server without it is named as too old",
@@ -329,16 +312,12 @@ TEST_CASE("PushPull: the reply and the new model in one call; a server without i
   Fixture f;
   const std::vector<float> init(9, 1.0f);
   auto joined = f.JoinSigned(init);
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
-  push.set_model_version(0);
+  worker::PushedStep push = StepOf(joined->worker_id);
   std::vector<float> weights = init;
   uint64_t version = 0;
   auto reply = f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
-  REQUIRE(reply->applied());
+  REQUIRE(reply->applied);
   REQUIRE(version == 1);
   REQUIRE(weights == std::vector<float>(9, 0.0f));  // 1 - lr * (8/8) * 1
   REQUIRE(f.core->Snapshot().pushes_by_result.at("applied") == 1);
@@ -360,8 +339,8 @@ TEST_CASE("PushPull: the reply and the new model in one call; a server without i
   auto server = builder.BuildAndStart();
   grpc::ChannelArguments args;
   auto client = worker::MakeGrpcPsClient(server->InProcessChannel(args), WithToken(""));
-  client->SetSessionSecret(joined->session_secret());
-  push.set_model_version(1);
+  client->SetSessionSecret(joined->session_secret);
+  push.model_version = 1;
   auto r = client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights));
   REQUIRE(r.status().code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE(absl::StrContains(r.status().message(), "older than this worker's"));
@@ -372,17 +351,14 @@ TEST_CASE("PushPull: the reply and the new model in one call; a server without i
 TEST_CASE("calls for a worker without its session secret are refused and change nothing", "[service][auth]") {
   Fixture f;
   const std::vector<float> init(9, 1.0f);
-  auto joined = f.client->Join(Header(f.layout), f.layout, init);
+  auto joined = f.client->Join(Request(), f.layout, init);
   REQUIRE(joined.ok());
-  REQUIRE(joined->session_secret().size() == 16);
-  const uint64_t id = joined->worker_id();
-  v1::PushHeader push;
-  push.set_worker_id(id);
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
+  REQUIRE(joined->session_secret.size() == 16);
+  const uint64_t id = joined->worker_id;
+  const worker::PushedStep push = StepOf(id);
   std::vector<float> weights(9);
   uint64_t version = 0;
-  for (const std::string& secret : {std::string(), std::string(16, 'x'), joined->session_secret().substr(1)}) {
+  for (const std::string& secret : {std::string(), std::string(16, 'x'), joined->session_secret.substr(1)}) {
     f.client->SetSessionSecret(secret);  // none, a guess, almost right
     REQUIRE(f.client->Pull(id, ~0ull, f.layout, absl::MakeSpan(weights)).status().code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
@@ -398,31 +374,31 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   REQUIRE(s.workers[0].state == WorkerState::kActive);
   REQUIRE(s.pushes_by_result.at("unauthenticated") == 6);
   // Resuming the session by its id alone does not take it over either.
-  v1::JoinHeader again = Header(f.layout);
-  again.set_has_initial_parameters(false);
-  again.set_resume_worker_id(id);
-  again.set_resume_secret("guess");
+  worker::JoinRequest again = Request();
+  again.has_initial_parameters = false;
+  again.resume_worker_id = id;
+  again.resume_secret = "guess";
   REQUIRE(f.client->Join(again, f.layout, {}).status().code() == absl::StatusCode::kAlreadyExists);
-  again.set_resume_secret(joined->session_secret());
+  again.resume_secret = joined->session_secret;
   auto resumed = f.client->Join(again, f.layout, {});
   REQUIRE(resumed.ok());
-  REQUIRE(resumed->session_secret() != joined->session_secret());
-  f.client->SetSessionSecret(resumed->session_secret());
-  REQUIRE(f.client->Pull(resumed->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(resumed->session_secret != joined->session_secret);
+  f.client->SetSessionSecret(resumed->session_secret);
+  REQUIRE(f.client->Pull(resumed->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
 }
 
 TEST_CASE("a join declaring a huge model or a bad name is refused before anything is allocated", "[service]") {
   Fixture f;
   // 2^38 floats = 1 TiB: refused from the header alone (this test would be killed otherwise).
   const ModelLayout huge = *ModelLayout::Create({{"w", {int64_t{1} << 19, int64_t{1} << 19}}});
-  v1::JoinHeader h = Header(huge);
-  h.set_has_initial_parameters(false);
+  worker::JoinRequest h = Request();
+  h.has_initial_parameters = false;
   auto r = f.client->Join(h, huge, {});
   REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(absl::StrContains(r.status().message(), "--max_model_bytes"));
   for (const std::string& bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
-    v1::JoinHeader named = Header(f.layout);
-    named.set_name(bad);
+    worker::JoinRequest named = Request();
+    named.worker.name = bad;
     const std::vector<float> init(9, 1.0f);
     REQUIRE(f.client->Join(named, f.layout, init).status().code() == absl::StatusCode::kInvalidArgument);
   }
@@ -434,7 +410,7 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   const std::vector<float> init(9, 1.0f);
   for (const std::string bad : {"", "not-the-token"}) {
     Fixture f("the-token", bad);
-    auto joined = f.client->Join(Header(f.layout), f.layout, init);
+    auto joined = f.client->Join(Request(), f.layout, init);
     REQUIRE(joined.status().code() == absl::StatusCode::kUnauthenticated);
     REQUIRE(f.client->Leave(1, false).code() == absl::StatusCode::kUnauthenticated);
     REQUIRE(f.core->Snapshot().parameter_count == 0);  // nothing got in
@@ -443,16 +419,16 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   Fixture f("the-token", "the-token");
   auto joined = f.JoinSigned(init);
   std::vector<float> weights(9);
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
 }
 
 
 // A push header of the joined session (batch 8, as the fixture's global batch).
-v1::PushRequest SessionPushHeader(const v1::JoinResponse& joined) {
+v1::PushRequest SessionPushHeader(const worker::JoinReply& joined) {
   v1::PushRequest header;
-  header.mutable_header()->set_worker_id(joined.worker_id());
-  header.mutable_header()->set_session_secret(joined.session_secret());
+  header.mutable_header()->set_worker_id(joined.worker_id);
+  header.mutable_header()->set_session_secret(joined.session_secret);
   header.mutable_header()->set_batch_size(8);
   header.mutable_header()->set_compute_seconds(0.01);
   return header;
@@ -461,12 +437,12 @@ v1::PushRequest SessionPushHeader(const v1::JoinResponse& joined) {
 // A whole push, once the session's slot is free: a stream's slot is free once the
 // server's handler has returned, which the client may learn of before it happens. The
 // push must then be applied, and the model moved once.
-void PushOnceSlotIsFree(Fixture& f, const v1::PushHeader& push) {
-  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(push.worker_id()); }));
-  absl::StatusOr<v1::PushResponse> ok = f.client->Push(push, f.layout, std::vector<float>(9, 1.0f));
+void PushOnceSlotIsFree(Fixture& f, uint64_t id) {
+  REQUIRE(AwaitState([&] { return !f.service->PushInFlight(id); }));
+  absl::StatusOr<worker::PushReply> ok = f.client->Push(StepOf(id), f.layout, std::vector<float>(9, 1.0f));
   INFO(ok.status().ToString());
   REQUIRE(ok.ok());
-  REQUIRE(ok->applied());
+  REQUIRE(ok->applied);
   REQUIRE(f.core->version() == 1);
 }
 
@@ -485,7 +461,7 @@ TEST_CASE("one push in flight per session; its slot is freed when its stream end
   v1::PushResponse stalled_reply;
   auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
   REQUIRE(stalled->Write(header));
-  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id); }));
   // A second push of the same session is refused (bounded memory: one gradient per session).
   grpc::ClientContext ctx;
   v1::PushResponse r;
@@ -498,7 +474,7 @@ TEST_CASE("one push in flight per session; its slot is freed when its stream end
   // The client gives the stalled stream up: its slot is free again.
   stalled_ctx.TryCancel();
   REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
-  PushOnceSlotIsFree(f, header.header());
+  PushOnceSlotIsFree(f, joined->worker_id);
 }
 
 TEST_CASE("a stalled push stream is cancelled by the server and frees its slot", "[service]") {
@@ -514,54 +490,52 @@ TEST_CASE("a stalled push stream is cancelled by the server and frees its slot",
   v1::PushResponse stalled_reply;
   auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
   REQUIRE(stalled->Write(header));
-  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id()); }));
+  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id); }));
   // Nothing more is sent: once the server's clock passes the idle timeout it cancels the
   // stream (Finish returns then, long before the call's own deadline), and its slot is
   // free again.
   f.clock.Advance(absl::Seconds(61));
   REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
-  PushOnceSlotIsFree(f, header.header());
+  PushOnceSlotIsFree(f, joined->worker_id);
 }
 
 TEST_CASE("bfloat16 on the wire: half the bytes, float32 master weights on the server", "[service][bf16]") {
   Fixture f("", "", {}, 1, v1::WIRE_DTYPE_BF16);
   const std::vector<float> init(9, 1.001f);  // not a bfloat16 value: it rounds to 1
-  v1::JoinHeader header = Header(f.layout);
-  header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
-  auto joined = f.client->Join(header, f.layout, init);
+  auto joined = f.client->Join(Request(), f.layout, init);  // the client offers bfloat16
   REQUIRE(joined.ok());
-  REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_BF16);
-  f.client->SetSessionSecret(joined->session_secret());
+  f.client->SetSessionSecret(joined->session_secret);
   std::vector<float> weights(9);
-  REQUIRE(f.client->Pull(joined->worker_id(), ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+  REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == std::vector<float>(9, 1.0f));                    // what the wire carried
-  REQUIRE(*f.core->Pull(joined->worker_id(), ~0ull)->weights == init);  // what the server keeps
-  v1::PushHeader push;
-  push.set_worker_id(joined->worker_id());
-  push.set_batch_size(8);
-  push.set_compute_seconds(0.01);
-  auto reply = f.client->Push(push, f.layout, std::vector<float>(9, 0.5f));  // exact in bfloat16
+  REQUIRE(*f.core->Pull(joined->worker_id, ~0ull)->weights == init);  // what the server keeps
+  auto reply = f.client->Push(StepOf(joined->worker_id), f.layout, std::vector<float>(9, 0.5f));  // exact in bf16
   REQUIRE(reply.ok());
-  REQUIRE(reply->applied());
+  REQUIRE(reply->applied);
   // The step in float32 on the master weights: 1.001 - 1 * (8/8) * 0.5.
-  REQUIRE(*f.core->Pull(joined->worker_id(), ~0ull)->weights == std::vector<float>(9, 1.001f - 0.5f));
+  REQUIRE(*f.core->Pull(joined->worker_id, ~0ull)->weights == std::vector<float>(9, 1.001f - 0.5f));
   REQUIRE(f.core->registry().Serialize().find("omnilearn_push_bytes_total 18\n") != std::string::npos);
-  // A worker that does not offer bfloat16 gets float32 in the same job.
+  // A worker that does not offer bfloat16 (of a release before it) gets float32 in the
+  // same job.
   Fixture g("", "", {}, 1, v1::WIRE_DTYPE_BF16);
-  auto plain = g.JoinSigned(init);
-  REQUIRE(plain->wire_dtype() == v1::WIRE_DTYPE_F32);
-  REQUIRE(g.client->Pull(plain->worker_id(), ~0ull, g.layout, absl::MakeSpan(weights)).ok());
+  worker::ClientOptions float32_only = WithToken("");
+  float32_only.offer_bfloat16 = false;
+  auto plain_client = worker::MakeGrpcPsClient(g.channel, float32_only);
+  auto plain = plain_client->Join(Request(), g.layout, init);
+  REQUIRE(plain.ok());
+  plain_client->SetSessionSecret(plain->session_secret);
+  REQUIRE(plain_client->Pull(plain->worker_id, ~0ull, g.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(weights == init);
 }
 
 TEST_CASE("a server without --wire_dtype=bf16 refuses bfloat16 pushes and pulls", "[service][bf16]") {
   Fixture f;
   const std::vector<float> init(9, 1.0f);
-  v1::JoinHeader header = Header(f.layout);
-  header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
-  auto joined = f.client->Join(header, f.layout, init);
+  auto joined = f.client->Join(Request(), f.layout, init);  // bfloat16 offered, not taken
   REQUIRE(joined.ok());
-  REQUIRE(joined->wire_dtype() == v1::WIRE_DTYPE_F32);  // offered, not taken
+  f.client->SetSessionSecret(joined->session_secret);
+  REQUIRE(f.client->Push(StepOf(joined->worker_id), f.layout, std::vector<float>(9, 0.5f)).ok());
+  REQUIRE(f.core->registry().Serialize().find("omnilearn_push_bytes_total 36\n") != std::string::npos);
   auto stub = v1::ParameterServer::NewStub(f.channel);
   v1::PushRequest bad = SessionPushHeader(*joined);
   bad.mutable_header()->set_wire_dtype(v1::WIRE_DTYPE_BF16);
@@ -575,15 +549,15 @@ TEST_CASE("a server without --wire_dtype=bf16 refuses bfloat16 pushes and pulls"
   REQUIRE(absl::StrContains(refused.error_message(), "wire dtype WIRE_DTYPE_BF16"));
   grpc::ClientContext pull_ctx;
   v1::PullRequest pull;
-  pull.set_worker_id(joined->worker_id());
-  pull.set_session_secret(joined->session_secret());
+  pull.set_worker_id(joined->worker_id);
+  pull.set_session_secret(joined->session_secret);
   pull.set_wire_dtype(v1::WIRE_DTYPE_BF16);
   auto reader = stub->Pull(&pull_ctx, pull);
   v1::PullResponse ignored;
   while (reader->Read(&ignored)) {
   }
   REQUIRE(reader->Finish().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
-  REQUIRE(f.core->version() == 0);
+  REQUIRE(f.core->version() == 1);  // the float32 push only
 }
 
 TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream", "[service]") {
@@ -591,16 +565,16 @@ TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream
   limits.stream_idle_timeout = absl::Seconds(60);
   Fixture f("", "", limits, /*num_workers=*/2);
   const std::vector<float> init(9, 1.0f);
-  absl::StatusOr<v1::JoinResponse> first;
-  std::thread waiting([&] { first = f.client->Join(Header(f.layout), f.layout, init); });
+  absl::StatusOr<worker::JoinReply> first;
+  std::thread waiting([&] { first = f.client->Join(Request(), f.layout, init); });
   // The first join is read and waits for the second worker: its stream is not watched.
   REQUIRE(AwaitState([&] { return f.core->Snapshot().workers.size() == 1 && f.service->WatchedStreams() == 0; }));
   // Long past the idle timeout on the server's clock; a stalled stream would be cancelled
   // now (the test above), this one is not.
   f.clock.Advance(absl::Minutes(5));
-  v1::JoinHeader second = Header(f.layout);
-  second.set_name("w1");
-  second.set_has_initial_parameters(false);
+  worker::JoinRequest second = Request();
+  second.worker.name = "w1";
+  second.has_initial_parameters = false;
   auto client2 = worker::MakeGrpcPsClient(f.channel, WithToken(""));
   REQUIRE(client2->Join(second, f.layout, {}).ok());
   waiting.join();

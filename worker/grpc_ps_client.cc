@@ -13,10 +13,17 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "worker/ps_client.h"
+#include "worker/ps_proto.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
+
+// The reply in the worker's terms, or the call's error.
+absl::StatusOr<PushReply> ReplyOrError(const absl::StatusOr<v1::PushResponse>& r) {
+  if (!r.ok()) return r.status();
+  return PushReplyOf(*r);
+}
 
 absl::Status FromGrpc(const grpc::Status& s, const char* call) {
   if (s.ok()) return absl::OkStatus();
@@ -178,20 +185,22 @@ class GrpcPsClient : public PsClient {
         push_method_(push_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
         push_pull_method_(push_pull_path_.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
         timeout_(options.rpc_timeout),
+        offer_bfloat16_(options.offer_bfloat16),
         authorization_(options.auth_token.empty() ? "" : absl::StrCat("Bearer ", options.auth_token)) {}
 
-  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout& layout,
-                                        absl::Span<const float> initial) override {
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request, const ModelLayout& layout,
+                                 absl::Span<const float> initial) override {
     if (absl::Status s = CheckModelSize(initial, layout, "initial parameters"); !s.ok()) return s;
     absl::StatusOr<v1::JoinResponse> r = Upload<v1::JoinRequest, v1::JoinResponse>(
-        "Join", join_method_, header, kJoinRequestChunkField, layout,
+        "Join", join_method_, JoinHeaderOf(request, layout, offer_bfloat16_), kJoinRequestChunkField, layout,
         Payload{initial.empty() ? nullptr : initial.data(), sizeof(float)});
     if (r.ok()) {  // a new session: its wire dtype, and no rounding error carried over
       absl::MutexLock lock(&encode_mu_);
       wire_dtype_ = r->wire_dtype();
       residual_.clear();
     }
-    return r;
+    if (!r.ok()) return r.status();
+    return JoinReplyOf(*r);
   }
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
@@ -215,33 +224,33 @@ class GrpcPsClient : public PsClient {
     return version;
   }
 
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& header, const ModelLayout& layout,
-                                        absl::Span<const float> gradient) override {
+  absl::StatusOr<PushReply> Push(const PushedStep& push, const ModelLayout& layout,
+                                 absl::Span<const float> gradient) override {
     if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
     absl::MutexLock lock(&encode_mu_);  // the encoded gradient stays put until the call ends
-    const v1::PushHeader signed_header = Signed(header);
-    return Upload<v1::PushRequest, v1::PushResponse>("Push", push_method_, signed_header, kPushRequestChunkField,
-                                                     layout, GradientOf(signed_header, gradient));
+    const v1::PushHeader signed_header = Signed(PushHeaderOf(push));
+    return ReplyOrError(Upload<v1::PushRequest, v1::PushResponse>(
+        "Push", push_method_, signed_header, kPushRequestChunkField, layout, GradientOf(signed_header, gradient)));
   }
 
-  absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& header, const ModelLayout& layout,
-                                            absl::Span<const float> gradient, uint64_t* model_version,
-                                            absl::Span<float> weights) override {
+  absl::StatusOr<PushReply> PushPull(const PushedStep& push, const ModelLayout& layout,
+                                     absl::Span<const float> gradient, uint64_t* model_version,
+                                     absl::Span<float> weights) override {
     if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
     grpc::ClientContext ctx;
     Prepare(&ctx);
     std::unique_ptr<RawStream> stream(OpenPushPull(&ctx));
     absl::MutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
-    const v1::PushHeader signed_header = Signed(header);
+    const v1::PushHeader signed_header = Signed(PushHeaderOf(push));
     WriteHeaderAndChunks<v1::PushRequest>(stream.get(), signed_header, kPushRequestChunkField, layout,
                                           GradientOf(signed_header, gradient));
-    return ReplyOf(ReceivePushPull(stream.get(), layout, weights, model_version));
+    return ReplyOrError(ReplyOf(ReceivePushPull(stream.get(), layout, weights, model_version)));
   }
 
-  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header, const ModelLayout& layout,
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& push, const ModelLayout& layout,
                                                             absl::Span<const float> gradient) override;
 
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t worker_id) override {
+  absl::StatusOr<Action> Heartbeat(uint64_t worker_id) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     // A heartbeat that cannot get through soon is of no use: the next one follows.
@@ -252,7 +261,7 @@ class GrpcPsClient : public PsClient {
     v1::HeartbeatResponse response;
     grpc::Status s = stub_->Heartbeat(&ctx, request, &response);
     if (!s.ok()) return FromGrpc(s, "Heartbeat");
-    return response;
+    return ActionOf(response.action());
   }
 
   void SetSessionSecret(const std::string& secret) override {
@@ -346,6 +355,7 @@ class GrpcPsClient : public PsClient {
   std::vector<uint16_t> encoded_ ABSL_GUARDED_BY(encode_mu_);
   std::vector<float> residual_ ABSL_GUARDED_BY(encode_mu_);
   const absl::Duration timeout_;
+  const bool offer_bfloat16_;
   const std::string authorization_;
 };
 
@@ -379,11 +389,11 @@ class GrpcPushStream : public PushStream {
     queue_.insert(queue_.end(), tensors.begin(), tensors.end());
   }
 
-  absl::StatusOr<v1::PushResponse> FinishEarly(const v1::PushTrailer& trailer, uint64_t* model_version,
-                                               absl::Span<float> weights) override {
+  absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
+                                        absl::Span<float> weights) override {
     {
       absl::MutexLock lock(&mu_);
-      trailer_ = trailer;
+      trailer_ = TrailerOf(end);
     }
     StopWriter(/*cancel=*/false);
     finished_ = true;
@@ -405,11 +415,11 @@ class GrpcPushStream : public PushStream {
       if (receipt.status.ok() && reply) receipt.model = receiver_->Finish(model_version);
       done_ = true;
       result_ = receipt.status.ok() ? receipt.model : FromGrpc(receipt.status, "PushPull");
-      return ReplyOf(receipt);
+      return ReplyOrError(ReplyOf(receipt));
     }
     lock.Release();
     reader_ = std::thread([this] { ReadRest(); });
-    return *reply;
+    return PushReplyOf(*reply);
   }
 
   bool AwaitTensor(int t) override {
@@ -530,12 +540,12 @@ class GrpcPushStream : public PushStream {
   std::thread reader_;
 };
 
-absl::StatusOr<std::unique_ptr<PushStream>> GrpcPsClient::StartPushPull(const v1::PushHeader& header,
+absl::StatusOr<std::unique_ptr<PushStream>> GrpcPsClient::StartPushPull(const PushedStep& push,
                                                                         const ModelLayout& layout,
                                                                         absl::Span<const float> gradient) {
   if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
   if (gradient.empty()) return absl::InvalidArgumentError("a streamed push needs the gradient's buffer");
-  return std::unique_ptr<PushStream>(new GrpcPushStream(this, header, layout, gradient));
+  return std::unique_ptr<PushStream>(new GrpcPushStream(this, PushHeaderOf(push), layout, gradient));
 }
 
 }  // namespace

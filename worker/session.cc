@@ -26,7 +26,7 @@ void Session::Log(const std::string& line) const {
   if (options_.log) {
     options_.log(line);
   } else {
-    std::printf("[%s] %s\n", options_.header.name().c_str(), line.c_str());
+    std::printf("[%s] %s\n", options_.worker.name.c_str(), line.c_str());
     std::fflush(stdout);
   }
 }
@@ -36,30 +36,30 @@ bool Session::Transient(const absl::Status& s) {
 }
 
 absl::Status Session::TryJoin(absl::Span<const float> weights) {
-  v1::JoinHeader header = options_.header;
-  header.set_has_initial_parameters(false);
+  JoinRequest request;
+  request.worker = options_.worker;
   // A live session of ours (after a network fault) is replaced: proven by its secret.
-  header.set_resume_worker_id(id_.load());
-  header.set_resume_secret(secret_);
-  absl::StatusOr<v1::JoinResponse> r = client_->Join(header, layout_, {});
+  request.resume_worker_id = id_.load();
+  request.resume_secret = secret_;
+  absl::StatusOr<JoinReply> r = client_->Join(request, layout_, {});
   if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
-    header.set_has_initial_parameters(true);
-    r = client_->Join(header, layout_, weights);
+    request.has_initial_parameters = true;
+    r = client_->Join(request, layout_, weights);
   }
   if (!r.ok()) return r.status();
-  if (r->action() == v1::ACTION_STOP) {
+  if (r->action == Action::kStop) {
     stop_.store(true);
     return absl::OkStatus();
   }
-  id_.store(r->worker_id());
-  secret_ = r->session_secret();
+  id_.store(r->worker_id);
+  secret_ = r->session_secret;
   client_->SetSessionSecret(secret_);
-  lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds() * 1000)));
-  batch_ = r->batch_size();
-  samples_ = r->samples();
-  global_samples_ = r->global_samples();
-  mode_ = r->mode();
-  push_trailer_ = r->push_trailer();
+  lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds * 1000)));
+  batch_ = r->batch_size;
+  samples_ = std::move(r->samples);
+  global_samples_ = r->global_samples;
+  mode_ = r->mode;
+  push_trailer_ = r->push_trailer;
   version_ = ~0ull;  // whatever we hold, pull the server's model
   rejoin_.store(false);
   return absl::OkStatus();
@@ -150,20 +150,19 @@ absl::StatusOr<bool> Session::Pull(absl::Span<float> weights) {
   }
 }
 
-absl::StatusOr<PushOutcome> Session::Push(v1::PushHeader header, absl::Span<const float> gradient,
-                                          absl::Span<const float> weights, v1::PushResponse* reply) {
+absl::StatusOr<PushOutcome> Session::Push(const StepReport& step, absl::Span<const float> gradient,
+                                          absl::Span<const float> weights, PushReply* reply) {
   if (absl::Status s = AwaitModel(); !s.ok()) return s;
-  return Send(std::move(header), weights, reply,
-              [&](const v1::PushHeader& h) { return client_->Push(h, layout_, gradient); });
+  return Send(step, weights, reply, [&](const PushedStep& p) { return client_->Push(p, layout_, gradient); });
 }
 
-absl::StatusOr<PushOutcome> Session::PushPull(v1::PushHeader header, absl::Span<const float> gradient,
-                                              absl::Span<float> weights, v1::PushResponse* reply, bool* changed) {
+absl::StatusOr<PushOutcome> Session::PushPull(const StepReport& step, absl::Span<const float> gradient,
+                                              absl::Span<float> weights, PushReply* reply, bool* changed) {
   *changed = false;
   if (absl::Status s = AwaitModel(); !s.ok()) return s;
   uint64_t version = version_;
-  absl::StatusOr<PushOutcome> outcome = Send(std::move(header), weights, reply, [&](const v1::PushHeader& h) {
-    return client_->PushPull(h, layout_, gradient, &version, weights);
+  absl::StatusOr<PushOutcome> outcome = Send(step, weights, reply, [&](const PushedStep& p) {
+    return client_->PushPull(p, layout_, gradient, &version, weights);
   });
   Received(outcome, version, changed);
   return outcome;
@@ -186,22 +185,21 @@ void StreamedPush::Ready(int tensor) {
   if (!whole.empty()) stream_->Send(whole);
 }
 
-std::unique_ptr<StreamedPush> Session::BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient,
+std::unique_ptr<StreamedPush> Session::BeginPushPull(const StepReport& step, absl::Span<const float> gradient,
                                                      int64_t bucket_bytes) {
-  header.set_worker_id(id_.load());
-  header.set_model_version(version_);
-  std::unique_ptr<StreamedPush> push(new StreamedPush(header, gradient, layout_, bucket_bytes));
+  std::unique_ptr<StreamedPush> push(
+      new StreamedPush(PushedStep{id_.load(), version_, step}, gradient, layout_, bucket_bytes));
   if (bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;
-  absl::StatusOr<std::unique_ptr<PushStream>> stream = client_->StartPushPull(header, layout_, gradient);
+  absl::StatusOr<std::unique_ptr<PushStream>> stream = client_->StartPushPull(push->push_, layout_, gradient);
   if (stream.ok()) push->stream_ = std::move(*stream);  // else the gradient goes whole at the end
   return push;
 }
 
-absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push,
-                                                    const v1::PushTrailer& trailer, absl::Span<float> weights,
-                                                    v1::PushResponse* reply, bool* changed, bool early) {
+absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush> push, const StepEnd& end,
+                                                    absl::Span<float> weights, PushReply* reply, bool* changed,
+                                                    bool early) {
   *changed = false;
-  const uint64_t session = push->header_.worker_id();
+  const uint64_t session = push->push_.worker_id;
   if (absl::Status s = AwaitModel(); !s.ok()) return s;
   if (id_.load() != session) {
     // Rejoined since the push began (the last model's stream broke and its pull had to
@@ -209,20 +207,18 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
     return PushOutcome::kRejoined;
   }
   if (push->stream_ == nullptr) {  // never opened: the push goes whole now
-    push->header_.set_compute_seconds(trailer.compute_seconds());
-    push->header_.set_train_loss(trailer.train_loss());
-    if (trailer.has_test_accuracy()) push->header_.set_test_accuracy(trailer.test_accuracy());
-    return PushPull(push->header_, push->gradient_, weights, reply, changed);
+    push->push_.step.end = end;
+    return PushPull(push->push_.step, push->gradient_, weights, reply, changed);
   }
   uint64_t version = version_;
   ++pushes_sent_;
   std::unique_ptr<PushStream> stream = std::move(push->stream_);
-  absl::StatusOr<v1::PushResponse> r = stream->FinishEarly(trailer, &version, weights);
+  absl::StatusOr<PushReply> r = stream->FinishEarly(end, &version, weights);
   if (r.ok()) {
     arriving_ = std::move(stream);  // the model's values, still on their way
     arriving_into_ = weights;
   }
-  absl::StatusOr<PushOutcome> outcome = Settle(r, weights, reply);
+  absl::StatusOr<PushOutcome> outcome = Settle(std::move(r), weights, reply);
   if (!outcome.ok() || *outcome != PushOutcome::kReplied) {
     (void)AwaitModel();  // none was due
     Received(outcome, version, changed);
@@ -252,39 +248,37 @@ absl::Status Session::AwaitModel() {
 }
 
 template <typename Call>
-absl::StatusOr<PushOutcome> Session::Send(v1::PushHeader header, absl::Span<const float> weights,
-                                          v1::PushResponse* reply, Call call) {
+absl::StatusOr<PushOutcome> Session::Send(const StepReport& step, absl::Span<const float> weights,
+                                          PushReply* reply, Call call) {
   if (stop_.load()) return PushOutcome::kStop;
   if (rejoin_.load()) {  // the heartbeat learnt the session is gone
     if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
     return PushOutcome::kRejoined;
   }
-  header.set_worker_id(id_.load());
-  header.set_model_version(version_);
   ++pushes_sent_;
-  return Settle(call(header), weights, reply);
+  return Settle(call(PushedStep{id_.load(), version_, step}), weights, reply);
 }
 
-absl::StatusOr<PushOutcome> Session::Settle(const absl::StatusOr<v1::PushResponse>& r,
-                                            absl::Span<const float> weights, v1::PushResponse* reply) {
+absl::StatusOr<PushOutcome> Session::Settle(absl::StatusOr<PushReply> r, absl::Span<const float> weights,
+                                            PushReply* reply) {
   if (!r.ok()) {
     if (!absl::IsNotFound(r.status()) && !Transient(r.status())) return r.status();
     if (absl::Status s = JoinUntilBack(weights, r.status()); !s.ok()) return s;
     return stop_.load() ? PushOutcome::kStop : PushOutcome::kRejoined;
   }
   ++pushes_answered_;
-  *reply = *r;
-  global_samples_ = std::max(global_samples_, r->global_samples());
-  if (r->action() == v1::ACTION_STOP) {
+  *reply = std::move(*r);
+  global_samples_ = std::max(global_samples_, reply->global_samples);
+  if (reply->action == Action::kStop) {
     stop_.store(true);
     return PushOutcome::kStop;
   }
-  if (r->action() == v1::ACTION_REJOIN) {
+  if (reply->action == Action::kRejoin) {
     if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
     return PushOutcome::kRejoined;
   }
-  if (r->next_batch_size() > 0) batch_ = r->next_batch_size();
-  if (!r->samples().empty()) samples_ = r->samples();
+  if (reply->next_batch_size > 0) batch_ = reply->next_batch_size;
+  if (!reply->samples.empty()) samples_ = reply->samples;
   return PushOutcome::kReplied;
 }
 
@@ -303,11 +297,11 @@ void Session::HeartbeatLoop() {
       if (clock.AwaitWithDeadline(mu_, absl::Condition(&closing_), next)) return;
     }
     const uint64_t id = id_.load();
-    absl::StatusOr<v1::HeartbeatResponse> r = client_->Heartbeat(id);
-    if (!r.ok()) continue;  // outages are the training thread's to handle
-    if (r->action() == v1::ACTION_STOP) stop_.store(true);
+    absl::StatusOr<Action> action = client_->Heartbeat(id);
+    if (!action.ok()) continue;  // outages are the training thread's to handle
+    if (*action == Action::kStop) stop_.store(true);
     // Only about the session it asked for: the training thread may have rejoined since.
-    if (r->action() == v1::ACTION_REJOIN && id_.load() == id) rejoin_.store(true);
+    if (*action == Action::kRejoin && id_.load() == id) rejoin_.store(true);
   }
 }
 

@@ -32,16 +32,15 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/model_layout.h"
-#include "proto/omnilearn.pb.h"
 #include "worker/ps_client.h"
+#include "worker/ps_types.h"
 #include "worker/push_buckets.h"
 
 namespace omnilearn {
 namespace worker {
 
 struct SessionOptions {
-  // name, host, device, layout, max_batch_size; has_initial_parameters is the session's.
-  v1::JoinHeader header;
+  WorkerInfo worker;  // who joins (the layout is the session's)
   absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage, once joined
   // A server never reached yet (a wrong address, or not started): the first join gives up
   // after this (at most reconnect_timeout), and at once when the address does not resolve.
@@ -83,11 +82,10 @@ class StreamedPush {
 
  private:
   friend class Session;
-  StreamedPush(v1::PushHeader header, absl::Span<const float> gradient, const ModelLayout& layout,
-               int64_t bucket_bytes)
-      : header_(std::move(header)), gradient_(gradient), buckets_(layout, bucket_bytes) {}
+  StreamedPush(PushedStep push, absl::Span<const float> gradient, const ModelLayout& layout, int64_t bucket_bytes)
+      : push_(std::move(push)), gradient_(gradient), buckets_(layout, bucket_bytes) {}
 
-  v1::PushHeader header_;
+  PushedStep push_;
   absl::Span<const float> gradient_;
   absl::Mutex mu_;
   PushBuckets buckets_ ABSL_GUARDED_BY(mu_);
@@ -114,22 +112,23 @@ class Session {
   absl::Status Join(absl::Span<const float> weights);
   // Brings `weights` to the server's current model if it moved (true then).
   absl::StatusOr<bool> Pull(absl::Span<float> weights);
-  // Pushes `gradient` (the session fills in worker_id and model_version). `weights` are
-  // the model the worker holds, for a rejoin with a server that lost its own.
-  absl::StatusOr<PushOutcome> Push(v1::PushHeader header, absl::Span<const float> gradient,
-                                   absl::Span<const float> weights, v1::PushResponse* reply);
+  // Pushes `gradient` with its step (the session adds the worker id and model version).
+  // `weights` are the model the worker holds, for a rejoin with a server that lost its own.
+  absl::StatusOr<PushOutcome> Push(const StepReport& step, absl::Span<const float> gradient,
+                                   absl::Span<const float> weights, PushReply* reply);
   // Push, then the model, in one round trip (PushPull): on kReplied `weights` holds the
   // server's current model and `*changed` says whether it moved. Otherwise as Push.
-  absl::StatusOr<PushOutcome> PushPull(v1::PushHeader header, absl::Span<const float> gradient,
-                                       absl::Span<float> weights, v1::PushResponse* reply, bool* changed);
-  // PushPull in two halves around backward. Begin opens the push for `gradient` (which
-  // backward fills in; the caller keeps it until Finish returns): with bucket_bytes > 0
-  // and a server that reads trailers, the header leaves now and each bucket (of about
-  // bucket_bytes, push_buckets.h) once StreamedPush::Ready made it whole. Finish sends the rest and the trailer (the compute
-  // time and loss, known only now) and receives as PushPull; without a stream it is
-  // PushPull with them in the header. Dropping a begun push unfinished (out of memory,
-  // an exception) cancels it: the server changes nothing.
-  std::unique_ptr<StreamedPush> BeginPushPull(v1::PushHeader header, absl::Span<const float> gradient,
+  absl::StatusOr<PushOutcome> PushPull(const StepReport& step, absl::Span<const float> gradient,
+                                       absl::Span<float> weights, PushReply* reply, bool* changed);
+  // PushPull in two halves around backward. Begin opens the push of `step` (its end
+  // still unknown) for `gradient` (which backward fills in; the caller keeps it until
+  // Finish returns): with bucket_bytes > 0 and a server that reads trailers, the step
+  // leaves now and each bucket (of about bucket_bytes, push_buckets.h) once
+  // StreamedPush::Ready made it whole. Finish sends the rest and the step's end (compute
+  // time, loss, accuracy) and receives as PushPull; without a stream it is PushPull of the
+  // whole step. Dropping a begun push unfinished (out of memory, an exception) cancels
+  // it: the server changes nothing.
+  std::unique_ptr<StreamedPush> BeginPushPull(const StepReport& step, absl::Span<const float> gradient,
                                               int64_t bucket_bytes);
   //
   // `early` (a streamed push only): Finish returns once the reply is in and the model keeps
@@ -137,8 +136,8 @@ class Session {
   // layers (AwaitTensor); `*changed` then says the model will have moved. Every other call
   // of the session except BeginPushPull and StreamedPush::Ready waits for the rest first
   // (AwaitModel).
-  absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const v1::PushTrailer& trailer,
-                                             absl::Span<float> weights, v1::PushResponse* reply, bool* changed,
+  absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const StepEnd& end,
+                                             absl::Span<float> weights, PushReply* reply, bool* changed,
                                              bool early = false);
   // Waits until tensor `t` of a model still arriving is in place (at once when none is).
   void AwaitTensor(int t);
@@ -157,10 +156,10 @@ class Session {
   int64_t batch() const { return batch_; }
   // The samples the server assigned for the next mini-batch (empty when the server
   // does not assign them: the worker picks its own).
-  const google::protobuf::RepeatedPtrField<v1::SampleSpan>& samples() const { return samples_; }
+  const Assignment& samples() const { return samples_; }
   uint64_t model_version() const { return version_; }
   uint64_t global_samples() const { return global_samples_; }
-  v1::Mode mode() const { return mode_; }
+  Mode mode() const { return mode_; }
   bool stop_requested() const { return stop_.load(); }
   int rejoins() const { return rejoins_; }
   // Pushes sent (every call, report-only ones too) and the ones the server answered (a
@@ -175,13 +174,14 @@ class Session {
   // Joins until it works, a non-transient error, or reconnect_timeout.
   absl::Status JoinUntilBack(absl::Span<const float> weights, const absl::Status& cause);
   void HeartbeatLoop();
-  // A push by `call` (given the completed header), with the replies' and faults' handling.
+  // A push of `step` by `call` (given the whole PushedStep), with the replies' and
+  // faults' handling.
   template <typename Call>
-  absl::StatusOr<PushOutcome> Send(v1::PushHeader header, absl::Span<const float> weights, v1::PushResponse* reply,
+  absl::StatusOr<PushOutcome> Send(const StepReport& step, absl::Span<const float> weights, PushReply* reply,
                                    Call call);
   // A push's answer (or failure) acted upon: rejoin, stop, the next batch and samples.
-  absl::StatusOr<PushOutcome> Settle(const absl::StatusOr<v1::PushResponse>& r, absl::Span<const float> weights,
-                                     v1::PushResponse* reply);
+  absl::StatusOr<PushOutcome> Settle(absl::StatusOr<PushReply> r, absl::Span<const float> weights,
+                                     PushReply* reply);
   // After a PushPull: the version the weights now hold.
   void Received(const absl::StatusOr<PushOutcome>& outcome, uint64_t version, bool* changed);
   void Log(const std::string& line) const;
@@ -194,10 +194,10 @@ class Session {
   std::atomic<int64_t> lease_ms_{60000};
   int64_t batch_ = 0;
   std::string secret_;  // the session's (the client sends it with every call)
-  google::protobuf::RepeatedPtrField<v1::SampleSpan> samples_;
+  Assignment samples_;
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;
-  v1::Mode mode_ = v1::MODE_UNSPECIFIED;
+  Mode mode_ = Mode::kUnknown;
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;

@@ -14,7 +14,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/model_layout.h"
-#include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 #include "worker/session.h"
 
@@ -66,9 +65,8 @@ int Run() {
   auto client = worker::MakeGrpcPsClient(absl::GetFlag(FLAGS_server), co);
   if (!client.ok()) return Error(client.status());
   worker::SessionOptions so;
-  so.header.set_name(absl::GetFlag(FLAGS_name));
-  so.header.set_dataset_size(absl::GetFlag(FLAGS_dataset_size));
-  *so.header.mutable_layout() = LayoutToProto(*layout);
+  so.worker.name = absl::GetFlag(FLAGS_name);
+  so.worker.dataset_size = absl::GetFlag(FLAGS_dataset_size);
   so.reconnect_timeout = absl::Seconds(absl::GetFlag(FLAGS_reconnect_timeout));
   so.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   worker::Session session(client->get(), *layout, so);
@@ -81,13 +79,13 @@ int Run() {
   if (absl::StatusOr<bool> p = session.Pull(absl::MakeSpan(weights)); !p.ok()) return Error(p.status());
   int iteration = 0;
   while (iteration < absl::GetFlag(FLAGS_iterations)) {
-    v1::PushHeader h;
-    h.set_batch_size(session.batch());
-    h.set_compute_seconds(0.25);
-    h.set_out_of_memory(iteration == absl::GetFlag(FLAGS_oom_at));
-    v1::PushResponse reply;
+    worker::StepReport step;
+    step.batch_size = session.batch();
+    step.end.compute_seconds = 0.25;
+    step.out_of_memory = iteration == absl::GetFlag(FLAGS_oom_at);
+    worker::PushReply reply;
     bool changed = false;
-    absl::StatusOr<worker::PushOutcome> o = session.PushPull(h, gradient, absl::MakeSpan(weights), &reply, &changed);
+    absl::StatusOr<worker::PushOutcome> o = session.PushPull(step, gradient, absl::MakeSpan(weights), &reply, &changed);
     if (!o.ok()) return Error(o.status());
     if (*o == worker::PushOutcome::kStop) {
       Outcome("stop");

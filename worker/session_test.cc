@@ -15,16 +15,16 @@ namespace {
 // A scripted server: calls fail with the queued statuses first, then behave.
 class FakeServer : public PsClient {
  public:
-  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinHeader& header, const ModelLayout&,
-                                        absl::Span<const float> initial) override {
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request, const ModelLayout&,
+                                 absl::Span<const float> initial) override {
     absl::MutexLock lock(&mu_);
     ++joins;
-    resume_ids.push_back(header.resume_worker_id());
-    resume_secrets.push_back(header.resume_secret());
+    resume_ids.push_back(request.resume_worker_id);
+    resume_secrets.push_back(request.resume_secret);
     if (absl::Status s = Next(join_failures); !s.ok()) return s;
-    if (join_action == v1::ACTION_STOP) {
-      v1::JoinResponse stop;
-      stop.set_action(v1::ACTION_STOP);
+    if (join_action == Action::kStop) {
+      JoinReply stop;
+      stop.action = Action::kStop;
       return stop;
     }
     if (!has_model) {
@@ -33,15 +33,15 @@ class FakeServer : public PsClient {
       model.assign(initial.begin(), initial.end());
     }
     if (!initial.empty()) ++joins_with_parameters;
-    v1::JoinResponse r;
-    r.set_worker_id(++last_id);
-    r.set_session_secret("secret-" + std::to_string(last_id));
-    r.set_lease_seconds(3);
-    r.set_batch_size(16);
-    r.set_global_samples(global_samples);
-    r.set_push_trailer(trailers);
-    v1::SampleSpan* span = r.add_samples();
-    for (uint64_t i = 0; i < 16; ++i) span->add_ids(100 + i);
+    JoinReply r;
+    r.worker_id = ++last_id;
+    r.session_secret = "secret-" + std::to_string(last_id);
+    r.lease_seconds = 3;
+    r.batch_size = 16;
+    r.global_samples = global_samples;
+    r.push_trailer = trailers;
+    r.samples = {SampleSpan{0, {}}};
+    for (uint64_t i = 0; i < 16; ++i) r.samples[0].ids.push_back(100 + i);
     return r;
   }
   absl::StatusOr<uint64_t> Pull(uint64_t id, uint64_t have, const ModelLayout&, absl::Span<float> weights) override {
@@ -52,29 +52,28 @@ class FakeServer : public PsClient {
     if (have != version) std::copy(model.begin(), model.end(), weights.begin());
     return version;
   }
-  absl::StatusOr<v1::PushResponse> Push(const v1::PushHeader& h, const ModelLayout&,
-                                        absl::Span<const float>) override {
+  absl::StatusOr<PushReply> Push(const PushedStep& p, const ModelLayout&, absl::Span<const float>) override {
     absl::MutexLock lock(&mu_);
     ++pushes;
     if (absl::Status s = Next(push_failures); !s.ok()) return s;
-    if (h.worker_id() != last_id) return absl::NotFoundError("unknown worker");
-    v1::PushResponse r;
-    r.set_action(next_action);
-    r.set_next_batch_size(24);
-    r.set_global_samples(global_samples += h.batch_size());
-    v1::SampleSpan* span = r.add_samples();
-    span->set_epoch(1);
-    for (uint64_t i = 0; i < 24; ++i) span->add_ids(i);
+    if (p.worker_id != last_id) return absl::NotFoundError("unknown worker");
+    pushed.push_back(p);
+    PushReply r;
+    r.action = next_action;
+    r.next_batch_size = 24;
+    r.global_samples = global_samples += p.step.batch_size;
+    r.samples = {SampleSpan{1, {}}};
+    for (uint64_t i = 0; i < 24; ++i) r.samples[0].ids.push_back(i);
     ++version;
     return r;
   }
   // Push, then Pull: the fake's round trip.
-  absl::StatusOr<v1::PushResponse> PushPull(const v1::PushHeader& h, const ModelLayout& layout,
-                                            absl::Span<const float> gradient, uint64_t* model_version,
-                                            absl::Span<float> weights) override {
-    absl::StatusOr<v1::PushResponse> r = Push(h, layout, gradient);
-    if (!r.ok() || r->action() == v1::ACTION_STOP || r->action() == v1::ACTION_REJOIN) return r;
-    absl::StatusOr<uint64_t> v = Pull(h.worker_id(), h.model_version(), layout, weights);
+  absl::StatusOr<PushReply> PushPull(const PushedStep& p, const ModelLayout& layout,
+                                     absl::Span<const float> gradient, uint64_t* model_version,
+                                     absl::Span<float> weights) override {
+    absl::StatusOr<PushReply> r = Push(p, layout, gradient);
+    if (!r.ok() || r->action != Action::kContinue) return r;
+    absl::StatusOr<uint64_t> v = Pull(p.worker_id, p.model_version, layout, weights);
     if (!v.ok()) return v.status();
     *model_version = *v;
     return r;
@@ -83,17 +82,17 @@ class FakeServer : public PsClient {
   // and brings the model (or, with `arrival_failure`, breaks part way).
   class Stream : public PushStream {
    public:
-    Stream(FakeServer* server, v1::PushHeader header) : server_(server), header_(std::move(header)) {}
+    Stream(FakeServer* server, PushedStep push) : server_(server), push_(std::move(push)) {}
     void Send(const std::vector<int>& tensors) override {
       absl::MutexLock lock(&server_->mu_);
       server_->sent.insert(server_->sent.end(), tensors.begin(), tensors.end());
     }
-    absl::StatusOr<v1::PushResponse> FinishEarly(const v1::PushTrailer& trailer, uint64_t* model_version,
-                                                 absl::Span<float> weights) override {
-      header_.set_compute_seconds(trailer.compute_seconds());
-      absl::StatusOr<v1::PushResponse> r = server_->Push(header_, Layout2(), {});
+    absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
+                                          absl::Span<float> weights) override {
+      push_.step.end = end;
+      absl::StatusOr<PushReply> r = server_->Push(push_, Layout2(), {});
       absl::MutexLock lock(&server_->mu_);
-      server_->trailer_times.push_back(trailer.compute_seconds());
+      server_->trailer_times.push_back(end.compute_seconds);
       *model_version = server_->version;
       weights_ = weights;
       return r;
@@ -111,21 +110,19 @@ class FakeServer : public PsClient {
 
    private:
     FakeServer* server_;
-    v1::PushHeader header_;
+    PushedStep push_;
     absl::Span<float> weights_;
   };
-  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const v1::PushHeader& header, const ModelLayout&,
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& push, const ModelLayout&,
                                                             absl::Span<const float>) override {
-    return std::unique_ptr<PushStream>(new Stream(this, header));
+    return std::unique_ptr<PushStream>(new Stream(this, push));
   }
   static ModelLayout Layout2() { return *ModelLayout::Create({{"a", {1}}, {"b", {2}}}); }
 
-  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(uint64_t id) override {
+  absl::StatusOr<Action> Heartbeat(uint64_t id) override {
     absl::MutexLock lock(&mu_);
     ++heartbeats;
-    v1::HeartbeatResponse r;
-    r.set_action(id == last_id ? heartbeat_action : v1::ACTION_REJOIN);
-    return r;
+    return id == last_id ? heartbeat_action : Action::kRejoin;
   }
   void SetSessionSecret(const std::string& secret) override {
     absl::MutexLock lock(&mu_);
@@ -146,11 +143,10 @@ class FakeServer : public PsClient {
   std::vector<uint64_t> resume_ids;
   std::vector<std::string> resume_secrets;
   std::string client_secret;  // what the session told the client to send
-  v1::Action join_action = v1::ACTION_CONTINUE;
-  // ACTION_PULL (2), deprecated, as servers of earlier releases said where they now say
-  // CONTINUE: every test here trains on through it, as the session must.
-  v1::Action next_action = static_cast<v1::Action>(2);
-  v1::Action heartbeat_action = v1::ACTION_CONTINUE;
+  Action join_action = Action::kContinue;
+  Action next_action = Action::kContinue;
+  Action heartbeat_action = Action::kContinue;
+  std::vector<PushedStep> pushed;  // as the client was given them
   std::deque<absl::Status> join_failures, pull_failures, push_failures;
   bool trailers = false;              // the server reads push trailers (streamed pushes)
   std::vector<int> sent;              // streamed pushes: tensors in the order sent
@@ -171,7 +167,7 @@ ModelLayout Layout() { return *ModelLayout::Create({{"w", {3}}}); }
 
 SessionOptions Options(const FakeClock* clock, std::vector<std::string>* log) {
   SessionOptions o;
-  o.header.set_name("w0");
+  o.worker.name = "w0";
   o.clock = clock;
   o.heartbeats = false;
   o.log = [log](const std::string& line) { log->push_back(line); };
@@ -212,9 +208,9 @@ TEST_CASE("a server outage is ridden out with capped backoff, then the worker re
   server.push_failures = {absl::UnavailableError("Socket closed")};
   for (int i = 0; i < 8; ++i) server.join_failures.push_back(absl::UnavailableError("Connection refused"));
   const absl::Time before = clock.Now();
-  v1::PushResponse reply;
-  v1::PushHeader h;
-  h.set_batch_size(16);
+  PushReply reply;
+  StepReport h;
+  h.batch_size = 16;
   absl::StatusOr<PushOutcome> r = s.Push(h, {0.1f, 0.1f, 0.1f}, w, &reply);
   REQUIRE(r.ok());
   REQUIRE(*r == PushOutcome::kRejoined);
@@ -286,9 +282,9 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(s.Join(kMine).ok());
   std::vector<float> w(3);
   REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
-  v1::PushResponse reply;
-  v1::PushHeader h;
-  h.set_batch_size(16);
+  PushReply reply;
+  StepReport h;
+  h.batch_size = 16;
   const absl::Time t0 = clock.Now();
   server.last_id = 99;  // the server forgot us (lease expired, restarted)
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
@@ -296,17 +292,20 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(s.worker_id() == 100);
   REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   REQUIRE(s.samples().size() == 1);
-  REQUIRE(s.samples().Get(0).ids_size() == 16);
+  REQUIRE(s.samples()[0].ids.size() == 16);
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kReplied);
   REQUIRE(s.batch() == 24);
-  REQUIRE(s.samples().Get(0).epoch() == 1);  // the reply's assignment replaces the join's
-  REQUIRE(s.samples().Get(0).ids_size() == 24);
-  server.next_action = v1::ACTION_REJOIN;
+  REQUIRE(s.samples()[0].epoch == 1);  // the reply's assignment replaces the join's
+  REQUIRE(s.samples()[0].ids.size() == 24);
+  REQUIRE(server.pushed.back().worker_id == 100);  // the session names itself and the model
+  REQUIRE(server.pushed.back().model_version == s.model_version());
+  REQUIRE(server.pushed.back().step.batch_size == 16);
+  server.next_action = Action::kRejoin;
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
   REQUIRE(server.resume_ids.back() == 100);  // the rejoin names the session it replaces...
   REQUIRE(server.resume_secrets.back() == "secret-100");  // ...and proves it is its own
   REQUIRE(server.client_secret == "secret-101");          // then sends the new session's secret
-  server.next_action = v1::ACTION_STOP;
+  server.next_action = Action::kStop;
   REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kStop);
   REQUIRE(s.stop_requested());
@@ -323,7 +322,7 @@ TEST_CASE("PushPull brings the new model with the reply", "[session]") {
   REQUIRE(s.Join(kMine).ok());
   std::vector<float> w(3);
   REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
-  v1::PushResponse reply;
+  PushReply reply;
   bool changed = false;
   REQUIRE(*s.PushPull({}, w, absl::MakeSpan(w), &reply, &changed) == PushOutcome::kReplied);
   REQUIRE(changed);  // the push moved the fake server's version
@@ -336,16 +335,16 @@ TEST_CASE("a server shutting down answers a join with stop; an interrupt ends th
   FakeClock clock;
   FakeServer server;
   std::vector<std::string> log;
-  server.join_action = v1::ACTION_STOP;
+  server.join_action = Action::kStop;
   Session stopped(&server, Layout(), Options(&clock, &log));
   REQUIRE(stopped.Join(kMine).ok());
   REQUIRE(stopped.stop_requested());
   std::vector<float> w(3);
-  v1::PushResponse reply;
+  PushReply reply;
   REQUIRE(*stopped.Push({}, w, w, &reply) == PushOutcome::kStop);
   REQUIRE(server.pushes == 0);
 
-  server.join_action = v1::ACTION_CONTINUE;
+  server.join_action = Action::kContinue;
   std::atomic<bool> interrupted{false};
   SessionOptions o = Options(&clock, &log);
   o.interrupted = &interrupted;
@@ -365,7 +364,7 @@ TEST_CASE("errors that are not faults are returned as they are", "[session]") {
   REQUIRE(s.Join(kMine).ok());
   std::vector<float> w(3);
   server.push_failures = {absl::InvalidArgumentError("gradient contains NaN")};
-  v1::PushResponse reply;
+  PushReply reply;
   REQUIRE(absl::IsInvalidArgument(s.Push({}, w, w, &reply).status()));
 }
 
@@ -390,12 +389,12 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
   await(3);
   {
     absl::MutexLock lock(&server.mu_);
-    server.heartbeat_action = v1::ACTION_REJOIN;
+    server.heartbeat_action = Action::kRejoin;
   }
   const int seen = heartbeats();
   await(seen + 2);
   std::vector<float> w(3);
-  v1::PushResponse reply;
+  PushReply reply;
   const int pushes = server.pushes;
   REQUIRE(*s.Push({}, w, w, &reply) == PushOutcome::kRejoined);
   REQUIRE(server.pushes == pushes);  // rejoined before pushing a gradient of the old session
@@ -413,20 +412,20 @@ struct Streaming {
     server.trailers = true;  // said in its join reply
     REQUIRE(s.Join({1, 2, 3}).ok());
     REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
-    h.set_batch_size(16);
-    trailer.set_compute_seconds(0.25);
+    h.batch_size = 16;
+    end.compute_seconds = 0.25;
   }
   absl::StatusOr<PushOutcome> Finish(std::unique_ptr<StreamedPush> push, bool early = false) {
-    return s.FinishPushPull(std::move(push), trailer, absl::MakeSpan(w), &reply, &changed, early);
+    return s.FinishPushPull(std::move(push), end, absl::MakeSpan(w), &reply, &changed, early);
   }
   FakeClock clock;
   FakeServer server;
   std::vector<std::string> log;
   Session s;
   std::vector<float> w = std::vector<float>(3), g = std::vector<float>(3, 0.5f);
-  v1::PushHeader h;
-  v1::PushTrailer trailer;
-  v1::PushResponse reply;
+  StepReport h;
+  StepEnd end;
+  PushReply reply;
   bool changed = false;
 };
 

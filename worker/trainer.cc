@@ -17,8 +17,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/enum_names.h"
-#include "common/tensor_codec.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
 #include "worker/model.h"
@@ -324,15 +322,13 @@ absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const
   return weights;
 }
 
-SessionOptions SessionOptionsFor(const TrainerOptions& o, const ModelLayout& layout, bool cuda, int64_t dataset_size) {
+SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dataset_size) {
   SessionOptions so;
-  so.header.set_name(o.name);
-  so.header.set_host(o.host.empty() ? Hostname() : o.host);
-  so.header.set_device(cuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
-  so.header.set_max_batch_size(o.max_batch);
-  so.header.set_dataset_size(static_cast<uint64_t>(dataset_size));  // the server assigns the samples
-  so.header.add_wire_dtypes(v1::WIRE_DTYPE_BF16);  // used when the server runs --wire_dtype=bf16
-  *so.header.mutable_layout() = LayoutToProto(layout);
+  so.worker.name = o.name;
+  so.worker.host = o.host.empty() ? Hostname() : o.host;
+  so.worker.device = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
+  so.worker.max_batch_size = o.max_batch;
+  so.worker.dataset_size = static_cast<uint64_t>(dataset_size);  // the server assigns the samples
   so.reconnect_timeout = o.reconnect_timeout;
   so.connect_timeout = o.connect_timeout;
   so.server_hint = o.server_hint;
@@ -353,7 +349,7 @@ absl::StatusOr<bool> JoinJob(const TrainerOptions& o, bool cuda, const std::vect
     return false;
   }
   std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
-              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), EnumName(session->mode()).c_str(),
+              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), ModeName(session->mode()),
               session->global_samples(),
               session->samples().empty() ? " (own data order: the server assigns none)" : "");
   std::fflush(stdout);
@@ -371,10 +367,9 @@ class SampleSource {
         order_(torch::randperm(n_, gen_)) {}
 
   // The step's sample ids (the batch is their count).
-  absl::StatusOr<torch::Tensor> Next(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans,
-                                     int64_t own_batch) {
+  absl::StatusOr<torch::Tensor> Next(const Assignment& spans, int64_t own_batch) {
     std::vector<int64_t> assigned;
-    for (const v1::SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids().begin(), span.ids().end());
+    for (const SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids.begin(), span.ids.end());
     if (!assigned.empty()) {
       for (int64_t id : assigned) {
         if (id < 0 || id >= n_) {
@@ -524,10 +519,10 @@ class SampleLog {
     if (!file_) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", path));
     return absl::OkStatus();
   }
-  void Applied(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans) {
+  void Applied(const Assignment& spans) {
     if (!file_) return;
-    for (const v1::SampleSpan& span : spans) {
-      for (uint64_t id : span.ids()) std::fprintf(file_.get(), "%lu %lu\n", span.epoch(), id);
+    for (const SampleSpan& span : spans) {
+      for (uint64_t id : span.ids) std::fprintf(file_.get(), "%lu %lu\n", span.epoch, id);
     }
     std::fflush(file_.get());
   }
@@ -564,7 +559,7 @@ class TrainingLoop {
         session_->Leave(/*finished=*/false);
         return absl::CancelledError("interrupted: left the job");
       }
-      const google::protobuf::RepeatedPtrField<v1::SampleSpan> spans = session_->samples();
+      const Assignment spans = session_->samples();
       absl::StatusOr<torch::Tensor> idx = samples_.Next(spans, session_->batch());
       if (!idx.ok()) return idx.status();
       const int64_t batch = idx->size(0);
@@ -575,7 +570,7 @@ class TrainingLoop {
       std::unique_ptr<StreamedPush> push =
           session_->BeginPushPull(PushFor(batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
       const StepResult step = runner_.Run(*idx, batch, &grad_, push.get());
-      v1::PushResponse reply;
+      PushReply reply;
       bool model_changed = false;  // one round trip: the reply brings the new model
       const auto comm_start = Clock::now();
       absl::StatusOr<PushOutcome> outcome = Exchange(batch, step, std::move(push), &reply, &model_changed);
@@ -592,14 +587,14 @@ class TrainingLoop {
         continue;
       }
       last_comm_seconds_ = comm_seconds;
-      if (reply.applied()) sample_log_.Applied(spans);
+      if (reply.applied) sample_log_.Applied(spans);
       pending_accuracy_.reset();
       result_.iterations = ++it;
       result_.last_loss = step.loss;
-      LogIteration(it - 1, batch, step, reply.model_version());
+      LogIteration(it - 1, batch, step, reply.model_version);
       if (model_changed) params_->Load(weights_);
       series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
-      const double global = static_cast<double>(reply.global_samples());
+      const double global = static_cast<double>(reply.global_samples);
       finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
                  (o_.max_iterations > 0 && it >= o_.max_iterations);
       if (o_.evaluate && evaluations_.Due(global, finished)) EvaluateAt(global);
@@ -631,29 +626,24 @@ class TrainingLoop {
   // The step's push ended (its time, loss and any accuracy in the trailer) and the new
   // model received; or, out of memory, the push given up and the report sent instead.
   absl::StatusOr<PushOutcome> Exchange(int64_t batch, const StepResult& step,
-                                       std::unique_ptr<StreamedPush> push, v1::PushResponse* reply, bool* changed) {
+                                       std::unique_ptr<StreamedPush> push, PushReply* reply, bool* changed) {
     if (step.out_of_memory) {
       push.reset();  // cancelled: the server changes nothing
-      v1::PushHeader report = PushFor(batch);
-      report.set_out_of_memory(true);
-      if (pending_accuracy_) report.set_test_accuracy(*pending_accuracy_);
+      StepReport report = PushFor(batch);
+      report.out_of_memory = true;
+      report.end.test_accuracy = pending_accuracy_;
       return session_->PushPull(report, grad_, absl::MakeSpan(weights_), reply, changed);
     }
-    v1::PushTrailer trailer;
-    trailer.set_compute_seconds(step.compute_seconds);
-    trailer.set_train_loss(step.loss);
-    if (pending_accuracy_) trailer.set_test_accuracy(*pending_accuracy_);
-    return session_->FinishPushPull(std::move(push), trailer, absl::MakeSpan(weights_), reply, changed);
+    const StepEnd end{step.compute_seconds, step.loss, pending_accuracy_};
+    return session_->FinishPushPull(std::move(push), end, absl::MakeSpan(weights_), reply, changed);
   }
 
-  // The push's header as known before the step (its time and loss follow the step).
-  v1::PushHeader PushFor(int64_t batch) const {
-    v1::PushHeader push;
-    push.set_batch_size(batch);
-    // The previous iteration's communication: the server takes out its own wait and the
-    // controller learns this worker's link time from the rest.
-    push.set_communication_seconds(last_comm_seconds_);
-    return push;
+  // The step as known before it runs (its time and loss follow it).
+  StepReport PushFor(int64_t batch) const {
+    StepReport step;
+    step.batch_size = batch;
+    step.communication_seconds = last_comm_seconds_;  // the previous iteration's
+    return step;
   }
 
   void LogIteration(int64_t it, int64_t batch, const StepResult& step, uint64_t version) const {
@@ -679,11 +669,11 @@ class TrainingLoop {
   // final model, the summary and an export then agree.
   absl::Status ReportFinalAccuracy(double loss) {
     if (!pending_accuracy_) return absl::OkStatus();
-    v1::PushHeader report;
-    report.set_report_only(true);
-    report.set_test_accuracy(*pending_accuracy_);
-    report.set_train_loss(loss);
-    v1::PushResponse reply;
+    StepReport report;
+    report.report_only = true;
+    report.end.test_accuracy = pending_accuracy_;
+    report.end.train_loss = loss;
+    PushReply reply;
     return session_->Push(report, {}, weights_, &reply).status();
   }
 
@@ -755,7 +745,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     absl::StatusOr<std::vector<float>> weights = InitialWeights(o, *layout, &params);
     if (!weights.ok()) return weights.status();
     const bool cuda = setup->device.is_cuda();
-    Session session(&client, *layout, SessionOptionsFor(o, *layout, cuda, setup->train.size()));
+    Session session(&client, *layout, SessionOptionsFor(o, cuda, setup->train.size()));
     TrainerMetrics series(o.registry, o.name);  // from the start: a worker at the start barrier shows 0
     absl::StatusOr<bool> joined = JoinJob(o, cuda, *weights, &session);
     if (!joined.ok()) return joined.status();

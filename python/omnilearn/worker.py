@@ -36,7 +36,6 @@ from typing import Optional
 
 import torch
 
-from omnilearn import _stubs
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.flat_model import FlatModel, FlatStorage
 from omnilearn.loader import StepBatchSampler, concat
@@ -69,7 +68,6 @@ def _load_core():
 
 
 _core = _load_core()
-pb2, pb2_grpc = _stubs.load()
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
 
@@ -226,12 +224,12 @@ class Worker:
         self._profile = None  # the emulated profile last logged
         self._log = log or _Logger(self.name)
         self._device = self.flat.device
-        header = self._join_header(host, max_batch_size, dataset_size)
         token = _read_token(auth_token, auth_token_file)
         self.storage = FlatStorage(self.flat)
         # The session, its backoff on this module's clock (a test's fake time drives it).
-        self._core = _core.Core(server, self.flat.tensors(), header.SerializeToString(), rpc_timeout,
-                                reconnect_timeout, connect_timeout,
+        self._core = _core.Core(server, self.flat.tensors(), self.name, host or socket.gethostname(),
+                                "cuda" if self._device.type == "cuda" else "cpu", max_batch_size, dataset_size,
+                                rpc_timeout, reconnect_timeout, connect_timeout,
                                 f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
                                 token or "", tls_ca or "", tls_cert or "",
                                 tls_key or "", tls_server_name or "", lambda: time.monotonic(),
@@ -274,16 +272,6 @@ class Worker:
         self._step_arrival_wait = 0.0  # this step's forward waiting for the model to arrive
         self.arrival_wait_seconds = 0.0  # all steps
 
-    def _join_header(self, host, max_batch_size, dataset_size):
-        header = pb2.JoinHeader(name=self.name, host=host or socket.gethostname(),
-                                layout=self.flat.layout(pb2), max_batch_size=max_batch_size,
-                                dataset_size=dataset_size, wire_dtypes=[pb2.WIRE_DTYPE_F32, pb2.WIRE_DTYPE_BF16])
-        if self._device.type == "cuda":
-            header.device = pb2.DEVICE_CUDA
-        else:
-            header.device = pb2.DEVICE_CPU
-        return header
-
     # ------------------------------------------------------------------ session
     # The session's state lives in the core: join, rejoin, backoff, heartbeats, stop.
     @property
@@ -305,7 +293,8 @@ class Worker:
         return self._core.global_samples
 
     @property
-    def mode(self) -> int:
+    def mode(self) -> str:
+        """The server's mode: "sync", "async" or "ssp"."""
         return self._core.mode
 
     @property
@@ -339,7 +328,7 @@ class Worker:
             self._log("the server is shutting down: nothing to train")
             return
         self._log(f"joined as worker {self.worker_id}: device={self._device.type} batch={self.batch_size} "
-                  f"mode={pb2.Mode.Name(self.mode)} samples so far={self.global_samples}")
+                  f"mode={self.mode} samples so far={self.global_samples}")
         self.pull()
 
     def leave(self, finished: bool = False):
@@ -418,8 +407,8 @@ class Worker:
         self._open_push = False
         if self._bucket_bytes <= 0:
             return
-        header = pb2.PushHeader(batch_size=step.batch_size, communication_seconds=self._last_comm_seconds)
-        self._core.begin_push(header.SerializeToString(), self.storage.update_host, self._bucket_bytes)
+        report = _core.StepReport(batch_size=step.batch_size, communication_seconds=self._last_comm_seconds)
+        self._core.begin_push(report, self.storage.update_host, self._bucket_bytes)
         self._open_push = True
 
     def _cancel_push(self):
@@ -518,20 +507,16 @@ class Worker:
         step = self._require_step()
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
-        trailer = pb2.PushTrailer(compute_seconds=self._compute_seconds(), train_loss=float(loss))
+        end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=float(loss),
+                            test_accuracy=test_accuracy)
         if test_accuracy is not None:
-            trailer.test_accuracy = test_accuracy
             self.metrics.test_accuracy = test_accuracy
         self._check_parameters_unchanged()
-        self.metrics.step(trailer.compute_seconds, float(loss))
+        self.metrics.step(end.compute_seconds, float(loss))
         update = self.storage.prepare_update(streamed=self._open_push)
         if self._open_push:
-            return self._send(None, update, step, trailer)
-        header = pb2.PushHeader(batch_size=step.batch_size, compute_seconds=trailer.compute_seconds,
-                                train_loss=trailer.train_loss)
-        if test_accuracy is not None:
-            header.test_accuracy = test_accuracy
-        return self._send(header, update, step)
+            return self._send(None, update, step, end)
+        return self._send(_core.StepReport(batch_size=step.batch_size, end=end), update, step)
 
     def _note_pulled(self):
         """Remembers the parameters' version counters as the model arrived (until warned)."""
@@ -556,9 +541,9 @@ class Worker:
         step = self._require_step()
         self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()
-        header = pb2.PushHeader(batch_size=step.batch_size, out_of_memory=True)
+        report = _core.StepReport(batch_size=step.batch_size, out_of_memory=True)
         self.metrics.out_of_memory += 1
-        return self._send(header, None, step)
+        return self._send(report, None, step)
 
     def report(self, test_accuracy: float, loss: float = 0.0):
         """Reports a test accuracy measured on the model this worker holds (nothing trained)."""
@@ -567,12 +552,12 @@ class Worker:
             return None
         self.wait_model()
         self._cancel_push()  # one push at a time per session: the step's gradient goes whole
-        header = pb2.PushHeader(report_only=True, test_accuracy=test_accuracy, train_loss=loss)
+        report = _core.StepReport(report_only=True, end=_core.StepEnd(train_loss=loss, test_accuracy=test_accuracy))
         self.metrics.test_accuracy = test_accuracy
-        outcome, reply = self._call(self._core.push, header.SerializeToString(), None, self.storage.weights_host)
+        outcome, reply = self._call(self._core.push, report, None, self.storage.weights_host)
         if outcome == "rejoined":
             self.pull()
-        return pb2.PushResponse.FromString(reply) if outcome == "replied" else None
+        return reply if outcome == "replied" else None
 
     @staticmethod
     def _check_accuracy(a):
@@ -584,25 +569,24 @@ class Worker:
             raise RuntimeError("push() outside a step: iterate over the worker first")
         return self._step
 
-    def _send(self, header, update, step: Step, trailer=None):
-        """The step's push: whole (`header`), or the end of the one begun (`trailer`)."""
+    def _send(self, report, update, step: Step, end=None):
+        """The step's push: whole (`report`), or the end of the one begun (`end`)."""
         self._step = None
         if self.stopped.is_set():
             self._cancel_push()
             return None
         comm_start = time.perf_counter()
-        if trailer is not None:
+        if end is not None:
             self._open_push = False
-            outcome, reply, changed = self._call(self._core.finish_push, trailer.SerializeToString(),
-                                                 self.storage.weights_host, self._overlap)
+            outcome, reply, changed = self._call(self._core.finish_push, end, self.storage.weights_host,
+                                                 self._overlap)
             self._arriving = self._overlap and outcome == "replied"
         else:
             self._cancel_push()
             # The previous iteration's communication: the server takes out its own wait and
             # the controller learns this worker's link time from the rest.
-            header.communication_seconds = self._last_comm_seconds
-            outcome, reply, changed = self._call(self._core.push_pull, header.SerializeToString(), update,
-                                                 self.storage.weights_host)
+            report.communication_seconds = self._last_comm_seconds
+            outcome, reply, changed = self._call(self._core.push_pull, report, update, self.storage.weights_host)
         if outcome == "rejoined":  # the step's gradient was of an old session: train it again
             self.pull()
             self._last_comm_seconds = 0.0
@@ -612,13 +596,12 @@ class Worker:
         if outcome == "stop":
             self.stopped.set()
             self._log("the server stopped the job")
-            return pb2.PushResponse.FromString(reply) if reply else None
+            return reply
         if changed:
             self.storage.received()
         self._note_pulled()
-        reply = pb2.PushResponse.FromString(reply)
         self.last_reply = reply
-        if header is None or not header.out_of_memory:
+        if report is None or not report.out_of_memory:
             self.samples_seen += step.batch_size
             self.metrics.samples += step.batch_size
         self.iteration += 1

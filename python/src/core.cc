@@ -3,6 +3,8 @@
 // it flat float32 buffers (numpy views of the model's flat storage): gradients are sent
 // from them and the model is received straight into them. Network waits release the
 // GIL. Errors raise omnilearn._core.Error(code, message), code being absl's (= gRPC's).
+// It speaks the worker's terms (worker/ps_types.h: steps, replies, assignments); the
+// proto stays inside the gRPC client.
 #include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -19,6 +21,7 @@
 #include "common/clock.h"
 #include "common/model_layout.h"
 #include "worker/ps_client.h"
+#include "worker/ps_types.h"
 #include "worker/session.h"
 
 namespace py = pybind11;
@@ -94,7 +97,7 @@ py::buffer_info Request(const py::object& o, bool writable, const char* what) {
 class Core {
  public:
   Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
-       const py::bytes& join_header, worker::ClientOptions client_options, double reconnect_timeout,
+       worker::WorkerInfo info, worker::ClientOptions client_options, double reconnect_timeout,
        double connect_timeout, std::string server_hint, py::function now, py::function sleep, py::function log)
       : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
     std::vector<TensorSpec> specs;
@@ -102,7 +105,7 @@ class Core {
     absl::StatusOr<ModelLayout> layout = ModelLayout::Create(std::move(specs));
     if (!layout.ok()) Raise(layout.status());
     worker::SessionOptions so;
-    if (!so.header.ParseFromString(std::string(join_header))) throw py::value_error("join_header is not a JoinHeader");
+    so.worker = std::move(info);
     so.reconnect_timeout = absl::Seconds(reconnect_timeout);
     so.connect_timeout = absl::Seconds(connect_timeout);
     so.server_hint = std::move(server_hint);
@@ -160,32 +163,31 @@ class Core {
   }
 
   // (outcome, reply, changed): outcome "replied", "rejoined" or "stop"; reply the
-  // serialized PushResponse (when replied); changed whether the model moved.
-  py::tuple PushPull(const py::bytes& header, const py::object& gradient, const py::object& weights) {
-    v1::PushHeader h = ParseHeader(header);
+  // PushReply (when replied or stopped by a reply, else None); changed whether the model
+  // moved.
+  py::tuple PushPull(const worker::StepReport& step, const py::object& gradient, const py::object& weights) {
     std::optional<py::buffer_info> g = Gradient(gradient);
     py::buffer_info w = ModelBuffer(weights, true, "weights");
-    v1::PushResponse reply;
+    worker::PushReply reply;
     bool changed = false;
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->PushPull(std::move(h), GradientSpan(g), MutableSpan(w), &reply, &changed);
+      outcome = session()->PushPull(step, GradientSpan(g), MutableSpan(w), &reply, &changed);
     }
     Done(outcome.status());
-    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
+    return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)), changed);
   }
 
   // Opens a push whose gradient leaves during backward (Session::BeginPushPull), from
   // `gradient` (kept referenced until the push ends); a push still open is cancelled
   // first. True when it streams (else finish_push sends it whole).
-  bool BeginPush(const py::bytes& header, const py::object& gradient, int64_t bucket_bytes) {
+  bool BeginPush(const worker::StepReport& step, const py::object& gradient, int64_t bucket_bytes) {
     CancelPush();
-    v1::PushHeader h = ParseHeader(header);
     py::buffer_info g = ModelBuffer(gradient, false, "gradient");
     open_gradient_ = gradient;
     py::gil_scoped_release nogil;
-    push_ = session()->BeginPushPull(std::move(h), ConstSpan(g), bucket_bytes);
+    push_ = session()->BeginPushPull(step, ConstSpan(g), bucket_bytes);
     return push_->streaming();
   }
   // Tensor i's gradient is final (autograd's hook, the GIL held: it only queues).
@@ -204,22 +206,20 @@ class Core {
   // Ends the open push as push_pull does: (outcome, reply, changed). `early`: returns with
   // the reply while the model still arrives into `weights` (kept referenced meanwhile);
   // await_tensors / await_model wait for it (Session::FinishPushPull).
-  py::tuple FinishPush(const py::bytes& trailer, const py::object& weights, bool early) {
+  py::tuple FinishPush(const worker::StepEnd& end, const py::object& weights, bool early) {
     if (push_ == nullptr) throw py::value_error("finish_push without begin_push");
-    v1::PushTrailer t;
-    if (!t.ParseFromString(std::string(trailer))) throw py::value_error("trailer is not a PushTrailer");
     py::buffer_info w = ModelBuffer(weights, true, "weights");
-    v1::PushResponse reply;
+    worker::PushReply reply;
     bool changed = false;
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->FinishPushPull(std::move(push_), t, MutableSpan(w), &reply, &changed, early);
+      outcome = session()->FinishPushPull(std::move(push_), end, MutableSpan(w), &reply, &changed, early);
     }
     open_gradient_ = py::none();
     arriving_weights_ = weights;
     Done(outcome.status());
-    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()), changed);
+    return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)), changed);
   }
 
   // Waits (the GIL released) until these tensors of a model arriving are in place.
@@ -239,18 +239,17 @@ class Core {
   }
 
   // A push without the model back (reports): (outcome, reply).
-  py::tuple Push(const py::bytes& header, const py::object& gradient, const py::object& weights) {
-    v1::PushHeader h = ParseHeader(header);
+  py::tuple Push(const worker::StepReport& step, const py::object& gradient, const py::object& weights) {
     std::optional<py::buffer_info> g = Gradient(gradient);
     py::buffer_info w = ModelBuffer(weights, false, "weights");
-    v1::PushResponse reply;
+    worker::PushReply reply;
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->Push(std::move(h), GradientSpan(g), ConstSpan(w), &reply);
+      outcome = session()->Push(step, GradientSpan(g), ConstSpan(w), &reply);
     }
     Done(outcome.status());
-    return py::make_tuple(OutcomeName(*outcome), py::bytes(reply.SerializeAsString()));
+    return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)));
   }
 
   void Leave(bool finished) {
@@ -261,15 +260,13 @@ class Core {
   // The assigned samples of the next mini-batch: (ids, epoch of the first span), or an
   // empty array and -1 when the server assigns none.
   py::tuple Samples() {
-    const auto& spans = session()->samples();
-    size_t n = 0;
-    for (const v1::SampleSpan& s : spans) n += s.ids_size();
-    py::array_t<int64_t> ids(static_cast<py::ssize_t>(n));
+    const worker::Assignment& spans = session()->samples();
+    py::array_t<int64_t> ids(static_cast<py::ssize_t>(worker::SampleCount(spans)));
     int64_t* out = ids.mutable_data();
-    for (const v1::SampleSpan& s : spans) {
-      for (uint64_t id : s.ids()) *out++ = static_cast<int64_t>(id);
+    for (const worker::SampleSpan& s : spans) {
+      for (uint64_t id : s.ids) *out++ = static_cast<int64_t>(id);
     }
-    return py::make_tuple(ids, spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch()));
+    return py::make_tuple(ids, spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch));
   }
 
   worker::Session* session() { return session_.get(); }
@@ -296,10 +293,12 @@ class Core {
   static absl::Span<const float> GradientSpan(const std::optional<py::buffer_info>& g) {
     return g ? ConstSpan(*g) : absl::Span<const float>();
   }
-  static v1::PushHeader ParseHeader(const py::bytes& header) {
-    v1::PushHeader h;
-    if (!h.ParseFromString(std::string(header))) throw py::value_error("header is not a PushHeader");
-    return h;
+  // The reply the server sent, or None for an outcome without one (a rejoin, a stop seen
+  // before any call).
+  static py::object ReplyOf(worker::PushOutcome o, worker::PushReply reply) {
+    if (o == worker::PushOutcome::kRejoined) return py::none();
+    if (o == worker::PushOutcome::kStop && reply.action != worker::Action::kStop) return py::none();
+    return py::cast(std::move(reply));
   }
   static const char* OutcomeName(worker::PushOutcome o) {
     switch (o) {
@@ -332,18 +331,84 @@ class Core {
 }  // namespace
 }  // namespace omnilearn
 
+namespace omnilearn {
+namespace {
+
+const char* ActionName(worker::Action a) {
+  switch (a) {
+    case worker::Action::kContinue:
+      return "continue";
+    case worker::Action::kRejoin:
+      return "rejoin";
+    case worker::Action::kStop:
+      return "stop";
+  }
+  return "?";
+}
+
+// The worker's terms as Python classes: a step to push, its end, the server's reply.
+void BindTypes(py::module_& m) {
+  using worker::PushReply;
+  using worker::StepEnd;
+  using worker::StepReport;
+  py::class_<StepEnd>(m, "StepEnd", "What a step came to (a streamed push's trailer).")
+      .def(py::init([](double compute_seconds, double train_loss, std::optional<double> test_accuracy) {
+             return StepEnd{compute_seconds, train_loss, test_accuracy};
+           }),
+           py::arg("compute_seconds") = 0.0, py::arg("train_loss") = 0.0, py::arg("test_accuracy") = py::none())
+      .def_readwrite("compute_seconds", &StepEnd::compute_seconds)
+      .def_readwrite("train_loss", &StepEnd::train_loss)
+      .def_readwrite("test_accuracy", &StepEnd::test_accuracy);
+  py::class_<StepReport>(m, "StepReport", "A step as pushed with its gradient.")
+      .def(py::init([](int64_t batch_size, double communication_seconds, StepEnd end, bool out_of_memory,
+                       bool report_only) {
+             return StepReport{batch_size, communication_seconds, end, out_of_memory, report_only};
+           }),
+           py::arg("batch_size") = 0, py::arg("communication_seconds") = 0.0, py::arg("end") = StepEnd{},
+           py::arg("out_of_memory") = false, py::arg("report_only") = false)
+      .def_readwrite("batch_size", &StepReport::batch_size)
+      .def_readwrite("communication_seconds", &StepReport::communication_seconds)
+      .def_readwrite("end", &StepReport::end)
+      .def_readwrite("out_of_memory", &StepReport::out_of_memory)
+      .def_readwrite("report_only", &StepReport::report_only);
+  py::class_<PushReply>(m, "PushReply", "The server's answer to a push.")
+      .def_property_readonly("action", [](const PushReply& r) { return ActionName(r.action); })
+      .def_readonly("applied", &PushReply::applied)
+      .def_readonly("message", &PushReply::message)
+      .def_readonly("model_version", &PushReply::model_version)
+      .def_readonly("next_batch_size", &PushReply::next_batch_size)
+      .def_readonly("global_samples", &PushReply::global_samples)
+      .def("__repr__", [](const PushReply& r) {
+        return absl::StrCat("PushReply(action=", ActionName(r.action), ", applied=", r.applied ? "True" : "False",
+                            ", model_version=", r.model_version, ", next_batch_size=", r.next_batch_size,
+                            ", global_samples=", r.global_samples, ")");
+      });
+}
+
+worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host, const std::string& device,
+                                int64_t max_batch_size, uint64_t dataset_size) {
+  if (device != "cpu" && device != "cuda") throw py::value_error("device must be 'cpu' or 'cuda'");
+  return worker::WorkerInfo{name, host, device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
+                            max_batch_size, dataset_size};
+}
+
+}  // namespace
+}  // namespace omnilearn
+
 PYBIND11_MODULE(_core, m) {
   using omnilearn::Core;
   m.doc() = "The C++ worker core of OmniLearn's Python workers (see omnilearn.worker).";
   omnilearn::g_error = PyErr_NewException("omnilearn._core.Error", PyExc_RuntimeError, nullptr);
   m.attr("Error") = py::handle(omnilearn::g_error);
+  omnilearn::BindTypes(m);
   py::class_<Core>(m, "Core")
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
-                       const py::bytes& join_header, double rpc_timeout, double reconnect_timeout,
-                       double connect_timeout, const std::string& server_hint, const std::string& auth_token, const std::string& tls_ca, const std::string& tls_cert,
-                       const std::string& tls_key, const std::string& tls_server_name, py::function now,
-                       py::function sleep, py::function log) {
+                       const std::string& name, const std::string& host, const std::string& device,
+                       int64_t max_batch_size, uint64_t dataset_size, double rpc_timeout, double reconnect_timeout,
+                       double connect_timeout, const std::string& server_hint, const std::string& auth_token,
+                       const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
+                       const std::string& tls_server_name, py::function now, py::function sleep, py::function log) {
              omnilearn::worker::ClientOptions o;
              o.rpc_timeout = absl::Seconds(rpc_timeout);
              o.auth_token = auth_token;
@@ -351,20 +416,24 @@ PYBIND11_MODULE(_core, m) {
              o.tls_cert = tls_cert;
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
-             return std::make_unique<Core>(target, tensors, join_header, o, reconnect_timeout, connect_timeout,
-                                           server_hint, std::move(now), std::move(sleep), std::move(log));
+             return std::make_unique<Core>(target, tensors,
+                                           omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size),
+                                           o, reconnect_timeout, connect_timeout, server_hint, std::move(now),
+                                           std::move(sleep), std::move(log));
            }),
-           py::arg("target"), py::arg("tensors"), py::arg("join_header"), py::arg("rpc_timeout"),
-           py::arg("reconnect_timeout"), py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"), py::arg("tls_cert"),
-           py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"), py::arg("log"))
+           py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
+           py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
+           py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"),
+           py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"),
+           py::arg("log"))
       .def("join", &Core::Join, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))
-      .def("push_pull", &Core::PushPull, py::arg("header"), py::arg("gradient"), py::arg("weights"))
-      .def("push", &Core::Push, py::arg("header"), py::arg("gradient"), py::arg("weights"))
-      .def("begin_push", &Core::BeginPush, py::arg("header"), py::arg("gradient"), py::arg("bucket_bytes"))
+      .def("push_pull", &Core::PushPull, py::arg("step"), py::arg("gradient"), py::arg("weights"))
+      .def("push", &Core::Push, py::arg("step"), py::arg("gradient"), py::arg("weights"))
+      .def("begin_push", &Core::BeginPush, py::arg("step"), py::arg("gradient"), py::arg("bucket_bytes"))
       .def("ready", &Core::Ready, py::arg("tensor"))
       .def("cancel_push", &Core::CancelPush)
-      .def("finish_push", &Core::FinishPush, py::arg("trailer"), py::arg("weights"), py::arg("early") = false)
+      .def("finish_push", &Core::FinishPush, py::arg("end"), py::arg("weights"), py::arg("early") = false)
       .def("await_tensors", &Core::AwaitTensors, py::arg("tensors"))
       .def("await_model", &Core::AwaitModel)
       .def("leave", &Core::Leave, py::arg("finished"))
@@ -374,7 +443,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("batch", [](Core& c) { return c.session()->batch(); })
       .def_property_readonly("model_version", [](Core& c) { return c.session()->model_version(); })
       .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
-      .def_property_readonly("mode", [](Core& c) { return static_cast<int>(c.session()->mode()); })
+      .def_property_readonly("mode", [](Core& c) { return omnilearn::worker::ModeName(c.session()->mode()); })
       .def_property_readonly("stop_requested", [](Core& c) { return c.session()->stop_requested(); })
       .def_property_readonly("rejoins", [](Core& c) { return c.session()->rejoins(); });
 }

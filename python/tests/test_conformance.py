@@ -10,11 +10,11 @@ from concurrent import futures
 import grpc
 import torch
 
-from omnilearn import worker as worker_mod
+from omnilearn import _stubs
 from omnilearn.worker import ServerError, Worker
 from test_worker import FakeServer
 
-pb2, pb2_grpc = worker_mod.pb2, worker_mod.pb2_grpc
+pb2, pb2_grpc = _stubs.load()
 DRIVER = os.environ.get("OMNILEARN_SESSION_DRIVER")
 LAYOUT = "weight:2x3,bias:2"  # torch.nn.Linear(3, 2)
 
@@ -34,7 +34,7 @@ def python_run(address, iterations, oom_at, token):
                 if reply is None:
                     outcomes.append("stop" if w.stopped.is_set() else "rejoined")
                 else:
-                    outcomes.append("stop" if reply.action == pb2.ACTION_STOP else "replied")
+                    outcomes.append("stop" if reply.action == "stop" else "replied")
     except ServerError as e:
         outcomes.append(f"error {e.code.name}")
     return outcomes

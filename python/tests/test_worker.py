@@ -19,10 +19,10 @@ from torch.nn import functional as F
 import fake_codec as codec
 from omnilearn import flat_model, models
 from omnilearn.run import free_port
-from omnilearn import worker as worker_mod
+from omnilearn import _stubs, worker as worker_mod
 from omnilearn.worker import ServerError, Worker
 
-pb2, pb2_grpc = worker_mod.pb2, worker_mod.pb2_grpc
+pb2, pb2_grpc = _stubs.load()
 SECRET = b"s3cret"
 
 

@@ -1,0 +1,104 @@
+#include "worker/ps_proto.h"
+
+#include "common/tensor_codec.h"
+
+namespace omnilearn {
+namespace worker {
+
+Action ActionOf(v1::Action a) {
+  switch (a) {
+    case v1::ACTION_STOP:
+      return Action::kStop;
+    case v1::ACTION_REJOIN:
+      return Action::kRejoin;
+    default:  // CONTINUE, and the deprecated PULL an older server may send: the same
+      return Action::kContinue;
+  }
+}
+
+Mode ModeOf(v1::Mode m) {
+  switch (m) {
+    case v1::MODE_SYNC:
+      return Mode::kSync;
+    case v1::MODE_ASYNC:
+      return Mode::kAsync;
+    case v1::MODE_SSP:
+      return Mode::kSsp;
+    default:
+      return Mode::kUnknown;
+  }
+}
+
+Assignment AssignmentOf(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans) {
+  Assignment out;
+  out.reserve(spans.size());
+  for (const v1::SampleSpan& s : spans) out.push_back(SampleSpan{s.epoch(), {s.ids().begin(), s.ids().end()}});
+  return out;
+}
+
+v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, bool offer_bfloat16) {
+  v1::JoinHeader h;
+  h.set_name(r.worker.name);
+  h.set_host(r.worker.host);
+  h.set_device(r.worker.device == DeviceKind::kCuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
+  h.set_max_batch_size(r.worker.max_batch_size);
+  h.set_dataset_size(r.worker.dataset_size);
+  *h.mutable_layout() = LayoutToProto(layout);
+  h.set_has_initial_parameters(r.has_initial_parameters);
+  h.set_resume_worker_id(r.resume_worker_id);
+  h.set_resume_secret(r.resume_secret);
+  h.add_wire_dtypes(v1::WIRE_DTYPE_F32);
+  if (offer_bfloat16) h.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
+  return h;
+}
+
+JoinReply JoinReplyOf(const v1::JoinResponse& r) {
+  JoinReply out;
+  out.action = ActionOf(r.action());
+  out.worker_id = r.worker_id();
+  out.session_secret = r.session_secret();
+  out.lease_seconds = r.lease_seconds();
+  out.mode = ModeOf(r.mode());
+  out.batch_size = r.batch_size();
+  out.samples = AssignmentOf(r.samples());
+  out.global_samples = r.global_samples();
+  out.push_trailer = r.push_trailer();
+  return out;
+}
+
+v1::PushTrailer TrailerOf(const StepEnd& end) {
+  v1::PushTrailer t;
+  t.set_compute_seconds(end.compute_seconds);
+  t.set_train_loss(end.train_loss);
+  if (end.test_accuracy) t.set_test_accuracy(*end.test_accuracy);
+  return t;
+}
+
+v1::PushHeader PushHeaderOf(const PushedStep& p) {
+  v1::PushHeader h;
+  h.set_worker_id(p.worker_id);
+  h.set_model_version(p.model_version);
+  h.set_batch_size(p.step.batch_size);
+  h.set_communication_seconds(p.step.communication_seconds);
+  h.set_compute_seconds(p.step.end.compute_seconds);
+  h.set_train_loss(p.step.end.train_loss);
+  if (p.step.end.test_accuracy) h.set_test_accuracy(*p.step.end.test_accuracy);
+  h.set_out_of_memory(p.step.out_of_memory);
+  h.set_report_only(p.step.report_only);
+  return h;
+}
+
+PushReply PushReplyOf(const v1::PushResponse& r) {
+  PushReply out;
+  out.action = ActionOf(r.action());
+  out.applied = r.applied();
+  out.message = r.message();
+  out.model_version = r.model_version();
+  out.next_batch_size = r.next_batch_size();
+  out.samples = AssignmentOf(r.samples());
+  out.global_samples = r.global_samples();
+  return out;
+}
+
+}  // namespace worker
+}  // namespace omnilearn

@@ -1,0 +1,108 @@
+// What a worker and the parameter server say to each other, in the worker's own terms.
+// The session, the trainer and the Python core speak these; only the gRPC client
+// (grpc_ps_client.cc) knows the proto and its wire form. Plain values, no LibTorch.
+#ifndef OMNILEARN_WORKER_PS_TYPES_H_
+#define OMNILEARN_WORKER_PS_TYPES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace omnilearn {
+namespace worker {
+
+// What the server tells a worker to do next.
+enum class Action {
+  kContinue,  // train the next step (with the batch and samples the reply brings)
+  kRejoin,    // the session is gone (lease expired, server restarted): join again
+  kStop,      // training is over, or the server is shutting down
+};
+
+enum class Mode { kUnknown, kSync, kAsync, kSsp };
+// "sync", "async", "ssp" (as the server's --mode names them), or "unknown".
+const char* ModeName(Mode mode);
+
+enum class DeviceKind { kCpu, kCuda };
+
+// Samples of one epoch, by their index in the training set.
+struct SampleSpan {
+  uint64_t epoch = 0;
+  std::vector<uint64_t> ids;
+  bool operator==(const SampleSpan& o) const { return epoch == o.epoch && ids == o.ids; }
+};
+
+// The samples the server assigned for the next mini-batch (its size is their count);
+// empty when the server assigns none and the worker picks its own.
+using Assignment = std::vector<SampleSpan>;
+// How many samples an assignment holds.
+int64_t SampleCount(const Assignment& a);
+
+// Who joins: the worker as the server's controller and sampler need to know it.
+struct WorkerInfo {
+  std::string name;  // unique per worker process
+  std::string host;
+  DeviceKind device = DeviceKind::kCpu;
+  int64_t max_batch_size = 0;  // a ceiling the worker knows of; 0 = none
+  uint64_t dataset_size = 0;   // the training set's size: the server assigns its samples
+};
+
+// One Join call (the session fills in everything but `worker`).
+struct JoinRequest {
+  WorkerInfo worker;
+  bool has_initial_parameters = false;  // the model's values follow (a server with none)
+  uint64_t resume_worker_id = 0;        // a live session of ours to replace, proven by
+  std::string resume_secret;            //   its secret (after a network fault)
+};
+
+struct JoinReply {
+  Action action = Action::kContinue;  // kStop: the server is shutting down
+  uint64_t worker_id = 0;
+  std::string session_secret;  // sent with every later call of the session
+  double lease_seconds = 0;    // heartbeat or push at least this often
+  Mode mode = Mode::kUnknown;
+  int64_t batch_size = 0;  // the first mini-batch's
+  Assignment samples;      // the first mini-batch's samples
+  uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)
+  bool push_trailer = false;    // the server reads streamed pushes (a header, buckets, a trailer)
+};
+
+// What a step came to, known only once its backward is done: a streamed push's trailer.
+struct StepEnd {
+  double compute_seconds = 0;  // forward + loss + backward, device synchronized
+  double train_loss = 0;       // the mini-batch's mean loss
+  std::optional<double> test_accuracy;  // in [0, 1], measured on the model this step trained on
+};
+
+// A step as pushed with its gradient.
+struct StepReport {
+  int64_t batch_size = 0;  // samples the gradient was averaged over
+  // The previous step's communication: the server takes out its own wait and the
+  // controller learns this worker's link time from the rest.
+  double communication_seconds = 0;
+  StepEnd end;
+  bool out_of_memory = false;  // the step did not fit: no gradient, the controller learns the ceiling
+  bool report_only = false;    // no gradient: only the accuracy and loss of the model held
+};
+
+// A push as the client sends it: the step, and the session and model it belongs to.
+struct PushedStep {
+  uint64_t worker_id = 0;
+  uint64_t model_version = 0;  // the version the gradient was computed on
+  StepReport step;
+};
+
+struct PushReply {
+  Action action = Action::kContinue;
+  bool applied = false;   // false when the push was left out (a late round, an out-of-memory report)
+  std::string message;    // why, when not applied
+  uint64_t model_version = 0;   // the server's after this push
+  int64_t next_batch_size = 0;  // 0: unchanged
+  Assignment samples;           // the next mini-batch's; empty: unchanged
+  uint64_t global_samples = 0;
+};
+
+}  // namespace worker
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_WORKER_PS_TYPES_H_
