@@ -10,11 +10,20 @@ source "$(dirname "$0")/e2e_lib.sh"
 N=${SOAK_WORKERS:-64}
 SECONDS_PER_PHASE=${SOAK_SECONDS:-45}
 
+# keep_logs MODE: the server's log and its last lines, and the workers' logs, as test
+# outputs (bazel-testlogs/tests/soak_test/test.outputs) for a failure to be read after.
+keep_logs() {
+  tail -n 30 "$WORK/soak-$1.server.log" >&2
+  local out=${TEST_UNDECLARED_OUTPUTS_DIR:-$WORK}
+  cp "$WORK/soak-$1.server.log" "$out/" 2>/dev/null || true
+  tar -C "$WORK" -czf "$out/soak-$1.workers.tar.gz" $(cd "$WORK" && ls soak-"$1".w*.log) 2>/dev/null || true
+}
+
 phase() {  # phase MODE
   local mode=$1
   WORKER_PIDS=()
   start_server "soak-$mode" --mode="$mode" --num_workers="$N" --global_batch=$((8 * N)) --lr=0.05 \
-    --round_timeout_s=20 --lease_s=60 --start_timeout_s=120 --shutdown_grace_s=60
+    --round_timeout_s=20 --lease_s=60 --start_timeout_s=120 --shutdown_grace_s=60 --quiet=false --progress_every_s=5
   for i in $(seq 0 $((N - 1))); do
     timeout $((SECONDS_PER_PHASE + 300)) "$WORKER" --server="127.0.0.1:$PORT" --name="s$i" --device=cpu \
       --dataset=synthetic --synthetic_samples=2000 --model=mlp --epochs=0 --max_iterations=100000000 --threads=1 \
@@ -35,7 +44,7 @@ phase() {  # phase MODE
     sleep 1
     now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
   done
-  [ "$now" != 0 ] || fail "$mode: no round closed within 90 s of the start"
+  [ "$now" != 0 ] || { keep_logs "$mode"; fail "$mode: no round closed within 90 s of the start"; }
   # Progress all along, for the phase: the model version (GetStatus) moves again within
   # 15 s each time it is looked at.
   local last=$now phase_end=$((SECONDS + SECONDS_PER_PHASE))
@@ -45,7 +54,7 @@ phase() {  # phase MODE
       sleep 1
       now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
     done
-    [ "$now" != "$last" ] || fail "$mode: no progress in 15 s (version $now): a deadlock?"
+    [ "$now" != "$last" ] || { keep_logs "$mode"; fail "$mode: no progress in 15 s (version $now): a deadlock?"; }
     echo "soak $mode: model version $now"
     last=$now
   done
