@@ -27,8 +27,8 @@ absl::StatusOr<torch::Device> PickDevice(const std::string& name, const CudaInfo
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name == "auto") {
     if (cuda.devices > 0) return torch::Device(torch::kCUDA, 0);
-    *note = cuda.built_with_cuda ? "--device=auto: no CUDA device visible, training on the CPU"
-                                 : "--device=auto: this worker's LibTorch has no CUDA support, training on the CPU";
+    *note = cuda.built_with_cuda ? "device=auto: no CUDA device visible, training on the CPU"
+                                 : "device=auto: this worker's LibTorch has no CUDA support, training on the CPU";
     return torch::Device(torch::kCPU);
   }
   int index = 0;
@@ -38,12 +38,12 @@ absl::StatusOr<torch::Device> PickDevice(const std::string& name, const CudaInfo
     }
   }
   if (!cuda.built_with_cuda) {
-    return absl::InvalidArgumentError(absl::StrCat("--device=", name,
+    return absl::InvalidArgumentError(absl::StrCat("device=", name,
                                                    ": this worker's LibTorch has no CUDA support (a CPU build); "
                                                    "build it against a CUDA LibTorch (docs/gpu.md)"));
   }
   if (index >= cuda.devices) {
-    return absl::InvalidArgumentError(absl::StrCat("--device=", name, ": LibTorch sees ", cuda.devices,
+    return absl::InvalidArgumentError(absl::StrCat("device=", name, ": LibTorch sees ", cuda.devices,
                                                    " CUDA device(s) (CUDA_VISIBLE_DEVICES applies)"));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));

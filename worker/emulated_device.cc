@@ -19,14 +19,14 @@ absl::StatusOr<DeviceProfile> ParseProfile(absl::string_view text) {
   const bool parsed = (parts.size() == 2 || parts.size() == 3) && absl::SimpleAtod(parts[0], &p.fixed_ms) &&
                       absl::SimpleAtod(parts[1], &p.ms_per_sample) &&
                       (parts.size() == 2 || absl::SimpleAtod(parts[2], &p.jitter));
-  if (!parsed) return absl::InvalidArgumentError(absl::StrCat("--emulate_device: '", text, "' is not ", kFormat));
+  if (!parsed) return absl::InvalidArgumentError(absl::StrCat("emulate_device: '", text, "' is not ", kFormat));
   if (!(p.fixed_ms >= 0) || !(p.ms_per_sample >= 0) || !std::isfinite(p.fixed_ms) ||
       !std::isfinite(p.ms_per_sample) || p.fixed_ms + p.ms_per_sample <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--emulate_device: '", text, "': times must be finite, >= 0 and not both 0"));
+        absl::StrCat("emulate_device: '", text, "': times must be finite, >= 0 and not both 0"));
   }
   if (!(p.jitter >= 0 && p.jitter < 0.5)) {
-    return absl::InvalidArgumentError(absl::StrCat("--emulate_device: '", text, "': JITTER must be in [0, 0.5)"));
+    return absl::InvalidArgumentError(absl::StrCat("emulate_device: '", text, "': JITTER must be in [0, 0.5)"));
   }
   return p;
 }
@@ -46,11 +46,11 @@ absl::StatusOr<EmulatedDevice> EmulatedDevice::Parse(const std::string& text, ui
     std::vector<absl::string_view> parts = absl::StrSplit(entry, absl::MaxSplits('@', 1));
     double epoch = 0;
     if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &epoch)) {
-      return absl::InvalidArgumentError(absl::StrCat("--emulate_device: '", entry, "' is not EPOCH@PROFILE"));
+      return absl::InvalidArgumentError(absl::StrCat("emulate_device: '", entry, "' is not EPOCH@PROFILE"));
     }
     if (d.steps_.empty() ? epoch != 0 : !(epoch > d.steps_.back().first)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--emulate_device: the schedule starts at epoch 0 and its epochs increase (at '", entry, "')"));
+          "emulate_device: the schedule starts at epoch 0 and its epochs increase (at '", entry, "')"));
     }
     absl::StatusOr<DeviceProfile> p = ParseProfile(parts[1]);
     if (!p.ok()) return p.status();

@@ -71,7 +71,7 @@ TEST_CASE("malformed emulated devices are refused with the expected form", "[emu
     INFO(bad);
     auto d = EmulatedDevice::Parse(bad, 1);
     REQUIRE(d.status().code() == absl::StatusCode::kInvalidArgument);
-    REQUIRE(d.status().message().find("--emulate_device") != absl::string_view::npos);
+    REQUIRE(d.status().message().find("emulate_device") != absl::string_view::npos);
   }
 }
 

@@ -136,7 +136,9 @@ int CheckDevice(const std::string& check) {
 absl::Status TrainerOptionsFromFlags(omnilearn::worker::TrainerOptions* o) {
   o->host = absl::GetFlag(FLAGS_host);
   o->device = absl::GetFlag(FLAGS_device);
-  o->warmup = absl::GetFlag(FLAGS_warmup);
+  absl::StatusOr<omnilearn::worker::Warmup> warmup = omnilearn::worker::ParseWarmup(absl::GetFlag(FLAGS_warmup));
+  if (!warmup.ok()) return absl::InvalidArgumentError(absl::StrCat("--", warmup.status().message()));
+  o->warmup = *warmup;
   o->model = absl::GetFlag(FLAGS_model);
   o->model_file = absl::GetFlag(FLAGS_model_file);
   o->dataset = absl::GetFlag(FLAGS_dataset);

@@ -96,8 +96,8 @@ class NativeModel : public Model {
   void SetTraining(bool on) override { module_->train(on); }
   void To(const torch::Device& device) override { module_->to(device); }
   absl::Status Save(const std::string&) override {
-    return absl::InvalidArgumentError("--save_model needs a TorchScript model (--model_file); built-in models "
-                                      "are exported by the server (--export)");
+    return absl::InvalidArgumentError("save_model needs a TorchScript model (model_file); built-in models "
+                                      "are exported by the server (its --export)");
   }
 
  private:
@@ -143,7 +143,7 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64
   if (name == "cnn") return std::unique_ptr<Model>(new NativeModel<Cnn>());
   if (name == "cnn_bn") return std::unique_ptr<Model>(new NativeModel<CnnBn>());
   return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (want ", absl::StrJoin(kModelNames, ", "),
-                                                 ", or --model_file)"));
+                                                 ", or model_file)"));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path) {

@@ -8,7 +8,7 @@ namespace omnilearn {
 namespace worker {
 
 absl::StatusOr<SlowdownSchedule> SlowdownSchedule::Parse(const std::string& text, double base) {
-  if (!(base >= 1)) return absl::InvalidArgumentError("--slowdown must be >= 1");
+  if (!(base >= 1)) return absl::InvalidArgumentError("slowdown must be >= 1");
   SlowdownSchedule s;
   s.base_ = base;
   if (text.empty()) return s;
@@ -17,14 +17,14 @@ absl::StatusOr<SlowdownSchedule> SlowdownSchedule::Parse(const std::string& text
     double epoch = 0, factor = 0;
     if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &epoch) || !absl::SimpleAtod(parts[1], &factor)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--slowdown_schedule: '", entry, "' is not EPOCH:FACTOR (e.g. 0:1,2:4,4:2)"));
+          absl::StrCat("slowdown_schedule: '", entry, "' is not EPOCH:FACTOR (e.g. 0:1,2:4,4:2)"));
     }
     if (!(epoch >= 0) || (!s.steps_.empty() && !(epoch > s.steps_.back().first))) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--slowdown_schedule: epochs must be >= 0 and increasing (at '", entry, "')"));
+          absl::StrCat("slowdown_schedule: epochs must be >= 0 and increasing (at '", entry, "')"));
     }
     if (!(factor >= 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("--slowdown_schedule: factor must be >= 1 (at '", entry, "')"));
+      return absl::InvalidArgumentError(absl::StrCat("slowdown_schedule: factor must be >= 1 (at '", entry, "')"));
     }
     s.steps_.emplace_back(epoch, factor);
   }

@@ -13,7 +13,7 @@ absl::StatusOr<StepTiming> StepTiming::Create(const StepTimingOptions& o, const 
   if (o.emulate_device.empty()) return t;
   if (o.slowdown != 1.0 || !o.slowdown_schedule.empty()) {
     return absl::InvalidArgumentError(
-        "--emulate_device sets the whole step time: leave --slowdown and --slowdown_schedule (real compute) out");
+        "emulate_device sets the whole step time: leave slowdown and slowdown_schedule (real compute) out");
   }
   absl::StatusOr<EmulatedDevice> device = EmulatedDevice::Parse(o.emulate_device, o.seed);
   if (!device.ok()) return device.status();

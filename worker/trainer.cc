@@ -183,7 +183,7 @@ absl::Status LoadInitialWeights(const std::string& path, const ModelLayout& layo
   if (!file.ok()) return file.status();
   absl::StatusOr<std::vector<float>> values = file->Gather(layout);
   if (!values.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--init_from ", path, " does not fit this model: ",
+    return absl::InvalidArgumentError(absl::StrCat("init_from ", path, " does not fit this model: ",
                                                    values.status().message()));
   }
   *weights = std::move(*values);
@@ -208,7 +208,7 @@ absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, 
     return absl::OkStatus();
   }
   if (o.dataset == "synthetic") {
-    if (o.synthetic_samples < 10) return absl::InvalidArgumentError("--synthetic_samples must be >= 10");
+    if (o.synthetic_samples < 10) return absl::InvalidArgumentError("synthetic_samples must be >= 10");
     *train = MakeSynthetic(o.synthetic_samples, 7);  // same data on every worker: a fixed seed
     *test = MakeSynthetic(std::max<int64_t>(1, o.synthetic_samples / 10), 8);
     return absl::OkStatus();
@@ -218,7 +218,7 @@ absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, 
     Dataset file_test;
     if (absl::Status s = LoadTensorFile(path, train, &file_test); !s.ok()) return s;
     if (need_test && !file_test.labels.defined()) {
-      return absl::InvalidArgumentError(absl::StrCat("--evaluate needs test_x and test_y in ", path));
+      return absl::InvalidArgumentError(absl::StrCat("evaluate needs test_x and test_y in ", path));
     }
     *test = std::move(file_test);
     return absl::OkStatus();
@@ -270,9 +270,9 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const TrainerOptions& o, const
 
 // Options Train refuses before touching LibTorch.
 absl::Status CheckTrainOptions(const TrainerOptions& o) {
-  if (o.threads < 1) return absl::InvalidArgumentError("--threads must be >= 1");
+  if (o.threads < 1) return absl::InvalidArgumentError("threads must be >= 1");
   if (!(o.epochs > 0) && o.max_iterations <= 0) {
-    return absl::InvalidArgumentError("give --epochs > 0 or --max_iterations > 0");
+    return absl::InvalidArgumentError("give epochs > 0 or max_iterations > 0");
   }
   return absl::OkStatus();
 }
@@ -301,9 +301,6 @@ absl::StatusOr<Setup> Prepare(const TrainerOptions& o) {
   if (!note.empty()) std::printf("[%s] %s\n", o.name.c_str(), note.c_str());
   s.device = *device;
   if (absl::Status st = LoadData(o, /*need_train=*/true, o.evaluate, &s.train, &s.test); !st.ok()) return st;
-  if (o.warmup != "auto" && o.warmup != "on" && o.warmup != "off") {
-    return absl::InvalidArgumentError(absl::StrCat("--warmup=", o.warmup, ": want auto, on or off"));
-  }
   absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, s.device);
   if (!made.ok()) return made.status();
   s.model = std::move(*made);
@@ -410,7 +407,7 @@ class StepRunner {
  public:
   StepRunner(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, TrainerMetrics* series)
       : name_(o.name),
-        warmup_(o.warmup == "on" || (o.warmup == "auto" && setup->device.is_cuda())),
+        warmup_(o.warmup == Warmup::kOn || (o.warmup == Warmup::kAuto && setup->device.is_cuda())),
         setup_(setup),
         params_(params),
         timing_(timing),
@@ -510,13 +507,13 @@ class EvaluationSchedule {
   int64_t last_tick_;
 };
 
-// Test aid (--log_samples): "epoch id" for every sample of every applied push.
+// Test aid (log_samples): "epoch id" for every sample of every applied push.
 class SampleLog {
  public:
   absl::Status Open(const std::string& path) {
     if (path.empty()) return absl::OkStatus();
     file_.reset(std::fopen(path.c_str(), "w"));
-    if (!file_) return absl::InvalidArgumentError(absl::StrCat("cannot write --log_samples=", path));
+    if (!file_) return absl::InvalidArgumentError(absl::StrCat("cannot write log_samples=", path));
     return absl::OkStatus();
   }
   void Applied(const Assignment& spans) {
@@ -707,8 +704,15 @@ class TrainingLoop {
 
 }  // namespace
 
+absl::StatusOr<Warmup> ParseWarmup(const std::string& text) {
+  if (text == "auto") return Warmup::kAuto;
+  if (text == "on") return Warmup::kOn;
+  if (text == "off") return Warmup::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("warmup '", text, "': want auto, on or off"));
+}
+
 absl::StatusOr<double> EvaluateOnly(const TrainerOptions& o) {
-  if (o.init_from.empty()) return absl::InvalidArgumentError("--evaluate_only needs --init_from");
+  if (o.init_from.empty()) return absl::InvalidArgumentError("evaluate_only needs init_from");
   try {
     torch::set_num_threads(o.threads);
     std::string note;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "worker/ps_client.h"
@@ -15,11 +16,19 @@
 namespace omnilearn {
 namespace worker {
 
+// The untimed step after the join and after each batch change: the first steps of a
+// shape on a GPU would show the controller times that are not the device's.
+enum class Warmup { kAuto, kOn, kOff };  // kAuto: on for CUDA
+// "auto", "on" or "off"; InvalidArgument otherwise.
+absl::StatusOr<Warmup> ParseWarmup(const std::string& text);
+
+// Every error the trainer returns names the option by its field here; the worker's
+// command line names its flags the same.
 struct TrainerOptions {
   std::string name;                   // unique per worker (main defaults it to host-pid)
   std::string host;                   // reported to the server; default: hostname
   std::string device = "auto";        // cpu | cuda | cuda:N | auto (cuda:0 when LibTorch has CUDA and a GPU is there)
-  std::string warmup = "auto";        // untimed step after join and batch changes: on | off | auto (= on CUDA)
+  Warmup warmup = Warmup::kAuto;
   std::string model = "cnn";          // mlp | cnn | cnn_bn (ignored with model_file)
   std::string model_file;             // TorchScript module, [B,1,28,28] -> [B,10]
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic | tensors:PATH

@@ -199,9 +199,8 @@ TEST_CASE("options the trainer cannot run with are refused before it joins", "[t
   o = Small();
   o.dataset = "imagenet";
   REQUIRE(absl::IsInvalidArgument(Train(o, server).status()));
-  o = Small();
-  o.warmup = "sometimes";
-  REQUIRE(absl::IsInvalidArgument(Train(o, server).status()));
+  REQUIRE(absl::IsInvalidArgument(ParseWarmup("sometimes").status()));
+  REQUIRE(*ParseWarmup("off") == Warmup::kOff);
   REQUIRE(server.joined.empty());
 }
 
