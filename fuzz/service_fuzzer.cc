@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/grpc_chunks.h"
+#include "common/grpc_raw.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/parameter_server_core.h"
@@ -120,9 +121,8 @@ class Harness {
     v1::PushResponse r;
     grpc::Status s;
     if (raw) {
-      const grpc::internal::RpcMethod method(kPushPath, grpc::internal::RpcMethod::CLIENT_STREAMING);
-      std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-          grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method, ctx, &r));
+      const raw::Method method(kPushPath, raw::Method::Kind::kClientStreaming, channel_);
+      std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer = method.OpenUpload(channel_.get(), ctx, &r);
       if (writer->Write(omnilearn::Serialize(m))) {
         for (int n = in.Byte() % 4; n > 0; --n) {
           grpc::Slice bytes(in.Bytes());

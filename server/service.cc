@@ -113,20 +113,17 @@ ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::
       v1::PullRequest::descriptor()->file()->FindServiceByName("ParameterServer");
   using Self = ParameterServerService;
   MarkMethodStreamed(d->FindMethodByName("Pull")->index(),
-                     new grpc::internal::BidiStreamingHandler<Self, grpc::ByteBuffer, grpc::ByteBuffer>(
-                         [](Self* s, grpc::ServerContext* ctx, RawStream* stream) { return s->PullRaw(ctx, stream); },
-                         this));
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
+                       return s->PullRaw(ctx, stream);
+                     }));
   MarkMethodStreamed(d->FindMethodByName("Push")->index(),
-                     new grpc::internal::ClientStreamingHandler<Self, grpc::ByteBuffer, v1::PushResponse>(
-                         [](Self* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
-                            v1::PushResponse* response) { return s->PushRaw(ctx, reader, response); },
-                         this));
+                     raw::UploadHandler<v1::PushResponse>(
+                         this, [](Self* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                                  v1::PushResponse* response) { return s->PushRaw(ctx, reader, response); }));
   MarkMethodStreamed(d->FindMethodByName("PushPull")->index(),
-                     new grpc::internal::BidiStreamingHandler<Self, grpc::ByteBuffer, grpc::ByteBuffer>(
-                         [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
-                           return s->PushPullRaw(ctx, stream);
-                         },
-                         this));
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
+                       return s->PushPullRaw(ctx, stream);
+                     }));
   watchdog_ = std::thread([this] { admission_.CancelIdleStreamsUntilStopped(); });
 }
 

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+#include "common/grpc_raw.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/admission.h"
 #include "server/parameter_server_core.h"
@@ -45,7 +46,7 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // chunks go from the snapshot to the transport and from the received slices into the
   // gradient without protobuf copies (common/grpc_chunks.h). The wire format is the
   // proto's; the constructor installs them in place of the generated handlers.
-  using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+  using RawStream = raw::ServerStream;
   grpc::Status PullRaw(grpc::ServerContext* ctx, RawStream* stream);
   grpc::Status PushRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
                        v1::PushResponse* response);

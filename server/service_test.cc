@@ -326,12 +326,12 @@ TEST_CASE("PushPull: the reply and the new model in one call; a server without i
   struct OldService : v1::ParameterServer::Service {
     explicit OldService(ParameterServerService* s) {  // Pull (1) and Push (2) served by `s`
       using S = ParameterServerService;
-      MarkMethodStreamed(1, new grpc::internal::BidiStreamingHandler<S, grpc::ByteBuffer, grpc::ByteBuffer>(
-                                [](S* s, grpc::ServerContext* c, S::RawStream* r) { return s->PullRaw(c, r); }, s));
-      MarkMethodStreamed(2, new grpc::internal::ClientStreamingHandler<S, grpc::ByteBuffer, v1::PushResponse>(
-                                [](S* s, grpc::ServerContext* c, grpc::ServerReader<grpc::ByteBuffer>* r,
-                                   v1::PushResponse* o) { return s->PushRaw(c, r, o); },
-                                s));
+      MarkMethodStreamed(1, raw::BidiHandler(s, [](S* s, grpc::ServerContext* c, S::RawStream* r) {
+                              return s->PullRaw(c, r);
+                            }));
+      MarkMethodStreamed(2, raw::UploadHandler<v1::PushResponse>(
+                                s, [](S* s, grpc::ServerContext* c, grpc::ServerReader<grpc::ByteBuffer>* r,
+                                      v1::PushResponse* o) { return s->PushRaw(c, r, o); }));
     }
   } old(f.service.get());
   grpc::ServerBuilder builder;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_chunks.h"
+#include "common/grpc_raw.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
@@ -136,7 +137,7 @@ void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other othe
   }
 }
 
-using RawStream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+using RawStream = raw::ClientStream;
 
 // What a PushPull's response stream brought: the call's status, the reply, and whether
 // the model (written in place) arrived whole.
@@ -176,14 +177,10 @@ class GrpcPsClient : public PsClient {
   GrpcPsClient(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
       : channel_(channel),
         stub_(v1::ParameterServer::NewStub(channel)),
-        join_path_(MethodPath("Join")),
-        pull_path_(MethodPath("Pull")),
-        push_path_(MethodPath("Push")),
-        push_pull_path_(MethodPath("PushPull")),
-        join_method_(join_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
-        pull_method_(pull_path_.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING, channel),
-        push_method_(push_path_.c_str(), grpc::internal::RpcMethod::CLIENT_STREAMING, channel),
-        push_pull_method_(push_pull_path_.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING, channel),
+        join_method_(MethodPath("Join"), raw::Method::Kind::kClientStreaming, channel),
+        pull_method_(MethodPath("Pull"), raw::Method::Kind::kServerStreaming, channel),
+        push_method_(MethodPath("Push"), raw::Method::Kind::kClientStreaming, channel),
+        push_pull_method_(MethodPath("PushPull"), raw::Method::Kind::kBidiStreaming, channel),
         timeout_(options.rpc_timeout),
         offer_bfloat16_(options.offer_bfloat16),
         authorization_(options.auth_token.empty() ? "" : absl::StrCat("Bearer ", options.auth_token)) {}
@@ -212,9 +209,8 @@ class GrpcPsClient : public PsClient {
     request.set_have_version(have_version);
     request.set_session_secret(secret());
     request.set_wire_dtype(wire_dtype());
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), pull_method_, &ctx,
-                                                                      Serialize(request)));
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+        pull_method_.OpenDownload(channel_.get(), &ctx, Serialize(request));
     ModelReceiver model(&layout, weights);
     ReadModel<v1::PullResponse>(reader.get(), kPullResponseChunkField, &model, [](const v1::PullResponse&) {});
     grpc::Status s = reader->Finish();
@@ -239,7 +235,7 @@ class GrpcPsClient : public PsClient {
     if (absl::Status s = CheckModelSize(gradient, layout, "a gradient"); !s.ok()) return s;
     grpc::ClientContext ctx;
     Prepare(&ctx);
-    std::unique_ptr<RawStream> stream(OpenPushPull(&ctx));
+    std::unique_ptr<RawStream> stream = OpenPushPull(&ctx);
     absl::MutexLock encode_lock(&encode_mu_);  // the encoded gradient stays put until the call ends
     const v1::PushHeader signed_header = Signed(PushHeaderOf(push));
     WriteHeaderAndChunks<v1::PushRequest>(stream.get(), signed_header, kPushRequestChunkField, layout,
@@ -283,9 +279,8 @@ class GrpcPsClient : public PsClient {
  private:
   friend class GrpcPushStream;
 
-  RawStream* OpenPushPull(grpc::ClientContext* ctx) const {
-    return grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-        channel_.get(), push_pull_method_, ctx);
+  std::unique_ptr<RawStream> OpenPushPull(grpc::ClientContext* ctx) const {
+    return push_pull_method_.OpenBidi(channel_.get(), ctx);
   }
 
   std::string secret() const {
@@ -327,13 +322,12 @@ class GrpcPsClient : public PsClient {
   // A client-streamed call (Join, Push) over raw buffers: the header, then `values` (when
   // given) as chunks, then the server's one response.
   template <typename Request, typename Response, typename Header>
-  absl::StatusOr<Response> Upload(const char* call, const grpc::internal::RpcMethod& method, const Header& header,
+  absl::StatusOr<Response> Upload(const char* call, const raw::Method& method, const Header& header,
                                   int chunk_field, const ModelLayout& layout, Payload values) const {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     Response response;
-    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, &response));
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer = method.OpenUpload(channel_.get(), &ctx, &response);
     WriteHeaderAndChunks<Request>(writer.get(), header, chunk_field, layout, values);
     grpc::Status s = writer->Finish();
     if (!s.ok()) return FromGrpc(s, call);
@@ -344,8 +338,7 @@ class GrpcPsClient : public PsClient {
   std::unique_ptr<v1::ParameterServer::Stub> stub_;  // the calls without a model
   // Join, Pull, Push and PushPull over raw buffers (common/grpc_chunks.h): the same
   // methods and wire format as the stub's, without protobuf copies of the model.
-  const std::string join_path_, pull_path_, push_path_, push_pull_path_;
-  const grpc::internal::RpcMethod join_method_, pull_method_, push_method_, push_pull_method_;
+  const raw::Method join_method_, pull_method_, push_method_, push_pull_method_;
   mutable absl::Mutex secret_mu_;
   std::string secret_ ABSL_GUARDED_BY(secret_mu_);  // the session's, sent with every call
   // The session's wire dtype and, in bfloat16, the encoded gradient being sent and the
@@ -369,7 +362,7 @@ class GrpcPushStream : public PushStream {
                  absl::Span<const float> gradient)
       : client_(client), layout_(layout), gradient_(gradient) {
     client_->Prepare(&ctx_);
-    stream_.reset(client_->OpenPushPull(&ctx_));
+    stream_ = client_->OpenPushPull(&ctx_);
     writer_ = std::thread([this, header] { WriteLoop(header); });
   }
 
