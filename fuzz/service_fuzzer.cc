@@ -121,7 +121,7 @@ class Harness {
     v1::PushResponse r;
     grpc::Status s;
     if (raw) {
-      const raw::Method method(kPushPath, raw::Method::Kind::kClientStreaming, channel_);
+      const omnilearn::raw::Method method(kPushPath, omnilearn::raw::Method::Kind::kClientStreaming, channel_);
       std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer = method.OpenUpload(channel_.get(), ctx, &r);
       if (writer->Write(omnilearn::Serialize(m))) {
         for (int n = in.Byte() % 4; n > 0; --n) {
