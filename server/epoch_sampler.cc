@@ -23,12 +23,6 @@ uint64_t SplitMix64(uint64_t x) {
 
 }  // namespace
 
-int64_t CountSamples(const SampleBatch& batch) {
-  int64_t n = 0;
-  for (const SampleSpan& s : batch) n += static_cast<int64_t>(s.ids.size());
-  return n;
-}
-
 std::vector<uint64_t> EpochSampler::Permutation(uint64_t n, uint64_t seed, uint64_t epoch) {
   std::vector<uint64_t> order(n);
   for (uint64_t i = 0; i < n; ++i) order[i] = i;

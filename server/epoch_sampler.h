@@ -11,19 +11,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/sample_span.h"
 
 namespace omnilearn {
 namespace server {
-
-// Sample ids of one epoch, in training order.
-struct SampleSpan {
-  uint64_t epoch = 0;
-  std::vector<uint64_t> ids;
-  bool operator==(const SampleSpan& o) const { return epoch == o.epoch && ids == o.ids; }
-};
-// One mini-batch's samples: usually one span, two across an epoch boundary.
-using SampleBatch = std::vector<SampleSpan>;
-int64_t CountSamples(const SampleBatch& batch);
 
 // What a checkpoint keeps; `pending` are (epoch, id) pairs still to be trained before
 // the permutation goes on at (epoch, cursor).

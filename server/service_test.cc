@@ -288,7 +288,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   REQUIRE(joined->samples[0].ids.size() == 8);
   auto reply = f.client->Push(StepOf(joined->worker_id), with_buffer, {0, 0, 4, 4});
   REQUIRE(reply.ok());
-  REQUIRE(worker::SampleCount(reply->samples) == 8);
+  REQUIRE(CountSamples(reply->samples) == 8);
   std::vector<float> weights(4);
   REQUIRE(f.client->Pull(joined->worker_id, ~0ull, with_buffer, absl::MakeSpan(weights)).ok());
   REQUIRE(weights[2] == 4.0f);  // async: blended by the push's share, 8/8

@@ -61,7 +61,7 @@ TEST_CASE("a join carries the worker, the layout and both wire dtypes; its reply
   REQUIRE(j.global_samples == 100);
   REQUIRE(j.push_trailer);
   REQUIRE(j.samples == Assignment{SampleSpan{2, {5, 9}}});
-  REQUIRE(SampleCount(j.samples) == 2);
+  REQUIRE(CountSamples(j.samples) == 2);
 }
 
 TEST_CASE("a push's accuracy is sent only when measured; its reply comes back whole", "[ps_proto]") {

@@ -17,11 +17,5 @@ const char* ModeName(Mode mode) {
   return "unknown";
 }
 
-int64_t SampleCount(const Assignment& a) {
-  int64_t n = 0;
-  for (const SampleSpan& span : a) n += static_cast<int64_t>(span.ids.size());
-  return n;
-}
-
 }  // namespace worker
 }  // namespace omnilearn

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/sample_span.h"
+
 namespace omnilearn {
 namespace worker {
 
@@ -25,18 +27,9 @@ const char* ModeName(Mode mode);
 
 enum class DeviceKind { kCpu, kCuda };
 
-// Samples of one epoch, by their index in the training set.
-struct SampleSpan {
-  uint64_t epoch = 0;
-  std::vector<uint64_t> ids;
-  bool operator==(const SampleSpan& o) const { return epoch == o.epoch && ids == o.ids; }
-};
-
-// The samples the server assigned for the next mini-batch (its size is their count);
-// empty when the server assigns none and the worker picks its own.
-using Assignment = std::vector<SampleSpan>;
-// How many samples an assignment holds.
-int64_t SampleCount(const Assignment& a);
+// The samples the server assigned for the next mini-batch (its size is their count,
+// CountSamples); empty when the server assigns none and the worker picks its own.
+using Assignment = SampleBatch;
 
 // Who joins: the worker as the server's controller and sampler need to know it.
 struct WorkerInfo {

@@ -261,9 +261,9 @@ class Core {
   // empty array and -1 when the server assigns none.
   py::tuple Samples() {
     const worker::Assignment& spans = session()->samples();
-    py::array_t<int64_t> ids(static_cast<py::ssize_t>(worker::SampleCount(spans)));
+    py::array_t<int64_t> ids(static_cast<py::ssize_t>(CountSamples(spans)));
     int64_t* out = ids.mutable_data();
-    for (const worker::SampleSpan& s : spans) {
+    for (const SampleSpan& s : spans) {
       for (uint64_t id : s.ids) *out++ = static_cast<int64_t>(id);
     }
     return py::make_tuple(ids, spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch));
