@@ -16,10 +16,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
+#include "worker/evaluation_schedule.h"
 #include "worker/model.h"
+#include "worker/progress_reporter.h"
 #include "worker/session.h"
 #include "worker/step_timing.h"
 #include "common/safetensors.h"
@@ -293,12 +296,12 @@ struct Setup {
   std::unique_ptr<Model> model;
 };
 
-absl::StatusOr<Setup> Prepare(const TrainerOptions& o) {
+absl::StatusOr<Setup> Prepare(const TrainerOptions& o, const ProgressReporter& progress) {
   Setup s;
   std::string note;
   absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
   if (!device.ok()) return device.status();
-  if (!note.empty()) std::printf("[%s] %s\n", o.name.c_str(), note.c_str());
+  if (!note.empty()) progress.Note(note);
   s.device = *device;
   if (absl::Status st = LoadData(o, /*need_train=*/true, o.evaluate, &s.train, &s.test); !st.ok()) return st;
   absl::StatusOr<std::unique_ptr<Model>> made = BuildModel(o, s.device);
@@ -310,12 +313,12 @@ absl::StatusOr<Setup> Prepare(const TrainerOptions& o) {
 
 // The model's values to join with: its own, or --init_from's (loaded into it too).
 absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const ModelLayout& layout,
-                                                  FlatModel* params) {
+                                                  FlatModel* params, const ProgressReporter& progress) {
   std::vector<float> weights = params->Values();
   if (o.init_from.empty()) return weights;
   if (absl::Status s = LoadInitialWeights(o.init_from, layout, &weights); !s.ok()) return s;
   params->Load(weights);
-  std::printf("[%s] initial weights from %s\n", o.name.c_str(), o.init_from.c_str());
+  progress.Note(absl::StrCat("initial weights from ", o.init_from));
   return weights;
 }
 
@@ -335,21 +338,18 @@ SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dat
 }
 
 // Joins, saying so. False when the server is shutting down (nothing to train).
-absl::StatusOr<bool> JoinJob(const TrainerOptions& o, bool cuda, const std::vector<float>& weights,
-                             Session* session) {
-  std::printf("[%s] joining the server (the first round waits until the server's --num_workers have joined)\n",
-              o.name.c_str());
-  std::fflush(stdout);
+absl::StatusOr<bool> JoinJob(bool cuda, const std::vector<float>& weights, Session* session,
+                             const ProgressReporter& progress) {
+  progress.Note("joining the server (the first round waits until the server's --num_workers have joined)");
   if (absl::Status s = session->Join(weights); !s.ok()) return s;
   if (session->stop_requested()) {
-    std::printf("[%s] the server is shutting down: nothing to train\n", o.name.c_str());
+    progress.Note("the server is shutting down: nothing to train");
     return false;
   }
-  std::printf("[%s] joined as worker %lu: device=%s batch=%ld mode=%s samples so far=%lu%s\n", o.name.c_str(),
-              session->worker_id(), cuda ? "cuda" : "cpu", session->batch(), ModeName(session->mode()),
-              session->global_samples(),
-              session->samples().empty() ? " (own data order: the server assigns none)" : "");
-  std::fflush(stdout);
+  progress.Note(absl::StrFormat("joined as worker %d: device=%s batch=%d mode=%s samples so far=%d%s",
+                                session->worker_id(), cuda ? "cuda" : "cpu", session->batch(),
+                                ModeName(session->mode()), session->global_samples(),
+                                session->samples().empty() ? " (own data order: the server assigns none)" : ""));
   return true;
 }
 
@@ -405,8 +405,9 @@ struct StepResult {
 // device memory is a result, not an error.
 class StepRunner {
  public:
-  StepRunner(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, TrainerMetrics* series)
-      : name_(o.name),
+  StepRunner(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, TrainerMetrics* series,
+             const ProgressReporter* progress)
+      : progress_(progress),
         warmup_(o.warmup == Warmup::kOn || (o.warmup == Warmup::kAuto && setup->device.is_cuda())),
         setup_(setup),
         params_(params),
@@ -425,7 +426,7 @@ class StepRunner {
       if (warmup_ && batch != warm_batch_) {
         torch::nn::functional::cross_entropy(model->Forward(x), y).backward();
         warm_batch_ = batch;
-        std::printf("[%s] untimed warm-up step at batch %ld\n", name_.c_str(), batch);
+        progress_->Note(absl::StrCat("untimed warm-up step at batch ", batch));
       }
       params_->ZeroGrad();
       Synchronize(setup_->device);
@@ -444,7 +445,7 @@ class StepRunner {
       Synchronize(setup_->device);
       r.compute_seconds = timing_->Finish(batch);
       if (std::optional<std::string> warning = timing_->TakeOverrunWarning()) {
-        std::printf("[%s] warning: %s\n", name_.c_str(), warning->c_str());
+        progress_->Note(absl::StrCat("warning: ", *warning));
       }
       series_->EmulationOverruns(timing_->overruns());
       r.loss = loss.item<double>();
@@ -454,7 +455,7 @@ class StepRunner {
     } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
       params_->OnGradientReady(nullptr);
       if (!IsOutOfMemory(e)) throw;
-      std::printf("[%s] out of memory at batch %ld: reporting it\n", name_.c_str(), batch);
+      progress_->Note(absl::StrCat("out of memory at batch ", batch, ": reporting it"));
       params_->ZeroGrad();
       return StepResult{0, 0, /*out_of_memory=*/true};
     }
@@ -478,7 +479,7 @@ class StepRunner {
     return {hx.to(setup_->device, /*non_blocking=*/true), hy.to(setup_->device, /*non_blocking=*/true)};
   }
 
-  const std::string name_;
+  const ProgressReporter* const progress_;
   const bool warmup_;
   Setup* const setup_;
   FlatModel* const params_;
@@ -486,25 +487,6 @@ class StepRunner {
   TrainerMetrics* const series_;
   int64_t warm_batch_ = -1;
   torch::Tensor stage_x_, stage_y_;
-};
-
-// When to evaluate: each --eval_every_epochs of global progress (1: at epoch ends), and
-// when training is finished.
-class EvaluationSchedule {
- public:
-  EvaluationSchedule(double every_epochs, int64_t dataset_size, uint64_t global_samples)
-      : span_(every_epochs * static_cast<double>(dataset_size)),
-        last_tick_(static_cast<int64_t>(static_cast<double>(global_samples) / span_)) {}
-  bool Due(double global_samples, bool finished) {
-    const int64_t tick = static_cast<int64_t>(global_samples / span_);
-    if (!finished && tick <= last_tick_) return false;
-    last_tick_ = tick;
-    return true;
-  }
-
- private:
-  const double span_;
-  int64_t last_tick_;
 };
 
 // Test aid (log_samples): "epoch id" for every sample of every applied push.
@@ -533,8 +515,9 @@ class SampleLog {
 class TrainingLoop {
  public:
   TrainingLoop(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, Session* session,
-               TrainerMetrics* series, std::vector<float> weights)
+               TrainerMetrics* series, const ProgressReporter* progress, std::vector<float> weights)
       : o_(o),
+        progress_(progress),
         setup_(setup),
         params_(params),
         timing_(timing),
@@ -542,7 +525,7 @@ class TrainingLoop {
         series_(series),
         weights_(std::move(weights)),
         samples_(o, setup->train.size()),
-        runner_(o, setup, params, timing, series),
+        runner_(o, setup, params, timing, series, progress),
         evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {
     grad_.resize(weights_.size());  // a push's span from before its step
   }
@@ -574,7 +557,7 @@ class TrainingLoop {
       const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
       if (!outcome.ok()) return outcome.status();
       if (*outcome == PushOutcome::kStop) {
-        std::printf("[%s] the server stopped the job\n", o_.name.c_str());
+        progress_->Note("the server stopped the job");
         result_.stopped_by_server = true;
         break;
       }
@@ -588,7 +571,7 @@ class TrainingLoop {
       pending_accuracy_.reset();
       result_.iterations = ++it;
       result_.last_loss = step.loss;
-      LogIteration(it - 1, batch, step, reply.model_version);
+      progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
       if (model_changed) params_->Load(weights_);
       series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
       const double global = static_cast<double>(reply.global_samples);
@@ -615,9 +598,7 @@ class TrainingLoop {
   void FollowSchedules() {
     const std::string change =
         timing_->Follow(static_cast<double>(session_->global_samples()) / setup_->train.size());
-    if (change.empty()) return;
-    std::printf("[%s] %s\n", o_.name.c_str(), change.c_str());
-    std::fflush(stdout);
+    if (!change.empty()) progress_->Note(change);
   }
 
   // The step's push ended (its time, loss and any accuracy in the trailer) and the new
@@ -643,22 +624,11 @@ class TrainingLoop {
     return step;
   }
 
-  void LogIteration(int64_t it, int64_t batch, const StepResult& step, uint64_t version) const {
-    if (o_.log_every <= 0 || it % o_.log_every != 0) return;
-    std::printf("[%s] it=%ld batch=%ld loss=%.4f compute=%.1fms version=%lu\n", o_.name.c_str(), it, batch,
-                step.loss, 1000 * step.compute_seconds, version);
-    std::fflush(stdout);
-  }
-
   void EvaluateAt(double global) {
     result_.test_accuracy = Evaluate(setup_->model.get(), setup_->test, setup_->device);
     series_->Accuracy(result_.test_accuracy);
-    // Whole epochs as "epoch 3", evaluations within one as "epoch 2.25".
-    const double epoch = global / setup_->train.size();
-    const bool whole = std::fabs(epoch - std::round(epoch)) < 1e-9 || o_.eval_every_epochs >= 1;
-    std::printf("[%s] epoch %.*f: test accuracy %.2f%% (model version %lu)\n", o_.name.c_str(), whole ? 0 : 2,
-                whole ? std::floor(epoch) : epoch, 100 * result_.test_accuracy, session_->model_version());
-    std::fflush(stdout);
+    progress_->Evaluation(global / setup_->train.size(), o_.eval_every_epochs, result_.test_accuracy,
+                          session_->model_version());
     pending_accuracy_ = result_.test_accuracy;
   }
 
@@ -677,7 +647,7 @@ class TrainingLoop {
   absl::StatusOr<TrainerResult> Finish(bool finished) {
     if (!o_.save_model.empty()) {
       if (absl::Status s = setup_->model->Save(o_.save_model); !s.ok()) return s;
-      std::printf("[%s] saved the trained TorchScript module to %s\n", o_.name.c_str(), o_.save_model.c_str());
+      progress_->Note(absl::StrCat("saved the trained TorchScript module to ", o_.save_model));
     }
     session_->Leave(finished);
     result_.pushes_sent = session_->pushes_sent();
@@ -686,6 +656,7 @@ class TrainingLoop {
   }
 
   const TrainerOptions& o_;
+  const ProgressReporter* const progress_;
   Setup* const setup_;
   FlatModel* const params_;
   StepTiming* const timing_;
@@ -741,24 +712,27 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
   if (absl::Status s = CheckTrainOptions(o); !s.ok()) return s;
   try {
     torch::set_num_threads(o.threads);
-    absl::StatusOr<Setup> setup = Prepare(o);
+    const ProgressReporter progress(o.name, o.log_every, o.log);
+    absl::StatusOr<Setup> setup = Prepare(o, progress);
     if (!setup.ok()) return setup.status();
     FlatModel params(setup->model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
     if (!layout.ok()) return layout.status();
-    absl::StatusOr<std::vector<float>> weights = InitialWeights(o, *layout, &params);
+    absl::StatusOr<std::vector<float>> weights = InitialWeights(o, *layout, &params, progress);
     if (!weights.ok()) return weights.status();
     const bool cuda = setup->device.is_cuda();
-    Session session(&client, *layout, SessionOptionsFor(o, cuda, setup->train.size()));
+    SessionOptions so = SessionOptionsFor(o, cuda, setup->train.size());
+    so.log = [&progress](const std::string& line) { progress.Note(line); };
+    Session session(&client, *layout, std::move(so));
     TrainerMetrics series(o.registry, o.name);  // from the start: a worker at the start barrier shows 0
-    absl::StatusOr<bool> joined = JoinJob(o, cuda, *weights, &session);
+    absl::StatusOr<bool> joined = JoinJob(cuda, *weights, &session, progress);
     if (!joined.ok()) return joined.status();
     if (!*joined) {
       TrainerResult stopped;
       stopped.stopped_by_server = true;
       return stopped;
     }
-    TrainingLoop loop(o, &*setup, &params, &*timing, &session, &series, std::move(*weights));
+    TrainingLoop loop(o, &*setup, &params, &*timing, &session, &series, &progress, std::move(*weights));
     return loop.Run();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));

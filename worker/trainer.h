@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -57,6 +58,8 @@ struct TrainerOptions {
   int64_t bucket_bytes = int64_t{4} << 20;
   std::string server_hint;            // how the server was named, for a never-reached error (SessionOptions)
   int log_every = 50;                 // iterations between progress lines (0 = none)
+  // Where the progress lines go ("[name] ...", ProgressReporter); null = stdout.
+  std::function<void(const std::string&)> log;
   // Test aid: write "epoch id" for every sample of every applied push to this file.
   std::string log_samples;
   // Set by a signal handler: the worker leaves the job and Train returns Cancelled.

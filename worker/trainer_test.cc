@@ -3,6 +3,7 @@
 #include "worker/trainer.h"
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -118,6 +119,9 @@ TEST_CASE("the trainer trains the server's batch and samples, reports each step 
   ScriptedServer server;
   TrainerOptions o = Small();
   o.log_samples = TempPath("samples.txt");
+  o.log_every = 1;
+  std::vector<std::string> lines;
+  o.log = [&lines](const std::string& line) { lines.push_back(line); };
   absl::StatusOr<TrainerResult> r = Train(o, server);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
@@ -151,6 +155,13 @@ TEST_CASE("the trainer trains the server's batch and samples, reports each step 
   REQUIRE(trained == want);
   REQUIRE(r->pushes_sent == 3);
   REQUIRE(r->pushes_answered == 3);
+  // What the user reads: the join, then a line per iteration, all through the sink.
+  const auto has = [&lines](const std::string& prefix) {
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(prefix, 0) == 0; });
+  };
+  REQUIRE(has("[t0] joined as worker 1: device=cpu batch=4 mode=sync") == 1);
+  REQUIRE(has("[t0] it=") == 3);
+  REQUIRE(has("[t0] it=1 batch=6 ") == 1);
 }
 
 TEST_CASE("a stop from the server ends training; a rejoin trains the step again", "[trainer]") {
