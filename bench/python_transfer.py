@@ -56,12 +56,14 @@ def python_run(address, megabytes, reps):
     torch.manual_seed(0)
     model = torch.nn.Linear(1024, megabytes * 256)
     times = {"push_s": [], "pull_s": [], "round_s": []}
-    with worker_mod.Worker(address, model, name="py", max_iterations=reps, log=lambda _: None) as w:
+    # Whole pushes (bucket_mb=0), as the C++ side sends them: no stream holds the session's push slot.
+    with worker_mod.Worker(address, model, name="py", max_iterations=reps, bucket_mb=0, log=lambda _: None) as w:
         core, storage = w._core, w.storage
         for step in w:
-            header = worker_mod.pb2.PushHeader(batch_size=step.batch_size, compute_seconds=0.01)
+            report = worker_mod._core.StepReport(batch_size=step.batch_size,
+                                                 end=worker_mod._core.StepEnd(compute_seconds=0.01))
             start = time.perf_counter()
-            core.push(header.SerializeToString(), storage.prepare_update(), storage.weights_host)  # as push() sends
+            core.push(report, storage.prepare_update(), storage.weights_host)  # as push() sends
             times["push_s"].append(time.perf_counter() - start)
             start = time.perf_counter()
             w.pull()  # the push moved the model

@@ -12,8 +12,9 @@ cd "$WORK"
 PYTHONPATH=$RUNFILES/python timeout 300 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
   "$RUNFILES/python/tests"
 PYTHONPATH=$RUNFILES/python /usr/bin/python3 -c '
-import omnilearn.worker as w
-assert w.pb2.__name__ == "omnilearn._generated.omnilearn_pb2", w.pb2.__name__  # the build'"'"'s stubs
+from omnilearn import _stubs
+pb2, _ = _stubs.load()
+assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__  # the build'"'"'s stubs
 '
 
 # pip install ./python from a copy of the checkout (runfiles are read-only): the stubs and
@@ -22,8 +23,10 @@ mkdir -p src/proto src/python/src src/common src/worker
 cp "$OMNILEARN_PROTO" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
 cp -L "$RUNFILES/python/src/core.cc" src/python/src/
-cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_security,model_layout,tensor_codec}.* src/common/
-cp -L "$RUNFILES"/worker/{grpc_ps_client.cc,ps_client.h,push_buckets.cc,push_buckets.h,session.cc,session.h} src/worker/
+cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_raw,grpc_security,model_layout,sample_span,tensor_codec}.* \
+  src/common/
+cp -L "$RUNFILES"/worker/{grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} src/worker/
+cp -L "$RUNFILES"/worker/{push_buckets.cc,push_buckets.h,session.cc,session.h} src/worker/
 rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
 /usr/bin/python3 -m venv --system-site-packages venv
@@ -32,10 +35,12 @@ timeout 600 venv/bin/pip install -q --no-build-isolation --no-index ./src/python
 rm -rf src
 venv/bin/python -c '
 import omnilearn, omnilearn.worker as w
+from omnilearn import _stubs
+pb2, _ = _stubs.load()
 assert "site-packages" in omnilearn.__file__, omnilearn.__file__
 assert "site-packages" in w._core.__file__, w._core.__file__
-assert w.pb2.__name__ == "omnilearn._generated.omnilearn_pb2", w.pb2.__name__
-assert hasattr(w.pb2.PushHeader(), "session_secret")
+assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__
+assert hasattr(pb2.PushHeader(), "session_secret")
 print("pip-installed omnilearn imports its generated stubs and its core:", omnilearn.__file__, w._core.__file__)
 '
 # Without its core the package refuses to load, saying what is missing and how to build it.

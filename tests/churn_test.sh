@@ -23,11 +23,12 @@ timeout 240 "${PYTHON[@]}" - "$PORT" "$MPORT" "$SERVER_PROCESS" <<'PY' || fail "
 import sys, urllib.request
 import grpc, torch
 import omnilearn
-from omnilearn import worker as wm
+from omnilearn import _stubs
 
 port, mport, server_pid = sys.argv[1], sys.argv[2], sys.argv[3]
 address = f"127.0.0.1:{port}"
-stub = wm.pb2_grpc.ParameterServerStub(grpc.insecure_channel(address))
+pb2, pb2_grpc = _stubs.load()
+stub = pb2_grpc.ParameterServerStub(grpc.insecure_channel(address))
 model = torch.nn.Linear(4, 2)
 
 
@@ -41,7 +42,7 @@ def cycle(name):
 
 
 def sizes():
-    workers = len(stub.GetStatus(wm.pb2.GetStatusRequest()).workers)
+    workers = len(stub.GetStatus(pb2.GetStatusRequest()).workers)
     text = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10).read().decode()
     series = [l for l in text.splitlines() if l and not l.startswith("#") and not l.startswith("process_")]
     rss_kb = int([l for l in open(f"/proc/{server_pid}/status") if l.startswith("VmRSS")][0].split()[1])
