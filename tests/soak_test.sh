@@ -59,7 +59,14 @@ phase() {  # phase MODE
     last=$now
   done
   kill -TERM "$SERVER_PID"
-  wait_workers || { grep -L "done" "$WORK"/soak-"$mode".w*.log | head -3 >&2; fail "$mode: a worker did not exit 0"; }
+  if ! wait_workers; then
+    for log in $(grep -L "done" "$WORK"/soak-"$mode".w*.log | head -3); do
+      echo "--- $log" >&2
+      tail -n 5 "$log" >&2
+    done
+    keep_logs "$mode"
+    fail "$mode: a worker did not exit 0"
+  fi
   wait "$SERVER_PID" || fail "$mode: the server exited with an error"
   python3 - "$SUMMARY" "$WORK" "$mode" "$N" <<'PY' || fail "$mode: pushes not accounted for"
 import glob, json, re, sys
