@@ -36,7 +36,7 @@ phase() {  # phase MODE
   # it, which say "(training starts without them in N s)": with those, a slow join on a
   # loaded machine ate the first round's 90 s below.
   # --start_timeout_s=120 bounds it: then training starts with whoever joined.
-  wait_for_line "$WORK/soak-$mode.server.log" "joined: training starts\|training starts with" 1500 ||
+  wait_for_line "$WORK/soak-$mode.server.log" "joined: training starts\|training starts with [0-9]" 1500 ||
     { tail -n 5 "$WORK/soak-$mode.server.log" >&2; fail "$mode: training did not start within 150 s"; }
   # The first round waits for 64 processes' first LibTorch step on 2 shared cores: about 13 s
   # after "training starts" here (the same at this test's older commits), so a 15 s window
