@@ -64,6 +64,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.arrivals = []     # per push: the tensor names of its chunks in order, then "<trailer>"
         self.on_chunk = None   # called (on the server's thread) with each chunk's tensor name
         self.gradients = []    # per applied push: the gradient assembled
+        self.abandoned = []    # headers of streamed pushes the worker gave up before their trailer
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -132,6 +133,12 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
             if self.on_chunk:
                 self.on_chunk(m.chunk.name)
             a.add(m.chunk)
+        if header.trailer and arrived[-1:] != ["<trailer>"]:
+            # A streamed push given up by the worker (cancelled before its trailer): as the
+            # real server, the fake takes nothing of it. Whether its header got here before
+            # the cancel is a race the tests must not depend on.
+            self.abandoned.append(header)
+            context.abort(grpc.StatusCode.CANCELLED, "the push stream ended before its trailer")
         self.arrivals.append(arrived)
         self.pushes.append(header)
         action = self.push_actions.get(len(self.pushes), pb2.ACTION_CONTINUE)
