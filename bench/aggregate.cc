@@ -9,11 +9,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "common/large_buffers.h"
 #include "common/grpc_chunks.h"
 #include "common/tensor_codec.h"
 
@@ -143,17 +141,16 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
-  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
-  absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
-  std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
-              "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
-  auto pushes = ParseNumbers("pushes", absl::GetFlag(FLAGS_pushes), 1);
-  if (!pushes.ok()) return std::fprintf(stderr, "aggregate: %s\n", std::string(pushes.status().message()).c_str()), 2;
-  nlohmann::json rows = nlohmann::json::array();
-  for (double n : *pushes) rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds)));
-  const std::string path =
-      WriteResults("aggregate", {{"benchmark", "aggregate"}, {"machine", MachineDescription()}, {"rows", rows}});
-  std::printf("results: %s\n", path.c_str());
-  return 0;
+  return BenchMain(argc, argv, "aggregate", []() -> absl::StatusOr<nlohmann::json> {
+    std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
+                "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
+    auto pushes = ParseNumbers("pushes", absl::GetFlag(FLAGS_pushes), 1);
+    if (!pushes.ok()) return pushes.status();
+    nlohmann::json rows = nlohmann::json::array();
+    for (double n : *pushes) {
+      rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds)));
+    }
+    return rows;
+  });
 }

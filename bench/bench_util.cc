@@ -15,9 +15,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -170,6 +172,23 @@ std::string WriteResults(const std::string& name, const nlohmann::json& doc) {
   const std::string path = absl::StrCat(ResultsDir(), "/", name, ".json");
   std::ofstream(path) << doc.dump(2) << "\n";
   return path;
+}
+
+int BenchMain(int argc, char** argv, const std::string& name,
+              const std::function<absl::StatusOr<nlohmann::json>()>& measure) {
+  KeepLargeBuffersInHeap();
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<nlohmann::json> rows = measure();
+  if (!rows.ok()) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(rows.status().message()).c_str());
+    return 2;
+  }
+  const std::string path = WriteResults(name, {{"benchmark", name}, {"machine", MachineDescription()}, {"rows", *rows}});
+  std::printf("results: %s\n", path.c_str());
+  for (const nlohmann::json& row : *rows) {
+    if (row.value("errors", int64_t{0}) > 0) return 1;
+  }
+  return 0;
 }
 
 std::string MachineDescription() {

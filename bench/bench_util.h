@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,12 @@ absl::StatusOr<std::vector<double>> ParseNumbers(const std::string& flag, const 
 // Writes `doc` to bench/results/<name>.json (in the workspace under `bazel run`) and
 // returns the path.
 std::string WriteResults(const std::string& name, const nlohmann::json& doc);
+// A benchmark's main: keeps large buffers in the heap (as the server and the worker do),
+// parses the flags, runs `measure` for its rows, writes {"benchmark": name, "machine",
+// "rows"} (WriteResults) and says where. Exit status: 2 when `measure` fails (bad flags),
+// 1 when a row counts "errors", else 0.
+int BenchMain(int argc, char** argv, const std::string& name,
+              const std::function<absl::StatusOr<nlohmann::json>()>& measure);
 // The folder results go to.
 std::string ResultsDir();
 // "2-core x86_64, Debian 12" style description of this machine.

@@ -19,11 +19,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -195,14 +193,7 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
   return Median(times);
 }
 
-}  // namespace
-}  // namespace bench
-}  // namespace omnilearn
-
-int main(int argc, char** argv) {
-  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
-  absl::ParseCommandLine(argc, argv);
-  using namespace omnilearn::bench;
+absl::StatusOr<nlohmann::json> MeasureAll() {
   const int workers = absl::GetFlag(FLAGS_workers);
   const double seconds = absl::GetFlag(FLAGS_seconds);
   std::printf("round: %d workers, sync, zero compute; a round = every worker pushes and gets the new model.\n"
@@ -211,7 +202,7 @@ int main(int argc, char** argv) {
               workers);
   nlohmann::json rows = nlohmann::json::array();
   auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
-  if (!sizes.ok()) return std::fprintf(stderr, "round: %s\n", std::string(sizes.status().message()).c_str()), 2;
+  if (!sizes.ok()) return sizes.status();
   for (double mb : *sizes) {
     const int64_t bytes = static_cast<int64_t>(mb * (1 << 20));
     std::vector<double> latencies = {0};
@@ -251,7 +242,11 @@ int main(int argc, char** argv) {
       rows.push_back(row);
     }
   }
-  const std::string path = WriteResults("round", {{"benchmark", "round"}, {"machine", MachineDescription()}, {"rows", rows}});
-  std::printf("results: %s\n", path.c_str());
-  return 0;
+  return rows;
 }
+
+}  // namespace
+}  // namespace bench
+}  // namespace omnilearn
+
+int main(int argc, char** argv) { return omnilearn::bench::BenchMain(argc, argv, "round", omnilearn::bench::MeasureAll); }

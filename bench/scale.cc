@@ -9,11 +9,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "common/large_buffers.h"
 
 ABSL_FLAG(std::string, workers, "1,2,4,8,16,32,64", "worker counts");
 ABSL_FLAG(double, megabytes, 1, "model size in MB");
@@ -100,23 +98,18 @@ nlohmann::json Measure(server::Mode mode, int workers, double megabytes, double 
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
-  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
-  absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
-  using omnilearn::server::Mode;
-  std::printf("scale: N workers, %.0f MB model, zero compute, PushPull in a loop; sync and async.\n",
-              absl::GetFlag(FLAGS_megabytes));
-  nlohmann::json rows = nlohmann::json::array();
-  int64_t errors = 0;
-  auto counts = ParseNumbers("workers", absl::GetFlag(FLAGS_workers), 1);
-  if (!counts.ok()) return std::fprintf(stderr, "scale: %s\n", std::string(counts.status().message()).c_str()), 2;
-  for (Mode mode : {Mode::kSync, Mode::kAsync}) {
-    for (double n : *counts) {
-      rows.push_back(Measure(mode, static_cast<int>(n), absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
-      errors += rows.back()["errors"].get<int64_t>();
+  return BenchMain(argc, argv, "scale", []() -> absl::StatusOr<nlohmann::json> {
+    std::printf("scale: N workers, %.0f MB model, zero compute, PushPull in a loop; sync and async.\n",
+                absl::GetFlag(FLAGS_megabytes));
+    auto counts = ParseNumbers("workers", absl::GetFlag(FLAGS_workers), 1);
+    if (!counts.ok()) return counts.status();
+    nlohmann::json rows = nlohmann::json::array();
+    for (omnilearn::Mode mode : {omnilearn::Mode::kSync, omnilearn::Mode::kAsync}) {
+      for (double n : *counts) {
+        rows.push_back(Measure(mode, static_cast<int>(n), absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
+      }
     }
-  }
-  const std::string path = WriteResults("scale", {{"benchmark", "scale"}, {"machine", MachineDescription()}, {"rows", rows}});
-  std::printf("results: %s\n", path.c_str());
-  return errors == 0 ? 0 : 1;
+    return rows;
+  });
 }

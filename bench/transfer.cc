@@ -7,11 +7,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
-#include "common/large_buffers.h"
 #include "common/tensor_codec.h"
 #include "worker/ps_client.h"
 
@@ -80,16 +78,14 @@ nlohmann::json Measure(double megabytes) {
 }  // namespace omnilearn
 
 int main(int argc, char** argv) {
-  omnilearn::KeepLargeBuffersInHeap();  // as the server and the worker do
-  absl::ParseCommandLine(argc, argv);
   using namespace omnilearn::bench;
-  std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
-              "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
-  auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
-  if (!sizes.ok()) return std::fprintf(stderr, "transfer: %s\n", std::string(sizes.status().message()).c_str()), 2;
-  nlohmann::json rows = nlohmann::json::array();
-  for (double mb : *sizes) rows.push_back(Measure(mb));
-  const std::string path = WriteResults("transfer", {{"benchmark", "transfer"}, {"machine", MachineDescription()}, {"rows", rows}});
-  std::printf("results: %s\n", path.c_str());
-  return 0;
+  return BenchMain(argc, argv, "transfer", []() -> absl::StatusOr<nlohmann::json> {
+    std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
+                "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
+    auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
+    if (!sizes.ok()) return sizes.status();
+    nlohmann::json rows = nlohmann::json::array();
+    for (double mb : *sizes) rows.push_back(Measure(mb));
+    return rows;
+  });
 }

@@ -303,7 +303,7 @@ void PrintListening(const ServerOptions& o, int port, v1::WireDtype wire_dtype, 
   const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
   std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s wire=%s global_batch=%ld "
               "workers=%d tls=%s token=%s metrics=%s\n",
-              absl::GetFlag(FLAGS_bind).c_str(), port, ModeName(o.mode).c_str(),
+              absl::GetFlag(FLAGS_bind).c_str(), port, ModeName(o.mode),
               controller::PolicyName(o.controller.policy).c_str(), controller::BalanceName(o.controller.balance).c_str(),
               WireDtypeName(wire_dtype), o.controller.global_batch, o.num_workers,
               tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token ? "on" : "off",

@@ -16,26 +16,6 @@
 namespace omnilearn {
 namespace server {
 
-absl::StatusOr<Mode> ParseMode(absl::string_view name) {
-  const std::string n = absl::AsciiStrToLower(name);
-  if (n == "sync") return Mode::kSync;
-  if (n == "async") return Mode::kAsync;
-  if (n == "ssp") return Mode::kSsp;
-  return absl::InvalidArgumentError(absl::StrCat("unknown mode '", name, "' (want sync, async or ssp)"));
-}
-
-std::string ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kSync:
-      return "sync";
-    case Mode::kAsync:
-      return "async";
-    case Mode::kSsp:
-      return "ssp";
-  }
-  return "unknown";
-}
-
 absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create(const ServerOptions& options) {
   if (options.num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
   if (options.adjust_every < 1) return absl::InvalidArgumentError("adjust_every must be >= 1");

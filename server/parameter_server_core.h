@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/model_layout.h"
+#include "common/training_mode.h"
 #include "controller/batch_controller.h"
 #include "server/checkpoint.h"
 #include "server/epoch_sampler.h"
@@ -44,15 +45,9 @@
 namespace omnilearn {
 namespace server {
 
-// sync: one step per round over all live workers. async: each push applied on arrival.
-// ssp: applied on arrival like async, but a worker may be at most `staleness_bound`
-// iterations ahead of the slowest live one (its push reply waits until it is not).
-enum class Mode { kSync, kAsync, kSsp };
+using ::omnilearn::Mode;
 // What the worker must do next (mirrors the proto's Action).
 enum class Action { kContinue, kRejoin, kStop };
-
-absl::StatusOr<Mode> ParseMode(absl::string_view name);
-std::string ModeName(Mode mode);
 
 struct ServerOptions {
   Mode mode = Mode::kSync;

@@ -16,7 +16,7 @@ Action ActionOf(v1::Action a) {
   }
 }
 
-Mode ModeOf(v1::Mode m) {
+std::optional<Mode> ModeOf(v1::Mode m) {
   switch (m) {
     case v1::MODE_SYNC:
       return Mode::kSync;
@@ -25,7 +25,7 @@ Mode ModeOf(v1::Mode m) {
     case v1::MODE_SSP:
       return Mode::kSsp;
     default:
-      return Mode::kUnknown;
+      return std::nullopt;
   }
 }
 
@@ -66,11 +66,17 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   return out;
 }
 
+// A step's end goes in the trailer of a streamed push, or in the header of a whole one.
+template <typename Message>
+void SetStepEnd(const StepEnd& end, Message* m) {
+  m->set_compute_seconds(end.compute_seconds);
+  m->set_train_loss(end.train_loss);
+  if (end.test_accuracy) m->set_test_accuracy(*end.test_accuracy);
+}
+
 v1::PushTrailer TrailerOf(const StepEnd& end) {
   v1::PushTrailer t;
-  t.set_compute_seconds(end.compute_seconds);
-  t.set_train_loss(end.train_loss);
-  if (end.test_accuracy) t.set_test_accuracy(*end.test_accuracy);
+  SetStepEnd(end, &t);
   return t;
 }
 
@@ -80,9 +86,7 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   h.set_model_version(p.model_version);
   h.set_batch_size(p.step.batch_size);
   h.set_communication_seconds(p.step.communication_seconds);
-  h.set_compute_seconds(p.step.end.compute_seconds);
-  h.set_train_loss(p.step.end.train_loss);
-  if (p.step.end.test_accuracy) h.set_test_accuracy(*p.step.end.test_accuracy);
+  SetStepEnd(p.step.end, &h);
   h.set_out_of_memory(p.step.out_of_memory);
   h.set_report_only(p.step.report_only);
   return h;

@@ -13,7 +13,7 @@ namespace worker {
 // CONTINUE, and the deprecated PULL that servers of earlier releases sent for the same
 // thing, are kContinue.
 Action ActionOf(v1::Action a);
-Mode ModeOf(v1::Mode m);
+std::optional<Mode> ModeOf(v1::Mode m);  // none for MODE_UNSPECIFIED
 Assignment AssignmentOf(const google::protobuf::RepeatedPtrField<v1::SampleSpan>& spans);
 
 // The join's header with the model's layout. It offers float32 and, with

@@ -3,19 +3,7 @@
 namespace omnilearn {
 namespace worker {
 
-const char* ModeName(Mode mode) {
-  switch (mode) {
-    case Mode::kSync:
-      return "sync";
-    case Mode::kAsync:
-      return "async";
-    case Mode::kSsp:
-      return "ssp";
-    case Mode::kUnknown:
-      break;
-  }
-  return "unknown";
-}
+const char* ModeName(std::optional<Mode> mode) { return mode ? ::omnilearn::ModeName(*mode) : "unknown"; }
 
 }  // namespace worker
 }  // namespace omnilearn

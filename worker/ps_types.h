@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/sample_span.h"
+#include "common/training_mode.h"
 
 namespace omnilearn {
 namespace worker {
@@ -21,9 +22,9 @@ enum class Action {
   kStop,      // training is over, or the server is shutting down
 };
 
-enum class Mode { kUnknown, kSync, kAsync, kSsp };
-// "sync", "async", "ssp" (as the server's --mode names them), or "unknown".
-const char* ModeName(Mode mode);
+using ::omnilearn::Mode;
+// ModeName, or "unknown" before a join told the mode.
+const char* ModeName(std::optional<Mode> mode);
 
 enum class DeviceKind { kCpu, kCuda };
 
@@ -53,7 +54,7 @@ struct JoinReply {
   uint64_t worker_id = 0;
   std::string session_secret;  // sent with every later call of the session
   double lease_seconds = 0;    // heartbeat or push at least this often
-  Mode mode = Mode::kUnknown;
+  std::optional<Mode> mode;  // none: a server that did not say
   int64_t batch_size = 0;  // the first mini-batch's
   Assignment samples;      // the first mini-batch's samples
   uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)

@@ -159,7 +159,7 @@ class Session {
   const Assignment& samples() const { return samples_; }
   uint64_t model_version() const { return version_; }
   uint64_t global_samples() const { return global_samples_; }
-  Mode mode() const { return mode_; }
+  std::optional<Mode> mode() const { return mode_; }
   bool stop_requested() const { return stop_.load(); }
   int rejoins() const { return rejoins_; }
   // Pushes sent (every call, report-only ones too) and the ones the server answered (a
@@ -197,7 +197,7 @@ class Session {
   Assignment samples_;
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;
-  Mode mode_ = Mode::kUnknown;
+  std::optional<Mode> mode_;
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
