@@ -98,7 +98,7 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
       pushers.emplace_back([&, i] {
         ++ready;
         while (!go.load()) std::this_thread::yield();
-        ChunkAssembler assembler(&layout, core->TakeBuffer());  // as the service does
+        ChunkAssembler assembler(&layout, core->buffers().Take());  // as the service does
         ReceivedMessage<v1::PushRequest> msg;
         for (const grpc::ByteBuffer& c : chunks) {
           if (!msg.Parse(c, kPushRequestChunkField).ok() || !msg.is_chunk() || !assembler.Add(msg.chunk()).ok()) {

@@ -410,21 +410,6 @@ void ParameterServerCore::CountPush(WorkerId id, const std::string& result) {
   metrics_.pushes.Add({w == nullptr ? "unknown" : w->name, result}).Increment();
 }
 
-std::vector<float> ParameterServerCore::TakeBuffer() {
-  absl::MutexLock lock(&pool_mu_);
-  if (pool_.empty()) return {};
-  std::vector<float> b = std::move(pool_.back());
-  pool_.pop_back();
-  return b;
-}
-
-void ParameterServerCore::ReturnBuffer(std::vector<float> buffer) {
-  constexpr size_t kPoolBuffers = 64;  // in practice the pool holds the peak number of pushes in flight
-  if (buffer.capacity() == 0) return;
-  absl::MutexLock lock(&pool_mu_);
-  if (pool_.size() < kPoolBuffers) pool_.push_back(std::move(buffer));
-}
-
 absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::vector<float> gradient,
                                                      absl::Time deadline) {
   absl::StatusOr<PushResult> r;
@@ -436,7 +421,7 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
       w->last_wait_seconds = absl::ToDoubleSeconds(options_.clock->Now() - arrived);
     }
   }
-  ReturnBuffer(std::move(gradient));
+  buffers_.Return(std::move(gradient));
   return r;
 }
 

@@ -35,6 +35,7 @@
 #include "server/checkpoint.h"
 #include "server/epoch_sampler.h"
 #include "server/async_rule.h"
+#include "server/buffer_pool.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/push_check.h"
@@ -240,10 +241,9 @@ class ParameterServerCore {
   // allocates anything for the join's parameters.
   absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout) const;
 
-  // Model-sized buffers for assembling pushes, reused across calls (no allocation and
-  // no page faults per push). Thread-safe; Push returns its gradient's buffer here.
-  std::vector<float> TakeBuffer();
-  void ReturnBuffer(std::vector<float> buffer);
+  // Buffers for assembling pushes (thread-safe, its own lock); Push returns its
+  // gradient's buffer here.
+  BufferPool& buffers() { return buffers_; }
 
   // Records a validation failure seen before the core (bad chunks in the adapter).
   void CountRejectedPush(WorkerId id, const std::string& result);
@@ -345,8 +345,7 @@ class ParameterServerCore {
   // From a restored checkpoint: the controller's memory of workers not yet back, by name.
   std::map<std::string, controller::WorkerMemory> remembered_ ABSL_GUARDED_BY(mu_);
   // Reusable push buffers (taken and returned outside mu_ as well).
-  absl::Mutex pool_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  std::vector<std::vector<float>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  BufferPool buffers_;
 };
 
 }  // namespace server

@@ -324,7 +324,7 @@ absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* 
                                                                          bool until_complete, PushInfo* info) {
   absl::StatusOr<ModelLayout> layout = core_->Layout();
   if (!layout.ok()) return layout.status();
-  ChunkAssembler assembler(&*layout, core_->TakeBuffer(), header.wire_dtype());
+  ChunkAssembler assembler(&*layout, core_->buffers().Take(), header.wire_dtype());
   grpc::ByteBuffer buffer;
   ReceivedMessage<v1::PushRequest> msg;
   bool trailer = false;
