@@ -27,19 +27,19 @@ start_server() {
     > "$WORK/$name.server.log" 2>&1 &
   SERVER_PID=$!
   STARTED+=("$SERVER_PID")
-  for _ in $(seq 50); do
-    grep -q listening "$WORK/$name.server.log" && return 0
-    sleep 0.1
-  done
+  # Up to 30 s: a loaded machine can take seconds to start a process that loads LibTorch.
+  wait_for_line "$WORK/$name.server.log" listening 300 && return 0
   cat "$WORK/$name.server.log" >&2
   fail "server $name did not start"
 }
 
-# start_worker NAME LOG [flags...]: appends to WORKER_PIDS.
+# start_worker NAME LOG [flags...]: appends to WORKER_PIDS. The server is up when this runs
+# (start_server waited for it), so a slow first handshake on a loaded machine is waited out
+# (--connect_timeout=60) instead of ending the worker; a later flag overrides it.
 start_worker() {
   local name=$1 log=$2; shift 2
   timeout 240 "$WORKER" --server="127.0.0.1:$PORT" --name="$name" --device=cpu --dataset=synthetic \
-    --model=mlp --log_every=1 "$@" > "$log" 2>&1 &
+    --model=mlp --log_every=1 --connect_timeout=60 "$@" > "$log" 2>&1 &
   WORKER_PIDS+=($!)
   STARTED+=($!)
 }

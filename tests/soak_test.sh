@@ -24,10 +24,14 @@ phase() {  # phase MODE
   WORKER_PIDS=()
   start_server "soak-$mode" --mode="$mode" --num_workers="$N" --global_batch=$((8 * N)) --lr=0.05 \
     --round_timeout_s=20 --lease_s=60 --start_timeout_s=120 --shutdown_grace_s=60 --quiet=false --progress_every_s=5
+  # --connect_timeout=120: the server is up (start_server waited for it), but 64 processes
+  # loading LibTorch on 2 loaded cores can take more than the default 10 s to finish a TCP
+  # handshake (CI at 52a40a4: one worker gave up with "tcp handshaker shutdown" and the
+  # phase started without it). The start waits up to --start_timeout_s=120 anyway.
   for i in $(seq 0 $((N - 1))); do
     timeout $((SECONDS_PER_PHASE + 300)) "$WORKER" --server="127.0.0.1:$PORT" --name="s$i" --device=cpu \
       --dataset=synthetic --synthetic_samples=2000 --model=mlp --epochs=0 --max_iterations=100000000 --threads=1 \
-      --log_every=0 \
+      --log_every=0 --connect_timeout=120 \
       > "$WORK/soak-$mode.w$i.log" 2>&1 &
     WORKER_PIDS+=($!)
     STARTED+=($!)
