@@ -221,8 +221,9 @@ class ParameterServerCore {
   // The model's layout; FailedPrecondition while there is none.
   absl::StatusOr<ModelLayout> Layout() const;
 
-  // Everything a checkpoint holds, taken under the lock: the weights are shared (the
-  // store copies on write), the optimizer state copied once. The controller's memory
+  // Everything a checkpoint holds, taken under the lock without copying the model: the
+  // weights and the optimizer state are shared (the store steps into other buffers
+  // while they are held), so pushes do not wait for a copy. The controller's memory
   // covers live workers and those restored but not yet back. FailedPrecondition while
   // there is no model.
   absl::StatusOr<CheckpointState> Capture() const;
