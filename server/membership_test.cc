@@ -78,6 +78,29 @@ TEST_CASE("left records are pruned: one per name, and a bounded number in all", 
   REQUIRE(m.Find(a2) != nullptr);           // live records are never pruned
 }
 
+TEST_CASE("ssp: a worker waits while a live one is more than the bound behind, and knows who", "[membership]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  Membership m;
+  const WorkerId fast = m.Add(Named("fast", WorkerState::kActive, 7, t0)).id;
+  const WorkerId slow = m.Add(Named("slow", WorkerState::kActive, 4, t0)).id;
+  const WorkerId pending = m.Add(Named("pending", WorkerState::kPending, 5, t0)).id;
+  m.Add(Named("dropped", WorkerState::kDropped, 0, t0));  // not live: holds nobody back
+  REQUIRE(m.WithinSspBound(fast, 3));   // 7 <= 4 + 3
+  REQUIRE_FALSE(m.WithinSspBound(fast, 2));
+  REQUIRE(m.HoldingBack(fast, 3).empty());
+  std::vector<WorkerRecord*> behind = m.HoldingBack(fast, 1);  // 4 + 1 < 7, 5 + 1 < 7
+  REQUIRE(behind.size() == 2);
+  REQUIRE(behind[0]->id == slow);
+  REQUIRE(behind[1]->id == pending);
+  REQUIRE(m.HoldingBack(fast, 2).size() == 1);  // 4 + 2 < 7; 5 + 2 is not
+  m.Find(slow)->state = WorkerState::kDropped;
+  REQUIRE(m.WithinSspBound(fast, 2));  // the slowest live other is now at 5
+  m.Find(fast)->state = WorkerState::kLeft;
+  REQUIRE(m.WithinSspBound(fast, 0));  // a worker that left waits for nobody
+  REQUIRE(m.WithinSspBound(99, 0));    // nor does an unknown one
+  REQUIRE(m.HoldingBack(99, 0).empty());
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

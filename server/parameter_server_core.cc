@@ -605,11 +605,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
   const uint64_t staleness = ApplyOnArrival(info, gradient);
   Worker& me = *workers_.Find(info.id);
   ++me.clock;
+  const std::string name = me.name;  // `me` may leave (and its record go) while this push waits
   const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
-  auto within_bound = [this, &info, &me, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (shutdown_ || !me.live()) return true;
-    const std::optional<uint64_t> slowest = workers_.SlowestClock(info.id);
-    return !slowest || me.clock <= *slowest + bound;
+  auto within_bound = [this, &info, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || workers_.WithinSspBound(info.id, bound);
   };
   if (!within_bound()) {
     const absl::Time start = options_.clock->Now();
@@ -619,12 +618,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
       if (options_.clock->Now() >= drop_at) {
         // Whoever holds this worker back past the timeout is dropped, as a late worker
         // is from a sync round; it is readmitted when it pushes again.
-        for (auto& [id, w] : workers_) {
-          if (id != info.id && w.live() && w.clock + bound < me.clock) {
-            Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w.name,
-                                  me.name, absl::ToDoubleSeconds(options_.round_timeout)));
-            Retire(w, WorkerState::kDropped);
-          }
+        for (Worker* w : workers_.HoldingBack(info.id, bound)) {
+          Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w->name, name,
+                                absl::ToDoubleSeconds(options_.round_timeout)));
+          Retire(*w, WorkerState::kDropped);
         }
       } else if (options_.clock->Now() >= deadline) {
         // The gradient was applied on arrival: never an error now.

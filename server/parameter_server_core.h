@@ -1,7 +1,7 @@
 // The parameter server's logic, free of gRPC, behind one mutex: this class is the
 // locking facade that sequences the parts, each thread-compatible and tested on its own
 // (the way leveldb's DBImpl calls helpers that require its mutex):
-//   membership.h      the worker table, leases, names, the slowest SSP clock
+//   membership.h      the worker table, leases, names, the SSP bound
 //   sync_round.h      a sync round's sum of b_k * g_k, members, clock and closing plan
 //   async_rule.h      the asynchronous staleness rule (step, buffer blend, momentum)
 //   epoch_sampler.h   the epochs' permutations and the samples handed out
