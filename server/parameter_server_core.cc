@@ -43,7 +43,7 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
       controller_(std::move(controller)),
       store_(options.optimizer),
       sampler_(options.data_seed),
-      job_start_(start_time_) {
+      job_(start_time_) {
   registry_.AddCollectHook([this] { UpdateGauges(); });
 }
 
@@ -80,28 +80,24 @@ SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
 }
 
 void ParameterServerCore::MaybeFinishJob() {
-  // A dropped worker may still come back and finish.
-  if (job_finished_ || !any_finished_ || !workers_.AllLeft()) return;
-  job_finished_ = true;
+  // A dropped worker may still come back and finish: AllLeft counts it as not gone.
+  if (!job_.MaybeFinish(workers_.AllLeft())) return;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
                         stats_.global_samples(), Epoch(),
                         stats_.rounds()));
 }
 
 void ParameterServerCore::ResetJob() {
-  Event(absl::StrFormat("job %d is over; a new job starts (--reset_when_done)", job_));
-  ++job_;
-  job_start_ = options_.clock->Now();
+  Event(absl::StrFormat("job %d is over; a new job starts (--reset_when_done)", job_.number()));
+  job_.Next(options_.clock->Now());
   controller_ = *controller::BatchController::Create(options_.controller);  // validated in Create
   store_ = ParameterStore(options_.optimizer);
   sampler_ = EpochSampler(options_.data_seed);
   workers_.Clear();
-  started_ = false;
   round_.Reset();
   ticks_since_adjust_ = 0;
   stats_ = TrainingStats();
   remembered_.clear();
-  any_finished_ = job_finished_ = false;
 }
 
 void ParameterServerCore::Readmit(Worker& w) {
@@ -116,7 +112,7 @@ void ParameterServerCore::Readmit(Worker& w) {
 void ParameterServerCore::ExpireLeases(absl::Time now) {
   // Before training starts the workers that joined are blocked in Join's barrier and
   // cannot send heartbeats: their leases run from the start (see Join).
-  if (!started_) return;
+  if (!job_.started()) return;
   const std::vector<Worker*> expired = workers_.LeaseExpired(now, options_.lease);
   for (Worker* w : expired) {
     Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w->name, w->id,
@@ -253,12 +249,10 @@ JoinResult ParameterServerCore::StopJoin() {
 }
 
 absl::Status ParameterServerCore::ReopenFinishedJob() {
-  if (!job_finished_) return absl::OkStatus();
-  if (!options_.reset_when_done) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
-        "it with --reset_when_done to take a new job",
-        store_.version(), stats_.global_samples()));
+  if (!job_.finished()) return absl::OkStatus();
+  if (absl::Status s = job_.CheckJoinable(options_.reset_when_done, store_.version(), stats_.global_samples());
+      !s.ok()) {
+    return s;
   }
   ResetJob();
   return absl::OkStatus();
@@ -307,26 +301,26 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
 }
 
 void ParameterServerCore::AwaitStart(absl::Time deadline, absl::Time now) {
-  if (started_) return;
+  if (job_.started()) return;
   const size_t live = LiveCount();
-  const absl::Time start_by = job_start_ + options_.start_timeout;
+  const absl::Time start_by = job_.start() + options_.start_timeout;
   if (live < static_cast<size_t>(options_.num_workers)) {
     Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
                           options_.num_workers - static_cast<int>(live), options_.num_workers,
                           std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
   }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
+    return job_.started() || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
-  if (!started_ && !shutdown_) {
+  if (!job_.started() && !shutdown_) {
     const size_t n = LiveCount();
     Event(n >= static_cast<size_t>(options_.num_workers)
               ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
               : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
                                 options_.num_workers));
   }
-  started_ = true;  // with everyone, or with who came in time
+  job_.Start();  // with everyone, or with who came in time
 }
 
 JoinResult ParameterServerCore::JoinReply(WorkerId id) {
@@ -668,7 +662,7 @@ absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
   Event(absl::StrFormat("worker %s left (%s) after %d iterations; %d live", w->name,
                         finished ? "finished its training" : (shutdown_ ? "told to stop" : "interrupted"),
                         w->iterations, LiveCount()));
-  any_finished_ = any_finished_ || finished;
+  job_.NoteLeft(finished);
   MaybeCompleteRound();
   MaybeFinishJob();
   PruneLeft();
@@ -708,7 +702,7 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   for (const auto& [id, w] : workers_) outstanding.push_back(&w.assigned);
   s.sampler = sampler_.State(outstanding);
   s.optimizer = OptimizerName(store_.options().kind);
-  s.job = job_;
+  s.job = job_.number();
   s.created = options_.clock->Now();
   return s;
 }
@@ -796,8 +790,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.global_samples = stats_.global_samples();
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.dataset_size = sampler_.dataset_size();
-  s.job = job_;
-  s.job_finished = job_finished_;
+  s.job = job_.number();
+  s.job_finished = job_.finished();
   s.last_train_loss = stats_.last_loss();
   s.test_accuracy = stats_.test_accuracy();
   s.test_accuracy_version = stats_.test_accuracy_version();

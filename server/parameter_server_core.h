@@ -6,10 +6,12 @@
 //   async_rule.h      the asynchronous staleness rule (step, buffer blend, momentum)
 //   epoch_sampler.h   the epochs' permutations and the samples handed out
 //   parameter_store.h the weights, buffers and optimizer
+//   buffer_pool.h     model-sized buffers reused across pushes (its own lock)
+//   job_life.h        the start barrier's clock, the job's finish, the job counter
 //   training_stats.h  rounds, samples, loss, accuracy, pushes by result, staleness
 //   batch_controller  the batch plan (controller/)
-// Here: joins and the start barrier, the job's life, the SSP wait, the order of the
-// steps, the Prometheus series.
+// Here: the order of a join's and a push's steps, the waits (start barrier, sync round,
+// SSP bound), the Prometheus series.
 #ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
@@ -36,6 +38,7 @@
 #include "server/epoch_sampler.h"
 #include "server/async_rule.h"
 #include "server/buffer_pool.h"
+#include "server/job_life.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/push_check.h"
@@ -331,14 +334,9 @@ class ParameterServerCore {
   controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
   ParameterStore store_ ABSL_GUARDED_BY(mu_);
   Membership workers_ ABSL_GUARDED_BY(mu_);
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
-  // The job: its start (for start_timeout), whether a worker completed it, whether it is over.
-  uint64_t job_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::Time job_start_ ABSL_GUARDED_BY(mu_);
-  bool any_finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
+  JobLife job_ ABSL_GUARDED_BY(mu_);  // its start (for start_timeout), started, finished
   SyncRound round_ ABSL_GUARDED_BY(mu_);
   // Statistics.
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;
