@@ -64,12 +64,7 @@ void ParameterServerCore::Retire(Worker& w, WorkerState state) {
 }
 
 void ParameterServerCore::PruneLeft() {
-  for (const std::string& name : workers_.PruneLeft()) {
-    metrics_.pushes.RemoveFirstLabel(name);
-    metrics_.worker_compute_seconds.Remove({name});
-    metrics_.worker_link_seconds.Remove({name});
-    metrics_.worker_batch_size.Remove({name});
-  }
+  for (const std::string& name : workers_.PruneLeft()) metrics_.ForgetWorker(name);
 }
 
 SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
@@ -750,25 +745,10 @@ void ParameterServerCore::CountPullBytes(int64_t bytes) { metrics_.pull_bytes.In
 
 void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
-  metrics_.model_version.Set(static_cast<double>(store_.version()));
-  metrics_.train_loss.Set(stats_.last_loss());
-  if (stats_.test_accuracy()) metrics_.test_accuracy.Add({}).Set(*stats_.test_accuracy());
-  std::map<WorkerState, int> by_state = {
-      {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
-  std::set<std::string> live, gone;
-  for (const auto& [id, w] : workers_) {
-    ++by_state[w.state];
-    if (w.live()) {
-      live.insert(w.name);
-      metrics_.worker_batch_size.Add({w.name}).Set(static_cast<double>(controller_.plan().batch(id)));
-    } else {
-      gone.insert(w.name);
-    }
-  }
-  for (const std::string& name : gone) {
-    if (!live.count(name)) metrics_.worker_batch_size.Remove({name});
-  }
-  for (const auto& [state, n] : by_state) metrics_.workers.Add({WorkerStateName(state)}).Set(n);
+  metrics_.CollectModel(store_.version(), stats_.last_loss(), stats_.test_accuracy());
+  metrics_.CollectWorkers(workers_, [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return controller_.plan().batch(id);
+  });
 }
 
 void ParameterServerCore::Shutdown() {

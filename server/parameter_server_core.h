@@ -8,10 +8,11 @@
 //   parameter_store.h the weights, buffers and optimizer
 //   buffer_pool.h     model-sized buffers reused across pushes (its own lock)
 //   job_life.h        the start barrier's clock, the job's finish, the job counter
+//   server_metrics.h  the Prometheus series and what a scrape reads into them
 //   training_stats.h  rounds, samples, loss, accuracy, pushes by result, staleness
 //   batch_controller  the batch plan (controller/)
 // Here: the order of a join's and a push's steps, the waits (start barrier, sync round,
-// SSP bound), the Prometheus series.
+// SSP bound), which counters move when.
 #ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
