@@ -5,6 +5,7 @@
 #define OMNILEARN_SERVER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -71,6 +72,10 @@ class Membership {
   bool WithinSspBound(WorkerId id, uint64_t bound) const;
   // ssp: the live workers that keep `id` waiting (more than `bound` behind it).
   std::vector<WorkerRecord*> HoldingBack(WorkerId id, uint64_t bound);
+  // sync: the active workers a round still waits for (`pushed` says who is in), and, once
+  // it closed, the pending ones joining the next round.
+  std::vector<WorkerRecord*> Missing(const std::function<bool(WorkerId)>& pushed);
+  void PromotePending();
   // Sessions that have not left and were silent for longer than `lease` at `now`.
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
   bool AllLeft() const;

@@ -1,5 +1,7 @@
 #include "server/membership.h"
 
+#include <set>
+
 #include "catch2/catch.hpp"
 
 namespace omnilearn {
@@ -99,6 +101,25 @@ TEST_CASE("ssp: a worker waits while a live one is more than the bound behind, a
   REQUIRE(m.WithinSspBound(fast, 0));  // a worker that left waits for nobody
   REQUIRE(m.WithinSspBound(99, 0));    // nor does an unknown one
   REQUIRE(m.HoldingBack(99, 0).empty());
+}
+
+TEST_CASE("sync: a round waits for the active workers only; pending ones join the next", "[membership]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  Membership m;
+  const WorkerId a = m.Add(Named("a", WorkerState::kActive, 0, t0)).id;
+  const WorkerId b = m.Add(Named("b", WorkerState::kActive, 0, t0)).id;
+  const WorkerId p = m.Add(Named("p", WorkerState::kPending, 0, t0)).id;
+  m.Add(Named("d", WorkerState::kDropped, 0, t0));
+  std::set<WorkerId> pushed = {a};
+  auto in = [&pushed](WorkerId id) { return pushed.count(id) > 0; };
+  std::vector<WorkerRecord*> missing = m.Missing(in);
+  REQUIRE(missing.size() == 1);
+  REQUIRE(missing[0]->id == b);
+  pushed.insert(b);
+  REQUIRE(m.Missing(in).empty());  // neither the pending nor the dropped one is waited for
+  m.PromotePending();
+  REQUIRE(m.Find(p)->state == WorkerState::kActive);
+  REQUIRE(m.Missing(in).size() == 1);  // the next round waits for it
 }
 
 }  // namespace

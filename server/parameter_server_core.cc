@@ -535,22 +535,21 @@ void ParameterServerCore::OpenRound() {
   round_.Open(options_.clock->Now(), options_.round_timeout, store_.layout().total_elements());
 }
 
+std::function<bool(WorkerId)> ParameterServerCore::InRound() const {
+  return [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return round_.Pushed(id); };
+}
+
 void ParameterServerCore::MaybeCompleteRound() {
   if (!round_.open() || !round_.idle()) return;  // a push in flight completes it when it lands
-  for (const auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_.Pushed(id)) return;
-  }
-  CompleteRound();
+  if (workers_.Missing(InRound()).empty()) CompleteRound();
 }
 
 void ParameterServerCore::CompleteRound() {
   // Workers that were due and did not push are dropped; their share goes to the others.
-  for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_.Pushed(id)) {
-      Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w.name,
-                            absl::ToDoubleSeconds(options_.round_timeout)));
-      Retire(w, WorkerState::kDropped);
-    }
+  for (Worker* w : workers_.Missing(InRound())) {
+    Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w->name,
+                          absl::ToDoubleSeconds(options_.round_timeout)));
+    Retire(*w, WorkerState::kDropped);
   }
   if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
@@ -560,9 +559,7 @@ void ParameterServerCore::CompleteRound() {
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
   }
-  for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
-  }
+  workers_.PromotePending();
   if (stats_.rounds() > 0) CountAdjustmentTick();
   // Every member of the round is told the plan as it stood when the round closed, even
   // if another member leaves (and its share moves) before this one wakes up. Its

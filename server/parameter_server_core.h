@@ -304,6 +304,8 @@ class ParameterServerCore {
   // The join's answer once past the barrier: the session, or stop.
   JoinResult JoinReply(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock (sync_round.h)
+  // Who is in the open round (for Membership::Missing); call it under mu_.
+  std::function<bool(WorkerId)> InRound() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a sync push to the round, releasing the lock for the model-sized loop.
   void AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
