@@ -443,12 +443,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     return reject("invalid", s);
   }
   Worker& w = *current;
-  // A push trains the batch it was assigned (its samples, or its size): a worker cannot
-  // scale its own weight in the round or its async step by claiming another.
   const int64_t assigned = w.uses_samples ? CountSamples(w.assigned) : w.told_batch;
-  if (info.batch != assigned && (w.uses_samples || info.batch != controller_.plan().batch(info.id))) {
-    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("the push claims a batch of ", info.batch,
-                                                                     " samples; the server assigned ", assigned)));
+  if (absl::Status s = CheckAssignedBatch(info.batch, w.uses_samples, assigned, controller_.plan().batch(info.id));
+      !s.ok()) {
+    return reject("invalid", s);
   }
   w.last_seen = now;
   if (w.state == WorkerState::kDropped) Readmit(w);
