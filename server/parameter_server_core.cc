@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/constant_time.h"
@@ -159,62 +157,19 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
         info.name, w->id, w->host, absl::ToDoubleSeconds(options_.clock->Now() - w->last_seen),
         absl::ToDoubleSeconds(options_.lease)));
   }
-  // The epoch's permutation holds one id per sample: bound it before anything is allocated.
-  constexpr uint64_t kMaxDatasetSize = uint64_t{1} << 32;
-  if (info.dataset_size > kMaxDatasetSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a training set of ", info.dataset_size, " samples is more than this server takes (2^32)"));
-  }
-  if (info.dataset_size == 0 && sampler_.enabled()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this job assigns the samples of a training set of ", sampler_.dataset_size(),
-        " and this worker gave no data set size: give it the same data set (Python: Worker(..., dataset_size=",
-        sampler_.dataset_size(), "))"));
-  }
-  if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", info.dataset_size,
-                                                   " samples, the job's has ", sampler_.dataset_size(),
-                                                   ": every worker of a job must train on the same data set"));
-  }
-  if (!store_.initialized()) {
-    if (!info.initial_parameters) {
-      return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
-    }
-    return absl::OkStatus();
-  }
-  if (info.layout.SameTensors(store_.layout())) return absl::OkStatus();
+  const std::optional<uint64_t> job_dataset =
+      sampler_.enabled() ? std::optional<uint64_t>(sampler_.dataset_size()) : std::nullopt;
+  if (absl::Status s = CheckJoinDataset(info.dataset_size, job_dataset); !s.ok()) return s;
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
-  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
-  if (replaceable && info.initial_parameters) return absl::OkStatus();
-  const std::string what =
-      absl::StrCat("model layout differs from the server's: ", info.layout.DescribeDifference(store_.layout()));
-  if (replaceable) return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
-  return absl::InvalidArgumentError(what);
+  const bool replaceable = store_.initialized() && store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
+  return CheckJoinModel(info.layout, info.initial_parameters.has_value(),
+                        store_.initialized() ? &store_.layout() : nullptr, replaceable);
 }
 
 absl::Status ParameterServerCore::CheckJoinHeader(const std::string& name, const std::string& host,
                                                   const ModelLayout& layout) const {
-  constexpr size_t kMaxName = 128, kMaxHost = 255;
-  if (name.empty()) return absl::InvalidArgumentError("a worker needs a name");
-  const bool name_ok = name.size() <= kMaxName && std::all_of(name.begin(), name.end(), [](char c) {
-                         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '@';
-                       });
-  if (!name_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
-                     "' is not 1-128 characters of letters, digits and . _ - : @"));
-  }
-  if (host.size() > kMaxHost || !std::all_of(host.begin(), host.end(), [](char c) { return absl::ascii_isgraph(c); })) {
-    return absl::InvalidArgumentError("the host name must be at most 255 printable characters without spaces");
-  }
-  if (layout.empty()) return absl::InvalidArgumentError("join without a model layout");
-  const int64_t bytes = layout.total_elements() * static_cast<int64_t>(sizeof(float));
-  if (layout.total_elements() > options_.max_model_bytes / static_cast<int64_t>(sizeof(float))) {
-    return absl::ResourceExhaustedError(absl::StrCat("the model has ", bytes, " bytes of float32 values; this server "
-                                                     "takes at most --max_model_bytes=", options_.max_model_bytes));
-  }
-  return absl::OkStatus();
+  return server::CheckJoinHeader(name, host, layout, options_.max_model_bytes);
 }
 
 absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time deadline) {

@@ -8,6 +8,7 @@
 //   parameter_store.h the weights, buffers and optimizer
 //   buffer_pool.h     model-sized buffers reused across pushes (its own lock)
 //   job_life.h        the start barrier's clock, the job's finish, the job counter
+//   join_check.h      what a join must bring (name, host, model size, data set, layout)
 //   server_metrics.h  the Prometheus series and what a scrape reads into them
 //   training_stats.h  rounds, samples, loss, accuracy, pushes by result, staleness
 //   batch_controller  the batch plan (controller/)
@@ -40,6 +41,7 @@
 #include "server/async_rule.h"
 #include "server/buffer_pool.h"
 #include "server/job_life.h"
+#include "server/join_check.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/push_check.h"
@@ -240,10 +242,8 @@ class ParameterServerCore {
   const Clock& clock() const { return *options_.clock; }
   int64_t max_model_bytes() const { return options_.max_model_bytes; }
 
-  // InvalidArgument unless the name is 1-128 characters of [A-Za-z0-9._:@-] (names
-  // become Prometheus label values and log words), and ResourceExhausted when the layout
-  // is larger than max_model_bytes. Join calls it; the service calls it before it
-  // allocates anything for the join's parameters.
+  // join_check.h's CheckJoinHeader with this server's max_model_bytes. Join calls it;
+  // the service calls it before it allocates anything for the join's parameters.
   absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout) const;
 
   // Buffers for assembling pushes (thread-safe, its own lock); Push returns its
