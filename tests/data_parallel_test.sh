@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel correctness, multi-process:
-# 1. Three workers of different speeds (the controller gives them different, changing
-#    batches) train one epoch in sync mode: the samples they trained in epoch 0, taken
+# 1. Three workers of different (emulated) speeds (the controller gives them different,
+#    changing batches) train one epoch in sync mode: the samples they trained in epoch 0, taken
 #    together, are the whole training set, each exactly once. The server exits by itself
 #    when the job is done (--exit_when_done).
 # 2. A BatchNorm CNN trains on Fashion-MNIST in sync mode; the server's export carries
@@ -12,14 +12,17 @@ source "$(dirname "$0")/e2e_lib.sh"
 # ---- 1. every sample of the epoch exactly once
 start_server epoch --mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --adjust_every=5 --exit_when_done
 WORKER_PIDS=()
-slow=(1 2 4)
+# Emulated devices of 4:2:1 speed per sample: their step times are what the controller
+# plans on, whatever the machine's load (a --slowdown multiplies the real compute time,
+# which a loaded machine makes noisy enough for the controller to hold still: seen once).
+per_sample_ms=(0.5 1 2)
 for i in 0 1 2; do
   # w2 runs the GPU workers' untimed warm-up step (after joining and after each batch
   # change) on the CPU: the device-generic path, and the samples must still come out right.
   # It logs every iteration's batch, so the test knows how many changes it saw.
   warm=off every=0
   [ $i -eq 2 ] && warm=on every=1
-  start_worker "w$i" "$WORK/epoch.w$i.log" --slowdown="${slow[$i]}" --epochs=1 --log_every=$every \
+  start_worker "w$i" "$WORK/epoch.w$i.log" --emulate_device="2:${per_sample_ms[$i]}" --epochs=1 --log_every=$every \
     --log_samples="$WORK/epoch.w$i.samples" --warmup=$warm
 done
 wait_workers || { tail -5 "$WORK"/epoch.w*.log >&2; fail "a worker failed"; }
