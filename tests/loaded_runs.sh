@@ -22,6 +22,8 @@ echo 'test --nocache_test_results' >> ~/.bazelrc
 restore() {
   touch "$OUT/stop"
   if [ $had_rc -eq 1 ]; then cp "$OUT/bazelrc.saved" ~/.bazelrc; else rm -f ~/.bazelrc; fi
+  # The clone's own bazel server (another output base) would otherwise idle on for hours.
+  (cd "$CLONE" && timeout 120 bazel shutdown) > /dev/null 2>&1 || true
 }
 trap restore EXIT
 ( while [ ! -e "$OUT/stop" ]; do
