@@ -157,8 +157,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   }
   std::vector<TensorView> tensors = Views(s.layout, s.weights->data());
   for (const auto& [buffer, values] : s.optimizer_state) {
-    if (values.size() != s.weights->size()) return absl::InvalidArgumentError("checkpoint: optimizer buffer size");
-    for (TensorView& v : Views(s.layout, values.data(), absl::StrCat(kOptimizerPrefix, buffer, "/"))) {
+    if (values == nullptr || values->size() != s.weights->size()) {
+      return absl::InvalidArgumentError("checkpoint: optimizer buffer size");
+    }
+    for (TensorView& v : Views(s.layout, values->data(), absl::StrCat(kOptimizerPrefix, buffer, "/"))) {
       tensors.push_back(std::move(v));
     }
   }
@@ -203,7 +205,7 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   for (absl::string_view b : absl::StrSplit(buffers, ',', absl::SkipEmpty())) {
     absl::StatusOr<std::vector<float>> v = f->Gather(s.layout, absl::StrCat(kOptimizerPrefix, b, "/"));
     if (!v.ok()) return v.status();
-    s.optimizer_state.emplace_back(std::string(b), std::move(*v));
+    s.optimizer_state.emplace_back(std::string(b), std::make_shared<const std::vector<float>>(std::move(*v)));
   }
   s.mode = f->metadata["omnilearn.mode"];
   s.optimizer = f->metadata["omnilearn.optimizer"];

@@ -21,6 +21,7 @@
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
 #include "server/epoch_sampler.h"
+#include "server/parameter_store.h"
 
 namespace omnilearn {
 namespace server {
@@ -32,8 +33,9 @@ inline constexpr char kOptimizerPrefix[] = "optimizer.";
 struct CheckpointState {
   ModelLayout layout;
   std::shared_ptr<const std::vector<float>> weights;
-  // Named optimizer buffers ("momentum"), each layout.total_elements() floats.
-  std::vector<std::pair<std::string, std::vector<float>>> optimizer_state;
+  // Named optimizer buffers ("momentum"), each layout.total_elements() floats, shared
+  // with the store that was captured (it steps into other buffers while these are held).
+  OptimizerBuffers optimizer_state;
   std::string optimizer = "sgd";
   std::string mode;              // "sync", "async", "ssp"
   uint64_t version = 0;          // also the learning-rate schedule's position

@@ -63,6 +63,37 @@ std::optional<uint64_t> Membership::SlowestClock(WorkerId except) const {
   return slowest;
 }
 
+std::vector<WorkerRecord*> Membership::Missing(const std::function<bool(WorkerId)>& pushed) {
+  std::vector<WorkerRecord*> out;
+  for (auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kActive && !pushed(id)) out.push_back(&w);
+  }
+  return out;
+}
+
+void Membership::PromotePending() {
+  for (auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
+  }
+}
+
+bool Membership::WithinSspBound(WorkerId id, uint64_t bound) const {
+  const WorkerRecord* me = Find(id);
+  if (me == nullptr || !me->live()) return true;
+  const std::optional<uint64_t> slowest = SlowestClock(id);
+  return !slowest || me->clock <= *slowest + bound;
+}
+
+std::vector<WorkerRecord*> Membership::HoldingBack(WorkerId id, uint64_t bound) {
+  std::vector<WorkerRecord*> out;
+  const WorkerRecord* me = Find(id);
+  if (me == nullptr) return out;
+  for (auto& [other, w] : workers_) {
+    if (other != id && w.live() && w.clock + bound < me->clock) out.push_back(&w);
+  }
+  return out;
+}
+
 std::vector<WorkerRecord*> Membership::LeaseExpired(absl::Time now, absl::Duration lease) {
   std::vector<WorkerRecord*> out;
   for (auto& [id, w] : workers_) {

@@ -5,6 +5,7 @@
 #define OMNILEARN_SERVER_MEMBERSHIP_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,6 +67,15 @@ class Membership {
   size_t LiveCount() const;
   // ssp: the smallest clock among live workers other than `except` (nullopt: none).
   std::optional<uint64_t> SlowestClock(WorkerId except) const;
+  // ssp's rule: worker `id` may go on when it is at most `bound` iterations ahead of the
+  // slowest other live worker (always when it is alone, not live, or unknown).
+  bool WithinSspBound(WorkerId id, uint64_t bound) const;
+  // ssp: the live workers that keep `id` waiting (more than `bound` behind it).
+  std::vector<WorkerRecord*> HoldingBack(WorkerId id, uint64_t bound);
+  // sync: the active workers a round still waits for (`pushed` says who is in), and, once
+  // it closed, the pending ones joining the next round.
+  std::vector<WorkerRecord*> Missing(const std::function<bool(WorkerId)>& pushed);
+  void PromotePending();
   // Sessions that have not left and were silent for longer than `lease` at `now`.
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
   bool AllLeft() const;

@@ -1,5 +1,7 @@
 #include "server/membership.h"
 
+#include <set>
+
 #include "catch2/catch.hpp"
 
 namespace omnilearn {
@@ -76,6 +78,48 @@ TEST_CASE("left records are pruned: one per name, and a bounded number in all", 
   REQUIRE(left == 10);
   REQUIRE(dropped == 303 - 10);  // 303 left records (c0..c2 too), 10 kept: every other name is gone
   REQUIRE(m.Find(a2) != nullptr);           // live records are never pruned
+}
+
+TEST_CASE("ssp: a worker waits while a live one is more than the bound behind, and knows who", "[membership]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  Membership m;
+  const WorkerId fast = m.Add(Named("fast", WorkerState::kActive, 7, t0)).id;
+  const WorkerId slow = m.Add(Named("slow", WorkerState::kActive, 4, t0)).id;
+  const WorkerId pending = m.Add(Named("pending", WorkerState::kPending, 5, t0)).id;
+  m.Add(Named("dropped", WorkerState::kDropped, 0, t0));  // not live: holds nobody back
+  REQUIRE(m.WithinSspBound(fast, 3));   // 7 <= 4 + 3
+  REQUIRE_FALSE(m.WithinSspBound(fast, 2));
+  REQUIRE(m.HoldingBack(fast, 3).empty());
+  std::vector<WorkerRecord*> behind = m.HoldingBack(fast, 1);  // 4 + 1 < 7, 5 + 1 < 7
+  REQUIRE(behind.size() == 2);
+  REQUIRE(behind[0]->id == slow);
+  REQUIRE(behind[1]->id == pending);
+  REQUIRE(m.HoldingBack(fast, 2).size() == 1);  // 4 + 2 < 7; 5 + 2 is not
+  m.Find(slow)->state = WorkerState::kDropped;
+  REQUIRE(m.WithinSspBound(fast, 2));  // the slowest live other is now at 5
+  m.Find(fast)->state = WorkerState::kLeft;
+  REQUIRE(m.WithinSspBound(fast, 0));  // a worker that left waits for nobody
+  REQUIRE(m.WithinSspBound(99, 0));    // nor does an unknown one
+  REQUIRE(m.HoldingBack(99, 0).empty());
+}
+
+TEST_CASE("sync: a round waits for the active workers only; pending ones join the next", "[membership]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  Membership m;
+  const WorkerId a = m.Add(Named("a", WorkerState::kActive, 0, t0)).id;
+  const WorkerId b = m.Add(Named("b", WorkerState::kActive, 0, t0)).id;
+  const WorkerId p = m.Add(Named("p", WorkerState::kPending, 0, t0)).id;
+  m.Add(Named("d", WorkerState::kDropped, 0, t0));
+  std::set<WorkerId> pushed = {a};
+  auto in = [&pushed](WorkerId id) { return pushed.count(id) > 0; };
+  std::vector<WorkerRecord*> missing = m.Missing(in);
+  REQUIRE(missing.size() == 1);
+  REQUIRE(missing[0]->id == b);
+  pushed.insert(b);
+  REQUIRE(m.Missing(in).empty());  // neither the pending nor the dropped one is waited for
+  m.PromotePending();
+  REQUIRE(m.Find(p)->state == WorkerState::kActive);
+  REQUIRE(m.Missing(in).size() == 1);  // the next round waits for it
 }
 
 }  // namespace

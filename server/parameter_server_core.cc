@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/constant_time.h"
@@ -43,7 +41,7 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
       controller_(std::move(controller)),
       store_(options.optimizer),
       sampler_(options.data_seed),
-      job_start_(start_time_) {
+      job_(start_time_) {
   registry_.AddCollectHook([this] { UpdateGauges(); });
 }
 
@@ -64,12 +62,7 @@ void ParameterServerCore::Retire(Worker& w, WorkerState state) {
 }
 
 void ParameterServerCore::PruneLeft() {
-  for (const std::string& name : workers_.PruneLeft()) {
-    metrics_.pushes.RemoveFirstLabel(name);
-    metrics_.worker_compute_seconds.Remove({name});
-    metrics_.worker_link_seconds.Remove({name});
-    metrics_.worker_batch_size.Remove({name});
-  }
+  for (const std::string& name : workers_.PruneLeft()) metrics_.ForgetWorker(name);
 }
 
 SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
@@ -80,28 +73,24 @@ SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
 }
 
 void ParameterServerCore::MaybeFinishJob() {
-  // A dropped worker may still come back and finish.
-  if (job_finished_ || !any_finished_ || !workers_.AllLeft()) return;
-  job_finished_ = true;
+  // A dropped worker may still come back and finish: AllLeft counts it as not gone.
+  if (!job_.MaybeFinish(workers_.AllLeft())) return;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
                         stats_.global_samples(), Epoch(),
                         stats_.rounds()));
 }
 
 void ParameterServerCore::ResetJob() {
-  Event(absl::StrFormat("job %d is over; a new job starts (--reset_when_done)", job_));
-  ++job_;
-  job_start_ = options_.clock->Now();
+  Event(absl::StrFormat("job %d is over; a new job starts (--reset_when_done)", job_.number()));
+  job_.Next(options_.clock->Now());
   controller_ = *controller::BatchController::Create(options_.controller);  // validated in Create
   store_ = ParameterStore(options_.optimizer);
   sampler_ = EpochSampler(options_.data_seed);
   workers_.Clear();
-  started_ = false;
   round_.Reset();
   ticks_since_adjust_ = 0;
   stats_ = TrainingStats();
   remembered_.clear();
-  any_finished_ = job_finished_ = false;
 }
 
 void ParameterServerCore::Readmit(Worker& w) {
@@ -116,7 +105,7 @@ void ParameterServerCore::Readmit(Worker& w) {
 void ParameterServerCore::ExpireLeases(absl::Time now) {
   // Before training starts the workers that joined are blocked in Join's barrier and
   // cannot send heartbeats: their leases run from the start (see Join).
-  if (!started_) return;
+  if (!job_.started()) return;
   const std::vector<Worker*> expired = workers_.LeaseExpired(now, options_.lease);
   for (Worker* w : expired) {
     Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w->name, w->id,
@@ -168,62 +157,19 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
         info.name, w->id, w->host, absl::ToDoubleSeconds(options_.clock->Now() - w->last_seen),
         absl::ToDoubleSeconds(options_.lease)));
   }
-  // The epoch's permutation holds one id per sample: bound it before anything is allocated.
-  constexpr uint64_t kMaxDatasetSize = uint64_t{1} << 32;
-  if (info.dataset_size > kMaxDatasetSize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a training set of ", info.dataset_size, " samples is more than this server takes (2^32)"));
-  }
-  if (info.dataset_size == 0 && sampler_.enabled()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this job assigns the samples of a training set of ", sampler_.dataset_size(),
-        " and this worker gave no data set size: give it the same data set (Python: Worker(..., dataset_size=",
-        sampler_.dataset_size(), "))"));
-  }
-  if (info.dataset_size > 0 && sampler_.enabled() && info.dataset_size != sampler_.dataset_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", info.dataset_size,
-                                                   " samples, the job's has ", sampler_.dataset_size(),
-                                                   ": every worker of a job must train on the same data set"));
-  }
-  if (!store_.initialized()) {
-    if (!info.initial_parameters) {
-      return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
-    }
-    return absl::OkStatus();
-  }
-  if (info.layout.SameTensors(store_.layout())) return absl::OkStatus();
+  const std::optional<uint64_t> job_dataset =
+      sampler_.enabled() ? std::optional<uint64_t>(sampler_.dataset_size()) : std::nullopt;
+  if (absl::Status s = CheckJoinDataset(info.dataset_size, job_dataset); !s.ok()) return s;
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
-  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
-  if (replaceable && info.initial_parameters) return absl::OkStatus();
-  const std::string what =
-      absl::StrCat("model layout differs from the server's: ", info.layout.DescribeDifference(store_.layout()));
-  if (replaceable) return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
-  return absl::InvalidArgumentError(what);
+  const bool replaceable = store_.initialized() && store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
+  return CheckJoinModel(info.layout, info.initial_parameters.has_value(),
+                        store_.initialized() ? &store_.layout() : nullptr, replaceable);
 }
 
 absl::Status ParameterServerCore::CheckJoinHeader(const std::string& name, const std::string& host,
                                                   const ModelLayout& layout) const {
-  constexpr size_t kMaxName = 128, kMaxHost = 255;
-  if (name.empty()) return absl::InvalidArgumentError("a worker needs a name");
-  const bool name_ok = name.size() <= kMaxName && std::all_of(name.begin(), name.end(), [](char c) {
-                         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '@';
-                       });
-  if (!name_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
-                     "' is not 1-128 characters of letters, digits and . _ - : @"));
-  }
-  if (host.size() > kMaxHost || !std::all_of(host.begin(), host.end(), [](char c) { return absl::ascii_isgraph(c); })) {
-    return absl::InvalidArgumentError("the host name must be at most 255 printable characters without spaces");
-  }
-  if (layout.empty()) return absl::InvalidArgumentError("join without a model layout");
-  const int64_t bytes = layout.total_elements() * static_cast<int64_t>(sizeof(float));
-  if (layout.total_elements() > options_.max_model_bytes / static_cast<int64_t>(sizeof(float))) {
-    return absl::ResourceExhaustedError(absl::StrCat("the model has ", bytes, " bytes of float32 values; this server "
-                                                     "takes at most --max_model_bytes=", options_.max_model_bytes));
-  }
-  return absl::OkStatus();
+  return server::CheckJoinHeader(name, host, layout, options_.max_model_bytes);
 }
 
 absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time deadline) {
@@ -253,12 +199,10 @@ JoinResult ParameterServerCore::StopJoin() {
 }
 
 absl::Status ParameterServerCore::ReopenFinishedJob() {
-  if (!job_finished_) return absl::OkStatus();
-  if (!options_.reset_when_done) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
-        "it with --reset_when_done to take a new job",
-        store_.version(), stats_.global_samples()));
+  if (!job_.finished()) return absl::OkStatus();
+  if (absl::Status s = job_.CheckJoinable(options_.reset_when_done, store_.version(), stats_.global_samples());
+      !s.ok()) {
+    return s;
   }
   ResetJob();
   return absl::OkStatus();
@@ -307,26 +251,26 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
 }
 
 void ParameterServerCore::AwaitStart(absl::Time deadline, absl::Time now) {
-  if (started_) return;
+  if (job_.started()) return;
   const size_t live = LiveCount();
-  const absl::Time start_by = job_start_ + options_.start_timeout;
+  const absl::Time start_by = job_.start() + options_.start_timeout;
   if (live < static_cast<size_t>(options_.num_workers)) {
     Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
                           options_.num_workers - static_cast<int>(live), options_.num_workers,
                           std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
   }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return started_ || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
+    return job_.started() || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
-  if (!started_ && !shutdown_) {
+  if (!job_.started() && !shutdown_) {
     const size_t n = LiveCount();
     Event(n >= static_cast<size_t>(options_.num_workers)
               ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
               : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
                                 options_.num_workers));
   }
-  started_ = true;  // with everyone, or with who came in time
+  job_.Start();  // with everyone, or with who came in time
 }
 
 JoinResult ParameterServerCore::JoinReply(WorkerId id) {
@@ -454,12 +398,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     return reject("invalid", s);
   }
   Worker& w = *current;
-  // A push trains the batch it was assigned (its samples, or its size): a worker cannot
-  // scale its own weight in the round or its async step by claiming another.
   const int64_t assigned = w.uses_samples ? CountSamples(w.assigned) : w.told_batch;
-  if (info.batch != assigned && (w.uses_samples || info.batch != controller_.plan().batch(info.id))) {
-    return reject("invalid", absl::InvalidArgumentError(absl::StrCat("the push claims a batch of ", info.batch,
-                                                                     " samples; the server assigned ", assigned)));
+  if (absl::Status s = CheckAssignedBatch(info.batch, w.uses_samples, assigned, controller_.plan().batch(info.id));
+      !s.ok()) {
+    return reject("invalid", s);
   }
   w.last_seen = now;
   if (w.state == WorkerState::kDropped) Readmit(w);
@@ -546,22 +488,21 @@ void ParameterServerCore::OpenRound() {
   round_.Open(options_.clock->Now(), options_.round_timeout, store_.layout().total_elements());
 }
 
+std::function<bool(WorkerId)> ParameterServerCore::InRound() const {
+  return [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return round_.Pushed(id); };
+}
+
 void ParameterServerCore::MaybeCompleteRound() {
   if (!round_.open() || !round_.idle()) return;  // a push in flight completes it when it lands
-  for (const auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_.Pushed(id)) return;
-  }
-  CompleteRound();
+  if (workers_.Missing(InRound()).empty()) CompleteRound();
 }
 
 void ParameterServerCore::CompleteRound() {
   // Workers that were due and did not push are dropped; their share goes to the others.
-  for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kActive && !round_.Pushed(id)) {
-      Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w.name,
-                            absl::ToDoubleSeconds(options_.round_timeout)));
-      Retire(w, WorkerState::kDropped);
-    }
+  for (Worker* w : workers_.Missing(InRound())) {
+    Event(absl::StrFormat("worker %s missed the round's deadline (%.0f s): dropped until it pushes again", w->name,
+                          absl::ToDoubleSeconds(options_.round_timeout)));
+    Retire(*w, WorkerState::kDropped);
   }
   if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
@@ -571,9 +512,7 @@ void ParameterServerCore::CompleteRound() {
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
   }
-  for (auto& [id, w] : workers_) {
-    if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;
-  }
+  workers_.PromotePending();
   if (stats_.rounds() > 0) CountAdjustmentTick();
   // Every member of the round is told the plan as it stood when the round closed, even
   // if another member leaves (and its share moves) before this one wakes up. Its
@@ -605,11 +544,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
   const uint64_t staleness = ApplyOnArrival(info, gradient);
   Worker& me = *workers_.Find(info.id);
   ++me.clock;
+  const std::string name = me.name;  // `me` may leave (and its record go) while this push waits
   const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
-  auto within_bound = [this, &info, &me, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (shutdown_ || !me.live()) return true;
-    const std::optional<uint64_t> slowest = workers_.SlowestClock(info.id);
-    return !slowest || me.clock <= *slowest + bound;
+  auto within_bound = [this, &info, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || workers_.WithinSspBound(info.id, bound);
   };
   if (!within_bound()) {
     const absl::Time start = options_.clock->Now();
@@ -619,12 +557,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
       if (options_.clock->Now() >= drop_at) {
         // Whoever holds this worker back past the timeout is dropped, as a late worker
         // is from a sync round; it is readmitted when it pushes again.
-        for (auto& [id, w] : workers_) {
-          if (id != info.id && w.live() && w.clock + bound < me.clock) {
-            Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w.name,
-                                  me.name, absl::ToDoubleSeconds(options_.round_timeout)));
-            Retire(w, WorkerState::kDropped);
-          }
+        for (Worker* w : workers_.HoldingBack(info.id, bound)) {
+          Event(absl::StrFormat("worker %s held %s back for %.0f s: dropped until it pushes again", w->name, name,
+                                absl::ToDoubleSeconds(options_.round_timeout)));
+          Retire(*w, WorkerState::kDropped);
         }
       } else if (options_.clock->Now() >= deadline) {
         // The gradient was applied on arrival: never an error now.
@@ -671,7 +607,7 @@ absl::Status ParameterServerCore::Leave(WorkerId id, bool finished) {
   Event(absl::StrFormat("worker %s left (%s) after %d iterations; %d live", w->name,
                         finished ? "finished its training" : (shutdown_ ? "told to stop" : "interrupted"),
                         w->iterations, LiveCount()));
-  any_finished_ = any_finished_ || finished;
+  job_.NoteLeft(finished);
   MaybeCompleteRound();
   MaybeFinishJob();
   PruneLeft();
@@ -711,7 +647,7 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   for (const auto& [id, w] : workers_) outstanding.push_back(&w.assigned);
   s.sampler = sampler_.State(outstanding);
   s.optimizer = OptimizerName(store_.options().kind);
-  s.job = job_;
+  s.job = job_.number();
   s.created = options_.clock->Now();
   return s;
 }
@@ -759,25 +695,10 @@ void ParameterServerCore::CountPullBytes(int64_t bytes) { metrics_.pull_bytes.In
 
 void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
-  metrics_.model_version.Set(static_cast<double>(store_.version()));
-  metrics_.train_loss.Set(stats_.last_loss());
-  if (stats_.test_accuracy()) metrics_.test_accuracy.Add({}).Set(*stats_.test_accuracy());
-  std::map<WorkerState, int> by_state = {
-      {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
-  std::set<std::string> live, gone;
-  for (const auto& [id, w] : workers_) {
-    ++by_state[w.state];
-    if (w.live()) {
-      live.insert(w.name);
-      metrics_.worker_batch_size.Add({w.name}).Set(static_cast<double>(controller_.plan().batch(id)));
-    } else {
-      gone.insert(w.name);
-    }
-  }
-  for (const std::string& name : gone) {
-    if (!live.count(name)) metrics_.worker_batch_size.Remove({name});
-  }
-  for (const auto& [state, n] : by_state) metrics_.workers.Add({WorkerStateName(state)}).Set(n);
+  metrics_.CollectModel(store_.version(), stats_.last_loss(), stats_.test_accuracy());
+  metrics_.CollectWorkers(workers_, [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return controller_.plan().batch(id);
+  });
 }
 
 void ParameterServerCore::Shutdown() {
@@ -799,8 +720,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.global_samples = stats_.global_samples();
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.dataset_size = sampler_.dataset_size();
-  s.job = job_;
-  s.job_finished = job_finished_;
+  s.job = job_.number();
+  s.job_finished = job_.finished();
   s.last_train_loss = stats_.last_loss();
   s.test_accuracy = stats_.test_accuracy();
   s.test_accuracy_version = stats_.test_accuracy_version();

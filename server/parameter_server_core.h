@@ -1,15 +1,19 @@
 // The parameter server's logic, free of gRPC, behind one mutex: this class is the
 // locking facade that sequences the parts, each thread-compatible and tested on its own
 // (the way leveldb's DBImpl calls helpers that require its mutex):
-//   membership.h      the worker table, leases, names, the slowest SSP clock
+//   membership.h      the worker table, leases, names, the SSP bound
 //   sync_round.h      a sync round's sum of b_k * g_k, members, clock and closing plan
 //   async_rule.h      the asynchronous staleness rule (step, buffer blend, momentum)
 //   epoch_sampler.h   the epochs' permutations and the samples handed out
 //   parameter_store.h the weights, buffers and optimizer
+//   buffer_pool.h     model-sized buffers reused across pushes (its own lock)
+//   job_life.h        the start barrier's clock, the job's finish, the job counter
+//   join_check.h      what a join must bring (name, host, model size, data set, layout)
+//   server_metrics.h  the Prometheus series and what a scrape reads into them
 //   training_stats.h  rounds, samples, loss, accuracy, pushes by result, staleness
 //   batch_controller  the batch plan (controller/)
-// Here: joins and the start barrier, the job's life, the SSP wait, the order of the
-// steps, the Prometheus series.
+// Here: the order of a join's and a push's steps, the waits (start barrier, sync round,
+// SSP bound), which counters move when.
 #ifndef OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 #define OMNILEARN_SERVER_PARAMETER_SERVER_CORE_H_
 
@@ -36,6 +40,8 @@
 #include "server/epoch_sampler.h"
 #include "server/async_rule.h"
 #include "server/buffer_pool.h"
+#include "server/job_life.h"
+#include "server/join_check.h"
 #include "server/membership.h"
 #include "server/parameter_store.h"
 #include "server/push_check.h"
@@ -221,8 +227,9 @@ class ParameterServerCore {
   // The model's layout; FailedPrecondition while there is none.
   absl::StatusOr<ModelLayout> Layout() const;
 
-  // Everything a checkpoint holds, taken under the lock: the weights are shared (the
-  // store copies on write), the optimizer state copied once. The controller's memory
+  // Everything a checkpoint holds, taken under the lock without copying the model: the
+  // weights and the optimizer state are shared (the store steps into other buffers
+  // while they are held), so pushes do not wait for a copy. The controller's memory
   // covers live workers and those restored but not yet back. FailedPrecondition while
   // there is no model.
   absl::StatusOr<CheckpointState> Capture() const;
@@ -235,10 +242,8 @@ class ParameterServerCore {
   const Clock& clock() const { return *options_.clock; }
   int64_t max_model_bytes() const { return options_.max_model_bytes; }
 
-  // InvalidArgument unless the name is 1-128 characters of [A-Za-z0-9._:@-] (names
-  // become Prometheus label values and log words), and ResourceExhausted when the layout
-  // is larger than max_model_bytes. Join calls it; the service calls it before it
-  // allocates anything for the join's parameters.
+  // join_check.h's CheckJoinHeader with this server's max_model_bytes. Join calls it;
+  // the service calls it before it allocates anything for the join's parameters.
   absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout) const;
 
   // Buffers for assembling pushes (thread-safe, its own lock); Push returns its
@@ -299,6 +304,8 @@ class ParameterServerCore {
   // The join's answer once past the barrier: the session, or stop.
   JoinResult JoinReply(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);  // the first push of a round starts its clock (sync_round.h)
+  // Who is in the open round (for Membership::Missing); call it under mu_.
+  std::function<bool(WorkerId)> InRound() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a sync push to the round, releasing the lock for the model-sized loop.
   void AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -330,14 +337,9 @@ class ParameterServerCore {
   controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
   ParameterStore store_ ABSL_GUARDED_BY(mu_);
   Membership workers_ ABSL_GUARDED_BY(mu_);
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
-  // The job: its start (for start_timeout), whether a worker completed it, whether it is over.
-  uint64_t job_ ABSL_GUARDED_BY(mu_) = 1;
-  absl::Time job_start_ ABSL_GUARDED_BY(mu_);
-  bool any_finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool job_finished_ ABSL_GUARDED_BY(mu_) = false;
+  JobLife job_ ABSL_GUARDED_BY(mu_);  // its start (for start_timeout), started, finished
   SyncRound round_ ABSL_GUARDED_BY(mu_);
   // Statistics.
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -128,7 +129,9 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
   layout_ = std::move(layout);
-  state_.assign(StateNames().size(), std::vector<float>(values.size(), 0.0f));
+  state_.clear();
+  for (size_t i = 0; i < StateNames().size(); ++i) state_.push_back(std::make_shared<std::vector<float>>(values.size()));
+  spare_state_.assign(state_.size(), nullptr);
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
   spare_.reset();
   version_ = version;
@@ -195,8 +198,17 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   // A step's momentum is at most the configured one (the async rule only damps it).
   const bool velocity = o.momentum != 0 || mu != 0;
   const AdamScalars adam{scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
+  std::vector<const float*> copy_from;
+  DetachHeldState(&copy_from);
+  float* const m = state_.empty() ? nullptr : state_[0]->data();
+  float* const v = state_.size() < 2 ? nullptr : state_[1]->data();
   // Element-wise: split across cores by ranges of the flat model (ParallelFor).
   ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < state_.size(); ++i) {
+      if (copy_from[i] != nullptr) {
+        std::memcpy(state_[i]->data() + begin, copy_from[i] + begin, (end - begin) * sizeof(float));
+      }
+    }
     for (int t = 0; t < tensors; ++t) {
       const int64_t off = layout_.offset(t);
       const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout_.size(t)) - off;
@@ -209,9 +221,9 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
       } else if (o.kind == OptimizerKind::kSgd && !velocity) {
         PlainSgdRange(out, w, u, lo, hi, scale, wd, lr);
       } else if (o.kind == OptimizerKind::kSgd) {
-        SgdRange(out, state_[0].data() + off, w, u, lo, hi, mu, scale, wd, lr);
+        SgdRange(out, m + off, w, u, lo, hi, mu, scale, wd, lr);
       } else {
-        AdamRange(out, state_[0].data() + off, state_[1].data() + off, w, u, lo, hi, adam);
+        AdamRange(out, m + off, v + off, w, u, lo, hi, adam);
       }
     }
   });
@@ -220,15 +232,27 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   ++version_;
 }
 
-std::vector<std::pair<std::string, std::vector<float>>> ParameterStore::OptimizerState() const {
-  std::vector<std::pair<std::string, std::vector<float>>> out;
+void ParameterStore::DetachHeldState(std::vector<const float*>* copy_from) {
+  copy_from->assign(state_.size(), nullptr);
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].use_count() == 1) continue;  // only the store holds it: stepped in place
+    std::shared_ptr<std::vector<float>>& spare = spare_state_[i];
+    if (spare == nullptr || spare.use_count() > 1 || spare->size() != state_[i]->size()) {
+      spare = std::make_shared<std::vector<float>>(state_[i]->size());
+    }
+    (*copy_from)[i] = state_[i]->data();  // the holder keeps it alive through the step
+    std::swap(state_[i], spare);
+  }
+}
+
+OptimizerBuffers ParameterStore::OptimizerState() const {
+  OptimizerBuffers out;
   const std::vector<std::string> names = StateNames();
   for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], state_[i]);
   return out;
 }
 
-absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights,
-                                     std::vector<std::pair<std::string, std::vector<float>>> state,
+absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
                                      uint64_t version) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
   const std::vector<std::string> names = StateNames();
@@ -240,11 +264,13 @@ absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weig
                                                    got.empty() ? "none" : absl::StrJoin(got, ", ")));
   }
   for (const auto& [name, values] : state) {
-    if (values.size() != weights.size()) return absl::InvalidArgumentError(absl::StrCat(name, " buffer size mismatch"));
-    if (!AllFinite(values)) return absl::InvalidArgumentError(absl::StrCat(name, " buffer contains NaN or Inf"));
+    if (values == nullptr || values->size() != weights.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " buffer size mismatch"));
+    }
+    if (!AllFinite(*values)) return absl::InvalidArgumentError(absl::StrCat(name, " buffer contains NaN or Inf"));
   }
   if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
-  for (size_t i = 0; i < state.size(); ++i) state_[i] = std::move(state[i].second);
+  for (size_t i = 0; i < state.size(); ++i) *state_[i] = *state[i].second;
   return absl::OkStatus();
 }
 

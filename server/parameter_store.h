@@ -56,6 +56,10 @@ struct OptimizerOptions {
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
 
+// The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
+// "exp_avg" and "exp_avg_sq" (adam, adamw). Immutable once handed out.
+using OptimizerBuffers = std::vector<std::pair<std::string, std::shared_ptr<const std::vector<float>>>>;
+
 // Thread-compatible: the server core serializes access. Snapshots returned by
 // weights() are immutable and may be read from any thread.
 class ParameterStore {
@@ -86,23 +90,32 @@ class ParameterStore {
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
   const OptimizerOptions& options() const { return options_; }
-  // The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
-  // "exp_avg" and "exp_avg_sq" (adam, adamw). Adam's step count is the version.
-  std::vector<std::pair<std::string, std::vector<float>>> OptimizerState() const;
+  // The optimizer's state (Adam's step count is the version), shared, not copied: the
+  // store's buffers are handed out as they are, and the next Apply writes the state into
+  // other buffers while any of these is held (copy on write, range by range inside the
+  // step). So a checkpoint copies nothing under the server's lock.
+  OptimizerBuffers OptimizerState() const;
   // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
   // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
   // optimizer does not have (or lacks).
-  absl::Status Restore(ModelLayout layout, std::vector<float> weights,
-                       std::vector<std::pair<std::string, std::vector<float>>> state, uint64_t version);
+  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
+                       uint64_t version);
 
  private:
   std::vector<std::string> StateNames() const;
+  // Before a step: each state buffer held outside (OptimizerState) is replaced by a
+  // free one, and its old values' address goes in `copy_from` (else null) for the step
+  // to copy range by range.
+  void DetachHeldState(std::vector<const float*>* copy_from);
 
   OptimizerOptions options_;
   ModelLayout layout_;
   std::shared_ptr<const std::vector<float>> weights_;  // a new snapshot per step
   std::shared_ptr<std::vector<float>> spare_;          // the one before: reused once no reader holds it
-  std::vector<std::vector<float>> state_;              // per StateNames()
+  std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
+  // State buffers a checkpoint held when a step replaced them: reused by a later
+  // replacement once nobody holds them (no allocation, no page faults).
+  std::vector<std::shared_ptr<std::vector<float>>> spare_state_;
   uint64_t version_ = 0;
   double epoch_ = 0;  // SetEpoch
 };

@@ -130,7 +130,7 @@ TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)"
   REQUIRE(w[0] == 1);  // zero gradient
   REQUIRE(w[2] == Approx(3.0));  // 2 + 0.25 * (6 - 2)
   REQUIRE(w[3] == Approx(5.0));
-  REQUIRE(s.OptimizerState()[0].second[2] == 0);  // no optimizer state moves for a buffer
+  REQUIRE((*s.OptimizerState()[0].second)[2] == 0);  // no optimizer state moves for a buffer
 }
 
 TEST_CASE("Each optimizer names its state, and a checkpoint of another is refused") {
@@ -177,6 +177,62 @@ TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reu
   s.Apply({1, 1, 1, 1}, 1.0);  // the snapshot of two steps ago, released: its storage is reused
   REQUIRE(s.weights()->data() == before);
   REQUIRE((*s.weights())[3] == -4);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+std::vector<std::vector<float>> StateValues(const ParameterStore& s) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [name, values] : s.OptimizerState()) out.push_back(*values);
+  return out;
+}
+
+TEST_CASE("a captured optimizer state is not copied and not overwritten; the steps are as without it", "[store]") {
+  // Larger than one range of the parallel step, so the copy on write runs range by range.
+  const int64_t n = (1 << 18) * 2 + 1000;
+  const ModelLayout layout = *ModelLayout::Create({TensorSpec{"w", {n}}});
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  ParameterStore captured(o), plain(o);
+  REQUIRE(captured.Initialize(layout, std::vector<float>(n, 1.0f)).ok());
+  REQUIRE(plain.Initialize(layout, std::vector<float>(n, 1.0f)).ok());
+  auto gradient = [n](float base) {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = base + static_cast<float>(i % 7) * 0.01f;
+    return g;
+  };
+  auto step_both = [&](float base) {
+    captured.Apply(gradient(base), 1.0);
+    plain.Apply(gradient(base), 1.0);
+  };
+  step_both(0.5f);
+  const float* in_place = captured.OptimizerState()[0].second->data();
+  step_both(0.25f);
+  REQUIRE(captured.OptimizerState()[0].second->data() == in_place);  // nobody held it: stepped in place
+
+  OptimizerBuffers first = captured.OptimizerState();
+  REQUIRE(first[0].second->data() == in_place);  // shared, not copied
+  const std::vector<std::vector<float>> at_capture = StateValues(captured);
+  step_both(-0.5f);
+  step_both(0.75f);
+  for (size_t i = 0; i < first.size(); ++i) REQUIRE(*first[i].second == at_capture[i]);
+  REQUIRE(captured.OptimizerState()[0].second->data() != in_place);
+  REQUIRE(StateValues(captured) == StateValues(plain));
+  REQUIRE(*captured.weights() == *plain.weights());
+
+  // Released, the first capture's buffers serve the step after the next capture.
+  first.clear();
+  OptimizerBuffers second = captured.OptimizerState();
+  step_both(0.1f);
+  REQUIRE(captured.OptimizerState()[0].second->data() == in_place);
+  REQUIRE(StateValues(captured) == StateValues(plain));
+  REQUIRE(*captured.weights() == *plain.weights());
 }
 
 }  // namespace

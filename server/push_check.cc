@@ -46,5 +46,11 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
   return absl::OkStatus();
 }
 
+absl::Status CheckAssignedBatch(int64_t claimed, bool uses_samples, int64_t assigned, int64_t planned) {
+  if (claimed == assigned || (!uses_samples && claimed == planned)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the push claims a batch of ", claimed, " samples; the server assigned ", assigned));
+}
+
 }  // namespace server
 }  // namespace omnilearn

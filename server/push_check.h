@@ -48,6 +48,13 @@ absl::Status CheckPushReport(const PushInfo& info);
 absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& gradient, uint64_t model_version,
                                int64_t model_elements);
 
+// A push trains the batch it was assigned, so that a worker cannot scale its own weight
+// in the round or its async step by claiming another: with samples (`uses_samples`),
+// their count (`assigned`); without, the batch the server last told it (`assigned`) or
+// the plan's batch for it now (`planned`: a re-plan may reach it after its step began).
+// InvalidArgument naming both otherwise.
+absl::Status CheckAssignedBatch(int64_t claimed, bool uses_samples, int64_t assigned, int64_t planned);
+
 }  // namespace server
 }  // namespace omnilearn
 

@@ -72,6 +72,16 @@ TEST_CASE("a push's gradient: batch, version, times, size and values", "[push_ch
   REQUIRE(Refused(CheckPushGradient(p, {}, 3, 6), "newer"));
 }
 
+TEST_CASE("a push must claim the batch it was assigned", "[push_check]") {
+  REQUIRE(CheckAssignedBatch(32, /*uses_samples=*/true, /*assigned=*/32, /*planned=*/40).ok());
+  const absl::Status more = CheckAssignedBatch(40, true, 32, 40);  // samples: the plan's batch does not count
+  REQUIRE(more.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(more.message(), "claims a batch of 40 samples; the server assigned 32"));
+  REQUIRE(CheckAssignedBatch(32, /*uses_samples=*/false, 32, 40).ok());  // what it was told...
+  REQUIRE(CheckAssignedBatch(40, false, 32, 40).ok());                   // ...or the plan's now
+  REQUIRE_FALSE(CheckAssignedBatch(64, false, 32, 40).ok());
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

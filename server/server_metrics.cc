@@ -1,5 +1,8 @@
 #include "server/server_metrics.h"
 
+#include <map>
+#include <set>
+
 namespace omnilearn {
 namespace server {
 
@@ -41,6 +44,38 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       unauthenticated(r.AddCounter("omnilearn_unauthenticated_total",
                                    "Calls refused for a missing or wrong bearer token.")
                           .Add({})) {}
+
+void ServerMetrics::CollectModel(uint64_t version, double last_loss, std::optional<double> accuracy) {
+  model_version.Set(static_cast<double>(version));
+  train_loss.Set(last_loss);
+  if (accuracy) test_accuracy.Add({}).Set(*accuracy);
+}
+
+void ServerMetrics::CollectWorkers(const Membership& members, const std::function<int64_t(WorkerId)>& batch_of) {
+  std::map<WorkerState, int> by_state = {
+      {WorkerState::kActive, 0}, {WorkerState::kPending, 0}, {WorkerState::kDropped, 0}, {WorkerState::kLeft, 0}};
+  std::set<std::string> live, gone;
+  for (const auto& [id, w] : members) {
+    ++by_state[w.state];
+    if (w.live()) {
+      live.insert(w.name);
+      worker_batch_size.Add({w.name}).Set(static_cast<double>(batch_of(id)));
+    } else {
+      gone.insert(w.name);
+    }
+  }
+  for (const std::string& name : gone) {
+    if (!live.count(name)) worker_batch_size.Remove({name});
+  }
+  for (const auto& [state, n] : by_state) workers.Add({WorkerStateName(state)}).Set(n);
+}
+
+void ServerMetrics::ForgetWorker(const std::string& name) {
+  pushes.RemoveFirstLabel(name);
+  worker_compute_seconds.Remove({name});
+  worker_link_seconds.Remove({name});
+  worker_batch_size.Remove({name});
+}
 
 }  // namespace server
 }  // namespace omnilearn

@@ -3,7 +3,13 @@
 #ifndef OMNILEARN_SERVER_SERVER_METRICS_H_
 #define OMNILEARN_SERVER_SERVER_METRICS_H_
 
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
 #include "common/metrics.h"
+#include "server/membership.h"
 
 namespace omnilearn {
 namespace server {
@@ -27,6 +33,14 @@ struct ServerMetrics {
   // Series of their own only once a figure exists: absent before, never a made-up 0.
   metrics::Family<metrics::Gauge>& test_accuracy;
   metrics::Counter& unauthenticated;
+
+  // At a scrape: the model's version, the last loss, the accuracy once one was measured.
+  void CollectModel(uint64_t version, double last_loss, std::optional<double> test_accuracy);
+  // At a scrape: workers by state, and each live worker's batch (`batch_of` its id). A
+  // name with no live session loses its batch series.
+  void CollectWorkers(const Membership& workers, const std::function<int64_t(WorkerId)>& batch_of);
+  // Drops every per-worker series of `name` (no record carries the name any more).
+  void ForgetWorker(const std::string& name);
 };
 
 }  // namespace server

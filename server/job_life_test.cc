@@ -1,0 +1,40 @@
+#include "server/job_life.h"
+
+#include <string>
+
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("a job finishes when all left and one completed; a finished job refuses joins unless reset", "[job]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  JobLife job(t0);
+  REQUIRE(job.number() == 1);
+  REQUIRE_FALSE(job.started());
+  job.Start();
+  REQUIRE(job.started());
+  job.NoteLeft(/*completed=*/false);   // a crash or a Ctrl-C does not finish the job...
+  REQUIRE_FALSE(job.MaybeFinish(/*all_left=*/true));
+  job.NoteLeft(/*completed=*/true);
+  REQUIRE_FALSE(job.MaybeFinish(/*all_left=*/false));  // ...nor does a completion while others train
+  REQUIRE(job.MaybeFinish(/*all_left=*/true));
+  REQUIRE(job.finished());
+  REQUIRE_FALSE(job.MaybeFinish(true));  // it ends once
+  REQUIRE(job.CheckJoinable(/*reset_when_done=*/true, 7, 100).ok());
+  const absl::Status refused = job.CheckJoinable(/*reset_when_done=*/false, 7, 100);
+  REQUIRE(refused.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(std::string(refused.message()).find("model version 7, 100 samples") != std::string::npos);
+  job.Next(t0 + absl::Seconds(5));
+  REQUIRE(job.number() == 2);
+  REQUIRE(job.start() == t0 + absl::Seconds(5));
+  REQUIRE_FALSE(job.started());
+  REQUIRE_FALSE(job.finished());
+  REQUIRE_FALSE(job.MaybeFinish(true));  // the last job's completion does not carry over
+  REQUIRE(job.CheckJoinable(false, 0, 0).ok());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
