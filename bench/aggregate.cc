@@ -35,16 +35,12 @@ std::vector<grpc::ByteBuffer> Chunks(const ModelLayout& layout, std::shared_ptr<
 
 double MemcpySeconds(int64_t bytes, int copies, int reps) {
   std::vector<char> src(bytes, 1), dst(bytes);
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+  return MedianSeconds(reps, [&] {
     for (int c = 0; c < copies; ++c) {
       std::memcpy(dst.data(), src.data(), bytes);
       src[c % bytes] = dst[(c * 7) % bytes];  // keep the copies from being elided
     }
-    times.push_back(Seconds(start));
-  }
-  return Median(times);
+  });
 }
 
 // A sync core with `n` workers joined (w0 brings the model); their ids in `ids`.
@@ -145,12 +141,8 @@ int main(int argc, char** argv) {
   return BenchMain(argc, argv, "aggregate", []() -> absl::StatusOr<nlohmann::json> {
     std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
                 "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
-    auto pushes = ParseNumbers("pushes", absl::GetFlag(FLAGS_pushes), 1);
-    if (!pushes.ok()) return pushes.status();
-    nlohmann::json rows = nlohmann::json::array();
-    for (double n : *pushes) {
-      rows.push_back(Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds)));
-    }
-    return rows;
+    return RowsFor("pushes", absl::GetFlag(FLAGS_pushes), 1, [](double n) -> absl::StatusOr<nlohmann::json> {
+      return Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds));
+    });
   });
 }

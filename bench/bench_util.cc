@@ -27,6 +27,16 @@ namespace bench {
 
 double Median(std::vector<double> v) { return Percentile(std::move(v), 50); }
 
+double MedianSeconds(int reps, const std::function<void()>& run) {
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    run();
+    times.push_back(Seconds(start));
+  }
+  return Median(times);
+}
+
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -172,6 +182,19 @@ std::string WriteResults(const std::string& name, const nlohmann::json& doc) {
   const std::string path = absl::StrCat(ResultsDir(), "/", name, ".json");
   std::ofstream(path) << doc.dump(2) << "\n";
   return path;
+}
+
+absl::StatusOr<nlohmann::json> RowsFor(const std::string& flag, const std::string& csv, double min,
+                                       const std::function<absl::StatusOr<nlohmann::json>(double)>& row) {
+  absl::StatusOr<std::vector<double>> numbers = ParseNumbers(flag, csv, min);
+  if (!numbers.ok()) return numbers.status();
+  nlohmann::json rows = nlohmann::json::array();
+  for (double n : *numbers) {
+    absl::StatusOr<nlohmann::json> r = row(n);
+    if (!r.ok()) return r.status();
+    rows.push_back(*std::move(r));
+  }
+  return rows;
 }
 
 int BenchMain(int argc, char** argv, const std::string& name,

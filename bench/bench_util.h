@@ -28,6 +28,8 @@ inline double Seconds(std::chrono::steady_clock::time_point since) {
 
 double Median(std::vector<double> v);
 double Percentile(std::vector<double> v, double p);  // p in [0, 100]
+// The median of `reps` timings of `run`, in seconds.
+double MedianSeconds(int reps, const std::function<void()>& run);
 
 // Seconds to send `bytes` over one TCP connection on 127.0.0.1 (writer and reader
 // threads, 1 MiB writes and reads), the median of `reps` back-to-back transfers on one
@@ -61,6 +63,10 @@ worker::PushedStep StepOf(uint64_t worker_id, int64_t batch, uint64_t version, d
 // "1,16,100" -> {1, 16, 100}; InvalidArgument naming `flag` for a value that is not a
 // number >= `min`.
 absl::StatusOr<std::vector<double>> ParseNumbers(const std::string& flag, const std::string& csv, double min);
+// One row per number of `csv` (ParseNumbers), in order: `row(number)`. The first error
+// (a bad number, a failed row) is returned.
+absl::StatusOr<nlohmann::json> RowsFor(const std::string& flag, const std::string& csv, double min,
+                                       const std::function<absl::StatusOr<nlohmann::json>(double)>& row);
 
 // Writes `doc` to bench/results/<name>.json (in the workspace under `bazel run`) and
 // returns the path.

@@ -5,6 +5,7 @@
 // Baseline, in the same run: a copy of the optimizer state (what a capture cost when it
 // copied), and a step no capture holds.
 //   bazel run -c opt //bench:capture -- [--megabytes=100] [--reps=9]
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -16,17 +17,6 @@ ABSL_FLAG(int, reps, 9, "repetitions per figure (the median is reported)");
 namespace omnilearn {
 namespace bench {
 namespace {
-
-template <typename F>
-double MedianSeconds(int reps, F&& f) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    f();
-    times.push_back(Seconds(start));
-  }
-  return Median(times);
-}
 
 absl::StatusOr<nlohmann::json> Measure(double megabytes, int reps) {
   const ModelLayout layout = LayoutOfMegabytes(megabytes);
@@ -86,14 +76,7 @@ int main(int argc, char** argv) {
     std::printf("capture: a checkpoint's capture under the core's lock (pushes wait for it) against a copy of the\n"
                 "optimizer state (what it cost when it copied); the step while a capture is held writes the state\n"
                 "into other buffers.\n");
-    auto sizes = ParseNumbers("megabytes", absl::GetFlag(FLAGS_megabytes), 0.001);
-    if (!sizes.ok()) return sizes.status();
-    nlohmann::json rows = nlohmann::json::array();
-    for (double mb : *sizes) {
-      absl::StatusOr<nlohmann::json> row = Measure(mb, std::max(1, absl::GetFlag(FLAGS_reps)));
-      if (!row.ok()) return row.status();
-      rows.push_back(*row);
-    }
-    return rows;
+    const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
+    return RowsFor("megabytes", absl::GetFlag(FLAGS_megabytes), 0.001, [reps](double mb) { return Measure(mb, reps); });
   });
 }

@@ -82,10 +82,7 @@ int main(int argc, char** argv) {
   return BenchMain(argc, argv, "transfer", []() -> absl::StatusOr<nlohmann::json> {
     std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
                 "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
-    auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
-    if (!sizes.ok()) return sizes.status();
-    nlohmann::json rows = nlohmann::json::array();
-    for (double mb : *sizes) rows.push_back(Measure(mb));
-    return rows;
+    return RowsFor("sizes", absl::GetFlag(FLAGS_sizes), 0.001,
+                   [](double mb) -> absl::StatusOr<nlohmann::json> { return Measure(mb); });
   });
 }

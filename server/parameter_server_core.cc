@@ -162,7 +162,7 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   if (absl::Status s = CheckJoinDataset(info.dataset_size, job_dataset); !s.ok()) return s;
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
-  const bool replaceable = store_.initialized() && store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
+  const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
   return CheckJoinModel(info.layout, info.initial_parameters.has_value(),
                         store_.initialized() ? &store_.layout() : nullptr, replaceable);
 }
