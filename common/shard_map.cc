@@ -7,6 +7,8 @@
 #include <queue>
 #include <utility>
 
+#include "absl/base/internal/raw_logging.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -125,6 +127,24 @@ uint64_t Fingerprint(const ModelLayout& layout, const std::vector<std::vector<Sh
 
 }  // namespace
 
+namespace {
+
+// One flat tensor per piece, named "tensor@begin", a buffer where its tensor is one.
+ModelLayout SliceLayoutOf(const ModelLayout& layout, const std::vector<ShardPiece>& slice) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(slice.size());
+  for (const ShardPiece& p : slice) {
+    const TensorSpec& t = layout.tensors()[p.tensor];
+    specs.push_back(TensorSpec{absl::StrCat(t.name, "@", p.begin), {p.size()}, t.buffer});
+  }
+  absl::StatusOr<ModelLayout> out = ModelLayout::Create(std::move(specs));
+  // Never fails: (tensor, begin) is unique, every piece holds an element.
+  if (!out.ok()) ABSL_RAW_LOG(FATAL, "slice layout: %s", out.status().ToString().c_str());
+  return *std::move(out);
+}
+
+}  // namespace
+
 absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, int64_t partition_bytes) {
   if (shards < 1 || shards > kMaxShards) {
     return absl::InvalidArgumentError(absl::StrFormat("%d shards: want 1 to %d", shards, kMaxShards));
@@ -146,6 +166,7 @@ absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, i
   map.total_ = layout.total_elements();
   for (const auto& slice : map.slices_) map.slice_elements_.push_back(Elements(slice));
   map.fingerprint_ = Fingerprint(layout, map.slices_);
+  for (const auto& slice : map.slices_) map.slice_layouts_.push_back(SliceLayoutOf(layout, slice));
   return map;
 }
 

@@ -48,6 +48,10 @@ class ShardMap {
   const std::vector<ShardPiece>& slice(int shard) const { return slices_[shard]; }
   int64_t slice_elements(int shard) const { return slice_elements_[shard]; }
   int64_t total_elements() const { return total_; }
+  // The shard's slice as a model of its own: one flat tensor per piece, named
+  // "tensor@begin" (a buffer where its tensor is one), in the slice's flat order. A shard's
+  // server holds this layout, and a worker pushes and pulls the slice with it.
+  const ModelLayout& slice_layout(int shard) const { return slice_layouts_[shard]; }
   // Stable across processes and builds (FNV-1a over the tensors and the pieces).
   uint64_t fingerprint() const { return fingerprint_; }
 
@@ -62,6 +66,7 @@ class ShardMap {
  private:
   std::vector<std::vector<ShardPiece>> slices_;
   std::vector<int64_t> slice_elements_;
+  std::vector<ModelLayout> slice_layouts_;
   int partitions_ = 0;
   int64_t total_ = 0;
   uint64_t fingerprint_ = 0;

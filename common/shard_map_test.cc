@@ -128,6 +128,22 @@ TEST_CASE("the plan and its fingerprint depend on the layout, the shards and the
   REQUIRE(absl::StartsWith(a.DebugString(), "4 shards, "));
 }
 
+TEST_CASE("a slice's layout names each piece once and keeps buffers", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  auto map = ShardMap::Plan(layout, 3, 64 << 10);
+  REQUIRE(map.ok());
+  for (int s = 0; s < 3; ++s) {
+    const ModelLayout& slice = map->slice_layout(s);
+    REQUIRE(slice.total_elements() == map->slice_elements(s));
+    REQUIRE(slice.tensors().size() == map->slice(s).size());
+    for (size_t i = 0; i < slice.tensors().size(); ++i) {
+      const ShardPiece& p = map->slice(s)[i];
+      REQUIRE(slice.tensors()[i].name == layout.tensors()[p.tensor].name + "@" + std::to_string(p.begin));
+      REQUIRE(slice.is_buffer(static_cast<int>(i)) == layout.is_buffer(p.tensor));
+    }
+  }
+}
+
 TEST_CASE("a plan that cannot be made is a clear error", "[shard_map]") {
   const ModelLayout layout = Layout({{"w", {3}}});
   const auto zero = ShardMap::Plan(layout, 0);
