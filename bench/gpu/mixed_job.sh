@@ -5,8 +5,8 @@
 # /tmp/omnilearn-gpu). Offline hosts: DEBS_DIR holds Debian 12 .debs of gRPC, protobuf, Abseil,
 # civetweb, re2, c-ares, zlib and OpenSSL (apt-get download), unpacked into DEPS_PREFIX.
 # DATA_DIR: the Fashion-MNIST .gz files. See docs/gpu.md.
-set -u
-OUT=${OUT:-/tmp/omnilearn-gpu}; mkdir -p $OUT; exec > >(tee $OUT/log.txt) 2>&1
+set -uo pipefail  # a failed configure fails its pipe into tail
+OUT=${OUT:-/tmp/omnilearn-gpu}; mkdir -p $OUT; LOGS=$(mktemp -d); exec > >(tee $OUT/log.txt) 2>&1
 echo "== machine"; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; head -2 /etc/os-release; nproc; g++ --version | head -1; cmake --version | head -1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cxx11abi", torch.compiled_with_cxx11_abi(), torch.cuda.get_arch_list())'
 D=${DEPS_PREFIX:-/opt/deps}; mkdir -p $D; for f in ${DEBS_DIR:-.gpu/debs}/*.deb; do [ -e "$f" ] && dpkg-deb -x $f $D; done
@@ -28,16 +28,16 @@ DATA=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 run_job() {  # $1 label, $2 port, then worker specs "name:device:threads"
   local label=$1 port=$2; shift 2
   timeout 240 $S --bind=127.0.0.1 --port=$port --num_workers=$# --mode=sync --global_batch=1024 --max_batch=1024 \
-    --adjust_every=5 --exit_when_done --metrics_port=0 --summary_json=$OUT/$label.json > /tmp/$label-server.log 2>&1 &
+    --adjust_every=5 --exit_when_done --metrics_port=0 --summary_json=$OUT/$label.json > $LOGS/$label-server.log 2>&1 &
   local sp=$!; sleep 2; local pids=()
   for spec in "$@"; do IFS=: read n dev th <<< "$spec"
     timeout 230 $W --server=127.0.0.1:$port --name=$n --device=$dev --threads=$th --model=cnn --epochs=2 \
-      --evaluate --data_dir=$DATA --connect_timeout=60 > /tmp/$label-$n.log 2>&1 & pids+=($!); done
+      --evaluate --data_dir=$DATA --connect_timeout=60 > $LOGS/$label-$n.log 2>&1 & pids+=($!); done
   for p in "${pids[@]}"; do wait $p; echo "$label worker rc $?"; done
   wait $sp; echo "$label server rc $?"
 }
 echo "== mixed: gpu0 + cpu0 + cpu1"; t0=$(date +%s); run_job mixed 50071 gpu0:cuda:1 cpu0:cpu:4 cpu1:cpu:4; echo "mixed seconds $(( $(date +%s) - t0 ))"
 echo "== cpu only: cpu0 + cpu1 + cpu2"; t0=$(date +%s); run_job cpuonly 50072 cpu0:cpu:4 cpu1:cpu:4 cpu2:cpu:4; echo "cpuonly seconds $(( $(date +%s) - t0 ))"
 echo "== gpu only: gpu0"; t0=$(date +%s); run_job gpuonly 50073 gpu0:cuda:1; echo "gpuonly seconds $(( $(date +%s) - t0 ))"
-for f in /tmp/*.log; do echo "--- $f"; grep -v "it=[0-9]*0 " $f | tail -12; done
-cat /tmp/mixed-gpu0.log > $OUT/mixed-gpu0.log; cat /tmp/mixed-server.log > $OUT/mixed-server.log
+for f in $LOGS/*.log; do echo "--- $f"; grep -v "it=[0-9]*0 " $f | tail -12; done
+cp $LOGS/mixed-gpu0.log $LOGS/mixed-server.log $OUT/
