@@ -69,6 +69,7 @@ bool CoordinatorShards::Next(int index, Outgoing* out, absl::Time deadline) {
   }
   *out = std::move(slots_[index].queue.front());
   slots_[index].queue.pop_front();
+  if (out->command.has_step()) ++slots_[index].steps_sent;
   return true;
 }
 
@@ -87,6 +88,39 @@ int CoordinatorShards::registered() const {
   int n = 0;
   for (size_t i = 1; i < slots_.size(); ++i) n += slots_[i].connected ? 1 : 0;
   return n;
+}
+
+std::vector<CoordinatorShards::ShardInfo> CoordinatorShards::Shards() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ShardInfo> out;
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    ShardInfo info;
+    info.index = static_cast<int>(i);
+    info.address = slot.address;
+    info.connected = slot.connected;
+    info.slice_bytes = map_.has_value() ? map_->slice_elements(static_cast<int>(i)) * int64_t{sizeof(float)} : 0;
+    info.steps_sent = slot.steps_sent;
+    info.queued = slot.queue.size();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
+  auto& connected = registry.AddGauge("omnilearn_coordinator_shard_connected",
+                                      "1 while the shard server's control stream is open", {"shard"});
+  auto& queued = registry.AddGauge("omnilearn_coordinator_shard_queued_commands",
+                                   "commands (steps, sessions) not yet sent to the shard server", {"shard"});
+  auto& sent = registry.AddGauge("omnilearn_coordinator_shard_steps_sent", "steps sent to the shard server", {"shard"});
+  registry.AddCollectHook([this, &connected, &queued, &sent] {
+    for (const ShardInfo& s : Shards()) {
+      const std::string label = absl::StrCat(s.index);
+      connected.Add({label}).Set(s.connected ? 1 : 0);
+      queued.Add({label}).Set(static_cast<double>(s.queued));
+      sent.Add({label}).Set(static_cast<double>(s.steps_sent));
+    }
+  });
 }
 
 absl::Status CoordinatorShards::AwaitShards(absl::Time deadline) {

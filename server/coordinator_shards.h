@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/shard_map.h"
 #include "proto/omnilearn.pb.h"
 #include "server/parameter_server_core.h"
@@ -77,11 +78,25 @@ class CoordinatorShards {
 
   int registered() const;
 
+  // Each shard server as the coordinator sees it (omnilearn_ctl status lists them).
+  struct ShardInfo {
+    int index = 0;
+    std::string address;
+    bool connected = false;
+    int64_t slice_bytes = 0;
+    uint64_t steps_sent = 0;
+    size_t queued = 0;
+  };
+  std::vector<ShardInfo> Shards() const;
+  // Gauges per shard on the coordinator's /metrics: connected, commands queued, steps sent.
+  void ExportMetrics(metrics::Registry& registry);
+
  private:
   struct Slot {
     std::string address;
     bool connected = false;
     uint64_t generation = 0;  // a new registration replaces the stream of the old one
+    uint64_t steps_sent = 0;
     std::deque<Outgoing> queue;
   };
   void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

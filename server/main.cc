@@ -436,6 +436,14 @@ absl::Status CheckShardable(const ServerOptions& o) {
 }
 
 // A shard server: one slice of a coordinator's job, until a signal or the link's end.
+// The process figures and, with --metrics_port, the /metrics endpoint (null without it).
+absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::Registry& registry) {
+  metrics::AddProcessMetrics(registry);
+  if (absl::GetFlag(FLAGS_metrics_port) == 0) return std::unique_ptr<metrics::MetricsExposer>();
+  return metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
+                                        &registry);
+}
+
 int RunShard(const sigset_t& signals) {
   ShardCore shard({Clock::Real(), [](const std::string& line) {
                      std::printf("omnilearn_server (shard): %s\n", line.c_str());
@@ -457,6 +465,8 @@ int RunShard(const sigset_t& signals) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) return (std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str()), 1);
+  auto exposer = ExposeMetrics(shard.registry());
+  if (!exposer.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", exposer.status().ToString().c_str()), 1);
   ShardLinkOptions lo;
   lo.coordinator = absl::GetFlag(FLAGS_coordinator);
   lo.address = AdvertisedAddress(bound_port);
@@ -470,8 +480,10 @@ int RunShard(const sigset_t& signals) {
     std::printf("omnilearn_server (shard): %s\n", line.c_str());
     std::fflush(stdout);
   };
-  std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s\n", address.c_str(), lo.address.c_str(),
-              lo.coordinator.c_str());
+  std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s, metrics %s\n", address.c_str(),
+              lo.address.c_str(), lo.coordinator.c_str(),
+              *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
+                       : "off");
   std::fflush(stdout);
   ShardLink link(lo, &shard);
   absl::Status ended;
@@ -543,14 +555,9 @@ int Run() {
   if (!credentials.ok()) return fail(credentials.status(), 2);
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return fail(token.status(), 2);
-  metrics::AddProcessMetrics((*core)->registry());
-  std::unique_ptr<metrics::MetricsExposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
-    auto e = metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
-                                            &(*core)->registry());
-    if (!e.ok()) return fail(e.status(), 1);
-    exposer = std::move(*e);
-  }
+  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  auto exposer = ExposeMetrics((*core)->registry());
+  if (!exposer.ok()) return fail(exposer.status(), 1);
 
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
@@ -571,7 +578,7 @@ int Run() {
     return 1;
   }
   const absl::Time start = absl::Now();
-  PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer.get());
+  PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
   std::atomic<bool> stopping{false};
   std::thread monitor(Monitor, core->get(), checkpointer.get(), &stopping);

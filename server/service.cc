@@ -268,7 +268,7 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
     response->set_wire_dtype(wire_dtype_);
   }
-  response->set_push_trailer(true);
+  response->set_push_trailer(shards_ == nullptr);  // a sharded push goes whole, slice by slice
   return grpc::Status::OK;
 }
 
@@ -547,6 +547,17 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_job(s.job);
   response->set_test_accuracy_version(s.test_accuracy_version);
   response->set_rounds(s.rounds);
+  if (shards_ != nullptr) {
+    for (const CoordinatorShards::ShardInfo& info : shards_->Shards()) {
+      v1::ShardStatus* out = response->add_shards();
+      out->set_index(static_cast<uint32_t>(info.index));
+      out->set_address(info.address);
+      out->set_connected(info.connected);
+      out->set_slice_bytes(info.slice_bytes);
+      out->set_steps_sent(info.steps_sent);
+      out->set_queued_commands(static_cast<uint32_t>(info.queued));
+    }
+  }
   for (const WorkerSnapshot& w : s.workers) {
     v1::WorkerStatus* ws = response->add_workers();
     ws->set_worker_id(w.id);

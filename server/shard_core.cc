@@ -10,6 +10,23 @@
 namespace omnilearn {
 namespace server {
 
+ShardCore::ShardCore(ShardCoreOptions options)
+    : options_(std::move(options)),
+      push_bytes_(registry_.AddCounter("omnilearn_shard_push_bytes_total", "gradient bytes pushed to this shard").Add({})),
+      pull_bytes_(registry_.AddCounter("omnilearn_shard_pull_bytes_total", "model bytes this shard sent").Add({})),
+      slice_bytes_(registry_.AddGauge("omnilearn_shard_slice_bytes", "float32 bytes of this shard's slice").Add({})),
+      version_gauge_(registry_.AddGauge("omnilearn_shard_model_version", "the version of this shard's slice").Add({})),
+      step_seconds_(registry_
+                        .AddHistogram("omnilearn_shard_step_seconds",
+                                      "from the coordinator's step to this slice stepped (the wait for the members' "
+                                      "slices included)",
+                                      {}, {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30})
+                        .Add({})),
+      slices_left_out_(registry_
+                           .AddCounter("omnilearn_shard_slices_left_out_total",
+                                       "members' slices a step went without (they did not come in the round timeout)")
+                           .Add({})) {}
+
 absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version,
                              OptimizerOptions optimizer, absl::Duration member_wait, bool sync) {
   // Each step brings its own rate: the slice's store takes rate 1 times the step's.
@@ -27,6 +44,8 @@ absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint6
         version));
   }
   store_ = std::move(store);
+  slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
+  version_gauge_.Set(static_cast<double>(version));
   member_wait_ = member_wait;
   sync_ = sync;
   pending_.clear();
@@ -133,30 +152,15 @@ absl::StatusOr<ModelLayout> ShardCore::Layout() const {
   return store_->layout();
 }
 
-void ShardCore::CountPushBytes(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  push_bytes_ += bytes;
-}
+void ShardCore::CountPushBytes(int64_t bytes) { push_bytes_.Increment(static_cast<double>(bytes)); }
 
-void ShardCore::CountPullBytes(int64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  pull_bytes_ += bytes;
-}
-
-int64_t ShardCore::push_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return push_bytes_;
-}
-
-int64_t ShardCore::pull_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return pull_bytes_;
-}
+void ShardCore::CountPullBytes(int64_t bytes) { pull_bytes_.Increment(static_cast<double>(bytes)); }
 
 absl::Status ShardCore::Step(const ReplicatedStep& step) {
   std::vector<std::pair<std::vector<float>, double>> taken;  // (slice of gradient, weight)
   double all_weight = 0, taken_weight = 0;
   int64_t elements = 0;
+  const absl::Time start = options_.clock->Now();
   {
     absl::MutexLock lock(&mu_);
     if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
@@ -179,6 +183,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
       all_weight += m.weight;
       auto it = pending_.find(m.id);
       if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+        slices_left_out_.Increment();
         Log(absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it", m.id,
                             m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
         continue;
@@ -211,6 +216,8 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     // Sync: a slice of this version or older the round did not take never will be.
     if (sync_ && !p.taken && p.version <= step.version) p.released = true;
   }
+  version_gauge_.Set(static_cast<double>(store_->version()));
+  step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 #include "server/data_plane.h"
 #include "server/parameter_server_core.h"
 #include "server/parameter_store.h"
@@ -30,7 +31,7 @@ struct ShardCoreOptions {
 // gRPC threads call the DataPlane methods.
 class ShardCore : public DataPlane {
  public:
-  explicit ShardCore(ShardCoreOptions options) : options_(std::move(options)) {}
+  explicit ShardCore(ShardCoreOptions options);
 
   // The slice, its first values and the optimizer (whose rate each step brings: the
   // options' learning_rate and schedule are not used). `member_wait` bounds how long a
@@ -67,8 +68,10 @@ class ShardCore : public DataPlane {
   void CountUnauthenticated() override {}
   void CountPushBytes(int64_t bytes) override;
   void CountPullBytes(int64_t bytes) override;
-  int64_t push_bytes() const;
-  int64_t pull_bytes() const;
+  // The shard's /metrics: bytes in and out, the slice's size and version, each step's
+  // latency (from the coordinator's command to the slice stepped, the wait for the
+  // members' slices included) and the members' slices a step went without.
+  metrics::Registry& registry() { return registry_; }
 
  private:
   struct Pending {
@@ -87,9 +90,14 @@ class ShardCore : public DataPlane {
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::vector<float> update_ ABSL_GUARDED_BY(mu_);  // reused by every step
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t push_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t pull_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   BufferPool buffers_;
+  metrics::Registry registry_;
+  metrics::Counter& push_bytes_;
+  metrics::Counter& pull_bytes_;
+  metrics::Gauge& slice_bytes_;
+  metrics::Gauge& version_gauge_;
+  metrics::Histogram& step_seconds_;
+  metrics::Counter& slices_left_out_;
 };
 
 }  // namespace server

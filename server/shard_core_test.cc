@@ -53,6 +53,11 @@ TEST_CASE("a shard replays the coordinator's step: weighted mean of the members'
   REQUIRE(w[1] == Approx(1 - 0.2));
   REQUIRE(w[2] == Approx(1 - 0.15));
   REQUIRE(w[3] == Approx(17.5));
+  const std::string m = shard.registry().Serialize();
+  REQUIRE(m.find("omnilearn_shard_model_version 1\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_slice_bytes 16\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_step_seconds_count 1\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_slices_left_out_total 0\n") != std::string::npos);
 }
 
 TEST_CASE("a step waits for a member's slice, and a step from another version is refused", "[shard_core]") {
@@ -85,6 +90,7 @@ TEST_CASE("a member whose slice never comes is left out after the wait, and the 
   REQUIRE((*snap->weights)[0] == Approx(-2));  // worker 1's alone, its weight renormalized
   REQUIRE((*snap->weights)[3] == Approx(4));
   REQUIRE(log.size() == 1);
+  REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 1\n") != std::string::npos);
 }
 
 TEST_CASE("only announced sessions push and pull, with their secret", "[shard_core]") {
