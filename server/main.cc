@@ -436,6 +436,18 @@ absl::Status CheckShardable(const ServerOptions& o) {
 }
 
 // A shard server: one slice of a coordinator's job, until a signal or the link's end.
+// The gRPC server of `service` on `address` (its port 0: any; *bound_port says which, 0
+// when it could not listen).
+std::unique_ptr<grpc::Server> Listen(const std::string& address,
+                                     const std::shared_ptr<grpc::ServerCredentials>& credentials,
+                                     grpc::Service* service, int* bound_port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, credentials, bound_port);
+  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
 // The process figures and, with --metrics_port, the /metrics endpoint (null without it).
 absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::Registry& registry) {
   metrics::AddProcessMetrics(registry);
@@ -458,12 +470,8 @@ int RunShard(const sigset_t& signals) {
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
   ParameterServerService service(&shard, absl::Minutes(10), *token, limits, v1::WIRE_DTYPE_F32);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, *credentials, &bound_port);
-  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
   if (!server || bound_port == 0) return (std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str()), 1);
   auto exposer = ExposeMetrics(shard.registry());
   if (!exposer.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", exposer.status().ToString().c_str()), 1);
@@ -567,12 +575,8 @@ int Run() {
     service.EnableShards(shards.get());
   }
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, *credentials, &bound_port);
-  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
   if (!server || bound_port == 0) {
     std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
     return 1;
