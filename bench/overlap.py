@@ -30,6 +30,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from heterogeneity import Cluster  # noqa: E402
 
 WORKERS = 4
 PORT = 50051
@@ -94,38 +96,21 @@ def worker_main(args):
     print(json.dumps([{"compute_s": c, "iteration_s": b - a} for c, a, b in zip(computes, starts, starts[1:])]))
 
 
-class Cluster:
-    def __init__(self, rate):
-        self.script = os.path.join(ROOT, "tests", "cluster.sh")
-        self.prefix = f"olo{os.getpid() % 100000}"
-        hosts = [f"ps={times4(rate)}"] + [f"w{i}={rate}" for i in range(WORKERS)]
-        subprocess.run([self.script, "down", self.prefix], check=True)
-        out = subprocess.run([self.script, "up", self.prefix, *hosts], check=True, capture_output=True,
-                             text=True).stdout
-        self.addr = dict(line.split()[:2] for line in out.splitlines())
-
-    def run(self, host, argv, **kw):
-        return subprocess.Popen(["ip", "netns", "exec", f"{self.prefix}-{host}", *argv], **kw)
-
-    def close(self):
-        subprocess.run([self.script, "down", self.prefix], check=False)
-
-
 def one_run(args, rate, bucket_mb, overlap_pull, push_wire_s):
-    cluster = Cluster(rate)
+    cluster = Cluster({"ps": times4(rate), **{f"w{i}": rate for i in range(WORKERS)}})
     server = None
     try:
-        server = cluster.run("ps", [f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--mode=sync",
+        server = subprocess.Popen(cluster.command("ps", [f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--mode=sync",
                                     f"--num_workers={WORKERS}", f"--global_batch={4 * WORKERS}",
                                     "--controller=off", "--lr=0.001", "--momentum=0", "--metrics_port=0",
-                                    "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        workers = [cluster.run(f"w{i}", [sys.executable, os.path.abspath(__file__), "--worker",
+                                    "--quiet"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        workers = [subprocess.Popen(cluster.command(f"w{i}", [sys.executable, os.path.abspath(__file__), "--worker",
                                          f"--server={cluster.addr['ps']}:{PORT}", f"--name=w{i}",
                                          f"--megabytes={args.megabytes}", f"--layers={args.layers}",
                                          f"--iterations={args.iterations}", f"--bucket_mb={bucket_mb}",
                                          f"--overlap_pull={overlap_pull}",
-                                         f"--forward_s={push_wire_s / 2}", f"--backward_s={push_wire_s}"],
-                               stdout=subprocess.PIPE, text=True) for i in range(WORKERS)]
+                                         f"--forward_s={push_wire_s / 2}", f"--backward_s={push_wire_s}"]),
+                                    stdout=subprocess.PIPE, text=True) for i in range(WORKERS)]
         rows = []
         for p in workers:
             out, _ = p.communicate(timeout=args.timeout)

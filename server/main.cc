@@ -7,6 +7,7 @@
 #include <optional>
 #include <cstdio>
 #include <thread>
+#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -27,10 +28,22 @@
 #include "server/checkpointer.h"
 #include "server/parameter_server_core.h"
 #include "server/service.h"
+#include "server/shard_link.h"
+#include "common/shard_map.h"
 #include "server/summary.h"
 
 ABSL_FLAG(int, port, 50051, "gRPC port");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address to listen on");
+ABSL_FLAG(int, shards, 1,
+          "the job's parameters are cut over this many servers: this one (the coordinator, slice 0) and "
+          "shards - 1 shard servers started with --coordinator (docs/SHARDING.md)");
+ABSL_FLAG(double, partition_mb, 4, "sharded jobs: the model's partitions hold at most this many MB");
+ABSL_FLAG(std::string, coordinator, "",
+          "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
+ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");
+ABSL_FLAG(std::string, advertise, "",
+          "HOST:PORT workers reach this server at (sharded jobs; default: --bind:--port, or the host name when "
+          "--bind is 0.0.0.0)");
 ABSL_FLAG(std::string, mode, "sync", "sync | async | ssp (stale-synchronous, see --staleness_bound)");
 ABSL_FLAG(int, staleness_bound, 4, "ssp: iterations a worker may run ahead of the slowest (0 = lockstep)");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
@@ -394,6 +407,115 @@ int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, absl::Ti
   return rc;
 }
 
+int64_t PartitionBytes() { return static_cast<int64_t>(absl::GetFlag(FLAGS_partition_mb) * (1 << 20)); }
+
+std::string AdvertisedAddress(int port) {
+  if (!absl::GetFlag(FLAGS_advertise).empty()) return absl::GetFlag(FLAGS_advertise);
+  std::string host = absl::GetFlag(FLAGS_bind);
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
+    char name[256] = {0};
+    host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+// What a sharded job cannot do yet, refused at start rather than done wrong.
+absl::Status CheckShardable(const ServerOptions& o) {
+  const int shards = absl::GetFlag(FLAGS_shards);
+  if (shards < 1 || shards > ShardMap::kMaxShards) return absl::InvalidArgumentError("--shards: 1 to 1024");
+  if (absl::GetFlag(FLAGS_partition_mb) <= 0) return absl::InvalidArgumentError("--partition_mb must be > 0");
+  if (shards == 1) return absl::OkStatus();
+  if (o.optimizer.clip_grad_norm > 0) {
+    return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
+  }
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() || !absl::GetFlag(FLAGS_export).empty() || o.reset_when_done) {
+    return absl::InvalidArgumentError(
+        "--checkpoint_dir, --export and --reset_when_done are not built for sharded jobs yet (docs/SHARDING.md)");
+  }
+  return absl::OkStatus();
+}
+
+// A shard server: one slice of a coordinator's job, until a signal or the link's end.
+// The gRPC server of `service` on `address` (its port 0: any; *bound_port says which, 0
+// when it could not listen).
+std::unique_ptr<grpc::Server> Listen(const std::string& address,
+                                     const std::shared_ptr<grpc::ServerCredentials>& credentials,
+                                     grpc::Service* service, int* bound_port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, credentials, bound_port);
+  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
+// The process figures and, with --metrics_port, the /metrics endpoint (null without it).
+absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::Registry& registry) {
+  metrics::AddProcessMetrics(registry);
+  if (absl::GetFlag(FLAGS_metrics_port) == 0) return std::unique_ptr<metrics::MetricsExposer>();
+  return metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
+                                        &registry);
+}
+
+int RunShard(const sigset_t& signals) {
+  ShardCore shard({Clock::Real(), [](const std::string& line) {
+                     std::printf("omnilearn_server (shard): %s\n", line.c_str());
+                     std::fflush(stdout);
+                   }});
+  absl::StatusOr<std::string> token = TokenFromFlags();
+  if (!token.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", token.status().ToString().c_str()), 2);
+  auto credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", credentials.status().ToString().c_str()), 2);
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
+  ParameterServerService service(&shard, absl::Minutes(10), *token, limits, v1::WIRE_DTYPE_F32);
+  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
+  int bound_port = 0;
+  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
+  if (!server || bound_port == 0) return (std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str()), 1);
+  auto exposer = ExposeMetrics(shard.registry());
+  if (!exposer.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", exposer.status().ToString().c_str()), 1);
+  ShardLinkOptions lo;
+  lo.coordinator = absl::GetFlag(FLAGS_coordinator);
+  lo.address = AdvertisedAddress(bound_port);
+  lo.shards = absl::GetFlag(FLAGS_shards);
+  lo.partition_bytes = PartitionBytes();
+  lo.index = absl::GetFlag(FLAGS_shard_index);
+  lo.auth_token = *token;
+  lo.credentials = grpc::InsecureChannelCredentials();
+  lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  lo.log = [](const std::string& line) {
+    std::printf("omnilearn_server (shard): %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s, metrics %s\n", address.c_str(),
+              lo.address.c_str(), lo.coordinator.c_str(),
+              *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
+                       : "off");
+  std::fflush(stdout);
+  ShardLink link(lo, &shard);
+  absl::Status ended;
+  std::atomic<bool> link_done{false};
+  std::thread runner([&] {
+    ended = link.Run();
+    link_done.store(true);
+  });
+  const timespec tick = {0, 200 * 1000 * 1000};
+  while (!link_done.load()) {
+    if (sigtimedwait(&signals, nullptr, &tick) > 0) break;
+  }
+  link.Stop();
+  runner.join();
+  shard.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (!ended.ok()) {
+    std::fprintf(stderr, "omnilearn_server (shard): %s\n", std::string(ended.message()).c_str());
+    return 1;
+  }
+  std::printf("omnilearn_server (shard): stopped; slice at version %lu\n", shard.version());
+  return 0;
+}
+
 int Run() {
   ApplyRenamedFlags();
   // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
@@ -409,9 +531,29 @@ int Run() {
     std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
     return code;
   };
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) return RunShard(signals);
   v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
   absl::StatusOr<ServerOptions> o = OptionsFromFlags(&wire_dtype);
   if (!o.ok()) return fail(o.status(), 2);
+  if (absl::Status s = CheckShardable(*o); !s.ok()) return fail(s, 2);
+  std::unique_ptr<CoordinatorShards> shards;
+  if (absl::GetFlag(FLAGS_shards) > 1) {
+    CoordinatorShardsOptions so;
+    so.shards = absl::GetFlag(FLAGS_shards);
+    so.partition_bytes = PartitionBytes();
+    so.address = AdvertisedAddress(absl::GetFlag(FLAGS_port));
+    so.optimizer.set_kind(OptimizerName(o->optimizer.kind));
+    so.optimizer.set_momentum(o->optimizer.momentum);
+    so.optimizer.set_weight_decay(o->optimizer.weight_decay);
+    so.optimizer.set_beta1(o->optimizer.beta1);
+    so.optimizer.set_beta2(o->optimizer.beta2);
+    so.optimizer.set_eps(o->optimizer.eps);
+    so.optimizer.set_round_timeout_seconds(absl::ToDoubleSeconds(o->round_timeout));
+    so.log = o->log;
+    so.sync = o->mode == Mode::kSync;
+    shards = std::make_unique<CoordinatorShards>(so);
+    o->replication = shards->Hooks();
+  }
   auto core = ParameterServerCore::Create(*o);
   if (!core.ok()) return fail(core.status(), 2);
   std::unique_ptr<Checkpointer> checkpointer;
@@ -421,36 +563,32 @@ int Run() {
   if (!credentials.ok()) return fail(credentials.status(), 2);
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return fail(token.status(), 2);
-  metrics::AddProcessMetrics((*core)->registry());
-  std::unique_ptr<metrics::MetricsExposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) != 0) {
-    auto e = metrics::MetricsExposer::Start(absl::GetFlag(FLAGS_metrics_bind), absl::GetFlag(FLAGS_metrics_port),
-                                            &(*core)->registry());
-    if (!e.ok()) return fail(e.status(), 1);
-    exposer = std::move(*e);
-  }
+  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  auto exposer = ExposeMetrics((*core)->registry());
+  if (!exposer.ok()) return fail(exposer.status(), 1);
 
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
   ParameterServerService service(core->get(), absl::Minutes(10), *token, limits, wire_dtype);
+  if (shards != nullptr) {
+    if (wire_dtype != v1::WIRE_DTYPE_F32) return fail(absl::InvalidArgumentError("--wire_dtype=bf16 with --shards > 1: not yet"), 2);
+    service.EnableShards(shards.get());
+  }
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(address, *credentials, &bound_port);
-  ConfigureServerBuilder(builder, absl::GetFlag(FLAGS_max_rpc_threads));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
   if (!server || bound_port == 0) {
     std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
     return 1;
   }
   const absl::Time start = absl::Now();
-  PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer.get());
+  PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
   std::atomic<bool> stopping{false};
   std::thread monitor(Monitor, core->get(), checkpointer.get(), &stopping);
   AwaitSignalOrEnd(signals, core->get());
   (*core)->Shutdown();
+  if (shards != nullptr) shards->Shutdown();
   // Every later call is answered "stop"; keep answering until each live worker heard it.
   const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {

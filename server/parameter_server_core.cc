@@ -54,6 +54,9 @@ void ParameterServerCore::Event(const std::string& line) const {
 }
 
 void ParameterServerCore::Retire(Worker& w, WorkerState state) {
+  if (state == WorkerState::kLeft && w.state != WorkerState::kLeft && options_.replication.session_closed) {
+    options_.replication.session_closed(w.id);
+  }
   if (w.live()) (void)controller_.RemoveWorker(w.id);
   w.state = state;
   round_.Forget(w.id);
@@ -214,7 +217,9 @@ absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {
     Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
     store_ = ParameterStore(options_.optimizer);
   }
-  return store_.Initialize(info.layout, std::move(*info.initial_parameters));
+  absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters));
+  if (s.ok() && options_.replication.model_adopted) options_.replication.model_adopted(info.name);
+  return s;
 }
 
 absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, absl::Time now) {
@@ -235,7 +240,9 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
   // A worker a restored checkpoint remembers gets its batch and time model back.
   auto remembered = remembered_.find(info.name);
   const bool known = remembered != remembered_.end();
-  const WorkerId id = workers_.Add(std::move(w)).id;
+  const WorkerRecord& added = workers_.Add(std::move(w));
+  const WorkerId id = added.id;
+  if (options_.replication.session_opened) options_.replication.session_opened(id, added.secret);
   if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}, known ? remembered->second : controller::WorkerMemory{});
       !s.ok()) {
     workers_.Find(id)->state = WorkerState::kLeft;  // cannot happen (fresh id, valid limits); never half-added
@@ -476,7 +483,7 @@ void ParameterServerCore::AccumulateUnlocked(const PushInfo& info, const std::ve
   if (options_.before_accumulate) options_.before_accumulate(info.id);
   SyncRound::Accumulate(sum, info.id, weight, gradient);
   mu_.Lock();
-  round_.Commit(info.batch, weight, std::move(samples));
+  round_.Commit(info.id, info.batch, weight, std::move(samples));
 }
 
 void ParameterServerCore::AwaitRoundIdle() {
@@ -507,7 +514,9 @@ void ParameterServerCore::CompleteRound() {
   if (round_.samples() > 0) {
     // The weighted mean, folded into the step: sum(b_k g_k) / sum(b_k).
     store_.SetEpoch(Epoch());
-    store_.Apply(round_.sum(), 1.0, 1.0, -1, 1.0 / round_.weight());
+    std::vector<ReplicatedStep::Member> members;
+    for (const auto& [id, weight] : round_.contributions()) members.push_back({id, store_.version(), weight});
+    Step(round_.sum(), std::move(members), 1.0, 1.0, -1, 1.0 / round_.weight());
     stats_.Round();
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
@@ -521,13 +530,28 @@ void ParameterServerCore::CompleteRound() {
   round_.Close([&plan](WorkerId id) { return plan.batch(id); });
 }
 
+void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,
+                               double lr_scale, double buffer_blend, double momentum, double update_scale) {
+  if (options_.replication.step) {
+    ReplicatedStep step;
+    step.version = store_.version();
+    step.members = std::move(members);
+    step.update_scale = update_scale;
+    step.learning_rate = store_.LearningRate() * lr_scale;
+    step.buffer_blend = buffer_blend;
+    step.momentum = momentum;
+    options_.replication.step(step);
+  }
+  store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale);
+}
+
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
   const AsyncStep step =
       AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum,
                    options_.async_rule);
   store_.SetEpoch(Epoch());
-  store_.Apply(gradient, step.lr_scale, step.buffer_blend, step.momentum);
+  Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0);
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));

@@ -37,6 +37,7 @@
 #include "common/training_mode.h"
 #include "controller/batch_controller.h"
 #include "server/checkpoint.h"
+#include "server/data_plane.h"
 #include "server/epoch_sampler.h"
 #include "server/async_rule.h"
 #include "server/buffer_pool.h"
@@ -53,8 +54,31 @@ namespace omnilearn {
 namespace server {
 
 using ::omnilearn::Mode;
-// What the worker must do next (mirrors the proto's Action).
-enum class Action { kContinue, kRejoin, kStop };
+
+// One optimizer step as the shards replay it on their slices (docs/SHARDING.md).
+struct ReplicatedStep {
+  uint64_t version = 0;  // before the step
+  struct Member {
+    WorkerId id = 0;
+    uint64_t model_version = 0;  // its gradient's
+    double weight = 1;
+  };
+  std::vector<Member> members;
+  double update_scale = 1;   // update = sum(weight * gradient) * update_scale
+  double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
+  double buffer_blend = 1;
+  double momentum = -1;      // < 0: the optimizer's own
+};
+
+// A sharded job's coordinator is told of what its shards must replay: sessions and steps.
+// Called with the core's lock held: must not block or call back into the core. Null = not sharded.
+struct Replication {
+  std::function<void(WorkerId id, const std::string& secret)> session_opened;
+  std::function<void(WorkerId id)> session_closed;
+  // The job's model was taken from this joiner's initial parameters.
+  std::function<void(const std::string& joiner)> model_adopted;
+  std::function<void(const ReplicatedStep& step)> step;
+};
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
@@ -87,6 +111,7 @@ struct ServerOptions {
   // Tests: called without the core's lock as a sync push starts adding its gradient to
   // the round (a test holds a push there to show the others go on). Null in production.
   std::function<void(uint64_t worker_id)> before_accumulate;
+  Replication replication;  // a sharded job's coordinator (docs/SHARDING.md)
 };
 
 struct JoinInfo {
@@ -110,23 +135,6 @@ struct JoinResult {
   int64_t batch = 0;
   uint64_t global_samples = 0;
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
-};
-
-struct PushResult {
-  Action action = Action::kContinue;
-  int64_t next_batch = 0;
-  uint64_t version = 0;
-  uint64_t staleness = 0;
-  bool applied = false;
-  std::string message;
-  uint64_t global_samples = 0;  // samples trained on by all workers (defines the epoch)
-  SampleBatch samples;          // the next mini-batch's samples (with dataset_size)
-};
-
-struct ModelSnapshot {
-  uint64_t version = 0;
-  ModelLayout layout;
-  std::shared_ptr<const std::vector<float>> weights;  // null when up to date
 };
 
 struct WorkerSnapshot {
@@ -170,7 +178,7 @@ struct ServerSnapshot {
 
 // Thread-safe. Blocking calls (Join, Push) wait at most until their deadline and the
 // round timeout, and return at once after Shutdown().
-class ParameterServerCore {
+class ParameterServerCore : public DataPlane {
  public:
   // InvalidArgument on bad options.
   static absl::StatusOr<std::unique_ptr<ParameterServerCore>> Create(const ServerOptions& options);
@@ -193,16 +201,21 @@ class ParameterServerCore {
   // then answers applied with a message (the sync round applies it when it closes).
   // NotFound (unknown or expired worker: rejoin), InvalidArgument (batch not the one
   // assigned, time, loss, accuracy, version from the future, size, NaN/Inf).
-  absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline);
+  absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) override;
 
   // The current model, or only its version when the worker has it already.
   // NotFound for an unknown worker, FailedPrecondition when there is no model.
   absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version);
+  // DataPlane: the coordinator's version is the one every shard waits for, never behind.
+  absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version, uint64_t /*min_version*/,
+                                     absl::Time /*deadline*/) override {
+    return Pull(id, have_version);
+  }
 
   // The edge (the service) calls this before acting for `id`: PermissionDenied when the
   // worker exists and `secret` is not its session's. Unknown ids pass (the call itself
   // then answers NotFound or rejoin). The core's own calls trust their caller.
-  absl::Status Authenticate(WorkerId id, absl::string_view secret) const;
+  absl::Status Authenticate(WorkerId id, absl::string_view secret) const override;
 
   // Keeps the lease. Returns what the worker must do (kRejoin for unknown ids).
   Action Heartbeat(WorkerId id);
@@ -225,7 +238,7 @@ class ParameterServerCore {
   void Shutdown();
 
   // The model's layout; FailedPrecondition while there is none.
-  absl::StatusOr<ModelLayout> Layout() const;
+  absl::StatusOr<ModelLayout> Layout() const override;
 
   // Everything a checkpoint holds, taken under the lock without copying the model: the
   // weights and the optimizer state are shared (the store steps into other buffers
@@ -239,7 +252,7 @@ class ParameterServerCore {
   absl::Status Restore(const CheckpointState& state);
   uint64_t version() const;
 
-  const Clock& clock() const { return *options_.clock; }
+  const Clock& clock() const override { return *options_.clock; }
   int64_t max_model_bytes() const { return options_.max_model_bytes; }
 
   // join_check.h's CheckJoinHeader with this server's max_model_bytes. Join calls it;
@@ -248,13 +261,13 @@ class ParameterServerCore {
 
   // Buffers for assembling pushes (thread-safe, its own lock); Push returns its
   // gradient's buffer here.
-  BufferPool& buffers() { return buffers_; }
+  BufferPool& buffers() override { return buffers_; }
 
   // Records a validation failure seen before the core (bad chunks in the adapter).
-  void CountRejectedPush(WorkerId id, const std::string& result);
-  void CountUnauthenticated() { metrics_.unauthenticated.Increment(); }
-  void CountPushBytes(int64_t bytes);
-  void CountPullBytes(int64_t bytes);
+  void CountRejectedPush(WorkerId id, const std::string& result) override;
+  void CountUnauthenticated() override { metrics_.unauthenticated.Increment(); }
+  void CountPushBytes(int64_t bytes) override;
+  void CountPullBytes(int64_t bytes) override;
 
  private:
   using Worker = WorkerRecord;
@@ -276,7 +289,7 @@ class ParameterServerCore {
 
  public:
   // A line for the server's log (ServerOptions.log), from the service's side.
-  void Log(const std::string& line) const {
+  void Log(const std::string& line) const override {
     if (options_.log) options_.log(line);
   }
 
@@ -312,6 +325,9 @@ class ParameterServerCore {
   // Waits until no push is adding to the round (a close, a reset, a new model need it).
   void AwaitRoundIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The store's step, told to the shards first (options_.replication).
+  void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, double lr_scale,
+            double buffer_blend, double momentum, double update_scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
   // the worker gets its next samples (unless the server stops: action kStop).

@@ -101,11 +101,20 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
 
 ParameterServerService::ParameterServerService(ParameterServerCore* core, absl::Duration max_wait,
                                                std::string auth_token, ServiceLimits limits, v1::WireDtype wire_dtype)
-    : core_(core),
+    : ParameterServerService(core, core, max_wait, std::move(auth_token), limits, wire_dtype) {}
+
+ParameterServerService::ParameterServerService(ShardCore* shard, absl::Duration max_wait, std::string auth_token,
+                                               ServiceLimits limits, v1::WireDtype wire_dtype)
+    : ParameterServerService(shard, nullptr, max_wait, std::move(auth_token), limits, wire_dtype) {}
+
+ParameterServerService::ParameterServerService(DataPlane* data, ParameterServerCore* core, absl::Duration max_wait,
+                                               std::string auth_token, ServiceLimits limits, v1::WireDtype wire_dtype)
+    : data_(data),
+      core_(core),
       max_wait_(max_wait),
       auth_token_(std::move(auth_token)),
       wire_dtype_(wire_dtype),
-      admission_(&core->clock(), limits) {
+      admission_(&data->clock(), limits) {
   // The model-carrying methods, by their index in the service (the generated code adds
   // them in the proto's order), as streams of raw buffers. A server-streaming Pull served
   // as a bidirectional stream reads its one request itself; the wire is the same.
@@ -143,7 +152,7 @@ absl::Duration ParameterServerService::WaitLeft(const grpc::ServerContext* ctx) 
 
 absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) const {
   // The client's deadline is in real time; the core waits in its own clock's time.
-  return core_->clock().Now() + WaitLeft(ctx);
+  return data_->clock().Now() + WaitLeft(ctx);
 }
 
 grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
@@ -153,7 +162,7 @@ grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) c
   if (it != md.end() && BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), auth_token_)) {
     return grpc::Status::OK;
   }
-  core_->CountUnauthenticated();
+  data_->CountUnauthenticated();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       it == md.end() ? "no bearer token: pass --auth_token_file" : "wrong bearer token");
 }
@@ -175,8 +184,8 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
     const std::string peer = PeerHost(ctx->peer());
     const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
                                            ": ", s.error_message().substr(0, 200));
-    if (refused_joins_.ShouldLog(peer, cause, core_->clock().Now())) {
-      core_->Log(absl::StrCat("refused a join from ", peer, ": ", cause, " (logged once a minute per cause and peer)"));
+    if (refused_joins_.ShouldLog(peer, cause, data_->clock().Now())) {
+      data_->Log(absl::StrCat("refused a join from ", peer, ": ", cause, " (logged once a minute per cause and peer)"));
     }
   }
   return s;
@@ -185,6 +194,7 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
 grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                               v1::JoinResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (core_ == nullptr) return NotTheCoordinator();
   StreamWatch watch(&admission_, ctx);
   v1::JoinRequest msg;
   if (!reader->Read(&msg) || !msg.has_header()) {
@@ -234,8 +244,17 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   }
   watch.Done();  // read: the start barrier may keep the call waiting for minutes
   release();     // the parameters are assembled; the core's wait for the others holds no slot
+  std::optional<ShardMap> map;
+  if (shards_ != nullptr) {
+    absl::StatusOr<ShardMap> m = JoinSliceZero(ctx, &info);
+    if (!m.ok()) return ToGrpc(m.status());
+    map = *std::move(m);
+  }
+  const std::string name = info.name;
   absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
+  if (shards_ != nullptr) shards_->ForgetInitial(name);  // adopted (the shards have their slices) or not
   if (!r.ok()) return ToGrpc(r.status());
+  if (map.has_value()) shards_->FillShardMap(*map, response->mutable_shard_map());
   response->set_action(ToProto(r->action));
   if (r->action == Action::kStop) return grpc::Status::OK;
   response->set_worker_id(r->id);
@@ -249,7 +268,7 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
     response->set_wire_dtype(wire_dtype_);
   }
-  response->set_push_trailer(true);
+  response->set_push_trailer(shards_ == nullptr);  // a sharded push goes whole, slice by slice
   return grpc::Status::OK;
 }
 
@@ -296,7 +315,7 @@ grpc::Status ParameterServerService::WriteModel(const ModelSnapshot& snap, int c
     sent = ForEachChunkBuffer(chunk_field, snap.layout, snap.weights->data(), snap.weights, write);
   }
   if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-  core_->CountPullBytes(snap.layout.total_elements() * WireValueBytes(dtype));
+  data_->CountPullBytes(snap.layout.total_elements() * WireValueBytes(dtype));
   return grpc::Status::OK;
 }
 
@@ -307,9 +326,10 @@ grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream
   if (!stream->Read(&in) || !grpc::SerializationTraits<v1::PullRequest>::Deserialize(&in, &request).ok()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Pull: no request, or a malformed one");
   }
-  if (absl::Status s = core_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
+  if (absl::Status s = data_->Authenticate(request.worker_id(), request.session_secret()); !s.ok()) return ToGrpc(s);
   if (absl::Status s = CheckWireDtype(request.wire_dtype()); !s.ok()) return ToGrpc(s);
-  absl::StatusOr<ModelSnapshot> snap = core_->Pull(request.worker_id(), request.have_version());
+  absl::StatusOr<ModelSnapshot> snap =
+      data_->Pull(request.worker_id(), request.have_version(), request.min_version(), Deadline(ctx));
   if (!snap.ok()) return ToGrpc(snap.status());
   return WriteModel<v1::PullResponse>(*snap, kPullResponseChunkField, request.wire_dtype(), stream);
 }
@@ -322,9 +342,9 @@ template <typename Stream>
 absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* stream, StreamWatch* watch,
                                                                          const v1::PushHeader& header,
                                                                          bool until_complete, PushInfo* info) {
-  absl::StatusOr<ModelLayout> layout = core_->Layout();
+  absl::StatusOr<ModelLayout> layout = data_->Layout();
   if (!layout.ok()) return layout.status();
-  ChunkAssembler assembler(&*layout, core_->buffers().Take(), header.wire_dtype());
+  ChunkAssembler assembler(&*layout, data_->buffers().Take(), header.wire_dtype());
   grpc::ByteBuffer buffer;
   ReceivedMessage<v1::PushRequest> msg;
   bool trailer = false;
@@ -349,7 +369,7 @@ absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* 
   if (trailer != header.trailer()) return absl::InvalidArgumentError("Push: the announced trailer never came");
   absl::StatusOr<std::vector<float>> g = assembler.Finish();
   if (!g.ok()) return g.status();
-  core_->CountPushBytes(assembler.bytes_received());
+  data_->CountPushBytes(assembler.bytes_received());
   info->finite_checked = assembler.all_finite();  // when not, the core says which problem it is
   return g;
 }
@@ -362,23 +382,23 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   grpc::ByteBuffer buffer;
   ReceivedMessage<v1::PushRequest> msg;
   if (!stream->Read(&buffer) || !msg.Parse(buffer, kPushRequestChunkField).ok() || !msg.message().has_header()) {
-    core_->CountRejectedPush(0, "invalid");
+    data_->CountRejectedPush(0, "invalid");
     return absl::InvalidArgumentError("Push must start with a header");
   }
   const v1::PushHeader header = msg.message().header();
   // Before the gradient is read: a push for another worker's session goes no further.
-  if (absl::Status s = core_->Authenticate(header.worker_id(), header.session_secret()); !s.ok()) {
-    core_->CountRejectedPush(header.worker_id(), "unauthenticated");
+  if (absl::Status s = data_->Authenticate(header.worker_id(), header.session_secret()); !s.ok()) {
+    data_->CountRejectedPush(header.worker_id(), "unauthenticated");
     return s;
   }
   if (absl::Status s = CheckWireDtype(header.wire_dtype()); !s.ok()) {
-    core_->CountRejectedPush(header.worker_id(), "invalid");
+    data_->CountRejectedPush(header.worker_id(), "invalid");
     return s;
   }
   *dtype = header.wire_dtype();
   // One push in flight per session: the gradients held are at most one model per worker.
   if (!admission_.BeginUpload(header.worker_id())) {
-    core_->CountRejectedPush(header.worker_id(), "busy");
+    data_->CountRejectedPush(header.worker_id(), "busy");
     return absl::ResourceExhaustedError(
         absl::StrCat("worker ", header.worker_id(), " has a push in flight already: one at a time"));
   }
@@ -396,13 +416,13 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   if (!info->out_of_memory && !info->report_only) {
     absl::StatusOr<std::vector<float>> g = ReadGradient(stream, &watch, header, until_complete, info);
     if (!g.ok()) {
-      core_->CountRejectedPush(info->id, "invalid");
+      data_->CountRejectedPush(info->id, "invalid");
       return g.status();
     }
     gradient = std::move(*g);
   }
   watch.Done();  // read: a sync round or an ssp wait may keep the call waiting
-  return core_->Push(*info, std::move(gradient), Deadline(ctx));
+  return data_->Push(*info, std::move(gradient), Deadline(ctx));
 }
 
 void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* response) {
@@ -436,13 +456,63 @@ grpc::Status ParameterServerService::PushPullRaw(grpc::ServerContext* ctx, RawSt
   FillReply(*r, out.mutable_reply());
   if (!stream->Write(Serialize(out))) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   if (r->action != Action::kContinue) return grpc::Status::OK;
-  absl::StatusOr<ModelSnapshot> snap = core_->Pull(info.id, info.version);
+  absl::StatusOr<ModelSnapshot> snap = data_->Pull(info.id, info.version, 0, Deadline(ctx));
   if (!snap.ok()) return ToGrpc(snap.status());
   return WriteModel<v1::PushPullResponse>(*snap, kPushPullResponseChunkField, dtype, stream);
 }
 
+absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerContext* ctx, JoinInfo* info) {
+  if (absl::Status s = shards_->AwaitShards(Deadline(ctx)); !s.ok()) return s;
+  if (std::optional<ModelLayout> job = shards_->job_layout(); job.has_value() && *job != info->layout) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the worker's model differs from the job's: ", info->layout.DescribeDifference(*job)));
+  }
+  absl::StatusOr<ShardMap> map = shards_->PlanFor(info->layout);
+  if (!map.ok()) return map.status();
+  if (info->initial_parameters.has_value()) {
+    auto whole = std::make_shared<const std::vector<float>>(std::move(*info->initial_parameters));
+    std::vector<float> slice(map->slice_elements(0));
+    map->Gather(0, *whole, absl::MakeSpan(slice));
+    info->initial_parameters = std::move(slice);
+    shards_->StashInitial(info->name, info->layout, std::move(whole));
+  }
+  info->layout = map->slice_layout(0);
+  return map;
+}
+
+grpc::Status ParameterServerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
+                                           grpc::ServerWriter<v1::ShardCommand>* writer) {
+  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (shards_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server runs no sharded job: start the coordinator with --shards");
+  }
+  absl::StatusOr<int> index = shards_->Register(*hello);
+  if (!index.ok()) {
+    data_->Log(absl::StrCat("refused shard ", hello->address(), ": ", index.status().message()));
+    return ToGrpc(index.status());
+  }
+  absl::Cleanup disconnect = [this, i = *index] { shards_->Disconnect(i); };
+  CoordinatorShards::Outgoing out;
+  while (!ctx->IsCancelled() && shards_->Next(*index, &out, absl::Now() + absl::Seconds(1))) {
+    if (out.command.kind_case() == v1::ShardCommand::KIND_NOT_SET) continue;  // nothing for a second
+    if (!writer->Write(out.command)) break;
+    if (out.values == nullptr) continue;
+    // The slice's first values, in the slice layout's chunks.
+    const ModelLayout slice = shards_->SliceLayout(*index);
+    const bool sent = ForEachChunk(slice, out.values->data(), kMaxChunkBytes, [&](v1::TensorChunk& chunk) {
+      v1::ShardCommand c;
+      *c.mutable_chunk() = std::move(chunk);
+      return writer->Write(c);
+    });
+    if (!sent) break;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
+  if (core_ == nullptr) return NotTheCoordinator();
   if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;
   response->set_action(ToProto(core_->Heartbeat(request->worker_id())));
   return grpc::Status::OK;
@@ -450,6 +520,7 @@ grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v
 
 grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request,
                                            v1::LeaveResponse*) {
+  if (core_ == nullptr) return NotTheCoordinator();
   if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;
   return ToGrpc(core_->Leave(request->worker_id(), request->finished()));
 }
@@ -457,6 +528,7 @@ grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::L
 grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                                v1::GetStatusResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
+  if (core_ == nullptr) return NotTheCoordinator();
   const ServerSnapshot s = core_->Snapshot();
   response->set_mode(ToProto(s.mode));
   response->set_model_version(s.version);
@@ -475,6 +547,17 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_job(s.job);
   response->set_test_accuracy_version(s.test_accuracy_version);
   response->set_rounds(s.rounds);
+  if (shards_ != nullptr) {
+    for (const CoordinatorShards::ShardInfo& info : shards_->Shards()) {
+      v1::ShardStatus* out = response->add_shards();
+      out->set_index(static_cast<uint32_t>(info.index));
+      out->set_address(info.address);
+      out->set_connected(info.connected);
+      out->set_slice_bytes(info.slice_bytes);
+      out->set_steps_sent(info.steps_sent);
+      out->set_queued_commands(static_cast<uint32_t>(info.queued));
+    }
+  }
   for (const WorkerSnapshot& w : s.workers) {
     v1::WorkerStatus* ws = response->add_workers();
     ws->set_worker_id(w.id);

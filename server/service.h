@@ -14,7 +14,9 @@
 #include "common/grpc_raw.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/admission.h"
+#include "server/coordinator_shards.h"
 #include "server/parameter_server_core.h"
+#include "server/shard_core.h"
 #include "server/refusal_log.h"
 
 namespace omnilearn {
@@ -38,7 +40,14 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   explicit ParameterServerService(ParameterServerCore* core, absl::Duration max_wait = absl::Minutes(10),
                                   std::string auth_token = "", ServiceLimits limits = {},
                                   v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32);
+  // A shard server's service: pushes and pulls of its slice; the control calls (Join,
+  // Heartbeat, Leave, GetStatus) answer FAILED_PRECONDITION (workers join the coordinator).
+  ParameterServerService(ShardCore* shard, absl::Duration max_wait, std::string auth_token, ServiceLimits limits,
+                         v1::WireDtype wire_dtype);
   ~ParameterServerService() override;
+  // A sharded job's coordinator: joins wait for the shards and are answered with the shard
+  // map, and the Shard call registers shard servers. Before serving; `shards` outlives this.
+  void EnableShards(CoordinatorShards* shards) { shards_ = shards; }
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
@@ -56,6 +65,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
+  // A shard server registers and receives its commands (coordinator_shards.h).
+  grpc::Status Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
+                     grpc::ServerWriter<v1::ShardCommand>* writer) override;
 
   // Whether worker `id`'s session holds its upload slot: a push of it is being read.
   bool PushInFlight(WorkerId id) const;
@@ -63,6 +75,15 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   size_t WatchedStreams() const { return admission_.watched(); }
 
  private:
+  ParameterServerService(DataPlane* data, ParameterServerCore* core, absl::Duration max_wait, std::string auth_token,
+                         ServiceLimits limits, v1::WireDtype wire_dtype);
+  static grpc::Status NotTheCoordinator() {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this is a shard server: workers join the job's coordinator, whose answer names the shards");
+  }
+  // A sharded join: waits for the shards, checks the model against the job's, and gives
+  // the core slice 0 (layout and initial values; the whole model is kept for the shards).
+  absl::StatusOr<ShardMap> JoinSliceZero(grpc::ServerContext* ctx, JoinInfo* info);
   // How long a call may wait: `max_wait`, or less when the client's deadline is sooner.
   absl::Duration WaitLeft(const grpc::ServerContext* ctx) const;
   // The same as a time on the core's clock.
@@ -114,7 +135,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
     const Admission::StreamId id_;
   };
 
-  ParameterServerCore* core_;
+  DataPlane* const data_;
+  ParameterServerCore* const core_;  // null in a shard server
+  CoordinatorShards* shards_ = nullptr;
   RefusalLog refused_joins_;
   const absl::Duration max_wait_;
   const std::string auth_token_;

@@ -24,8 +24,9 @@ void SyncRound::Accumulate(RoundSum* sum, WorkerId id, double weight, const std:
   sum->Add(gradient, static_cast<float>(weight), id * 7919);
 }
 
-void SyncRound::Commit(int64_t batch, double weight, SampleBatch samples) {
+void SyncRound::Commit(WorkerId id, int64_t batch, double weight, SampleBatch samples) {
   --in_flight_;
+  contributions_.emplace_back(id, weight);
   samples_ += batch;
   weight_ += weight;
   sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
@@ -34,7 +35,7 @@ void SyncRound::Commit(int64_t batch, double weight, SampleBatch samples) {
 void SyncRound::Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient,
                     SampleBatch samples) {
   Accumulate(Reserve(id), id, weight, gradient);
-  Commit(batch, weight, std::move(samples));
+  Commit(id, batch, weight, std::move(samples));
 }
 
 void SyncRound::Reset() {
@@ -46,6 +47,7 @@ void SyncRound::Reset() {
   pushed_.clear();
   sample_ids_.clear();
   batches_.clear();
+  contributions_.clear();
 }
 
 int64_t SyncRound::batch_for(WorkerId id) const {

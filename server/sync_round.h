@@ -40,7 +40,7 @@ class SyncRound {
   // batch (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
   RoundSum* Reserve(WorkerId id);
   static void Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient);
-  void Commit(int64_t batch, double weight, SampleBatch samples);
+  void Commit(WorkerId id, int64_t batch, double weight, SampleBatch samples);
   // The three steps at once (a caller that keeps the lock).
   void Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient, SampleBatch samples);
   // No push between Reserve and Commit: the round may close (and the sum be read).
@@ -53,6 +53,8 @@ class SyncRound {
   double weight() const { return weight_; }
   // sum(b_k * g_k); valid while samples() > 0 and idle().
   const std::vector<float>& sum() const { return sum_.values(); }
+  // Who is in the sum, with the weight each counts for (a member that left since included).
+  const std::vector<std::pair<WorkerId, double>>& contributions() const { return contributions_; }
   // Samples of the pushes in the round (not trained until it closes).
   const SampleBatch& sample_ids() const { return sample_ids_; }
 
@@ -67,6 +69,7 @@ class SyncRound {
     samples_ = 0;
     weight_ = 0;
     sample_ids_.clear();
+    contributions_.clear();
   }
   // The batch the closed round planned for `id`, or -1.
   int64_t batch_for(WorkerId id) const;
@@ -83,6 +86,7 @@ class SyncRound {
   double weight_ = 0;
   std::set<WorkerId> pushed_;
   SampleBatch sample_ids_;
+  std::vector<std::pair<WorkerId, double>> contributions_;
   std::map<WorkerId, int64_t> batches_;  // the last closed round's plan
 };
 

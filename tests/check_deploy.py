@@ -80,6 +80,49 @@ def pod_checks(where, workload, claims):
     return labels, ports, pod
 
 
+def check_sharded(path, server_flags):
+    """The sharded job's manifest: the coordinator keeps the Service the workers dial, every
+    server reads OMNILEARN_SHARDS from the ConfigMap, the StatefulSet runs OMNILEARN_SHARDS - 1
+    shard servers that name the coordinator's Service and advertise their pods' names
+    through the headless Service."""
+    docs = {(x["kind"], x["metadata"]["name"]): x for x in load_k8s(path)}
+    where = "k8s/sharded.yaml"
+    config = docs.get(("ConfigMap", "omnilearn-shards"), {}).get("data", {})
+    shards = int(config.get("OMNILEARN_SHARDS", 0))
+    if shards < 2:
+        problem(where, f"OMNILEARN_SHARDS is {config.get('OMNILEARN_SHARDS')}, not a count of at least 2")
+    coordinator, shard_set = docs.get(("Deployment", "omnilearn-server")), docs.get(("StatefulSet", "omnilearn-shard"))
+    if coordinator is None or shard_set is None:
+        problem(where, "no coordinator Deployment omnilearn-server or no StatefulSet omnilearn-shard")
+        return
+    args = {}
+    for name, workload in (("coordinator", coordinator), ("shard", shard_set)):
+        labels, ports, pod = pod_checks(f"{where} {name}", workload, set())
+        c = pod["containers"][0]
+        args[name] = " ".join(c["args"])
+        check_flags(f"{where} {name}", args[name], server_flags, "omnilearn_server")
+        if "--shards=$(OMNILEARN_SHARDS)" not in args[name] or \
+                {"configMapRef": {"name": "omnilearn-shards"}} not in c.get("envFrom", []):
+            problem(where, f"the {name} does not take --shards from the ConfigMap's OMNILEARN_SHARDS")
+        refused = [f for f in ("--checkpoint_dir", "--export", "--reset_when_done") if f in args[name]]
+        if refused:
+            problem(where, f"the {name} passes {refused}, which a sharded job refuses")
+    if shard_set["spec"].get("replicas") != shards - 1:
+        problem(where, f"the StatefulSet runs {shard_set['spec'].get('replicas')} shards, not OMNILEARN_SHARDS - 1")
+    headless = docs.get(("Service", shard_set["spec"].get("serviceName")))
+    if headless is None or headless["spec"].get("clusterIP") != "None":
+        problem(where, "the StatefulSet's serviceName is no headless Service")
+    service = docs.get(("Service", "omnilearn-server"))
+    port = service and service["spec"]["ports"][0]["port"]
+    if f"--coordinator=omnilearn-server:{port}" not in args["shard"]:
+        problem(where, "the shards' --coordinator is not the coordinator's Service")
+    if f"--advertise=omnilearn-server:{port}" not in args["coordinator"]:
+        problem(where, "the coordinator does not advertise its Service")
+    if f"--advertise=$(POD_NAME).{shard_set['spec'].get('serviceName')}:" not in args["shard"]:
+        problem(where, "the shards do not advertise their pods' names under the headless Service")
+    print(f"k8s/sharded.yaml: {len(docs)} objects; {shards} shards, flags, Services and the ConfigMap cross-checked")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--server", required=True)
@@ -133,6 +176,8 @@ def main():
             if p["targetPort"] not in server_pod[1]:
                 problem(where, f"targetPort {p['targetPort']} is not a server container port")
     print(f"k8s: {len(docs)} objects; selectors, ports, probes, volumes, claims and flags cross-checked")
+
+    check_sharded(f"{d}/k8s/sharded.yaml", server_flags)
 
     # ---- systemd environment files: their flags exist
     for env, flags, binary in (("server.env", server_flags, "omnilearn_server"),

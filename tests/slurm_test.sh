@@ -6,7 +6,8 @@
 # job exits 0; the summary and the exported model are where the script says; three
 # workers named after their nodes finished; accuracy above the bar; the server took the
 # address and ports the script derived from Slurm. Then a job with --gres on binaries
-# without CUDA is refused with a clear message. Every daemon this test started is stopped.
+# without CUDA is refused with a clear message. The same job with OMNILEARN_SHARDS=3 runs the
+# coordinator and two shard servers on the three nodes and reaches the same bar. Every daemon this test started is stopped.
 set -euo pipefail
 RUNFILES=${TEST_SRCDIR:-$PWD/bazel-bin/tests/slurm_test.runfiles}/omnilearn
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
@@ -132,6 +133,26 @@ print(f"slurm job: accuracy {s['test_accuracy']:.4f}, version {s['model_version'
 assert names == ["n1-0", "n2-0", "n3-0"], names
 # n2-0 runs at --slowdown=2 (OMNILEARN_SLOWDOWNS): the controller gave it less to train.
 assert samples["n2-0"] < 0.8 * min(samples["n1-0"], samples["n3-0"]), samples
+assert s["test_accuracy"] >= 0.84, s["test_accuracy"]
+PY
+
+# ---- the same job sharded (OMNILEARN_SHARDS=3): the coordinator on n1, shard servers on n2 and n3
+rc=0
+OMNILEARN_SHARDS=3 timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 --output=sharded-%j.out \
+  "$SBATCH_SCRIPT" || rc=$?
+SJOB=$(ls sharded-*.out 2>/dev/null | sed -n 's/sharded-\([0-9]*\)\.out/\1/p' | head -n 1 || true)
+[ -n "$SJOB" ] && cat "sharded-$SJOB.out"
+[ "$rc" -eq 0 ] && [ -n "$SJOB" ] || { tail -n 30 "$CLUSTER"/log/*.log >&2; fail "the sharded job exited $rc"; }
+SPORT=$((20000 + (SJOB % 600) * 64))
+for k in 1 2; do
+  grep -q "shard $k registered from 127.0.0.1:$((SPORT + 64 - 2 * k))" "sharded-$SJOB.out" ||
+    fail "shard $k did not register from the port the script gave it"
+done
+/usr/bin/python3 - "$WORK/omnilearn-$SJOB/summary.json" <<'PY' || fail "the sharded job's summary is wrong"
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"sharded slurm job: accuracy {s['test_accuracy']:.4f}, version {s['model_version']}")
+assert sorted(w["name"] for w in s["workers"] if w["state"] == "left") == ["n1-0", "n2-0", "n3-0"]
 assert s["test_accuracy"] >= 0.84, s["test_accuracy"]
 PY
 

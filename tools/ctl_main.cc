@@ -68,6 +68,15 @@ std::string Table(const v1::GetStatusResponse& s) {
                                           1000 * w->mean_compute_seconds(), w->iterations(), w->samples(),
                                           w->last_model_version(), w->last_train_loss()));
   }
+  if (s.shards_size() > 0) {
+    absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s\n", "SHARD", "ADDRESS", "STATE",
+                                          "SLICE MB", "STEPS SENT", "QUEUED"));
+    for (const v1::ShardStatus& sh : s.shards()) {
+      absl::StrAppend(&out, absl::StrFormat("%-6d %-24s %-13s %10.2f %10d %7d\n", sh.index(), sh.address(),
+                                            sh.connected() ? "connected" : "DISCONNECTED",
+                                            sh.slice_bytes() / 1048576.0, sh.steps_sent(), sh.queued_commands()));
+    }
+  }
   return out;
 }
 

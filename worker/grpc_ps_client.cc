@@ -14,6 +14,7 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "worker/ps_client.h"
+#include "worker/sharded_ps_client.h"
 #include "worker/ps_proto.h"
 
 namespace omnilearn {
@@ -202,11 +203,17 @@ class GrpcPsClient : public PsClient {
 
   absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
                                 absl::Span<float> weights) override {
+    return PullAtLeast(worker_id, have_version, 0, layout, weights);
+  }
+
+  absl::StatusOr<uint64_t> PullAtLeast(uint64_t worker_id, uint64_t have_version, uint64_t min_version,
+                                       const ModelLayout& layout, absl::Span<float> weights) override {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     v1::PullRequest request;
     request.set_worker_id(worker_id);
     request.set_have_version(have_version);
+    request.set_min_version(min_version);
     request.set_session_secret(secret());
     request.set_wire_dtype(wire_dtype());
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
@@ -547,7 +554,9 @@ std::unique_ptr<PsClient> MakeGrpcPsClient(std::shared_ptr<grpc::Channel> channe
   return std::make_unique<GrpcPsClient>(std::move(channel), options);
 }
 
-absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options) {
+namespace {
+
+absl::StatusOr<std::unique_ptr<PsClient>> MakePlainClient(const std::string& target, const ClientOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       MakeChannelCredentials({options.tls_ca, options.tls_cert, options.tls_key});
   if (!credentials.ok()) return credentials.status();
@@ -561,6 +570,16 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& ta
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return MakeGrpcPsClient(grpc::CreateCustomChannel(target, *credentials, args), options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options) {
+  absl::StatusOr<std::unique_ptr<PsClient>> coordinator = MakePlainClient(target, options);
+  if (!coordinator.ok()) return coordinator.status();
+  // A sharded job's Join names its shards: their clients are made then, alike.
+  return std::unique_ptr<PsClient>(new ShardedPsClient(
+      *std::move(coordinator), [options](const std::string& address) { return MakePlainClient(address, options); }));
 }
 
 }  // namespace worker

@@ -67,6 +67,12 @@ class PsClient {
   // `weights` partly written (the session then pulls the whole model again).
   virtual absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
                                         absl::Span<float> weights) = 0;
+  // Pull from a shard server: it first waits (bounded) until its slice holds at least
+  // `min_version`. A server that holds the whole model answers as Pull.
+  virtual absl::StatusOr<uint64_t> PullAtLeast(uint64_t worker_id, uint64_t have_version, uint64_t min_version,
+                                               const ModelLayout& layout, absl::Span<float> weights) {
+    return Pull(worker_id, have_version, layout, weights);
+  }
   // Sends the step and, unless it is an out-of-memory or report-only push, the gradient.
   virtual absl::StatusOr<PushReply> Push(const PushedStep& push, const ModelLayout& layout,
                                          absl::Span<const float> gradient) = 0;

@@ -63,6 +63,12 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   out.samples = AssignmentOf(r.samples());
   out.global_samples = r.global_samples();
   out.push_trailer = r.push_trailer();
+  if (r.has_shard_map() && r.shard_map().shards() > 1) {
+    out.shards = static_cast<int>(r.shard_map().shards());
+    out.partition_bytes = r.shard_map().partition_bytes();
+    out.shard_fingerprint = r.shard_map().fingerprint();
+    out.shard_addresses.assign(r.shard_map().addresses().begin(), r.shard_map().addresses().end());
+  }
   return out;
 }
 

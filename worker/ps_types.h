@@ -59,6 +59,11 @@ struct JoinReply {
   Assignment samples;      // the first mini-batch's samples
   uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)
   bool push_trailer = false;    // the server reads streamed pushes (a header, buckets, a trailer)
+  // A sharded job (JoinResponse.shard_map): the slices' servers, addresses[0] the coordinator.
+  int shards = 1;
+  int64_t partition_bytes = 0;
+  uint64_t shard_fingerprint = 0;
+  std::vector<std::string> shard_addresses;
 };
 
 // What a step came to, known only once its backward is done: a streamed push's trailer.

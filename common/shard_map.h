@@ -1,0 +1,77 @@
+// The model cut into partitions and the partitions spread over the data plane's shards
+// (BytePS's rule): a partition holds at most `partition_bytes` (a few MB); a tensor larger
+// than that is split into near-equal pieces, and small neighbours share a partition.
+// Partitions go largest first to the shard holding the fewest bytes, so the shards' bytes
+// differ by at most one partition. The map is a pure function of (layout, shards,
+// partition bytes): the coordinator, every shard and every worker compute the same one,
+// and its fingerprint tells when two processes do not. No gRPC, no torch.
+#ifndef OMNILEARN_COMMON_SHARD_MAP_H_
+#define OMNILEARN_COMMON_SHARD_MAP_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_layout.h"
+
+namespace omnilearn {
+
+// Elements [begin, end) of the layout's tensor `tensor`; `flat` is where `begin` sits in
+// the whole model's flat vector (layout order).
+struct ShardPiece {
+  int tensor = 0;
+  int64_t begin = 0, end = 0;
+  int64_t flat = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const ShardPiece& o) const {
+    return tensor == o.tensor && begin == o.begin && end == o.end && flat == o.flat;
+  }
+};
+
+// Immutable after Plan. Thread-safe (const).
+class ShardMap {
+ public:
+  static constexpr int64_t kDefaultPartitionBytes = int64_t{4} << 20;
+  static constexpr int kMaxShards = 1024;
+
+  // InvalidArgument: shards outside [1, kMaxShards], partition_bytes under one float, or a
+  // model of fewer elements than shards (a shard would hold nothing). A model too small to
+  // give every shard several partitions is cut finer than partition_bytes.
+  static absl::StatusOr<ShardMap> Plan(const ModelLayout& layout, int shards,
+                                       int64_t partition_bytes = kDefaultPartitionBytes);
+
+  int shards() const { return static_cast<int>(slices_.size()); }
+  int partitions() const { return partitions_; }
+  // The shard's pieces in layout order (tensor, then begin): its slice's flat order.
+  const std::vector<ShardPiece>& slice(int shard) const { return slices_[shard]; }
+  int64_t slice_elements(int shard) const { return slice_elements_[shard]; }
+  int64_t total_elements() const { return total_; }
+  // The shard's slice as a model of its own: one flat tensor per piece, named
+  // "tensor@begin" (a buffer where its tensor is one), in the slice's flat order. A shard's
+  // server holds this layout, and a worker pushes and pulls the slice with it.
+  const ModelLayout& slice_layout(int shard) const { return slice_layouts_[shard]; }
+  // Stable across processes and builds (FNV-1a over the tensors and the pieces).
+  uint64_t fingerprint() const { return fingerprint_; }
+
+  // The shard's slice out of the whole model (flat, layout order), and back into it.
+  // `slice` holds slice_elements(shard) floats, `model` total_elements().
+  void Gather(int shard, absl::Span<const float> model, absl::Span<float> slice) const;
+  void Scatter(int shard, absl::Span<const float> slice, absl::Span<float> model) const;
+
+  // "3 shards, 27 partitions; MB per shard: 4.1, 4.0, 4.0", for logs and errors.
+  std::string DebugString() const;
+
+ private:
+  std::vector<std::vector<ShardPiece>> slices_;
+  std::vector<int64_t> slice_elements_;
+  std::vector<ModelLayout> slice_layouts_;
+  int partitions_ = 0;
+  int64_t total_ = 0;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_COMMON_SHARD_MAP_H_

@@ -1,0 +1,159 @@
+#include "common/shard_map.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace {
+
+ModelLayout Layout(std::vector<TensorSpec> tensors) { return *ModelLayout::Create(std::move(tensors)); }
+
+// A ResNet-like mix: a few large tensors, many small ones, buffers among them.
+ModelLayout Mixed() {
+  std::vector<TensorSpec> t;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t c = 16 << (i / 4);
+    t.push_back({"conv" + std::to_string(i) + ".weight", {c, c, 3, 3}});
+    t.push_back({"bn" + std::to_string(i) + ".weight", {c}});
+    t.push_back({"bn" + std::to_string(i) + ".running_mean", {c}, true});
+  }
+  t.push_back({"fc.weight", {1000, 512}});
+  t.push_back({"fc.bias", {1000}});
+  return Layout(t);
+}
+
+// Every element of the model lies in exactly one piece of one shard.
+void RequireCoversOnce(const ModelLayout& layout, const ShardMap& map) {
+  std::vector<int> hits(layout.total_elements(), 0);
+  int64_t sum = 0;
+  for (int s = 0; s < map.shards(); ++s) {
+    int64_t n = 0;
+    for (const ShardPiece& p : map.slice(s)) {
+      REQUIRE(p.begin < p.end);
+      REQUIRE(p.end <= layout.size(p.tensor));
+      REQUIRE(p.flat == layout.offset(p.tensor) + p.begin);
+      for (int64_t i = p.flat; i < p.flat + p.size(); ++i) ++hits[i];
+      n += p.size();
+    }
+    REQUIRE(n == map.slice_elements(s));
+    sum += n;
+  }
+  REQUIRE(sum == layout.total_elements());
+  REQUIRE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+}
+
+TEST_CASE("one shard holds the whole model, in layout order", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  const ShardMap map = *ShardMap::Plan(layout, 1);
+  REQUIRE(map.shards() == 1);
+  RequireCoversOnce(layout, map);
+  int64_t next = 0;
+  for (const ShardPiece& p : map.slice(0)) {
+    REQUIRE(p.flat == next);
+    next += p.size();
+  }
+}
+
+TEST_CASE("the shards' bytes differ by at most one partition, and no piece exceeds one", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  const int64_t partition_bytes = 64 << 10;
+  for (int shards : {2, 3, 4, 7, 16}) {
+    CAPTURE(shards);
+    const ShardMap map = *ShardMap::Plan(layout, shards, partition_bytes);
+    RequireCoversOnce(layout, map);
+    int64_t lo = map.slice_elements(0), hi = lo;
+    for (int s = 0; s < shards; ++s) {
+      lo = std::min(lo, map.slice_elements(s));
+      hi = std::max(hi, map.slice_elements(s));
+      for (const ShardPiece& p : map.slice(s)) REQUIRE(p.size() * 4 <= partition_bytes);
+    }
+    REQUIRE((hi - lo) * 4 <= partition_bytes);
+    REQUIRE(map.partitions() >= shards);
+  }
+}
+
+TEST_CASE("a tensor larger than a partition is cut into near-equal pieces", "[shard_map]") {
+  const ModelLayout layout = Layout({{"big", {1001}}, {"small", {3}}});
+  const ShardMap map = *ShardMap::Plan(layout, 2, 400);  // 100 floats a partition
+  RequireCoversOnce(layout, map);
+  std::vector<int64_t> sizes;
+  for (int s = 0; s < 2; ++s) {
+    for (const ShardPiece& p : map.slice(s)) {
+      if (p.tensor == 0) sizes.push_back(p.size());
+    }
+  }
+  REQUIRE(sizes.size() == 11);  // ceil(1001 / 100)
+  const auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
+  REQUIRE(*hi - *lo <= 1);
+  REQUIRE(map.partitions() == 12);  // and "small" alone
+}
+
+TEST_CASE("a small model is cut finer so that every shard holds a part", "[shard_map]") {
+  const ModelLayout layout = Layout({{"w", {10}}, {"b", {2}}});
+  for (int shards : {2, 5, 12}) {
+    const ShardMap map = *ShardMap::Plan(layout, shards);
+    RequireCoversOnce(layout, map);
+    for (int s = 0; s < shards; ++s) REQUIRE(map.slice_elements(s) > 0);
+  }
+}
+
+TEST_CASE("gathering every shard's slice and scattering them back rebuilds the model", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  const ShardMap map = *ShardMap::Plan(layout, 3, 32 << 10);
+  std::vector<float> model(layout.total_elements());
+  std::iota(model.begin(), model.end(), 1.0f);
+  std::vector<float> rebuilt(model.size(), 0.0f);
+  for (int s = 0; s < 3; ++s) {
+    std::vector<float> slice(map.slice_elements(s));
+    map.Gather(s, model, absl::MakeSpan(slice));
+    REQUIRE(slice.front() == model[map.slice(s).front().flat]);
+    map.Scatter(s, slice, absl::MakeSpan(rebuilt));
+  }
+  REQUIRE(rebuilt == model);
+}
+
+TEST_CASE("the plan and its fingerprint depend on the layout, the shards and the partition size only",
+          "[shard_map]") {
+  const ShardMap a = *ShardMap::Plan(Mixed(), 4, 64 << 10);
+  const ShardMap b = *ShardMap::Plan(Mixed(), 4, 64 << 10);
+  REQUIRE(a.fingerprint() == b.fingerprint());
+  for (int s = 0; s < 4; ++s) REQUIRE(a.slice(s) == b.slice(s));
+  REQUIRE(ShardMap::Plan(Mixed(), 3, 64 << 10)->fingerprint() != a.fingerprint());
+  REQUIRE(ShardMap::Plan(Mixed(), 4, 32 << 10)->fingerprint() != a.fingerprint());
+  REQUIRE(ShardMap::Plan(Layout({{"w", {100}}}), 2)->fingerprint() !=
+          ShardMap::Plan(Layout({{"v", {100}}}), 2)->fingerprint());
+  REQUIRE(absl::StartsWith(a.DebugString(), "4 shards, "));
+}
+
+TEST_CASE("a slice's layout names each piece once and keeps buffers", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  auto map = ShardMap::Plan(layout, 3, 64 << 10);
+  REQUIRE(map.ok());
+  for (int s = 0; s < 3; ++s) {
+    const ModelLayout& slice = map->slice_layout(s);
+    REQUIRE(slice.total_elements() == map->slice_elements(s));
+    REQUIRE(slice.tensors().size() == map->slice(s).size());
+    for (size_t i = 0; i < slice.tensors().size(); ++i) {
+      const ShardPiece& p = map->slice(s)[i];
+      REQUIRE(slice.tensors()[i].name == layout.tensors()[p.tensor].name + "@" + std::to_string(p.begin));
+      REQUIRE(slice.is_buffer(static_cast<int>(i)) == layout.is_buffer(p.tensor));
+    }
+  }
+}
+
+TEST_CASE("a plan that cannot be made is a clear error", "[shard_map]") {
+  const ModelLayout layout = Layout({{"w", {3}}});
+  const auto zero = ShardMap::Plan(layout, 0);
+  REQUIRE(absl::IsInvalidArgument(zero.status()));
+  REQUIRE(absl::StrContains(zero.status().message(), "want 1 to 1024"));
+  REQUIRE(absl::IsInvalidArgument(ShardMap::Plan(layout, 1, 3).status()));
+  const auto too_many = ShardMap::Plan(layout, 4);
+  REQUIRE(absl::IsInvalidArgument(too_many.status()));
+  REQUIRE(absl::StrContains(too_many.status().message(), "fewer than the 4 shards"));
+}
+
+}  // namespace
+}  // namespace omnilearn

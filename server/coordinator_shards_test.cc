@@ -1,0 +1,135 @@
+#include "server/coordinator_shards.h"
+
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr int64_t kPartition = 64;  // 16 floats: the test model is cut into 4 partitions
+
+ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
+
+CoordinatorShards Make(int shards) {
+  CoordinatorShardsOptions o;
+  o.shards = shards;
+  o.partition_bytes = kPartition;
+  o.address = "coordinator:1";
+  return CoordinatorShards(o);
+}
+
+v1::ShardHello Hello(const std::string& address, int index = 0, int shards = 3) {
+  v1::ShardHello h;
+  h.set_address(address);
+  h.set_shards(static_cast<uint32_t>(shards));
+  h.set_partition_bytes(kPartition);
+  h.set_index(static_cast<uint32_t>(index));
+  return h;
+}
+
+// The commands queued for shard `index`, without waiting.
+std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) {
+  std::vector<CoordinatorShards::Outgoing> out;
+  CoordinatorShards::Outgoing o;
+  while (c.Next(index, &o, absl::InfinitePast()) && o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
+    out.push_back(o);
+  }
+  return out;
+}
+
+// The coordinator adopts a joiner's model 0, 1, 2, ... (the shards' slices are cut from it).
+void Adopt(CoordinatorShards& c) {
+  auto values = std::make_shared<std::vector<float>>(Model().total_elements());
+  std::iota(values->begin(), values->end(), 0.0f);
+  REQUIRE(c.PlanFor(Model()).ok());
+  c.StashInitial("w0", Model(), values);
+  c.Hooks().model_adopted("w0");
+}
+
+TEST_CASE("shard registration: the job's shape, free slices, and no slice after the first step",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  auto wrong = c.Register(Hello("s:1", 0, 4));
+  REQUIRE(absl::IsFailedPrecondition(wrong.status()));
+  REQUIRE(absl::StrContains(wrong.status().message(), "--shards"));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("", 0)).status()));
+  REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
+  REQUIRE(*c.Register(Hello("s:1", 0)) == 1);  // the free one
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:x", 1)).status()));
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:y", 0)).status()));  // every slice taken
+  REQUIRE(c.AwaitShards(absl::InfinitePast()).ok());
+  c.Disconnect(2);
+  auto missing = c.AwaitShards(absl::InfinitePast());
+  REQUIRE(absl::IsUnavailable(missing));
+  REQUIRE(absl::StrContains(missing.message(), "2"));
+  REQUIRE(*c.Register(Hello("s:2b", 2)) == 2);  // before any step a slice can be taken again
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Disconnect(1);
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:1b", 1)).status()));
+}
+
+TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and steps in the core's order",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  c.Hooks().session_opened(7, "secret");
+  Adopt(c);
+  REQUIRE(*c.Register(Hello("s:1", 1)) == 1);  // late: the slice and the open session are replayed
+  ReplicatedStep step;
+  step.version = 0;
+  step.members = {{7, 0, 2.0}};
+  step.update_scale = 0.5;
+  step.learning_rate = 0.1;
+  c.Hooks().step(step);
+  c.Hooks().session_closed(7);
+
+  const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 4);
+  REQUIRE(out[0].command.has_init());
+  REQUIRE(out[0].command.init().index() == 1);
+  REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+  std::vector<float> all(Model().total_elements());
+  std::iota(all.begin(), all.end(), 0.0f);
+  std::vector<float> slice(map.slice_elements(1));
+  map.Gather(1, all, absl::MakeSpan(slice));
+  REQUIRE(*out[0].values == slice);
+  REQUIRE(out[1].command.session().worker_id() == 7);
+  REQUIRE(out[1].command.session().session_secret() == "secret");
+  REQUIRE(out[2].command.step().members(0).weight() == 2.0);
+  REQUIRE(out[2].command.step().learning_rate() == 0.1);
+  REQUIRE(out[3].command.session().closed());
+
+  std::vector<CoordinatorShards::ShardInfo> info = c.Shards();
+  REQUIRE(info.size() == 2);
+  REQUIRE(info[0].connected);
+  REQUIRE(info[0].steps_sent == 1);
+  REQUIRE(info[0].queued == 0);
+  REQUIRE(info[0].slice_bytes == map.slice_elements(1) * 4);
+  REQUIRE_FALSE(info[1].connected);
+
+  metrics::Registry registry;
+  c.ExportMetrics(registry);
+  const std::string m = registry.Serialize();
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_connected{shard=\"1\"} 1\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_connected{shard=\"2\"} 0\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_steps_sent{shard=\"1\"} 1\n"));
+}
+
+TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
+  CoordinatorShards c = Make(2);
+  REQUIRE(*c.Register(Hello("s:1", 1, 2)) == 1);
+  c.Disconnect(1);
+  REQUIRE(*c.Register(Hello("s:1b", 1, 2)) == 1);
+  CoordinatorShards::Outgoing o;
+  REQUIRE(c.Next(1, &o, absl::InfinitePast()));  // the new stream: nothing queued yet
+  c.Shutdown();
+  REQUIRE_FALSE(c.Next(1, &o, absl::InfinitePast()));
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

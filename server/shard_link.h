@@ -1,0 +1,62 @@
+// A shard server's link to its coordinator (docs/SHARDING.md): registers over the Shard
+// call and applies what the coordinator sends (the slice's first values, sessions, steps)
+// to the shard's data plane, in order.
+#ifndef OMNILEARN_SERVER_SHARD_LINK_H_
+#define OMNILEARN_SERVER_SHARD_LINK_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/omnilearn.pb.h"
+#include "server/shard_core.h"
+
+namespace omnilearn {
+namespace server {
+
+struct ShardLinkOptions {
+  std::string coordinator;  // host:port
+  std::string address;      // where workers reach this shard
+  int shards = 2;
+  int64_t partition_bytes = 0;
+  int index = 0;            // 0 = any free slice
+  std::string auth_token;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  absl::Duration start_timeout = absl::Minutes(5);  // to reach the coordinator at first
+  std::function<void(const std::string&)> log;
+};
+
+// Thread-safe: Run on one thread, Stop from any.
+class ShardLink {
+ public:
+  ShardLink(ShardLinkOptions options, ShardCore* shard) : options_(std::move(options)), shard_(shard) {}
+
+  // Registers (retrying while the coordinator cannot be reached, up to start_timeout) and
+  // applies the commands until Stop() (OK) or the link ends: the coordinator refused this
+  // shard (its message), went away after the job started, or sent something this shard
+  // cannot apply (a layout whose map differs, a missed step).
+  absl::Status Run();
+  void Stop();
+
+ private:
+  // One registration's stream; `*registered` once the coordinator accepted it.
+  absl::Status RunOnce(bool* registered);
+  absl::Status ApplyInit(const v1::ShardInit& init, grpc::ClientReader<v1::ShardCommand>* reader);
+
+  const ShardLinkOptions options_;
+  ShardCore* const shard_;
+  absl::Mutex mu_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_SHARD_LINK_H_

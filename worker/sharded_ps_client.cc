@@ -1,0 +1,170 @@
+#include "worker/sharded_ps_client.h"
+
+#include <algorithm>
+#include <limits>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+constexpr uint64_t kNoVersion = std::numeric_limits<uint64_t>::max();  // "send the whole slice"
+
+// Runs fn(s) for s = 1..n-1 on threads and fn(0) here; the first error, by slice order.
+absl::Status ForEachSlice(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int s = 1; s < n; ++s) threads.emplace_back([&, s] { status[s] = fn(s); });
+  status[0] = fn(0);
+  for (std::thread& t : threads) t.join();
+  for (int s = 0; s < n; ++s) {
+    if (!status[s].ok()) {
+      return absl::Status(status[s].code(), absl::StrCat(s == 0 ? "coordinator" : absl::StrCat("shard ", s), ": ",
+                                                         status[s].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, const ModelLayout& layout,
+                                                absl::Span<const float> initial) {
+  absl::StatusOr<JoinReply> r = coordinator_->Join(request, layout, initial);
+  if (!r.ok() || r->shards <= 1) {
+    map_.reset();
+    return r;
+  }
+  absl::StatusOr<ShardMap> map = ShardMap::Plan(layout, r->shards, r->partition_bytes);
+  if (!map.ok()) return map.status();
+  if (map->fingerprint() != r->shard_fingerprint || static_cast<int>(r->shard_addresses.size()) != r->shards) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this worker's map of the model (%s, fingerprint %016x) is not the coordinator's (fingerprint %016x): "
+        "worker and coordinator are of different releases",
+        map->DebugString(), map->fingerprint(), r->shard_fingerprint));
+  }
+  if (addresses_ != r->shard_addresses) {
+    shard_clients_.clear();
+    for (int s = 1; s < r->shards; ++s) {
+      absl::StatusOr<std::unique_ptr<PsClient>> c = factory_(r->shard_addresses[s]);
+      if (!c.ok()) return c.status();
+      shard_clients_.push_back(*std::move(c));
+    }
+    addresses_ = r->shard_addresses;
+  }
+  map_ = *std::move(map);
+  gradient_.assign(map_->shards(), {});
+  weights_.assign(map_->shards(), {});
+  for (int s = 0; s < map_->shards(); ++s) {
+    gradient_[s].resize(map_->slice_elements(s));
+    weights_[s].resize(map_->slice_elements(s));
+  }
+  have_.assign(map_->shards(), kNoVersion);
+  assembled_.reset();
+  return r;
+}
+
+void ShardedPsClient::SetSessionSecret(const std::string& secret) {
+  coordinator_->SetSessionSecret(secret);
+  for (auto& c : shard_clients_) c->SetSessionSecret(secret);
+}
+
+absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights,
+                                         bool whole) {
+  return ForEachSlice(map_->shards(), [&](int s) -> absl::Status {
+    if (s == 0) return absl::OkStatus();  // the caller has slice 0
+    const uint64_t have = whole ? kNoVersion : have_[s];
+    absl::StatusOr<uint64_t> v =
+        client(s)->PullAtLeast(worker_id, have, version, map_->slice_layout(s), absl::MakeSpan(weights_[s]));
+    if (!v.ok()) return v.status();
+    if (*v != have) map_->Scatter(s, weights_[s], weights);
+    have_[s] = *v;
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<uint64_t> ShardedPsClient::Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
+                                               absl::Span<float> weights) {
+  if (!map_.has_value()) return coordinator_->Pull(worker_id, have_version, layout, weights);
+  const bool whole = !assembled_.has_value() || *assembled_ != have_version;  // the caller's model is another
+  absl::StatusOr<uint64_t> v0 = coordinator_->Pull(worker_id, whole ? kNoVersion : have_[0], map_->slice_layout(0),
+                                                   absl::MakeSpan(weights_[0]));
+  if (!v0.ok()) return v0.status();
+  if (whole || *v0 != have_[0]) map_->Scatter(0, weights_[0], weights);
+  have_[0] = *v0;
+  if (absl::Status s = PullShards(worker_id, *v0, weights, whole); !s.ok()) return s;
+  assembled_ = *v0;
+  return *v0;
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& push, const ModelLayout& layout,
+                                                absl::Span<const float> gradient) {
+  if (!map_.has_value()) return coordinator_->Push(push, layout, gradient);
+  if (gradient.empty()) return coordinator_->Push(push, map_->slice_layout(0), gradient);  // a report, an OOM
+  PushReply reply;
+  absl::Status s = ForEachSlice(map_->shards(), [&](int i) -> absl::Status {
+    map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
+    absl::StatusOr<PushReply> r = client(i)->Push(push, map_->slice_layout(i), gradient_[i]);
+    if (!r.ok()) return r.status();
+    if (i == 0) reply = *r;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return reply;
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& push, const ModelLayout& layout,
+                                                    absl::Span<const float> gradient, uint64_t* model_version,
+                                                    absl::Span<float> weights) {
+  if (!map_.has_value()) return coordinator_->PushPull(push, layout, gradient, model_version, weights);
+  const int n = map_->shards();
+  std::vector<uint64_t> moved(n, kNoVersion);  // the version a slice's reply brought, if any
+  PushReply reply;
+  absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
+    map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
+    uint64_t v = kNoVersion;
+    absl::StatusOr<PushReply> r =
+        client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], &v, absl::MakeSpan(weights_[i]));
+    if (!r.ok()) return r.status();
+    moved[i] = v;
+    if (i == 0) reply = *r;
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  if (reply.action != Action::kContinue || moved[0] == kNoVersion) return reply;  // the model did not move
+  const uint64_t version = moved[0];
+  if (std::all_of(moved.begin(), moved.end(), [version](uint64_t v) { return v == version; })) {
+    for (int i = 0; i < n; ++i) map_->Scatter(i, weights_[i], weights);  // the usual sync round
+    have_.assign(n, version);
+    assembled_ = version;
+    *model_version = version;
+    return reply;
+  }
+  // Each slice that came at the coordinator's version goes in; the others are pulled at it.
+  const bool same_model = assembled_.has_value() && *assembled_ == push.model_version;
+  for (int i = 0; i < n; ++i) {
+    if (moved[i] == version) {
+      map_->Scatter(i, weights_[i], weights);
+      have_[i] = version;
+    } else if (!same_model || moved[i] != kNoVersion) {
+      have_[i] = kNoVersion;  // its slice in the caller's model is not known to be current
+    }
+  }
+  if (absl::Status p = PullShards(push.worker_id, version, weights, false); !p.ok()) return p;
+  assembled_ = version;
+  *model_version = version;
+  return reply;
+}
+
+absl::StatusOr<std::unique_ptr<PushStream>> ShardedPsClient::StartPushPull(const PushedStep& push,
+                                                                           const ModelLayout& layout,
+                                                                           absl::Span<const float> gradient) {
+  if (!map_.has_value()) return coordinator_->StartPushPull(push, layout, gradient);
+  return absl::UnimplementedError("a sharded job's pushes go whole, slice by slice");
+}
+
+}  // namespace worker
+}  // namespace omnilearn

@@ -1,0 +1,66 @@
+// A PsClient for jobs whose parameters are sharded (docs/SHARDING.md): it talks to the
+// coordinator as the plain client does, and when the coordinator's Join answer names
+// shards, it cuts every gradient into slices (common/shard_map.h), pushes each slice to its
+// server in parallel (the coordinator's carries the step report and decides), and puts the
+// model back together from every slice. Without a shard map it passes every call through.
+#ifndef OMNILEARN_WORKER_SHARDED_PS_CLIENT_H_
+#define OMNILEARN_WORKER_SHARDED_PS_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/shard_map.h"
+#include "worker/ps_client.h"
+
+namespace omnilearn {
+namespace worker {
+
+// Used by one thread at a time, as the session uses its client (Heartbeat and
+// SetSessionSecret may come from another).
+class ShardedPsClient : public PsClient {
+ public:
+  // Makes the client of a shard server at "host:port".
+  using Factory = std::function<absl::StatusOr<std::unique_ptr<PsClient>>(const std::string& address)>;
+  ShardedPsClient(std::unique_ptr<PsClient> coordinator, Factory factory)
+      : coordinator_(std::move(coordinator)), factory_(std::move(factory)) {}
+
+  absl::StatusOr<JoinReply> Join(const JoinRequest& request, const ModelLayout& layout,
+                                 absl::Span<const float> initial) override;
+  absl::StatusOr<uint64_t> Pull(uint64_t worker_id, uint64_t have_version, const ModelLayout& layout,
+                                absl::Span<float> weights) override;
+  absl::StatusOr<PushReply> Push(const PushedStep& push, const ModelLayout& layout,
+                                 absl::Span<const float> gradient) override;
+  absl::StatusOr<PushReply> PushPull(const PushedStep& push, const ModelLayout& layout,
+                                     absl::Span<const float> gradient, uint64_t* model_version,
+                                     absl::Span<float> weights) override;
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& push, const ModelLayout& layout,
+                                                            absl::Span<const float> gradient) override;
+  void SetSessionSecret(const std::string& secret) override;
+  absl::StatusOr<Action> Heartbeat(uint64_t worker_id) override { return coordinator_->Heartbeat(worker_id); }
+  absl::Status Leave(uint64_t worker_id, bool finished) override { return coordinator_->Leave(worker_id, finished); }
+
+  int shards() const { return map_.has_value() ? map_->shards() : 1; }
+
+ private:
+  // The client of slice s (0: the coordinator).
+  PsClient* client(int s) { return s == 0 ? coordinator_.get() : shard_clients_[s - 1].get(); }
+  // Pulls every slice at least at `version` (shard s from have_[s]) into the model.
+  absl::Status PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights, bool whole);
+
+  std::unique_ptr<PsClient> coordinator_;
+  Factory factory_;
+  std::optional<ShardMap> map_;  // set by a sharded Join
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<PsClient>> shard_clients_;
+  std::vector<std::vector<float>> gradient_, weights_;  // per slice
+  std::vector<uint64_t> have_;                          // the version of each slice in the model
+  std::optional<uint64_t> assembled_;                   // the version the caller's model was put together at
+};
+
+}  // namespace worker
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_WORKER_SHARDED_PS_CLIENT_H_
