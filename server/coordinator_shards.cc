@@ -246,7 +246,7 @@ Replication CoordinatorShards::Hooks() {
     v1::ShardStep* s = c.mutable_step();
     s->set_version(step.version);
     for (const ReplicatedStep::Member& m : step.members) {
-      v1::ShardStep::Member* pm = s->add_members();
+      v1::ShardStepMember* pm = s->add_members();
       pm->set_worker_id(m.id);
       pm->set_model_version(m.model_version);
       pm->set_weight(m.weight);

@@ -516,6 +516,24 @@ int RunShard(const sigset_t& signals) {
   return 0;
 }
 
+// A sharded job's coordinator side (--shards > 1): what every shard must share with it.
+std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const ServerOptions& o) {
+  CoordinatorShardsOptions so;
+  so.shards = absl::GetFlag(FLAGS_shards);
+  so.partition_bytes = PartitionBytes();
+  so.address = AdvertisedAddress(absl::GetFlag(FLAGS_port));
+  so.optimizer.set_kind(OptimizerName(o.optimizer.kind));
+  so.optimizer.set_momentum(o.optimizer.momentum);
+  so.optimizer.set_weight_decay(o.optimizer.weight_decay);
+  so.optimizer.set_beta1(o.optimizer.beta1);
+  so.optimizer.set_beta2(o.optimizer.beta2);
+  so.optimizer.set_eps(o.optimizer.eps);
+  so.optimizer.set_round_timeout_seconds(absl::ToDoubleSeconds(o.round_timeout));
+  so.log = o.log;
+  so.sync = o.mode == Mode::kSync;
+  return std::make_unique<CoordinatorShards>(so);
+}
+
 int Run() {
   ApplyRenamedFlags();
   // SIGTERM / SIGINT are taken by sigwait below, so shutdown runs outside signal
@@ -538,20 +556,7 @@ int Run() {
   if (absl::Status s = CheckShardable(*o); !s.ok()) return fail(s, 2);
   std::unique_ptr<CoordinatorShards> shards;
   if (absl::GetFlag(FLAGS_shards) > 1) {
-    CoordinatorShardsOptions so;
-    so.shards = absl::GetFlag(FLAGS_shards);
-    so.partition_bytes = PartitionBytes();
-    so.address = AdvertisedAddress(absl::GetFlag(FLAGS_port));
-    so.optimizer.set_kind(OptimizerName(o->optimizer.kind));
-    so.optimizer.set_momentum(o->optimizer.momentum);
-    so.optimizer.set_weight_decay(o->optimizer.weight_decay);
-    so.optimizer.set_beta1(o->optimizer.beta1);
-    so.optimizer.set_beta2(o->optimizer.beta2);
-    so.optimizer.set_eps(o->optimizer.eps);
-    so.optimizer.set_round_timeout_seconds(absl::ToDoubleSeconds(o->round_timeout));
-    so.log = o->log;
-    so.sync = o->mode == Mode::kSync;
-    shards = std::make_unique<CoordinatorShards>(so);
+    shards = MakeCoordinatorShards(*o);
     o->replication = shards->Hooks();
   }
   auto core = ParameterServerCore::Create(*o);

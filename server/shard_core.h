@@ -88,7 +88,9 @@ class ShardCore : public DataPlane {
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  std::vector<float> update_ ABSL_GUARDED_BY(mu_);  // reused by every step
+  // Reused by every step; only Step's thread (the control stream's) touches it, partly
+  // outside mu_ (the weighted sum), so it is not guarded by it.
+  std::vector<float> update_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   BufferPool buffers_;
   metrics::Registry registry_;

@@ -23,7 +23,7 @@ for unit in omnilearn-server.service omnilearn-worker@0.service omnilearn-worker
 done
 echo "Bogus=1" >> "omnilearn-worker@.service"
 out=$(systemd-analyze verify ./omnilearn-worker@0.service 2>&1 || true)
-echo "$out" | grep -q "Unknown key 'Bogus'" || fail "verify does not see a broken unit: $out"
+grep -q "Unknown key 'Bogus'" <<<"$out" || fail "verify does not see a broken unit: $out"
 cd "$WORK"
 
 # ---- runtime packages from the binaries, then the offline checks
@@ -45,7 +45,7 @@ out=$("${CHECK[@]}" --deploy=broken 2>&1) && fail "broken deploy files passed th
 for expect in "claims omnilearn-gone" "--checkpoint_every is not a flag" "selects no server pod" \
     "--server names no Service" "--epoch is not a flag" "non-root" "not OMNILEARN_SHARDS - 1" \
     "--coordinator is not the coordinator's Service"; do
-  echo "$out" | grep -q -- "$expect" || { echo "$out" >&2; fail "the checker missed: $expect"; }
+  grep -q -- "$expect" <<<"$out" || { echo "$out" >&2; fail "the checker missed: $expect"; }
 done
 echo "check_deploy.py catches a missing claim, an unknown flag, a wrong selector, a wrong server name, root," \
   "a shard count off the ConfigMap, a wrong coordinator"

@@ -26,7 +26,7 @@ expect_refusal() {  # expect_refusal FILE MESSAGE: the C++ worker refuses the da
       --server=127.0.0.1:1 --reconnect_timeout=0 2>&1); then
     fail "$1 was accepted"
   fi
-  echo "$out" | grep -q "$2" || { echo "$out" >&2; fail "$1: no '$2' in the error"; }
+  grep -q -- "$2" <<<"$out" || { echo "$out" >&2; fail "$1: no '$2' in the error"; }
   echo "refused $1: $(echo "$out" | tail -n 1)"
 }
 
