@@ -100,17 +100,16 @@ def one_run(args, rate, bucket_mb, overlap_pull, push_wire_s):
     cluster = Cluster({"ps": times4(rate), **{f"w{i}": rate for i in range(WORKERS)}})
     server = None
     try:
-        server = subprocess.Popen(cluster.command("ps", [f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--mode=sync",
-                                    f"--num_workers={WORKERS}", f"--global_batch={4 * WORKERS}",
-                                    "--controller=off", "--lr=0.001", "--momentum=0", "--metrics_port=0",
-                                    "--quiet"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        workers = [subprocess.Popen(cluster.command(f"w{i}", [sys.executable, os.path.abspath(__file__), "--worker",
-                                         f"--server={cluster.addr['ps']}:{PORT}", f"--name=w{i}",
-                                         f"--megabytes={args.megabytes}", f"--layers={args.layers}",
-                                         f"--iterations={args.iterations}", f"--bucket_mb={bucket_mb}",
-                                         f"--overlap_pull={overlap_pull}",
-                                         f"--forward_s={push_wire_s / 2}", f"--backward_s={push_wire_s}"]),
-                                    stdout=subprocess.PIPE, text=True) for i in range(WORKERS)]
+        server = subprocess.Popen(cluster.command("ps", [
+            f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--mode=sync", f"--num_workers={WORKERS}",
+            f"--global_batch={4 * WORKERS}", "--controller=off", "--lr=0.001", "--momentum=0", "--metrics_port=0",
+            "--quiet"]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        workers = [subprocess.Popen(cluster.command(f"w{i}", [
+            sys.executable, os.path.abspath(__file__), "--worker", f"--server={cluster.addr['ps']}:{PORT}",
+            f"--name=w{i}", f"--megabytes={args.megabytes}", f"--layers={args.layers}",
+            f"--iterations={args.iterations}", f"--bucket_mb={bucket_mb}", f"--overlap_pull={overlap_pull}",
+            f"--forward_s={push_wire_s / 2}", f"--backward_s={push_wire_s}"]), stdout=subprocess.PIPE, text=True)
+            for i in range(WORKERS)]
         rows = []
         for p in workers:
             out, _ = p.communicate(timeout=args.timeout)
@@ -125,6 +124,18 @@ def one_run(args, rate, bucket_mb, overlap_pull, push_wire_s):
         cluster.close()
 
 
+def add_run_args(ap, iterations, timeout, out):
+    """The flags of a run of this file's workers (the model, the iterations measured) and
+    of its results, shared with bench/shards.py."""
+    ap.add_argument("--megabytes", type=float, default=100)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=iterations)
+    ap.add_argument("--skip", type=int, default=2, help="first iterations left out (joins, first pulls)")
+    ap.add_argument("--timeout", type=float, default=timeout)
+    ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -135,13 +146,7 @@ def main():
     ap.add_argument("--bucket_mb", type=float, default=4.0, help=argparse.SUPPRESS)
     ap.add_argument("--overlap_pull", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--rates", default="1gbit,10gbit")
-    ap.add_argument("--megabytes", type=float, default=100)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--iterations", type=int, default=8)
-    ap.add_argument("--skip", type=int, default=2, help="first iterations left out (joins, first pulls)")
-    ap.add_argument("--timeout", type=float, default=600)
-    ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "overlap.json"))
+    add_run_args(ap, iterations=8, timeout=600, out="overlap.json")
     args = ap.parse_args()
     if args.worker:
         return worker_main(args)

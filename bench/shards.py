@@ -14,7 +14,7 @@ and the model out); the ratio is against S=1 measured in the same run, and the t
 least 0.85 x S.
 
     bazel build -c opt //server:omnilearn_server //python:omnilearn
-    /usr/bin/python3 bench/shards.py [--shards=1,2,4] [--rate=500mbit] [--megabytes=100]
+    /usr/bin/python3 bench/shards.py [--shards=1,2,4] [--rate=200mbit] [--megabytes=100]
 Needs root (network namespaces).
 """
 
@@ -30,7 +30,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from heterogeneity import Cluster  # noqa: E402
-from overlap import rate_bytes, times4  # noqa: E402
+from overlap import add_run_args, rate_bytes, times4  # noqa: E402
 
 WORKERS = 4
 PORT = 50051
@@ -81,14 +81,8 @@ def one_run(args, shards):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shards", default="1,2,4")
-    ap.add_argument("--rate", default="500mbit", help="each server host's link (tc's form)")
-    ap.add_argument("--megabytes", type=float, default=100)
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--iterations", type=int, default=6)
-    ap.add_argument("--skip", type=int, default=2, help="first iterations left out (joins, first pulls)")
-    ap.add_argument("--timeout", type=float, default=900)
-    ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "shards.json"))
+    ap.add_argument("--rate", default="200mbit", help="each server host's link (tc's form)")
+    add_run_args(ap, iterations=5, timeout=900, out="shards.json")
     ap.add_argument("--work", default=None, help="where the servers' and workers' logs go (default: a new folder)")
     args = ap.parse_args()
     args.work = args.work or tempfile.mkdtemp(prefix="omnilearn-shards-")

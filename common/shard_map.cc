@@ -125,10 +125,6 @@ uint64_t Fingerprint(const ModelLayout& layout, const std::vector<std::vector<Sh
   return h.value();
 }
 
-}  // namespace
-
-namespace {
-
 // One flat tensor per piece, named "tensor@begin", a buffer where its tensor is one.
 ModelLayout SliceLayoutOf(const ModelLayout& layout, const std::vector<ShardPiece>& slice) {
   std::vector<TensorSpec> specs;

@@ -153,10 +153,10 @@ absl::StatusOr<ShardMap> CoordinatorShards::PlanFor(const ModelLayout& layout) {
   return ShardMap::Plan(layout, options_.shards, options_.partition_bytes);
 }
 
-void CoordinatorShards::StashInitial(const std::string& joiner, const ModelLayout& layout,
+void CoordinatorShards::StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
                                      std::shared_ptr<const std::vector<float>> values) {
   absl::MutexLock lock(&mu_);
-  stashed_[joiner] = {layout, std::move(values)};
+  stashed_.insert_or_assign(joiner, Stashed{layout, std::move(map), std::move(values)});
 }
 
 void CoordinatorShards::ForgetInitial(const std::string& joiner) {
@@ -208,11 +208,9 @@ void CoordinatorShards::ModelAdopted(const std::string& joiner) {
   absl::MutexLock lock(&mu_);
   auto it = stashed_.find(joiner);
   if (it == stashed_.end()) return;  // cannot happen: the service stashes before the core's Join
-  absl::StatusOr<ShardMap> map = ShardMap::Plan(it->second.first, options_.shards, options_.partition_bytes);
-  if (!map.ok()) return;  // cannot happen: the service planned this layout before the join
-  layout_ = it->second.first;
-  initial_ = it->second.second;
-  map_ = *std::move(map);
+  layout_ = std::move(it->second.layout);
+  initial_ = std::move(it->second.values);
+  map_ = std::move(it->second.map);
   stashed_.erase(it);
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (slots_[i].connected) QueueInit(static_cast<int>(i));

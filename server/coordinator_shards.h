@@ -65,7 +65,8 @@ class CoordinatorShards {
   // layout and values its join gives the core, and the full values kept until the core
   // says whose model it adopted. InvalidArgument when the model cannot be cut.
   absl::StatusOr<ShardMap> PlanFor(const ModelLayout& layout);
-  void StashInitial(const std::string& joiner, const ModelLayout& layout, std::shared_ptr<const std::vector<float>> values);
+  void StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
+                    std::shared_ptr<const std::vector<float>> values);
   void ForgetInitial(const std::string& joiner);
   void FillShardMap(const ShardMap& map, v1::ShardMap* out) const;
   // Slice `index`'s layout (the model was adopted: an init was queued).
@@ -108,8 +109,12 @@ class CoordinatorShards {
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // [0] unused: the coordinator's own slice
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool stepped_ ABSL_GUARDED_BY(mu_) = false;  // the job took a step: a slice cannot be re-sent
-  std::map<std::string, std::pair<ModelLayout, std::shared_ptr<const std::vector<float>>>> stashed_
-      ABSL_GUARDED_BY(mu_);
+  struct Stashed {
+    ModelLayout layout;
+    ShardMap map;  // PlanFor's, for that layout
+    std::shared_ptr<const std::vector<float>> values;
+  };
+  std::map<std::string, Stashed> stashed_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelLayout> layout_ ABSL_GUARDED_BY(mu_);  // the job's whole model
   std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> initial_ ABSL_GUARDED_BY(mu_);

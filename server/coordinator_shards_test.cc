@@ -44,8 +44,9 @@ std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) 
 void Adopt(CoordinatorShards& c) {
   auto values = std::make_shared<std::vector<float>>(Model().total_elements());
   std::iota(values->begin(), values->end(), 0.0f);
-  REQUIRE(c.PlanFor(Model()).ok());
-  c.StashInitial("w0", Model(), values);
+  absl::StatusOr<ShardMap> map = c.PlanFor(Model());
+  REQUIRE(map.ok());
+  c.StashInitial("w0", Model(), *std::move(map), values);
   c.Hooks().model_adopted("w0");
 }
 

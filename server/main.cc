@@ -129,6 +129,8 @@ absl::Status CheckFlags() {
   auto d = [](auto v) { return static_cast<double>(v); };
   return CheckFlagRanges({
       {"port", d(absl::GetFlag(FLAGS_port)), 0, 65535},
+      {"shards", d(absl::GetFlag(FLAGS_shards)), 1, ShardMap::kMaxShards},
+      {"partition_mb", absl::GetFlag(FLAGS_partition_mb), 1.0 / (1 << 20), 1 << 20},
       {"staleness_bound", d(absl::GetFlag(FLAGS_staleness_bound)), 0, 1e6},
       {"num_workers", d(absl::GetFlag(FLAGS_num_workers)), 1, 100000},
       {"start_timeout_s", d(absl::GetFlag(FLAGS_start_timeout_s)), 1, 7 * 86400},
@@ -420,11 +422,8 @@ std::string AdvertisedAddress(int port) {
 }
 
 // What a sharded job cannot do yet, refused at start rather than done wrong.
-absl::Status CheckShardable(const ServerOptions& o) {
-  const int shards = absl::GetFlag(FLAGS_shards);
-  if (shards < 1 || shards > ShardMap::kMaxShards) return absl::InvalidArgumentError("--shards: 1 to 1024");
-  if (absl::GetFlag(FLAGS_partition_mb) <= 0) return absl::InvalidArgumentError("--partition_mb must be > 0");
-  if (shards == 1) return absl::OkStatus();
+absl::Status CheckShardable(const ServerOptions& o, v1::WireDtype wire_dtype) {
+  if (absl::GetFlag(FLAGS_shards) == 1) return absl::OkStatus();
   if (o.optimizer.clip_grad_norm > 0) {
     return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
   }
@@ -432,10 +431,10 @@ absl::Status CheckShardable(const ServerOptions& o) {
     return absl::InvalidArgumentError(
         "--checkpoint_dir, --export and --reset_when_done are not built for sharded jobs yet (docs/SHARDING.md)");
   }
+  if (wire_dtype != v1::WIRE_DTYPE_F32) return absl::InvalidArgumentError("--wire_dtype=bf16 with --shards > 1: not yet");
   return absl::OkStatus();
 }
 
-// A shard server: one slice of a coordinator's job, until a signal or the link's end.
 // The gRPC server of `service` on `address` (its port 0: any; *bound_port says which, 0
 // when it could not listen).
 std::unique_ptr<grpc::Server> Listen(const std::string& address,
@@ -456,11 +455,16 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::
                                         &registry);
 }
 
+// A shard server: one slice of a coordinator's job, until a signal or the link's end.
 int RunShard(const sigset_t& signals) {
-  ShardCore shard({Clock::Real(), [](const std::string& line) {
-                     std::printf("omnilearn_server (shard): %s\n", line.c_str());
-                     std::fflush(stdout);
-                   }});
+  if (absl::Status s = CheckFlags(); !s.ok()) {
+    return (std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str()), 2);
+  }
+  const auto log = [](const std::string& line) {
+    std::printf("omnilearn_server (shard): %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  ShardCore shard({Clock::Real(), log});
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", token.status().ToString().c_str()), 2);
   auto credentials = MakeServerCredentials(
@@ -484,10 +488,7 @@ int RunShard(const sigset_t& signals) {
   lo.auth_token = *token;
   lo.credentials = grpc::InsecureChannelCredentials();
   lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
-  lo.log = [](const std::string& line) {
-    std::printf("omnilearn_server (shard): %s\n", line.c_str());
-    std::fflush(stdout);
-  };
+  lo.log = log;
   std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s, metrics %s\n", address.c_str(),
               lo.address.c_str(), lo.coordinator.c_str(),
               *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
@@ -553,7 +554,7 @@ int Run() {
   v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
   absl::StatusOr<ServerOptions> o = OptionsFromFlags(&wire_dtype);
   if (!o.ok()) return fail(o.status(), 2);
-  if (absl::Status s = CheckShardable(*o); !s.ok()) return fail(s, 2);
+  if (absl::Status s = CheckShardable(*o, wire_dtype); !s.ok()) return fail(s, 2);
   std::unique_ptr<CoordinatorShards> shards;
   if (absl::GetFlag(FLAGS_shards) > 1) {
     shards = MakeCoordinatorShards(*o);
@@ -575,10 +576,7 @@ int Run() {
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
   ParameterServerService service(core->get(), absl::Minutes(10), *token, limits, wire_dtype);
-  if (shards != nullptr) {
-    if (wire_dtype != v1::WIRE_DTYPE_F32) return fail(absl::InvalidArgumentError("--wire_dtype=bf16 with --shards > 1: not yet"), 2);
-    service.EnableShards(shards.get());
-  }
+  if (shards != nullptr) service.EnableShards(shards.get());
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);

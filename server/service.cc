@@ -474,7 +474,7 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
     std::vector<float> slice(map->slice_elements(0));
     map->Gather(0, *whole, absl::MakeSpan(slice));
     info->initial_parameters = std::move(slice);
-    shards_->StashInitial(info->name, info->layout, std::move(whole));
+    shards_->StashInitial(info->name, info->layout, *map, std::move(whole));
   }
   info->layout = map->slice_layout(0);
   return map;

@@ -7,7 +7,7 @@
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
-#include "server/service.h"
+#include "server/parameter_store.h"
 
 namespace omnilearn {
 namespace server {
@@ -111,7 +111,7 @@ absl::Status ShardLink::ApplyInit(const v1::ShardInit& init, grpc::ClientReader<
   const ModelLayout& slice = map->slice_layout(index);
   ChunkAssembler assembler(&slice);
   v1::ShardCommand c;
-  while (assembler.CheckComplete().ok() == false && reader->Read(&c)) {
+  while (!assembler.CheckComplete().ok() && reader->Read(&c)) {
     if (!c.has_chunk()) return absl::InvalidArgumentError("the slice's values ended before they were complete");
     if (absl::Status s = assembler.Add(c.chunk()); !s.ok()) return s;
   }
