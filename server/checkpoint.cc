@@ -269,8 +269,39 @@ std::vector<std::string> CheckpointDir::List() const {
   return out;
 }
 
+std::vector<uint64_t> CheckpointDir::Versions() const {
+  std::vector<uint64_t> out;
+  for (const std::string& name : Entries(dir_)) {
+    if (std::optional<uint64_t> v = VersionOf(name)) out.push_back(*v);
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+std::string CheckpointDir::PathOf(uint64_t version) const {
+  return absl::StrFormat("%s/%s%012d%s", dir_, kPrefix, version, kSuffix);
+}
+
+absl::StatusOr<CheckpointState> CheckpointDir::Load(uint64_t version) const {
+  const std::string path = PathOf(version);
+  if (access(path.c_str(), F_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint of version ", version, " in ", dir_));
+  }
+  return ReadCheckpoint(path);
+}
+
+absl::Status CheckpointDir::DropNewerThan(uint64_t version) const {
+  bool dropped = false;
+  for (uint64_t v : Versions()) {
+    if (v <= version) break;
+    if (unlink(PathOf(v).c_str()) != 0) return absl::InternalError(absl::StrCat("cannot delete ", PathOf(v), ": ", strerror(errno)));
+    dropped = true;
+  }
+  return dropped ? SyncDirectory(dir_) : absl::OkStatus();
+}
+
 absl::StatusOr<std::string> CheckpointDir::Write(const CheckpointState& state) const {
-  const std::string path = absl::StrFormat("%s/%s%012d%s", dir_, kPrefix, state.version, kSuffix);
+  const std::string path = PathOf(state.version);
   if (absl::Status s = WriteCheckpoint(path, state); !s.ok()) return s;
   const std::vector<std::string> all = List();
   for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) unlink(all[i].c_str());

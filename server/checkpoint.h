@@ -76,6 +76,13 @@ class CheckpointDir {
   // or truncated one is reported through `warn` and skipped for the previous one.
   absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> LoadNewest(
       const std::function<void(const std::string&)>& warn) const;
+  // The versions held here, newest first.
+  std::vector<uint64_t> Versions() const;
+  // The checkpoint of `version`: NotFound when there is none, as ReadCheckpoint otherwise.
+  absl::StatusOr<CheckpointState> Load(uint64_t version) const;
+  // Deletes the checkpoints newer than `version` (the job went back to it: they are of a
+  // history that did not happen).
+  absl::Status DropNewerThan(uint64_t version) const;
   // Moves every checkpoint into a new sub-directory "aside-<unix time>" (for --fresh)
   // and returns its path; nothing is deleted. Empty when there was nothing to move.
   absl::StatusOr<std::string> MoveAside(absl::Time now) const;
@@ -83,6 +90,8 @@ class CheckpointDir {
   const std::string& dir() const { return dir_; }
 
  private:
+  std::string PathOf(uint64_t version) const;
+
   const std::string dir_;
   const int keep_;
 };

@@ -150,6 +150,23 @@ TEST_CASE("the directory keeps the newest K and skips a corrupt newest one", "[c
   REQUIRE(warnings.size() == 3);
 }
 
+TEST_CASE("the directory's versions, one loaded by version, and the newer ones dropped", "[checkpoint]") {
+  const std::string dir = FreshDir("versions");
+  CheckpointDir d(dir, 5);
+  REQUIRE(d.Prepare().ok());
+  REQUIRE(d.Versions().empty());
+  for (uint64_t v : {7, 9, 12}) REQUIRE(d.Write(Sample(v)).ok());
+  REQUIRE(d.Versions() == std::vector<uint64_t>{12, 9, 7});
+  absl::StatusOr<CheckpointState> nine = d.Load(9);
+  REQUIRE(nine.ok());
+  RequireSame(*nine, Sample(9));
+  REQUIRE(absl::IsNotFound(d.Load(8).status()));
+  REQUIRE(d.DropNewerThan(9).ok());
+  REQUIRE(d.Versions() == std::vector<uint64_t>{9, 7});
+  REQUIRE(d.DropNewerThan(9).ok());  // nothing newer: nothing to do
+  REQUIRE(d.Versions() == std::vector<uint64_t>{9, 7});
+}
+
 TEST_CASE("a crash mid-write leaves only a partial file that is ignored and cleaned", "[checkpoint]") {
   const std::string dir = FreshDir("partial");
   CheckpointDir d(dir, 3);

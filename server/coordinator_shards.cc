@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
+#include "server/shard_wire.h"
 
 namespace omnilearn {
 namespace server {
@@ -14,7 +15,33 @@ CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options) : options
   slots_.resize(static_cast<size_t>(std::max(1, options_.shards)));
 }
 
-absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello) {
+void CoordinatorShards::SetRecover(Recover recover) {
+  absl::MutexLock lock(&mu_);
+  recover_ = std::move(recover);
+}
+
+absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) const {
+  int index = static_cast<int>(hello.index());
+  if (index == 0) {
+    for (int i = 1; i < static_cast<int>(slots_.size()); ++i) {
+      if (!slots_[i].connected) return i;
+    }
+    return absl::FailedPreconditionError("every slice of this job has its shard already");
+  }
+  if (index >= static_cast<int>(slots_.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("there is no slice %d: this job has slices 1 to %d", index, static_cast<int>(slots_.size()) - 1));
+  }
+  if (slots_[index].connected) {
+    return absl::UnavailableError(absl::StrFormat(
+        "slice %d is held by the shard at %s, still connected: retry (a restarted shard waits until the coordinator "
+        "sees its predecessor's stream end)",
+        index, slots_[index].address));
+  }
+  return index;
+}
+
+absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
   if (static_cast<int>(hello.shards()) != options_.shards || hello.partition_bytes() != options_.partition_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "this shard was started for %d shards of %d-byte partitions, and this coordinator's job has %d shards of "
@@ -22,64 +49,128 @@ absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello) {
         hello.shards(), hello.partition_bytes(), options_.shards, options_.partition_bytes));
   }
   if (hello.address().empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
-  absl::MutexLock lock(&mu_);
-  if (stepped_) {
-    return absl::FailedPreconditionError(
-        "the job has trained already, and a shard joining now would start from the initial slice: restart the job "
-        "(shards cannot yet resume a slice from a checkpoint)");
-  }
-  int index = static_cast<int>(hello.index());
-  if (index == 0) {
-    for (int i = 1; i < static_cast<int>(slots_.size()) && index == 0; ++i) {
-      if (!slots_[i].connected) index = i;
+  int index = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failed_.ok()) return failed_;
+    if (stepped_ && !recover_) {
+      return absl::FailedPreconditionError(
+          "the job has trained already, and this coordinator keeps no checkpoints (--checkpoint_dir) to take every "
+          "slice back to: restart the job");
     }
-    if (index == 0) return absl::FailedPreconditionError("every slice of this job has its shard already");
-  } else if (index >= static_cast<int>(slots_.size()) || slots_[index].connected) {
-    return absl::FailedPreconditionError(absl::StrFormat("slice %d is not free (this job has slices 1 to %d)", index,
-                                                         static_cast<int>(slots_.size()) - 1));
+    absl::StatusOr<int> free = FreeSlice(hello);
+    if (!free.ok()) return free.status();
+    index = *free;
+    Slot& slot = slots_[index];
+    slot.address = hello.address();
+    slot.connected = true;
+    slot.must_register = false;
+    ++slot.generation;
+    if (generation != nullptr) *generation = slot.generation;
+    slot.queue.clear();
+    slot.checkpoints.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().end());
+    if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
+    if (!stepped_) {
+      if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
+      for (const auto& [id, secret] : sessions_) {
+        Outgoing o;
+        o.command.mutable_session()->set_worker_id(id);
+        o.command.mutable_session()->set_session_secret(secret);
+        slot.queue.push_back(std::move(o));
+      }
+      return index;
+    }
   }
-  Slot& slot = slots_[index];
-  slot.address = hello.address();
-  slot.connected = true;
-  ++slot.generation;
-  slot.queue.clear();
-  if (map_.has_value()) QueueInit(index);
-  for (const auto& [id, secret] : sessions_) {
-    Outgoing o;
-    o.command.mutable_session()->set_worker_id(id);
-    o.command.mutable_session()->set_session_secret(secret);
-    slot.queue.push_back(std::move(o));
-  }
-  if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
+  if (absl::Status s = Return(index); !s.ok()) return s;
   return index;
 }
 
-bool CoordinatorShards::Next(int index, Outgoing* out, absl::Time deadline) {
+// A registration after the job's first step. The first begins a recovery; the last
+// (every slice's shard registered in it) takes every server back to the common checkpoint.
+absl::Status CoordinatorShards::Return(int index) {
+  std::vector<std::vector<uint64_t>> held;
+  Recover recover;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!recovering_) {
+      recovering_ = true;
+      ++recovery_;
+      if (options_.log) {
+        options_.log(absl::StrFormat("shard %d is back: every server goes back to the shards' newest common checkpoint",
+                                     index));
+      }
+      for (size_t i = 1; i < slots_.size(); ++i) {
+        if (static_cast<int>(i) == index || !slots_[i].connected) continue;
+        slots_[i].connected = false;  // its stream ends: it registers again, with what it holds
+        slots_[i].must_register = true;
+        ++slots_[i].generation;
+      }
+    }
+    slots_[index].recovery = recovery_;
+    held.resize(slots_.size());
+    for (size_t i = 1; i < slots_.size(); ++i) {
+      if (!slots_[i].connected || slots_[i].recovery != recovery_) return absl::OkStatus();  // more to come
+      held[i] = slots_[i].checkpoints;
+    }
+    recover = recover_;
+  }
+  absl::StatusOr<uint64_t> version = recover(held);  // the core's lock: never under ours
   absl::MutexLock lock(&mu_);
-  const uint64_t generation = slots_[index].generation;
+  if (!version.ok()) {
+    failed_ = absl::FailedPreconditionError(
+        absl::StrCat("the job cannot go on after a shard's restart: ", version.status().message()));
+    if (options_.log) options_.log(std::string(failed_.message()));
+    return failed_;
+  }
+  sessions_.clear();  // the core ended every session: the workers join again
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    slots_[i].queue.clear();
+    QueueInit(static_cast<int>(i), /*restore=*/true, *version);
+  }
+  recovering_ = false;
+  if (options_.log) options_.log(absl::StrCat("every slice is back at version ", *version, ": the job goes on"));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorShards::Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
   auto ready = [this, index, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || slots_[index].generation != generation || !slots_[index].queue.empty();
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), deadline);
-  if (shutdown_ || slots_[index].generation != generation) return false;
+  if (slots_[index].generation != generation) {
+    if (slots_[index].must_register) {
+      return absl::AbortedError("register again: the job goes back to the shards' newest common checkpoint");
+    }
+    return absl::CancelledError("another registration took this slice");
+  }
   if (slots_[index].queue.empty()) {
     out->command.Clear();
     out->values = nullptr;
-    return true;
+    return shutdown_ ? absl::CancelledError("the coordinator is shutting down") : absl::OkStatus();
   }
   *out = std::move(slots_[index].queue.front());
   slots_[index].queue.pop_front();
   if (out->command.has_step()) ++slots_[index].steps_sent;
-  return true;
+  return absl::OkStatus();
+}
+
+uint64_t CoordinatorShards::generation(int index) const {
+  absl::MutexLock lock(&mu_);
+  return slots_[index].generation;
 }
 
 void CoordinatorShards::Disconnect(int index) {
   absl::MutexLock lock(&mu_);
+  if (slots_[index].must_register) return;  // a recovery ended it: not lost
   slots_[index].connected = false;
   slots_[index].queue.clear();
   if (options_.log) {
-    options_.log(absl::StrFormat("shard %d (%s) disconnected%s", index, slots_[index].address,
-                                 stepped_ ? ": the job cannot go on without its slice" : ""));
+    const char* then = !stepped_ ? ""
+                       : recover_ ? ": pushes are refused until it is back; then every server goes back to the "
+                                    "shards' newest common checkpoint"
+                                  : ": the job cannot go on without its slice (no --checkpoint_dir)";
+    options_.log(absl::StrFormat("shard %d (%s) disconnected%s", index, slots_[index].address, then));
   }
 }
 
@@ -123,21 +214,31 @@ void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
   });
 }
 
-absl::Status CoordinatorShards::AwaitShards(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
-  auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (size_t i = 1; i < slots_.size(); ++i) {
-      if (!slots_[i].connected) return shutdown_;
-    }
-    return true;
-  };
-  if (options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all), deadline) && !shutdown_) return absl::OkStatus();
+absl::Status CoordinatorShards::Missing() const {
+  if (!failed_.ok()) return failed_;
+  if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
   std::vector<int> missing;
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (!slots_[i].connected) missing.push_back(static_cast<int>(i));
   }
-  return absl::UnavailableError(absl::StrCat("the job's shards ", absl::StrJoin(missing, ", "),
-                                             " have not registered with the coordinator yet: retry"));
+  if (!missing.empty()) {
+    return absl::UnavailableError(absl::StrCat("the job's shards ", absl::StrJoin(missing, ", "),
+                                               " are not registered with the coordinator: retry"));
+  }
+  if (recovering_) return absl::UnavailableError("the job is going back to the shards' common checkpoint: retry");
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorShards::AwaitShards(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Missing().code() != absl::StatusCode::kUnavailable || shutdown_; };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&settled), deadline);
+  return Missing();
+}
+
+absl::Status CoordinatorShards::Serving() const {
+  absl::MutexLock lock(&mu_);
+  return Missing();
 }
 
 void CoordinatorShards::Shutdown() {
@@ -183,24 +284,33 @@ std::optional<ModelLayout> CoordinatorShards::job_layout() const {
   return layout_;
 }
 
+std::optional<ShardMap> CoordinatorShards::map() const {
+  absl::MutexLock lock(&mu_);
+  return map_;
+}
+
 void CoordinatorShards::Enqueue(const v1::ShardCommand& command) {
+  if (recovering_) return;  // every slice is about to be restored: nothing before it counts
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (slots_[i].connected) slots_[i].queue.push_back(Outgoing{command, nullptr});
   }
 }
 
-void CoordinatorShards::QueueInit(int index) {
+void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   Outgoing o;
   v1::ShardInit* init = o.command.mutable_init();
   init->set_index(static_cast<uint32_t>(index));
   *init->mutable_layout() = LayoutToProto(*layout_);
-  init->set_version(0);
+  init->set_version(version);
   *init->mutable_optimizer() = options_.optimizer;
   init->set_fingerprint(map_->fingerprint());
   init->set_sync(options_.sync);
-  auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
-  map_->Gather(index, *initial_, absl::MakeSpan(*values));
-  o.values = std::move(values);
+  init->set_restore(restore);
+  if (!restore) {
+    auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
+    map_->Gather(index, *initial_, absl::MakeSpan(*values));
+    o.values = std::move(values);
+  }
   slots_[index].queue.push_back(std::move(o));
 }
 
@@ -213,7 +323,7 @@ void CoordinatorShards::ModelAdopted(const std::string& joiner) {
   map_ = std::move(it->second.map);
   stashed_.erase(it);
   for (size_t i = 1; i < slots_.size(); ++i) {
-    if (slots_[i].connected) QueueInit(static_cast<int>(i));
+    if (slots_[i].connected) QueueInit(static_cast<int>(i), /*restore=*/false, 0);
   }
   if (options_.log) options_.log(absl::StrCat("the model is sharded: ", map_->DebugString()));
 }
@@ -241,18 +351,13 @@ Replication CoordinatorShards::Hooks() {
     absl::MutexLock lock(&mu_);
     stepped_ = true;
     v1::ShardCommand c;
-    v1::ShardStep* s = c.mutable_step();
-    s->set_version(step.version);
-    for (const ReplicatedStep::Member& m : step.members) {
-      v1::ShardStepMember* pm = s->add_members();
-      pm->set_worker_id(m.id);
-      pm->set_model_version(m.model_version);
-      pm->set_weight(m.weight);
-    }
-    s->set_update_scale(step.update_scale);
-    s->set_learning_rate(step.learning_rate);
-    s->set_buffer_blend(step.buffer_blend);
-    s->set_momentum(step.momentum);
+    *c.mutable_step() = StepToProto(step);
+    Enqueue(c);
+  };
+  r.checkpoint = [this](uint64_t version) {
+    absl::MutexLock lock(&mu_);
+    v1::ShardCommand c;
+    c.mutable_checkpoint()->set_version(version);
     Enqueue(c);
   };
   return r;

@@ -45,20 +45,44 @@ class CoordinatorShards {
     std::shared_ptr<const std::vector<float>> values;  // init: the slice's first values
   };
 
+  // Given the checkpoint versions each shard holds ([i] for slice i; [0] unused), takes the
+  // coordinator back to the newest checkpoint it holds too and returns that version; an
+  // error when there is none. Called without this class's lock.
+  using Recover = std::function<absl::StatusOr<uint64_t>(const std::vector<std::vector<uint64_t>>& held)>;
+
   explicit CoordinatorShards(CoordinatorShardsOptions options);
 
+  // With checkpoints (set before the first registration): a shard that returns after the
+  // job's first step makes the job go back to the shards' common checkpoint.
+  void SetRecover(Recover recover);
+
   // A shard server registers. Returns its index. FailedPrecondition for another shard
-  // count or partition size than the coordinator's, for an index taken by a live shard,
-  // when every slice has its shard, and for a shard (re)starting after the job's first
-  // step (its slice's training would be lost: sharded checkpoints are not built yet).
-  absl::StatusOr<int> Register(const v1::ShardHello& hello);
-  // The next command for shard `index`, waiting until `deadline` (an empty command when
-  // none came); false when the stream must end (the shard was replaced, or shutdown).
-  bool Next(int index, Outgoing* out, absl::Time deadline);
+  // count or partition size than the coordinator's, when every slice has its shard, for
+  // a shard returning after the job's first step without checkpoints (its slice's
+  // training would be lost), and when no checkpoint is common to every server (the job
+  // cannot go on: joins are refused from then on). Unavailable for a slice still held by
+  // a connected shard (its predecessor's stream may not have ended yet).
+  //
+  // A shard returning after the first step starts a recovery: the other shards' streams
+  // end (Next answers Aborted) and they register again, each saying which checkpoints it
+  // holds; the last registration runs the Recover hook and queues every shard a restore
+  // of the common version. Until then pushes are refused and joins wait (Serving).
+  // `*generation` (when given) names this registration's stream for Next.
+  absl::StatusOr<int> Register(const v1::ShardHello& hello, uint64_t* generation = nullptr);
+  // The next command for shard `index`'s stream of `generation`, waiting until `deadline`
+  // (an empty command when none came). Aborted: the shard must register again (a recovery began); Cancelled:
+  // the stream ends (the shard was replaced, or shutdown and nothing is left to send).
+  absl::Status Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline);
+  // The stream of slice `index`'s current registration.
+  uint64_t generation(int index) const;
   // The shard's stream ended.
   void Disconnect(int index);
-  // Waits until every shard registered; Unavailable naming the missing ones after `deadline`.
+  // Waits until every shard registered and no recovery is under way; Unavailable naming
+  // the missing ones after `deadline`, FailedPrecondition when a recovery failed.
   absl::Status AwaitShards(absl::Time deadline);
+  // OK while every slice's shard is there (a push may go in); as AwaitShards otherwise.
+  absl::Status Serving() const;
+  // Streams end once what is queued was sent (the last checkpoint command included).
   void Shutdown();
 
   // A joiner's whole model: the job's map for it (planned once per layout), the slice 0
@@ -73,6 +97,8 @@ class CoordinatorShards {
   ModelLayout SliceLayout(int index) const;
   // The job's whole layout once a model was adopted.
   std::optional<ModelLayout> job_layout() const;
+  // The job's shard map once a model was adopted.
+  std::optional<ShardMap> map() const;
 
   // The core's hooks (Replication): they only queue.
   Replication Hooks();
@@ -99,16 +125,27 @@ class CoordinatorShards {
     uint64_t generation = 0;  // a new registration replaces the stream of the old one
     uint64_t steps_sent = 0;
     std::deque<Outgoing> queue;
+    std::vector<uint64_t> checkpoints;  // the versions it said it holds
+    uint64_t recovery = 0;              // the recovery it registered in
+    bool must_register = false;         // a recovery ended its stream
   };
   void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void QueueInit(int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ModelAdopted(const std::string& joiner);
+  // Register's parts: the slice a hello may take, and a registration after the first step.
+  absl::StatusOr<int> FreeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Missing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorShardsOptions options_;
   mutable absl::Mutex mu_;
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // [0] unused: the coordinator's own slice
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool stepped_ ABSL_GUARDED_BY(mu_) = false;  // the job took a step: a slice cannot be re-sent
+  Recover recover_ ABSL_GUARDED_BY(mu_);
+  uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);    // a recovery found no common checkpoint
   struct Stashed {
     ModelLayout layout;
     ShardMap map;  // PlanFor's, for that layout

@@ -34,7 +34,8 @@ v1::ShardHello Hello(const std::string& address, int index = 0, int shards = 3) 
 std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) {
   std::vector<CoordinatorShards::Outgoing> out;
   CoordinatorShards::Outgoing o;
-  while (c.Next(index, &o, absl::InfinitePast()) && o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
+  const uint64_t current = c.generation(index);
+  while (c.Next(index, current, &o, absl::InfinitePast()).ok() && o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
     out.push_back(o);
   }
   return out;
@@ -59,7 +60,8 @@ TEST_CASE("shard registration: the job's shape, free slices, and no slice after 
   REQUIRE(absl::IsInvalidArgument(c.Register(Hello("", 0)).status()));
   REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
   REQUIRE(*c.Register(Hello("s:1", 0)) == 1);  // the free one
-  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:x", 1)).status()));
+  REQUIRE(absl::IsUnavailable(c.Register(Hello("s:x", 1)).status()));  // its holder is connected
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:x", 3)).status()));  // no such slice
   REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:y", 0)).status()));  // every slice taken
   REQUIRE(c.AwaitShards(absl::InfinitePast()).ok());
   c.Disconnect(2);
@@ -70,7 +72,9 @@ TEST_CASE("shard registration: the job's shape, free slices, and no slice after 
   Adopt(c);
   c.Hooks().step(ReplicatedStep{});
   c.Disconnect(1);
-  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:1b", 1)).status()));
+  auto late = c.Register(Hello("s:1b", 1));  // without checkpoints its slice's training is lost
+  REQUIRE(absl::IsFailedPrecondition(late.status()));
+  REQUIRE(absl::StrContains(late.status().message(), "--checkpoint_dir"));
 }
 
 TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and steps in the core's order",
@@ -122,13 +126,81 @@ TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and s
 
 TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
   CoordinatorShards c = Make(2);
-  REQUIRE(*c.Register(Hello("s:1", 1, 2)) == 1);
+  uint64_t old = 0, now = 0;
+  REQUIRE(*c.Register(Hello("s:1", 1, 2), &old) == 1);
   c.Disconnect(1);
-  REQUIRE(*c.Register(Hello("s:1b", 1, 2)) == 1);
+  REQUIRE(*c.Register(Hello("s:1b", 1, 2), &now) == 1);
   CoordinatorShards::Outgoing o;
-  REQUIRE(c.Next(1, &o, absl::InfinitePast()));  // the new stream: nothing queued yet
+  REQUIRE(absl::IsCancelled(c.Next(1, old, &o, absl::InfinitePast())));  // the old stream ends
+  REQUIRE(c.Next(1, now, &o, absl::InfinitePast()).ok());  // the new stream: nothing queued yet
   c.Shutdown();
-  REQUIRE_FALSE(c.Next(1, &o, absl::InfinitePast()));
+  REQUIRE(absl::IsCancelled(c.Next(1, now, &o, absl::InfinitePast())));
+}
+
+v1::ShardHello HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions) {
+  v1::ShardHello h = Hello(address, index);
+  for (uint64_t v : versions) h.add_checkpoint_versions(v);
+  return h;
+}
+
+TEST_CASE("a shard back after the first step: every shard registers again and all go back to the common checkpoint",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  std::vector<std::vector<uint64_t>> asked;
+  c.SetRecover([&asked](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    asked = held;
+    return uint64_t{4};
+  });
+  uint64_t first = 0;
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {}), &first) == 1);
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {})) == 2);
+  Adopt(c);
+  c.Hooks().session_opened(7, "secret");
+  c.Hooks().step(ReplicatedStep{});
+  c.Hooks().checkpoint(1);
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 4);  // init, session, step, checkpoint
+  REQUIRE(out[3].command.checkpoint().version() == 1);
+  (void)Drain(c, 2);
+
+  c.Disconnect(2);
+  REQUIRE(absl::IsUnavailable(c.Serving()));  // pushes wait for the slice
+  REQUIRE(*c.Register(HelloHolding("s:2b", 2, {4, 1})) == 2);  // back: a recovery begins
+  CoordinatorShards::Outgoing o;
+  REQUIRE(absl::IsAborted(c.Next(1, first, &o, absl::InfinitePast())));  // shard 1 must say what it holds
+  c.Disconnect(1);  // its stream's end: not a loss
+  REQUIRE(c.Shards()[0].connected == false);
+  c.Hooks().step(ReplicatedStep{});  // a round closing meanwhile: undone by the restore, not sent
+  REQUIRE(absl::IsUnavailable(c.Serving()));
+  REQUIRE(asked.empty());
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {6, 4, 1})) == 1);  // the last one: the recovery runs
+  REQUIRE(asked.size() == 3);
+  REQUIRE(asked[1] == std::vector<uint64_t>{6, 4, 1});
+  REQUIRE(asked[2] == std::vector<uint64_t>{4, 1});
+  REQUIRE(c.Serving().ok());
+  for (int shard : {1, 2}) {
+    out = Drain(c, shard);
+    REQUIRE(out.size() == 1);  // the restore alone: no step, no session of before
+    REQUIRE(out[0].command.init().restore());
+    REQUIRE(out[0].command.init().version() == 4);
+    REQUIRE(out[0].values == nullptr);
+  }
+}
+
+TEST_CASE("a recovery without a common checkpoint stops the job with the reason", "[coordinator_shards]") {
+  CoordinatorShards c = Make(2);
+  c.SetRecover([](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> {
+    return absl::FailedPreconditionError("no checkpoint is common to every server");
+  });
+  REQUIRE(*c.Register(Hello("s:1", 1, 2)) == 1);
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Disconnect(1);
+  auto back = c.Register(Hello("s:1b", 1, 2));
+  REQUIRE(absl::IsFailedPrecondition(back.status()));
+  REQUIRE(absl::StrContains(back.status().message(), "no checkpoint is common"));
+  REQUIRE(absl::IsFailedPrecondition(c.AwaitShards(absl::InfinitePast())));  // joins answer it, not "retry"
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:1c", 1, 2)).status()));
 }
 
 }  // namespace

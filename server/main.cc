@@ -3,9 +3,11 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <cstdio>
+#include <random>
 #include <thread>
 #include <unistd.h>
 
@@ -29,6 +31,7 @@
 #include "server/parameter_server_core.h"
 #include "server/service.h"
 #include "server/shard_link.h"
+#include "server/shard_wire.h"
 #include "common/shard_map.h"
 #include "server/summary.h"
 
@@ -194,6 +197,11 @@ absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpo
       std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
     });
     if (!loaded.ok()) return loaded.status();
+    if (loaded->has_value() && absl::GetFlag(FLAGS_shards) > 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " holds checkpoints, and a sharded coordinator cannot resume from them yet (a shard can): start over "
+                "with --fresh (docs/SHARDING.md)"));
+    }
     if (loaded->has_value()) {
       const auto& [file, state] = **loaded;
       if (absl::Status s = core->Restore(state); !s.ok()) {
@@ -374,19 +382,62 @@ void AwaitSignalOrEnd(const sigset_t& signals, ParameterServerCore* core) {
   std::fflush(stdout);
 }
 
+// The whole model of a sharded job: slice 0 from the coordinator's capture, every other
+// slice pulled from its shard at the same version (under a session of the coordinator's).
+absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, const CheckpointState& slice0,
+                                                 const std::string& token) {
+  const std::optional<ShardMap> map = shards->map();
+  const std::optional<ModelLayout> layout = shards->job_layout();
+  if (!map.has_value() || !layout.has_value()) return absl::FailedPreconditionError("the job has no model yet");
+  std::vector<float> whole(layout->total_elements());
+  map->Scatter(0, *slice0.weights, absl::MakeSpan(whole));
+  constexpr WorkerId kExportSession = ~WorkerId{0};
+  std::random_device random;
+  const std::string secret = absl::StrCat(random(), random(), random(), random());
+  shards->Hooks().session_opened(kExportSession, secret);
+  for (const CoordinatorShards::ShardInfo& shard : shards->Shards()) {
+    absl::StatusOr<std::vector<float>> slice;
+    for (int attempt = 0; attempt < 50; ++attempt) {  // until the shard has the session (its stream's order)
+      slice = PullSlice(shard.address, grpc::InsecureChannelCredentials(), token, kExportSession, secret,
+                        map->slice_layout(shard.index), slice0.version, absl::Seconds(60));
+      if (!absl::IsNotFound(slice.status())) break;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    if (!slice.ok()) return slice.status();
+    map->Scatter(shard.index, *slice, absl::MakeSpan(whole));
+  }
+  shards->Hooks().session_closed(kExportSession);
+  return whole;
+}
+
+// --export: the trained model's weights, the whole of it in a sharded job.
+absl::Status Export(ParameterServerCore* core, CoordinatorShards* shards, const std::string& token) {
+  absl::StatusOr<CheckpointState> state = core->Capture();
+  if (!state.ok()) return state.status();
+  absl::Status s;
+  if (shards == nullptr) {
+    s = ExportModel(absl::GetFlag(FLAGS_export), state->layout, *state->weights, state->version);
+  } else {
+    absl::StatusOr<std::vector<float>> whole = AssembleModel(shards, *state, token);
+    s = whole.ok() ? ExportModel(absl::GetFlag(FLAGS_export), *shards->job_layout(), *whole, state->version)
+                   : whole.status();
+  }
+  if (s.ok()) {
+    std::printf("omnilearn_server: exported the model (version %lu) to %s\n", state->version,
+                absl::GetFlag(FLAGS_export).c_str());
+  }
+  return s;
+}
+
 // The last checkpoint, the export and the summary; the exit status (1 when one failed).
-int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, absl::Time start) {
+// A sharded job's shards are still serving: the last checkpoint reaches them, the export
+// pulls their slices.
+int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, CoordinatorShards* shards,
+                 const std::string& token, absl::Time start) {
   int rc = 0;
   if (checkpointer != nullptr && !ReportCheckpoint(checkpointer->CheckpointNow())) rc = 1;
   if (!absl::GetFlag(FLAGS_export).empty()) {
-    absl::StatusOr<CheckpointState> state = core->Capture();
-    absl::Status s = state.ok() ? ExportModel(absl::GetFlag(FLAGS_export), state->layout, *state->weights,
-                                              state->version)
-                                : state.status();
-    if (s.ok()) {
-      std::printf("omnilearn_server: exported the model (version %lu) to %s\n", state->version,
-                  absl::GetFlag(FLAGS_export).c_str());
-    } else {
+    if (absl::Status s = Export(core, shards, token); !s.ok()) {
       std::fprintf(stderr, "omnilearn_server: export to %s failed: %s\n", absl::GetFlag(FLAGS_export).c_str(),
                    std::string(s.message()).c_str());
       rc = 1;
@@ -427,9 +478,12 @@ absl::Status CheckShardable(const ServerOptions& o, v1::WireDtype wire_dtype) {
   if (o.optimizer.clip_grad_norm > 0) {
     return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
   }
-  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() || !absl::GetFlag(FLAGS_export).empty() || o.reset_when_done) {
+  if (o.reset_when_done) {
+    return absl::InvalidArgumentError("--reset_when_done is not built for sharded jobs yet (docs/SHARDING.md)");
+  }
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty() && absl::GetFlag(FLAGS_checkpoint_keep) < 2) {
     return absl::InvalidArgumentError(
-        "--checkpoint_dir, --export and --reset_when_done are not built for sharded jobs yet (docs/SHARDING.md)");
+        "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");
   }
   if (wire_dtype != v1::WIRE_DTYPE_F32) return absl::InvalidArgumentError("--wire_dtype=bf16 with --shards > 1: not yet");
   return absl::OkStatus();
@@ -488,6 +542,8 @@ int RunShard(const sigset_t& signals) {
   lo.auth_token = *token;
   lo.credentials = grpc::InsecureChannelCredentials();
   lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
+  lo.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  lo.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
   lo.log = log;
   std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s, metrics %s\n", address.c_str(),
               lo.address.c_str(), lo.coordinator.c_str(),
@@ -495,6 +551,8 @@ int RunShard(const sigset_t& signals) {
                        : "off");
   std::fflush(stdout);
   ShardLink link(lo, &shard);
+  if (absl::Status s = link.Prepare(); !s.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", s.ToString().c_str()), 2);
+  if (lo.checkpoint_dir.empty()) log("no --checkpoint_dir: a restart of this shard cannot resume the job");
   absl::Status ended;
   std::atomic<bool> link_done{false};
   std::thread runner([&] {
@@ -517,19 +575,37 @@ int RunShard(const sigset_t& signals) {
   return 0;
 }
 
+// A sharded job's recovery (CoordinatorShards::Recover): the coordinator goes back to the
+// newest checkpoint it and every shard hold; the newer ones, of a history undone, go.
+CoordinatorShards::Recover RecoverFrom(ParameterServerCore* core, CheckpointDir dir) {
+  return [core, dir](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    std::vector<uint64_t> common = dir.Versions();  // newest first
+    std::string holders = absl::StrCat("the coordinator holds [", absl::StrJoin(common, ", "), "]");
+    for (size_t i = 1; i < held.size(); ++i) {
+      absl::StrAppend(&holders, ", shard ", i, " [", absl::StrJoin(held[i], ", "), "]");
+      common.erase(std::remove_if(common.begin(), common.end(),
+                                  [&](uint64_t v) { return std::find(held[i].begin(), held[i].end(), v) == held[i].end(); }),
+                   common.end());
+    }
+    for (uint64_t v : common) {
+      absl::StatusOr<CheckpointState> state = dir.Load(v);
+      if (absl::IsDataLoss(state.status())) continue;  // unreadable: the one before
+      if (!state.ok()) return state.status();
+      if (absl::Status s = core->RollBack(*state); !s.ok()) return s;
+      if (absl::Status s = dir.DropNewerThan(v); !s.ok()) return s;
+      return v;
+    }
+    return absl::FailedPreconditionError(absl::StrCat("no checkpoint is common to every server (", holders, ")"));
+  };
+}
+
 // A sharded job's coordinator side (--shards > 1): what every shard must share with it.
 std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const ServerOptions& o) {
   CoordinatorShardsOptions so;
   so.shards = absl::GetFlag(FLAGS_shards);
   so.partition_bytes = PartitionBytes();
   so.address = AdvertisedAddress(absl::GetFlag(FLAGS_port));
-  so.optimizer.set_kind(OptimizerName(o.optimizer.kind));
-  so.optimizer.set_momentum(o.optimizer.momentum);
-  so.optimizer.set_weight_decay(o.optimizer.weight_decay);
-  so.optimizer.set_beta1(o.optimizer.beta1);
-  so.optimizer.set_beta2(o.optimizer.beta2);
-  so.optimizer.set_eps(o.optimizer.eps);
-  so.optimizer.set_round_timeout_seconds(absl::ToDoubleSeconds(o.round_timeout));
+  so.optimizer = OptimizerToProto(o.optimizer, o.round_timeout);
   so.log = o.log;
   so.sync = o.mode == Mode::kSync;
   return std::make_unique<CoordinatorShards>(so);
@@ -564,6 +640,10 @@ int Run() {
   if (!core.ok()) return fail(core.status(), 2);
   std::unique_ptr<Checkpointer> checkpointer;
   if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return fail(s, 2);
+  if (shards != nullptr && checkpointer != nullptr) {
+    shards->SetRecover(RecoverFrom(core->get(), CheckpointDir(absl::GetFlag(FLAGS_checkpoint_dir),
+                                                              absl::GetFlag(FLAGS_checkpoint_keep))));
+  }
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
   if (!credentials.ok()) return fail(credentials.status(), 2);
@@ -591,17 +671,18 @@ int Run() {
   std::thread monitor(Monitor, core->get(), checkpointer.get(), &stopping);
   AwaitSignalOrEnd(signals, core->get());
   (*core)->Shutdown();
-  if (shards != nullptr) shards->Shutdown();
   // Every later call is answered "stop"; keep answering until each live worker heard it.
   const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
   if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {
     std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
                 absl::ToDoubleSeconds(grace));
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stopping.store(true);
   monitor.join();
-  return WriteResults(core->get(), checkpointer.get(), start);
+  const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), *token, start);
+  if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return rc;
 }
 
 }  // namespace

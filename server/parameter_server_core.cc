@@ -446,12 +446,14 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
                  absl::StrCat("gradient for version ", info.version, " is late (now ", version, "): pull and go on"));
   }
   OpenRound();
+  const uint64_t rollbacks = rollbacks_;
   AccumulateUnlocked(info, gradient);
+  if (rollbacks_ != rollbacks) return RolledBack(info);
   Account(info);
   CountPush(info.id, "applied");
   MaybeCompleteRound();
-  auto done = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || store_.version() != version || !round_.open();
+  auto done = [this, version, rollbacks]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || store_.version() != version || !round_.open() || rollbacks_ != rollbacks;
   };
   while (!done()) {
     const absl::Time until = std::min(deadline, round_.deadline());
@@ -465,6 +467,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
       }
     }
   }
+  if (rollbacks_ != rollbacks) return RolledBack(info);
   const bool closed = store_.version() != version;
   return Reply(info.id, closed, closed ? "" : "the server is shutting down: the round did not close",
                store_.version() == version + 1 ? round_.batch_for(info.id) : -1);
@@ -570,8 +573,9 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
   ++me.clock;
   const std::string name = me.name;  // `me` may leave (and its record go) while this push waits
   const uint64_t bound = static_cast<uint64_t>(options_.staleness_bound);
-  auto within_bound = [this, &info, bound]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || workers_.WithinSspBound(info.id, bound);
+  const uint64_t rollbacks = rollbacks_;
+  auto within_bound = [this, &info, bound, rollbacks]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || rollbacks_ != rollbacks || workers_.WithinSspBound(info.id, bound);
   };
   if (!within_bound()) {
     const absl::Time start = options_.clock->Now();
@@ -595,6 +599,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, co
     }
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   }
+  if (rollbacks_ != rollbacks) return RolledBack(info);
   PushResult r = Reply(info.id, true, "");
   r.staleness = staleness;
   return r;
@@ -673,14 +678,11 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   s.optimizer = OptimizerName(store_.options().kind);
   s.job = job_.number();
   s.created = options_.clock->Now();
+  if (options_.replication.checkpoint) options_.replication.checkpoint(s.version);
   return s;
 }
 
-absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
-  absl::MutexLock lock(&mu_);
-  if (store_.initialized() || !workers_.empty()) {
-    return absl::FailedPreconditionError("a checkpoint can only be restored before any worker joined");
-  }
+absl::Status ParameterServerCore::CheckSameJob(const CheckpointState& state) const {
   if (state.mode != ModeName(options_.mode)) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint was taken in mode ", state.mode,
                                                       ", the server runs in mode ", ModeName(options_.mode),
@@ -691,9 +693,18 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
                                                       ", the server's is ", OptimizerName(options_.optimizer.kind),
                                                       ": use the same --optimizer, or --fresh to start over"));
   }
+  if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
+  absl::MutexLock lock(&mu_);
+  if (store_.initialized() || !workers_.empty()) {
+    return absl::FailedPreconditionError("a checkpoint can only be restored before any worker joined");
+  }
+  if (absl::Status s = CheckSameJob(state); !s.ok()) return s;
   EpochSampler sampler(options_.data_seed);
   if (absl::Status s = sampler.Restore(state.sampler); !s.ok()) return s;
-  if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
   if (absl::Status s = store_.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
     return s;
   }
@@ -701,6 +712,43 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
   stats_.Restore(state.global_samples, state.rounds);
   remembered_ = state.controller;
   return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckSameJob(state); !s.ok()) return s;
+  if (!store_.initialized() || !(state.layout == store_.layout())) {
+    return absl::FailedPreconditionError("the checkpoint is of another model than the job's");
+  }
+  EpochSampler sampler(options_.data_seed);
+  if (absl::Status s = sampler.Restore(state.sampler); !s.ok()) return s;
+  ParameterStore store(options_.optimizer);
+  if (absl::Status s = store.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
+    return s;
+  }
+  AwaitRoundIdle();
+  std::map<std::string, controller::WorkerMemory> remembered = state.controller;
+  for (auto& [id, w] : workers_) {
+    if (!w.live()) continue;
+    if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;
+    Retire(w, WorkerState::kLeft);  // the session ends; what it held goes with the old epoch position
+  }
+  store_ = std::move(store);
+  sampler_ = std::move(sampler);
+  stats_.Restore(state.global_samples, state.rounds);
+  remembered_ = std::move(remembered);
+  round_.Reset();
+  ++rollbacks_;
+  PruneLeft();
+  Event(absl::StrFormat("the job went back to its checkpoint of version %d (%d samples trained): every worker joins "
+                        "again",
+                        state.version, state.global_samples));
+  return absl::OkStatus();
+}
+
+absl::Status ParameterServerCore::RolledBack(const PushInfo& info) const {
+  return absl::NotFoundError(absl::StrCat("worker ", info.id, "'s session ended: the job went back to its checkpoint "
+                                          "of version ", store_.version(), "; join again"));
 }
 
 uint64_t ParameterServerCore::version() const {

@@ -78,6 +78,8 @@ struct Replication {
   // The job's model was taken from this joiner's initial parameters.
   std::function<void(const std::string& joiner)> model_adopted;
   std::function<void(const ReplicatedStep& step)> step;
+  // A checkpoint of the job is taken at this version: every slice takes its own.
+  std::function<void(uint64_t version)> checkpoint;
 };
 
 struct ServerOptions {
@@ -250,6 +252,12 @@ class ParameterServerCore : public DataPlane {
   // only with the same mode and optimizer (FailedPrecondition, naming both). Workers that
   // join under a remembered name get their batch and time model back.
   absl::Status Restore(const CheckpointState& state);
+  // A sharded job's coordinator goes back to a checkpoint of this job while it runs (a
+  // shard returned: docs/SHARDING.md): the model, optimizer state, version, epoch position
+  // and counters are the checkpoint's; every session ends (the workers' next calls answer
+  // NotFound or rejoin; waiting pushes wake and answer so), their controller memory is
+  // kept by name for their rejoin. FailedPrecondition for another layout, mode or optimizer.
+  absl::Status RollBack(const CheckpointState& state);
   uint64_t version() const;
 
   const Clock& clock() const override { return *options_.clock; }
@@ -342,6 +350,10 @@ class ParameterServerCore : public DataPlane {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The checkpoint's mode and optimizer are this server's (Restore, RollBack).
+  absl::Status CheckSameJob(const CheckpointState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push that waited across a RollBack: its session is gone.
+  absl::Status RolledBack(const PushInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushSsp(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -360,6 +372,7 @@ class ParameterServerCore : public DataPlane {
   // Statistics.
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;
   TrainingStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t rollbacks_ ABSL_GUARDED_BY(mu_) = 0;  // a push waiting across one answers "join again"
   // From a restored checkpoint: the controller's memory of workers not yet back, by name.
   std::map<std::string, controller::WorkerMemory> remembered_ ABSL_GUARDED_BY(mu_);
   // Reusable push buffers (taken and returned outside mu_ as well).

@@ -575,6 +575,62 @@ TEST_CASE("shutdown wakes a waiting push", "[core]") {
   REQUIRE_FALSE(late->applied);
 }
 
+TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position, sessions", "[core][rollback]") {
+  ServerOptions o = Options(Mode::kSync, 2);
+  std::vector<uint64_t> told;  // the versions the shards were told to checkpoint at
+  o.replication.checkpoint = [&told](uint64_t v) { told.push_back(v); };
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  auto round = [&](float g) {
+    const uint64_t v = core->Snapshot().version;
+    std::thread ta([&] { REQUIRE(core->Push(Grad(a.id, 4, v), std::vector<float>(kParams, g), Soon()).ok()); });
+    REQUIRE(core->Push(Grad(b.id, 4, v), std::vector<float>(kParams, g), Soon()).ok());
+    ta.join();
+  };
+  round(1.0f);
+  const CheckpointState at1 = *core->Capture();
+  REQUIRE(told == std::vector<uint64_t>{1});
+  REQUIRE(at1.version == 1);
+  round(2.0f);
+  REQUIRE(Weights(*core, a.id)[0] == -3.0f);
+  // b waits in the third round when the rollback comes: it wakes and is told to join again.
+  absl::StatusOr<PushResult> waiting;
+  std::thread tb([&] { waiting = core->Push(Grad(b.id, 4, 2), std::vector<float>(kParams, 1.0f), Soon()); });
+  AwaitState([&] { return AppliedPushes(*core) == 5; });
+  const absl::Status rolled = core->RollBack(at1);
+  INFO(rolled.ToString());
+  REQUIRE(rolled.ok());
+  tb.join();
+  REQUIRE(absl::IsNotFound(waiting.status()));
+  REQUIRE(absl::StrContains(waiting.status().message(), "version 1"));
+  const ServerSnapshot s = core->Snapshot();
+  REQUIRE(s.version == 1);
+  REQUIRE(s.global_samples == at1.global_samples);
+  REQUIRE(s.rounds == at1.rounds);
+  REQUIRE(absl::IsNotFound(core->Push(Grad(a.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon()).status()));
+  REQUIRE(core->Heartbeat(a.id) == Action::kRejoin);
+  // They join again under their names, and train on from the checkpoint's model.
+  JoinInfo ra = Info("a", false), rb = Info("b", false);
+  JoinResult a2, b2;
+  std::thread ja([&] { a2 = *core->Join(ra, Soon()); });
+  b2 = *core->Join(rb, Soon());
+  ja.join();
+  REQUIRE(a2.batch == 4);
+  REQUIRE(Weights(*core, a2.id)[0] == -1.0f);
+  std::thread ta([&] { REQUIRE(core->Push(Grad(a2.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon())->applied); });
+  REQUIRE(core->Push(Grad(b2.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon())->applied);
+  ta.join();
+  REQUIRE(Weights(*core, a2.id)[0] == -2.0f);
+  // Another model's or mode's checkpoint is refused.
+  CheckpointState other = at1;
+  other.mode = "async";
+  REQUIRE(absl::IsFailedPrecondition(core->RollBack(other)));
+  other = at1;
+  other.layout = *ModelLayout::Create({{"w", {6}}});
+  REQUIRE(absl::IsFailedPrecondition(core->RollBack(other)));
+}
+
 PushInfo Current(ParameterServerCore& core, WorkerId id, int64_t batch) {
   return Grad(id, batch, core.Snapshot().version);
 }

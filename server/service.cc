@@ -396,6 +396,10 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     return s;
   }
   *dtype = header.wire_dtype();
+  // A sharded job whose slice is missing takes nothing (the workers wait in Join).
+  if (shards_ != nullptr) {
+    if (absl::Status s = shards_->Serving(); !s.ok()) return s;
+  }
   // One push in flight per session: the gradients held are at most one model per worker.
   if (!admission_.BeginUpload(header.worker_id())) {
     data_->CountRejectedPush(header.worker_id(), "busy");
@@ -487,14 +491,15 @@ grpc::Status ParameterServerService::Shard(grpc::ServerContext* ctx, const v1::S
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this server runs no sharded job: start the coordinator with --shards");
   }
-  absl::StatusOr<int> index = shards_->Register(*hello);
+  uint64_t generation = 0;
+  absl::StatusOr<int> index = shards_->Register(*hello, &generation);
   if (!index.ok()) {
     data_->Log(absl::StrCat("refused shard ", hello->address(), ": ", index.status().message()));
     return ToGrpc(index.status());
   }
-  absl::Cleanup disconnect = [this, i = *index] { shards_->Disconnect(i); };
   CoordinatorShards::Outgoing out;
-  while (!ctx->IsCancelled() && shards_->Next(*index, &out, absl::Now() + absl::Seconds(1))) {
+  absl::Status next;
+  while (!ctx->IsCancelled() && (next = shards_->Next(*index, generation, &out, absl::Now() + absl::Seconds(1))).ok()) {
     if (out.command.kind_case() == v1::ShardCommand::KIND_NOT_SET) continue;  // nothing for a second
     if (!writer->Write(out.command)) break;
     if (out.values == nullptr) continue;
@@ -507,6 +512,8 @@ grpc::Status ParameterServerService::Shard(grpc::ServerContext* ctx, const v1::S
     });
     if (!sent) break;
   }
+  if (absl::IsAborted(next)) return ToGrpc(next);  // it registers again (a recovery)
+  shards_->Disconnect(*index);
   return grpc::Status::OK;
 }
 

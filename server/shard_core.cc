@@ -27,29 +27,79 @@ ShardCore::ShardCore(ShardCoreOptions options)
                                        "members' slices a step went without (they did not come in the round timeout)")
                            .Add({})) {}
 
-absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version,
-                             OptimizerOptions optimizer, absl::Duration member_wait, bool sync) {
-  // Each step brings its own rate: the slice's store takes rate 1 times the step's.
+namespace {
+
+// Each step brings its own rate: a slice's store takes rate 1 times the step's.
+absl::StatusOr<std::unique_ptr<ParameterStore>> SliceStore(OptimizerOptions optimizer) {
   optimizer.learning_rate = 1;
   optimizer.schedule = LrSchedule::kConstant;
   optimizer.warmup_steps = 0;
   optimizer.clip_grad_norm = 0;
   if (absl::Status s = ValidateOptimizerOptions(optimizer); !s.ok()) return s;
-  auto store = std::make_unique<ParameterStore>(optimizer);
-  if (absl::Status s = store->Initialize(std::move(slice), std::move(values), version); !s.ok()) return s;
+  return std::make_unique<ParameterStore>(optimizer);
+}
+
+}  // namespace
+
+absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version,
+                             OptimizerOptions optimizer, absl::Duration member_wait, bool sync) {
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
+  if (!store.ok()) return store.status();
+  if (absl::Status s = (*store)->Initialize(std::move(slice), std::move(values), version); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (store_ != nullptr && store_->version() != version) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "this shard's slice is at version %d and the coordinator sends version %d: restart the shard", store_->version(),
         version));
   }
+  Install(*std::move(store), member_wait, sync);
+  return absl::OkStatus();
+}
+
+absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
+                                absl::Duration member_wait, bool sync) {
+  if (!(checkpoint.layout == slice)) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint of version ", checkpoint.version,
+                                                   " holds another slice than this shard's: ",
+                                                   checkpoint.layout.DescribeDifference(slice)));
+  }
+  if (checkpoint.optimizer != OptimizerName(optimizer.kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer is ", checkpoint.optimizer,
+                                                   ", the job's is ", OptimizerName(optimizer.kind)));
+  }
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
+  if (!store.ok()) return store.status();
+  if (absl::Status s = (*store)->Restore(slice, *checkpoint.weights, checkpoint.optimizer_state, checkpoint.version);
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  Install(*std::move(store), member_wait, sync);
+  sessions_.clear();
+  return absl::OkStatus();
+}
+
+void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync) {
   store_ = std::move(store);
   slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
-  version_gauge_.Set(static_cast<double>(version));
+  version_gauge_.Set(static_cast<double>(store_->version()));
   member_wait_ = member_wait;
   sync_ = sync;
-  pending_.clear();
-  return absl::OkStatus();
+  pending_.clear();  // a push waiting answers "not applied"
+}
+
+absl::StatusOr<CheckpointState> ShardCore::Capture() const {
+  absl::MutexLock lock(&mu_);
+  if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  CheckpointState s;
+  s.layout = store_->layout();
+  s.weights = store_->weights();
+  s.optimizer_state = store_->OptimizerState();
+  s.optimizer = OptimizerName(store_->options().kind);
+  s.mode = sync_ ? "sync" : "async";
+  s.version = store_->version();
+  s.created = options_.clock->Now();
+  return s;
 }
 
 bool ShardCore::initialized() const {

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
+#include "server/checkpoint.h"
 #include "server/data_plane.h"
 #include "server/parameter_server_core.h"
 #include "server/parameter_store.h"
@@ -39,6 +40,15 @@ class ShardCore : public DataPlane {
   // (the slice's training would be lost); InvalidArgument on sizes or values.
   absl::Status Init(ModelLayout slice, std::vector<float> values, uint64_t version, OptimizerOptions optimizer,
                     absl::Duration member_wait, bool sync = true);
+  // The slice from its checkpoint (the job went back to a common checkpoint): weights,
+  // optimizer state and version, whatever the slice held before. The pushes waiting are
+  // answered (not applied) and the sessions forgotten: the workers join again.
+  // InvalidArgument when the checkpoint is not of `slice`'s layout.
+  absl::Status Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
+                       absl::Duration member_wait, bool sync);
+  // The slice as a checkpoint holds it (weights and optimizer state shared, not copied);
+  // FailedPrecondition before the slice's first values.
+  absl::StatusOr<CheckpointState> Capture() const;
   bool initialized() const;
   void OpenSession(WorkerId id, std::string secret);
   void CloseSession(WorkerId id);
@@ -74,6 +84,10 @@ class ShardCore : public DataPlane {
   metrics::Registry& registry() { return registry_; }
 
  private:
+  // The store an Init or a Restore built, in place of the slice held so far.
+  void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct Pending {
     uint64_t version = 0;
     std::vector<float> gradient;

@@ -109,6 +109,45 @@ TEST_CASE("only announced sessions push and pull, with their secret", "[shard_co
   REQUIRE(absl::IsNotFound(shard.Pull(7, 0, 0, absl::InfinitePast()).status()));
 }
 
+TEST_CASE("a shard's slice goes back to its checkpoint: weights, optimizer state, version; sessions end",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  OptimizerOptions momentum = PlainSgd();
+  momentum.momentum = 0.9;
+  REQUIRE(absl::IsFailedPrecondition(shard.Capture().status()));
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, momentum, absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}}, 1, 0.1)).ok());
+  const CheckpointState at1 = *shard.Capture();
+  REQUIRE(at1.version == 1);
+  REQUIRE(at1.layout == Slice());
+  REQUIRE(at1.optimizer_state.size() == 1);
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
+  const std::vector<float> at2 = *shard.Pull(1, 0, 2, absl::InfinitePast())->weights;
+
+  REQUIRE(shard.Restore(Slice(), at1, momentum, absl::Seconds(5), true).ok());
+  REQUIRE(shard.version() == 1);
+  REQUIRE(absl::IsNotFound(shard.Pull(1, 0, 1, absl::InfinitePast()).status()));  // the workers join again
+  shard.OpenSession(1, "a");
+  REQUIRE(*shard.Pull(1, 0, 1, absl::InfinitePast())->weights == *at1.weights);
+  // The same step again reaches the same slice: the momentum came back too.
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
+  REQUIRE(*shard.Pull(1, 0, 2, absl::InfinitePast())->weights == at2);
+
+  CheckpointState other = at1;
+  other.layout = *ModelLayout::Create({{"w@0", {4}}});
+  REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), other, momentum, absl::Seconds(5), true)));
+  REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), at1, [] {
+    OptimizerOptions adam;
+    adam.kind = OptimizerKind::kAdam;
+    return adam;
+  }(), absl::Seconds(5), true)));
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -8,9 +8,19 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/parameter_store.h"
+#include "server/shard_wire.h"
 
 namespace omnilearn {
 namespace server {
+
+ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
+    : options_(std::move(options)),
+      shard_(shard),
+      checkpoints_(options_.checkpoint_dir.empty()
+                       ? std::nullopt
+                       : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)) {}
+
+absl::Status ShardLink::Prepare() const { return checkpoints_.has_value() ? checkpoints_->Prepare() : absl::OkStatus(); }
 
 void ShardLink::Stop() {
   absl::MutexLock lock(&mu_);
@@ -19,13 +29,18 @@ void ShardLink::Stop() {
 }
 
 absl::Status ShardLink::Run() {
-  const absl::Time give_up = absl::Now() + options_.start_timeout;
+  absl::Time give_up = absl::Now() + options_.start_timeout;
   while (true) {
     bool registered = false;
     absl::Status s = RunOnce(&registered);
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) return absl::OkStatus();
+    }
+    if (registered && absl::IsAborted(s)) {  // the job goes back to a common checkpoint
+      if (options_.log) options_.log(absl::StrCat("registering again: ", s.message()));
+      give_up = absl::Now() + options_.start_timeout;
+      continue;
     }
     if (registered || !absl::IsUnavailable(s)) return s;
     if (absl::Now() >= give_up) {
@@ -45,12 +60,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     if (stopped_) return absl::OkStatus();
     context_ = &ctx;
   }
-  v1::ShardHello hello;
-  hello.set_address(options_.address);
-  hello.set_shards(static_cast<uint32_t>(options_.shards));
-  hello.set_partition_bytes(options_.partition_bytes);
-  hello.set_index(static_cast<uint32_t>(options_.index));
-  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader = stub->Shard(&ctx, hello);
+  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader = stub->Shard(&ctx, Hello());
   v1::ShardCommand c;
   absl::Status applied;
   while (applied.ok() && reader->Read(&c)) {
@@ -66,17 +76,12 @@ absl::Status ShardLink::RunOnce(bool* registered) {
           shard_->OpenSession(c.session().worker_id(), c.session().session_secret());
         }
         break;
-      case v1::ShardCommand::kStep: {
-        ReplicatedStep step;
-        step.version = c.step().version();
-        for (const auto& m : c.step().members()) step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
-        step.update_scale = c.step().update_scale();
-        step.learning_rate = c.step().learning_rate();
-        step.buffer_blend = c.step().buffer_blend();
-        step.momentum = c.step().momentum();
-        applied = shard_->Step(step);
+      case v1::ShardCommand::kStep:
+        applied = shard_->Step(StepFromProto(c.step()));
         break;
-      }
+      case v1::ShardCommand::kCheckpoint:
+        applied = ApplyCheckpoint(c.checkpoint());
+        break;
       default:
         applied = absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");
     }
@@ -89,6 +94,9 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   }
   if (!applied.ok()) return applied;
   if (*registered && finished.ok()) return absl::OkStatus();  // the coordinator's job ended
+  if (*registered && finished.error_code() == grpc::StatusCode::ABORTED) {
+    return absl::AbortedError(finished.error_message());
+  }
   if (*registered) {
     return absl::UnavailableError(absl::StrCat("the coordinator ", options_.coordinator, " ended the link: ",
                                                finished.error_message()));
@@ -109,6 +117,23 @@ absl::Status ShardLink::ApplyInit(const v1::ShardInit& init, grpc::ClientReader<
         map->DebugString(), map->fingerprint(), init.fingerprint(), index));
   }
   const ModelLayout& slice = map->slice_layout(index);
+  OptimizerOptions o;
+  if (absl::Status s = OptimizerFromProto(init.optimizer(), &o); !s.ok()) return s;
+  const absl::Duration member_wait = absl::Seconds(init.optimizer().round_timeout_seconds());
+  if (init.restore()) {
+    if (!checkpoints_.has_value()) {
+      return absl::FailedPreconditionError("the coordinator restores the slice from a checkpoint, and this shard keeps "
+                                           "none (--checkpoint_dir)");
+    }
+    absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
+    if (!checkpoint.ok()) return checkpoint.status();
+    if (absl::Status s = shard_->Restore(slice, *checkpoint, o, member_wait, init.sync()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(s.message(), " (is ", checkpoints_->dir(), " another job's?)"));
+    }
+    if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
+    if (options_.log) options_.log(absl::StrCat("slice ", index, " back at its checkpoint of version ", init.version()));
+    return absl::OkStatus();
+  }
   ChunkAssembler assembler(&slice);
   v1::ShardCommand c;
   while (!assembler.CheckComplete().ok() && reader->Read(&c)) {
@@ -117,21 +142,72 @@ absl::Status ShardLink::ApplyInit(const v1::ShardInit& init, grpc::ClientReader<
   }
   absl::StatusOr<std::vector<float>> values = assembler.Finish();
   if (!values.ok()) return values.status();
-  absl::StatusOr<OptimizerKind> kind = ParseOptimizer(init.optimizer().kind());
-  if (!kind.ok()) return kind.status();
-  OptimizerOptions o;
-  o.kind = *kind;
-  o.momentum = init.optimizer().momentum();
-  o.weight_decay = init.optimizer().weight_decay();
-  o.beta1 = init.optimizer().beta1();
-  o.beta2 = init.optimizer().beta2();
-  o.eps = init.optimizer().eps();
-  if (absl::Status s = shard_->Init(slice, *std::move(values), init.version(), o,
-                                    absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
-      !s.ok()) {
+  if (absl::Status s = shard_->Init(slice, *std::move(values), init.version(), o, member_wait, init.sync()); !s.ok()) {
     return s;
   }
   if (options_.log) options_.log(absl::StrCat("holding slice ", index, " of ", map->DebugString()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
+                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                             const std::string& auth_token, uint64_t session, const std::string& secret,
+                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout) {
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(address, credentials));
+  grpc::ClientContext ctx;
+  if (!auth_token.empty()) ctx.AddMetadata("authorization", "Bearer " + auth_token);
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::PullRequest request;
+  request.set_worker_id(session);
+  request.set_have_version(~0ull);
+  request.set_session_secret(secret);
+  request.set_min_version(version);
+  std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader = stub->Pull(&ctx, request);
+  v1::PullResponse r;
+  ChunkAssembler assembler(&slice);
+  absl::Status s;
+  if (reader->Read(&r)) {
+    if (!r.has_header() || r.header().model_version() != version) {
+      s = absl::FailedPreconditionError(absl::StrFormat("the shard at %s sent version %d, not %d", address,
+                                                        r.header().model_version(), version));
+    }
+    while (s.ok() && reader->Read(&r)) s = r.has_chunk() ? assembler.Add(r.chunk()) : absl::InvalidArgumentError("a second header");
+  }
+  if (!s.ok()) ctx.TryCancel();
+  grpc::Status finished = reader->Finish();
+  if (!s.ok()) return s;
+  if (!finished.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
+                        absl::StrCat("the shard at ", address, ": ", finished.error_message()));
+  }
+  return assembler.Finish();
+}
+
+v1::ShardHello ShardLink::Hello() const {
+  v1::ShardHello hello;
+  hello.set_address(options_.address);
+  hello.set_shards(static_cast<uint32_t>(options_.shards));
+  hello.set_partition_bytes(options_.partition_bytes);
+  hello.set_index(static_cast<uint32_t>(options_.index));
+  if (checkpoints_.has_value()) {
+    for (uint64_t v : checkpoints_->Versions()) hello.add_checkpoint_versions(v);
+  }
+  return hello;
+}
+
+absl::Status ShardLink::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
+  if (!checkpoints_.has_value()) return absl::OkStatus();  // nothing kept: a restart cannot resume (logged at start)
+  absl::StatusOr<CheckpointState> state = shard_->Capture();
+  if (!state.ok()) return state.status();
+  if (state->version != checkpoint.version()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(), state->version));
+  }
+  const std::vector<uint64_t> held = checkpoints_->Versions();
+  if (!held.empty() && held.front() == state->version) return absl::OkStatus();  // written already
+  absl::StatusOr<std::string> path = checkpoints_->Write(*state);
+  if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
+  if (options_.log) options_.log(absl::StrCat("checkpoint ", *path));
   return absl::OkStatus();
 }
 

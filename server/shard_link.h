@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -15,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
+#include "server/checkpoint.h"
 #include "server/shard_core.h"
 
 namespace omnilearn {
@@ -29,18 +31,26 @@ struct ShardLinkOptions {
   std::string auth_token;
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   absl::Duration start_timeout = absl::Minutes(5);  // to reach the coordinator at first
+  // The slice's checkpoints, at the versions the coordinator names (empty = none: a
+  // restart of this shard cannot resume the job).
+  std::string checkpoint_dir;
+  int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;
 };
 
 // Thread-safe: Run on one thread, Stop from any.
 class ShardLink {
  public:
-  ShardLink(ShardLinkOptions options, ShardCore* shard) : options_(std::move(options)), shard_(shard) {}
+  ShardLink(ShardLinkOptions options, ShardCore* shard);
+  // Creates the checkpoint directory (and clears a crash's partial files).
+  absl::Status Prepare() const;
 
-  // Registers (retrying while the coordinator cannot be reached, up to start_timeout) and
-  // applies the commands until Stop() (OK) or the link ends: the coordinator refused this
-  // shard (its message), went away after the job started, or sent something this shard
-  // cannot apply (a layout whose map differs, a missed step).
+  // Registers (retrying while the coordinator cannot be reached or the slice is still
+  // held by a predecessor, up to start_timeout) and applies the commands until Stop()
+  // (OK) or the link ends: the coordinator refused this shard (its message), went away
+  // after the job started, or sent something this shard cannot apply (a layout whose map
+  // differs, a missed step, a checkpoint it cannot write or read). When the coordinator
+  // asks (ABORTED: the job goes back to a common checkpoint) it registers again.
   absl::Status Run();
   void Stop();
 
@@ -48,13 +58,24 @@ class ShardLink {
   // One registration's stream; `*registered` once the coordinator accepted it.
   absl::Status RunOnce(bool* registered);
   absl::Status ApplyInit(const v1::ShardInit& init, grpc::ClientReader<v1::ShardCommand>* reader);
+  absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  v1::ShardHello Hello() const;
 
   const ShardLinkOptions options_;
   ShardCore* const shard_;
+  const std::optional<CheckpointDir> checkpoints_;
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// A shard server's slice at exactly `version`, pulled under the session `session` and
+// its secret (the coordinator's own, for the export); it waits up to `timeout` for the
+// slice to reach the version.
+absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
+                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                             const std::string& auth_token, uint64_t session, const std::string& secret,
+                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout);
 
 }  // namespace server
 }  // namespace omnilearn

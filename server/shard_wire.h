@@ -1,0 +1,27 @@
+// The coordinator's decisions as its shards receive them (docs/SHARDING.md): the
+// optimizer's settings and the steps, both ways, in one place.
+#ifndef OMNILEARN_SERVER_SHARD_WIRE_H_
+#define OMNILEARN_SERVER_SHARD_WIRE_H_
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/omnilearn.pb.h"
+#include "server/parameter_server_core.h"
+#include "server/parameter_store.h"
+
+namespace omnilearn {
+namespace server {
+
+// What every shard's optimizer shares with the coordinator's, and how long a step waits
+// for a member's slice.
+v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait);
+// InvalidArgument for an optimizer this release does not know.
+absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
+
+v1::ShardStep StepToProto(const ReplicatedStep& step);
+ReplicatedStep StepFromProto(const v1::ShardStep& p);
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_SHARD_WIRE_H_
