@@ -166,7 +166,7 @@ void CoordinatorShards::Disconnect(int index) {
   slots_[index].connected = false;
   slots_[index].queue.clear();
   if (options_.log) {
-    const char* then = !stepped_ ? ""
+    const char* then = !stepped_ || shutdown_ ? ""
                        : recover_ ? ": pushes are refused until it is back; then every server goes back to the "
                                     "shards' newest common checkpoint"
                                   : ": the job cannot go on without its slice (no --checkpoint_dir)";

@@ -38,7 +38,7 @@ absl::Status ShardLink::Run() {
       if (stopped_) return absl::OkStatus();
     }
     if (registered && absl::IsAborted(s)) {  // the job goes back to a common checkpoint
-      if (options_.log) options_.log(absl::StrCat("registering again: ", s.message()));
+      if (options_.log) options_.log(absl::StrCat("the coordinator asks: ", s.message()));
       give_up = absl::Now() + options_.start_timeout;
       continue;
     }
