@@ -92,7 +92,7 @@ before=$(grep -c " it=" "$WORK/fault.w0.log" || true)
 for _ in $(seq 600); do [ "$(grep -c " it=" "$WORK/fault.w0.log" || true)" -ge $((before + 3)) ] && break; sleep 0.1; done
 pkill -KILL -P "$SHARD_PID" || fail "fault: shard 2 was not running at the kill (the job ended first?)"
 wait "$SHARD_PID" 2>/dev/null || true
-written=$(grep -o 'ckpt-[0-9]*' "$WORK/fault.shard2.log" | sed 's/ckpt-0*//' | sort -n | uniq | tr '\n' ' ')
+written=$(grep -o 'ckpt-[0-9]*' "$WORK/fault.shard2.log" | sed 's/ckpt-0*\([0-9]\)/\1/' | sort -n | uniq | tr '\n' ' ')
 wait_for_line "$WORK/fault.server.log" "shard 2 .* disconnected: pushes are refused" 300 ||
   fail "fault: the coordinator did not report shard 2's loss"
 for _ in $(seq 600); do
