@@ -112,10 +112,13 @@ absl::Status CoordinatorShards::Return(int index) {
       if (!slots_[i].connected || slots_[i].recovery != recovery_) return absl::OkStatus();  // more to come
       held[i] = slots_[i].checkpoints;
     }
+    if (restoring_) return absl::OkStatus();  // two last registrations at once: the other one restores
+    restoring_ = true;
     recover = recover_;
   }
   absl::StatusOr<uint64_t> version = recover(held);  // the core's lock: never under ours
   absl::MutexLock lock(&mu_);
+  restoring_ = false;
   if (!version.ok()) {
     failed_ = absl::FailedPreconditionError(
         absl::StrCat("the job cannot go on after a shard's restart: ", version.status().message()));
@@ -231,7 +234,9 @@ absl::Status CoordinatorShards::Missing() const {
 
 absl::Status CoordinatorShards::AwaitShards(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return Missing().code() != absl::StatusCode::kUnavailable || shutdown_; };
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || Missing().code() != absl::StatusCode::kUnavailable;
+  };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&settled), deadline);
   return Missing();
 }

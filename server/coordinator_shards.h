@@ -145,6 +145,7 @@ class CoordinatorShards {
   Recover recover_ ABSL_GUARDED_BY(mu_);
   uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // a registration runs the Recover hook
   absl::Status failed_ ABSL_GUARDED_BY(mu_);    // a recovery found no common checkpoint
   struct Stashed {
     ModelLayout layout;
