@@ -1,5 +1,7 @@
 #include "server/job_life.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace omnilearn {
@@ -21,8 +23,15 @@ absl::Status JobLife::CheckJoinable(bool reset_when_done, uint64_t version, uint
 
 void JobLife::Next(absl::Time now) {
   ++number_;
-  start_ = now;
+  expected_ = num_workers_;
+  start_by_ = now + start_timeout_;
   started_ = any_completed_ = finished_ = false;
+}
+
+void JobLife::Regather(absl::Time now, int live, absl::Duration timeout) {
+  expected_ = std::max(1, live);
+  start_by_ = now + timeout;
+  started_ = false;
 }
 
 }  // namespace server

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,7 +42,7 @@ ParameterServerCore::ParameterServerCore(const ServerOptions& options, controlle
       controller_(std::move(controller)),
       store_(options.optimizer),
       sampler_(options.data_seed),
-      job_(start_time_) {
+      job_(start_time_, options_.num_workers, options_.start_timeout) {
   registry_.AddCollectHook([this] { UpdateGauges(); });
 }
 
@@ -260,22 +261,22 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
 void ParameterServerCore::AwaitStart(absl::Time deadline, absl::Time now) {
   if (job_.started()) return;
   const size_t live = LiveCount();
-  const absl::Time start_by = job_.start() + options_.start_timeout;
-  if (live < static_cast<size_t>(options_.num_workers)) {
+  const int expected = job_.expected();
+  if (live < static_cast<size_t>(expected)) {
     Event(absl::StrFormat("waiting for %d of %d workers to join (training starts without them in %.0f s)",
-                          options_.num_workers - static_cast<int>(live), options_.num_workers,
-                          std::max(0.0, absl::ToDoubleSeconds(start_by - now))));
+                          expected - static_cast<int>(live), expected,
+                          std::max(0.0, absl::ToDoubleSeconds(job_.start_by() - now))));
   }
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return job_.started() || shutdown_ || LiveCount() >= static_cast<size_t>(options_.num_workers);
+    return job_.started() || shutdown_ || LiveCount() >= static_cast<size_t>(job_.expected());
   };
-  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, start_by));
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), std::min(deadline, job_.start_by()));
   if (!job_.started() && !shutdown_) {
     const size_t n = LiveCount();
-    Event(n >= static_cast<size_t>(options_.num_workers)
-              ? absl::StrFormat("all %d workers joined: training starts", options_.num_workers)
+    Event(n >= static_cast<size_t>(job_.expected())
+              ? absl::StrFormat("all %d workers joined: training starts", job_.expected())
               : absl::StrFormat("training starts with %d of %d workers (the others did not join in time)", n,
-                                options_.num_workers));
+                                job_.expected()));
   }
   job_.Start();  // with everyone, or with who came in time
 }
@@ -475,18 +476,16 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
 
 void ParameterServerCore::AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) {
   Worker& w = *workers_.Find(info.id);
-  SampleBatch samples = std::move(w.assigned);  // trained when the round closes
-  w.assigned.clear();
   const double weight = options_.aggregation == ServerOptions::Aggregation::kMean ? 1.0 : info.batch;
   // The round counts the push in flight, so it neither closes nor resets meanwhile: the
   // model-sized sum runs without the lock, beside other workers' pushes, heartbeats and
   // pulls. Whatever else changes meanwhile (a leave, a shutdown) is read afresh after.
-  RoundSum* sum = round_.Reserve(info.id);
+  RoundSum* sum = round_.Reserve(info.id, std::exchange(w.assigned, {}));  // trained when the round closes
   mu_.Unlock();
   if (options_.before_accumulate) options_.before_accumulate(info.id);
   SyncRound::Accumulate(sum, info.id, weight, gradient);
   mu_.Lock();
-  round_.Commit(info.id, info.batch, weight, std::move(samples));
+  round_.Commit(info.id, info.batch, weight);
 }
 
 void ParameterServerCore::AwaitRoundIdle() {
@@ -664,7 +663,9 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   s.optimizer_state = store_.OptimizerState();
   s.mode = ModeName(options_.mode);
   s.version = store_.version();
-  s.global_samples = stats_.global_samples();
+  // The open round's pushes are counted as trained already, but their samples are
+  // outstanding (handed out again on restore): not trained in the checkpoint.
+  s.global_samples = stats_.global_samples() - static_cast<uint64_t>(round_.samples());
   s.rounds = stats_.rounds();
   s.adjustments = controller_.plan().adjustment;
   s.controller = remembered_;
@@ -728,6 +729,8 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   }
   AwaitRoundIdle();
   std::map<std::string, controller::WorkerMemory> remembered = state.controller;
+  // Training goes on once the workers of this moment joined again (or the round's timeout).
+  job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.round_timeout);
   for (auto& [id, w] : workers_) {
     if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;

@@ -256,7 +256,8 @@ class ParameterServerCore : public DataPlane {
   // shard returned: docs/SHARDING.md): the model, optimizer state, version, epoch position
   // and counters are the checkpoint's; every session ends (the workers' next calls answer
   // NotFound or rejoin; waiting pushes wake and answer so), their controller memory is
-  // kept by name for their rejoin. FailedPrecondition for another layout, mode or optimizer.
+  // kept by name for their rejoin, and training goes on once they all joined again (or
+  // after round_timeout). FailedPrecondition for another layout, mode or optimizer.
   absl::Status RollBack(const CheckpointState& state);
   uint64_t version() const;
 
@@ -320,7 +321,7 @@ class ParameterServerCore : public DataPlane {
   absl::Status AdoptModel(JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's record, its controller entry (a remembered one restored), the event line.
   absl::StatusOr<WorkerId> AddWorker(const JoinInfo& info, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The start barrier: until num_workers joined, start_timeout, the deadline or shutdown.
+  // The start barrier: until the workers it expects joined, its time, the deadline or shutdown.
   void AwaitStart(absl::Time deadline, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The join's answer once past the barrier: the session, or stop.
   JoinResult JoinReply(WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

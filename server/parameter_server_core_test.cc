@@ -610,13 +610,25 @@ TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position,
   REQUIRE(s.rounds == at1.rounds);
   REQUIRE(absl::IsNotFound(core->Push(Grad(a.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon()).status()));
   REQUIRE(core->Heartbeat(a.id) == Action::kRejoin);
-  // They join again under their names, and train on from the checkpoint's model.
+  // They join again under their names, and train on from the checkpoint's model once
+  // both are back: the first waits for the second.
   JoinInfo ra = Info("a", false), rb = Info("b", false);
   JoinResult a2, b2;
-  std::thread ja([&] { a2 = *core->Join(ra, Soon()); });
+  std::atomic<bool> a_back{false};
+  std::thread ja([&] {
+    a2 = *core->Join(ra, Soon());
+    a_back = true;
+  });
+  AwaitState([&] {  // a is in the barrier...
+    const ServerSnapshot s = core->Snapshot();
+    return std::any_of(s.workers.begin(), s.workers.end(),
+                       [&](const WorkerSnapshot& w) { return w.name == "a" && w.id != a.id; });
+  });
+  REQUIRE_FALSE(a_back);  // ...and stays there
   b2 = *core->Join(rb, Soon());
   ja.join();
   REQUIRE(a2.batch == 4);
+  REQUIRE(b2.batch == 4);
   REQUIRE(Weights(*core, a2.id)[0] == -1.0f);
   std::thread ta([&] { REQUIRE(core->Push(Grad(a2.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon())->applied); });
   REQUIRE(core->Push(Grad(b2.id, 4, 1), std::vector<float>(kParams, 1.0f), Soon())->applied);
@@ -928,6 +940,54 @@ TEST_CASE("sync pushes add to the round side by side, and the core answers meanw
   REQUIRE(ra.version == 1);
   REQUIRE(rb.version == 1);
   REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -3.0f));
+}
+
+TEST_CASE("a checkpoint mid-round counts what was trained; the round's samples are handed out again",
+          "[core][parallel][samples]") {
+  AccumulationGate gate;
+  ServerOptions o = Options(Mode::kSync, 2);
+  std::atomic<bool> hold{false};  // only b's push is held
+  std::function<void(uint64_t)> held = gate.Hook();
+  o.before_accumulate = [&](uint64_t) {
+    if (hold) held(0);
+  };
+  auto join_two = [](ParameterServerCore& core) {
+    JoinInfo ia = Info("a", true), ib = Info("b", false);
+    ia.dataset_size = ib.dataset_size = 40;
+    std::vector<JoinResult> j(2);
+    std::thread ta([&] { j[0] = *core.Join(ia, Soon()); });
+    AwaitState([&] { return core.Snapshot().parameter_count > 0; });
+    j[1] = *core.Join(ib, Soon());
+    ta.join();
+    return j;
+  };
+  auto ids = [](const std::vector<JoinResult>& j) {
+    std::set<uint64_t> out;
+    for (const JoinResult& r : j) {
+      for (const SampleSpan& span : r.samples) out.insert(span.ids.begin(), span.ids.end());
+    }
+    return out;
+  };
+  auto core = *ParameterServerCore::Create(o);
+  const std::vector<JoinResult> j = join_two(*core);
+  std::thread ta([&] { REQUIRE(core->Push(Grad(j[0].id, 4, 0), std::vector<float>(kParams, 1.0f), Soon())->applied); });
+  AwaitState([&] { return AppliedPushes(*core) == 1; });  // a's push is summed and counted
+  hold = true;
+  std::thread tb([&] { REQUIRE(core->Push(Grad(j[1].id, 4, 0), std::vector<float>(kParams, 1.0f), Soon())->applied); });
+  AwaitState([&] { return gate.inside() == 1; });  // b's is adding
+  REQUIRE(core->Snapshot().global_samples == 4);
+  const CheckpointState mid = *core->Capture();
+  gate.Release();
+  ta.join();
+  tb.join();
+  REQUIRE(core->Snapshot().global_samples == 8);
+  // The checkpoint's model has neither push: it counts no sample, and a job resumed from
+  // it trains both pushes' samples first.
+  REQUIRE(mid.version == 0);
+  REQUIRE(mid.global_samples == 0);
+  auto resumed = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  REQUIRE(resumed->Restore(mid).ok());
+  REQUIRE(ids(join_two(*resumed)) == ids(j));
 }
 
 TEST_CASE("a round that times out waits for a push still adding, and keeps it", "[core][parallel][clock]") {

@@ -12,9 +12,10 @@ void SyncRound::Open(absl::Time now, absl::Duration timeout, int64_t elements) {
   samples_ = 0;
 }
 
-RoundSum* SyncRound::Reserve(WorkerId id) {
+RoundSum* SyncRound::Reserve(WorkerId id, SampleBatch samples) {
   pushed_.insert(id);
   ++in_flight_;
+  sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
   return &sum_;
 }
 
@@ -24,18 +25,17 @@ void SyncRound::Accumulate(RoundSum* sum, WorkerId id, double weight, const std:
   sum->Add(gradient, static_cast<float>(weight), id * 7919);
 }
 
-void SyncRound::Commit(WorkerId id, int64_t batch, double weight, SampleBatch samples) {
+void SyncRound::Commit(WorkerId id, int64_t batch, double weight) {
   --in_flight_;
   contributions_.emplace_back(id, weight);
   samples_ += batch;
   weight_ += weight;
-  sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
 }
 
 void SyncRound::Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient,
                     SampleBatch samples) {
-  Accumulate(Reserve(id), id, weight, gradient);
-  Commit(id, batch, weight, std::move(samples));
+  Accumulate(Reserve(id, std::move(samples)), id, weight, gradient);
+  Commit(id, batch, weight);
 }
 
 void SyncRound::Reset() {

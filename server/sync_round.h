@@ -33,14 +33,14 @@ class SyncRound {
   // The worker is present without contributing (an out-of-memory report).
   void MarkPresent(WorkerId id) { pushed_.insert(id); }
   // A push in three steps, so that the model-sized loop runs without the core's lock:
-  // Reserve marks the worker pushed and the push in flight (the round must be open) and
-  // returns where to add; Accumulate adds weight * gradient there (thread-safe, no lock
-  // needed; several pushes at once); Commit counts the batch and takes the push's samples
-  // (trained when the round closes). `weight` is what the push counts for in the mean: its
+  // Reserve marks the worker pushed and the push in flight (the round must be open), takes
+  // the push's samples (trained when the round closes: a checkpoint meanwhile hands them
+  // out again) and returns where to add; Accumulate adds weight * gradient there
+  // (thread-safe, no lock needed; several pushes at once); Commit counts the batch. `weight` is what the push counts for in the mean: its
   // batch (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
-  RoundSum* Reserve(WorkerId id);
+  RoundSum* Reserve(WorkerId id, SampleBatch samples);
   static void Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient);
-  void Commit(WorkerId id, int64_t batch, double weight, SampleBatch samples);
+  void Commit(WorkerId id, int64_t batch, double weight);
   // The three steps at once (a caller that keeps the lock).
   void Add(WorkerId id, int64_t batch, double weight, const std::vector<float>& gradient, SampleBatch samples);
   // No push between Reserve and Commit: the round may close (and the sum be read).
@@ -48,6 +48,7 @@ class SyncRound {
   // A worker that left: it is no longer awaited (a contribution already summed stays).
   void Forget(WorkerId id) { pushed_.erase(id); }
 
+  // The committed pushes' batches summed (counted as trained by the core already).
   int64_t samples() const { return samples_; }
   // The pushes' weights summed: the round's mean is sum() / weight().
   double weight() const { return weight_; }
@@ -55,7 +56,8 @@ class SyncRound {
   const std::vector<float>& sum() const { return sum_.values(); }
   // Who is in the sum, with the weight each counts for (a member that left since included).
   const std::vector<std::pair<WorkerId, double>>& contributions() const { return contributions_; }
-  // Samples of the pushes in the round (not trained until it closes).
+  // Samples of the pushes in the round, those still adding included (not trained until it
+  // closes).
   const SampleBatch& sample_ids() const { return sample_ids_; }
 
   // Closes the round (it must be idle): `plan` gives each member's next batch, which batch_for() then

@@ -107,6 +107,10 @@ back=$(sed -n 's/.*every slice is back at version \([0-9]*\).*/\1/p' "$WORK/faul
 [[ " $written" == *" $back "* ]] || fail "fault: the job went back to version $back, shard 2 wrote only [$written]"
 finish fault "$pid1" "$pid2"
 for w in w0 w1; do grep -q "rejoined as worker" "$WORK/fault.$w.log" || fail "fault: $w did not rejoin"; done
+# Every sample once: the rollback's epoch position, and rounds of the whole global batch
+# after it (the first waits for both workers), make the epoch exactly 625 x 96.
+grep -q "training finished: model version 625, 60000 samples" "$WORK/fault.server.log" ||
+  fail "fault: the epoch was not trained exactly once: $(grep 'training finished' "$WORK/fault.server.log")"
 fault=$(accuracy)
 check_export fault "$WORK/fault.safetensors" "$fault" > /dev/null
 python3 -c "import sys; sys.exit(0 if abs($fault - $ref) <= 1.0 else 1)" ||
