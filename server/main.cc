@@ -106,6 +106,9 @@ ABSL_FLAG(std::string, metrics_bind, "0.0.0.0", "address the /metrics endpoint l
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate chain (with --tls_key: TLS on)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA for client certificates (mutual TLS: workers must present one)");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "sharded jobs with TLS: PEM CA that signed the other servers' certificates (the coordinator's, the "
+          "shards'); the calls between servers use TLS and present --tls_cert/--tls_key (for --tls_client_ca)");
 ABSL_FLAG(std::string, auth_token_file, "", "file holding a shared bearer token every call must carry");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "keep checkpoints here and resume from the newest valid one at start (empty = no checkpoints)");
@@ -119,6 +122,12 @@ ABSL_FLAG(std::string, export, "",
 namespace omnilearn {
 namespace server {
 namespace {
+
+// Says why the server cannot go on; returns the exit status `code`.
+int Fail(const absl::Status& s, int code) {
+  std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
+  return code;
+}
 
 // Once, after parsing: the deprecated names set the new flags when given.
 void ApplyRenamedFlags() {
@@ -382,10 +391,31 @@ void AwaitSignalOrEnd(const sigset_t& signals, ParameterServerCore* core) {
   std::fflush(stdout);
 }
 
+// How this server calls the job's other servers: credentials and token.
+struct PeerAccess {
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  std::string token;
+};
+
+// The credentials of this server's calls to the job's other servers (a shard's link to its
+// coordinator, the coordinator's export pulls): TLS with --peer_tls_ca, presenting this
+// server's own certificate, since a server that listens with TLS takes no plain text.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentials() {
+  const std::string ca = absl::GetFlag(FLAGS_peer_tls_ca);
+  if (ca.empty()) {
+    if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+      return absl::InvalidArgumentError(
+          "a sharded job with --tls_cert needs --peer_tls_ca: its servers call each other over TLS too");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  return MakeChannelCredentials({ca, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)});
+}
+
 // The whole model of a sharded job: slice 0 from the coordinator's capture, every other
 // slice pulled from its shard at the same version (under a session of the coordinator's).
 absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, const CheckpointState& slice0,
-                                                 const std::string& token) {
+                                                 const PeerAccess& peers) {
   const std::optional<ShardMap> map = shards->map();
   const std::optional<ModelLayout> layout = shards->job_layout();
   if (!map.has_value() || !layout.has_value()) return absl::FailedPreconditionError("the job has no model yet");
@@ -398,7 +428,7 @@ absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, cons
   for (const CoordinatorShards::ShardInfo& shard : shards->Shards()) {
     absl::StatusOr<std::vector<float>> slice;
     for (int attempt = 0; attempt < 50; ++attempt) {  // until the shard has the session (its stream's order)
-      slice = PullSlice(shard.address, grpc::InsecureChannelCredentials(), token, kExportSession, secret,
+      slice = PullSlice(shard.address, peers.credentials, peers.token, kExportSession, secret,
                         map->slice_layout(shard.index), slice0.version, absl::Seconds(60));
       if (!absl::IsNotFound(slice.status())) break;
       absl::SleepFor(absl::Milliseconds(200));
@@ -411,14 +441,14 @@ absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, cons
 }
 
 // --export: the trained model's weights, the whole of it in a sharded job.
-absl::Status Export(ParameterServerCore* core, CoordinatorShards* shards, const std::string& token) {
+absl::Status Export(ParameterServerCore* core, CoordinatorShards* shards, const PeerAccess& peers) {
   absl::StatusOr<CheckpointState> state = core->Capture();
   if (!state.ok()) return state.status();
   absl::Status s;
   if (shards == nullptr) {
     s = ExportModel(absl::GetFlag(FLAGS_export), state->layout, *state->weights, state->version);
   } else {
-    absl::StatusOr<std::vector<float>> whole = AssembleModel(shards, *state, token);
+    absl::StatusOr<std::vector<float>> whole = AssembleModel(shards, *state, peers);
     s = whole.ok() ? ExportModel(absl::GetFlag(FLAGS_export), *shards->job_layout(), *whole, state->version)
                    : whole.status();
   }
@@ -433,11 +463,11 @@ absl::Status Export(ParameterServerCore* core, CoordinatorShards* shards, const 
 // A sharded job's shards are still serving: the last checkpoint reaches them, the export
 // pulls their slices.
 int WriteResults(ParameterServerCore* core, Checkpointer* checkpointer, CoordinatorShards* shards,
-                 const std::string& token, absl::Time start) {
+                 const PeerAccess& peers, absl::Time start) {
   int rc = 0;
   if (checkpointer != nullptr && !ReportCheckpoint(checkpointer->CheckpointNow())) rc = 1;
   if (!absl::GetFlag(FLAGS_export).empty()) {
-    if (absl::Status s = Export(core, shards, token); !s.ok()) {
+    if (absl::Status s = Export(core, shards, peers); !s.ok()) {
       std::fprintf(stderr, "omnilearn_server: export to %s failed: %s\n", absl::GetFlag(FLAGS_export).c_str(),
                    std::string(s.message()).c_str());
       rc = 1;
@@ -511,28 +541,28 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::
 
 // A shard server: one slice of a coordinator's job, until a signal or the link's end.
 int RunShard(const sigset_t& signals) {
-  if (absl::Status s = CheckFlags(); !s.ok()) {
-    return (std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str()), 2);
-  }
+  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s, 2);
   const auto log = [](const std::string& line) {
     std::printf("omnilearn_server (shard): %s\n", line.c_str());
     std::fflush(stdout);
   };
   ShardCore shard({Clock::Real(), log});
   absl::StatusOr<std::string> token = TokenFromFlags();
-  if (!token.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", token.status().ToString().c_str()), 2);
+  if (!token.ok()) return Fail(token.status(), 2);
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
-  if (!credentials.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", credentials.status().ToString().c_str()), 2);
+  if (!credentials.ok()) return Fail(credentials.status(), 2);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> peer_credentials = PeerCredentials();
+  if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
   ParameterServerService service(&shard, absl::Minutes(10), *token, limits, v1::WIRE_DTYPE_F32);
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
-  if (!server || bound_port == 0) return (std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str()), 1);
+  if (!server || bound_port == 0) return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)), 1);
   auto exposer = ExposeMetrics(shard.registry());
-  if (!exposer.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", exposer.status().ToString().c_str()), 1);
+  if (!exposer.ok()) return Fail(exposer.status(), 1);
   ShardLinkOptions lo;
   lo.coordinator = absl::GetFlag(FLAGS_coordinator);
   lo.address = AdvertisedAddress(bound_port);
@@ -540,7 +570,7 @@ int RunShard(const sigset_t& signals) {
   lo.partition_bytes = PartitionBytes();
   lo.index = absl::GetFlag(FLAGS_shard_index);
   lo.auth_token = *token;
-  lo.credentials = grpc::InsecureChannelCredentials();
+  lo.credentials = *peer_credentials;
   lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   lo.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   lo.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
@@ -551,7 +581,7 @@ int RunShard(const sigset_t& signals) {
                        : "off");
   std::fflush(stdout);
   ShardLink link(lo, &shard);
-  if (absl::Status s = link.Prepare(); !s.ok()) return (std::fprintf(stderr, "omnilearn_server: %s\n", s.ToString().c_str()), 2);
+  if (absl::Status s = link.Prepare(); !s.ok()) return Fail(s, 2);
   if (lo.checkpoint_dir.empty()) log("no --checkpoint_dir: a restart of this shard cannot resume the job");
   absl::Status ended;
   std::atomic<bool> link_done{false};
@@ -622,36 +652,38 @@ int Run() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  auto fail = [](const absl::Status& s, int code) {
-    std::fprintf(stderr, "omnilearn_server: %s\n", std::string(s.message()).c_str());
-    return code;
-  };
   if (!absl::GetFlag(FLAGS_coordinator).empty()) return RunShard(signals);
   v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
   absl::StatusOr<ServerOptions> o = OptionsFromFlags(&wire_dtype);
-  if (!o.ok()) return fail(o.status(), 2);
-  if (absl::Status s = CheckShardable(*o, wire_dtype); !s.ok()) return fail(s, 2);
+  if (!o.ok()) return Fail(o.status(), 2);
+  if (absl::Status s = CheckShardable(*o, wire_dtype); !s.ok()) return Fail(s, 2);
   std::unique_ptr<CoordinatorShards> shards;
   if (absl::GetFlag(FLAGS_shards) > 1) {
     shards = MakeCoordinatorShards(*o);
     o->replication = shards->Hooks();
   }
   auto core = ParameterServerCore::Create(*o);
-  if (!core.ok()) return fail(core.status(), 2);
+  if (!core.ok()) return Fail(core.status(), 2);
   std::unique_ptr<Checkpointer> checkpointer;
-  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return fail(s, 2);
+  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return Fail(s, 2);
   if (shards != nullptr && checkpointer != nullptr) {
     shards->SetRecover(RecoverFrom(core->get(), CheckpointDir(absl::GetFlag(FLAGS_checkpoint_dir),
                                                               absl::GetFlag(FLAGS_checkpoint_keep))));
   }
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
-  if (!credentials.ok()) return fail(credentials.status(), 2);
+  if (!credentials.ok()) return Fail(credentials.status(), 2);
   absl::StatusOr<std::string> token = TokenFromFlags();
-  if (!token.ok()) return fail(token.status(), 2);
-  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  if (!token.ok()) return Fail(token.status(), 2);
+  PeerAccess peers{nullptr, *token};
+  if (shards != nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> c = PeerCredentials();
+    if (!c.ok()) return Fail(c.status(), 2);
+    peers.credentials = *c;
+    shards->ExportMetrics((*core)->registry());
+  }
   auto exposer = ExposeMetrics((*core)->registry());
-  if (!exposer.ok()) return fail(exposer.status(), 1);
+  if (!exposer.ok()) return Fail(exposer.status(), 1);
 
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
@@ -679,7 +711,7 @@ int Run() {
   }
   stopping.store(true);
   monitor.join();
-  const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), *token, start);
+  const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), peers, start);
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return rc;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # TLS and the bearer token: a worker with the right CA and token trains; no token,
 # a wrong token, a wrong CA and a plain-text client are refused (and the token
-# failures counted); with mutual TLS a worker without a client certificate is refused.
+# failures counted); with mutual TLS a worker without a client certificate is refused; a
+# sharded job's servers call each other over TLS (--peer_tls_ca).
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 PKI=$WORK/pki
@@ -65,6 +66,29 @@ run_worker mutual --tls_ca="$PKI/ca.pem" --tls_cert="$PKI/client.pem" --tls_key=
   { cat "$WORK/mutual.log" >&2; fail "the worker with a client certificate was refused"; }
 echo "mutual: trained with a client certificate"
 stop_server
+
+# A sharded job under mutual TLS and the token: the shard's link to the coordinator and the
+# coordinator's export pulls go over TLS, each server presenting its own certificate.
+SERVER_TLS=(--tls_cert="$PKI/server.pem" --tls_key="$PKI/server.key" --tls_client_ca="$PKI/ca.pem"
+            --auth_token_file="$WORK/token" --shards=2 --partition_mb=0.01)
+if timeout 10 "$SERVER" --bind=127.0.0.1 --port=0 --metrics_port=0 "${SERVER_TLS[@]}" > "$WORK/nopeer.log" 2>&1; then
+  fail "a sharded coordinator with TLS started without --peer_tls_ca"
+fi
+grep -q "needs --peer_tls_ca" "$WORK/nopeer.log" || fail "no clear error for a sharded TLS job without --peer_tls_ca"
+start_server sharded --num_workers=1 --global_batch=16 "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" \
+  --export="$WORK/sharded.safetensors"
+timeout 120 "$SERVER" --bind=127.0.0.1 --port="$(free_port)" --metrics_port=0 --coordinator="127.0.0.1:$PORT" \
+  "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" > "$WORK/sharded.shard.log" 2>&1 &
+SHARD_PID=$!
+STARTED+=("$SHARD_PID")
+run_worker sharded-mutual "${GOOD[@]}" --tls_cert="$PKI/client.pem" --tls_key="$PKI/client.key" ||
+  { cat "$WORK/sharded-mutual.log" "$WORK/sharded.server.log" >&2; fail "the worker of the sharded TLS job failed"; }
+grep -q "shard 1 registered" "$WORK/sharded.server.log" || fail "the shard did not register over TLS"
+stop_server
+grep -q "exported the model" "$WORK/sharded.server.log" ||
+  { cat "$WORK/sharded.server.log" >&2; fail "the sharded export did not pull the shard's slice over TLS"; }
+wait "$SHARD_PID" || { cat "$WORK/sharded.shard.log" >&2; fail "the shard did not exit 0"; }
+echo "sharded: trained and exported over mutual TLS between the servers"
 
 # Half a TLS configuration is a clear start-up error, not a silent plain-text server.
 if timeout 10 "$SERVER" --bind=127.0.0.1 --port=0 --metrics_port=0 --tls_cert="$PKI/server.pem" \
