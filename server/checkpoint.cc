@@ -242,6 +242,10 @@ absl::Status ExportModel(const std::string& path, const ModelLayout& layout, con
 }
 
 absl::Status CheckpointDir::Prepare() const {
+  // Its missing parents too, like mkdir -p (a shard's own folder under a job's).
+  for (size_t slash = dir_.find('/', 1); slash != std::string::npos; slash = dir_.find('/', slash + 1)) {
+    (void)mkdir(dir_.substr(0, slash).c_str(), 0755);  // an error shows in the last mkdir
+  }
   if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(absl::StrCat("cannot create checkpoint directory ", dir_, ": ", strerror(errno)));
   }

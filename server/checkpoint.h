@@ -65,7 +65,8 @@ class CheckpointDir {
   // keep >= 1: how many checkpoints to keep (older ones are deleted after each write).
   CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
-  // Creates the directory if needed and deletes partial files a crash left behind.
+  // Creates the directory (and its missing parents) if needed and deletes partial files a
+  // crash left behind.
   absl::Status Prepare() const;
   // Checkpoint paths, newest (highest version) first.
   std::vector<std::string> List() const;

@@ -121,7 +121,7 @@ TEST_CASE("an export is not taken for a checkpoint", "[checkpoint]") {
 }
 
 TEST_CASE("the directory keeps the newest K and skips a corrupt newest one", "[checkpoint]") {
-  const std::string dir = FreshDir("keep");
+  const std::string dir = FreshDir("keep") + "/shard-1/checkpoints";  // parents made too
   CheckpointDir d(dir, 3);
   REQUIRE(d.Prepare().ok());
   for (uint64_t v : {10, 20, 30, 40, 50}) REQUIRE(d.Write(Sample(v)).ok());

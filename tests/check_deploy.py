@@ -52,6 +52,8 @@ def pod_checks(where, workload, claims):
         problem(where, f"selector {selector} does not match the pod labels {labels}")
     pod = template["spec"]
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for t in spec.get("volumeClaimTemplates", []):  # a StatefulSet's volume per pod
+        volumes[t["metadata"]["name"]] = {"name": t["metadata"]["name"], "persistentVolumeClaim": {}}
     ports = {}
     for c in pod["containers"]:
         for p in c.get("ports", []):
@@ -80,12 +82,25 @@ def pod_checks(where, workload, claims):
     return labels, ports, pod
 
 
+def check_persistent(where, pod, args, flags):
+    """Each of `flags` is given and names a path on a persistent volume of the pod."""
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = [m["mountPath"] for m in pod["containers"][0].get("volumeMounts", [])
+              if m["name"] not in volumes or "persistentVolumeClaim" in volumes[m["name"]]]
+    for flag in flags:
+        value = re.search(flag + r"=(\S+)", args)
+        if not value or not any(value.group(1).startswith(mp + "/") for mp in mounts):
+            problem(where, f"{flag} is not on the persistent volume")
+
+
 def check_sharded(path, server_flags):
     """The sharded job's manifest: the coordinator keeps the Service the workers dial, every
-    server reads OMNILEARN_SHARDS from the ConfigMap, the StatefulSet runs OMNILEARN_SHARDS - 1
-    shard servers that name the coordinator's Service and advertise their pods' names
-    through the headless Service."""
+    server reads OMNILEARN_SHARDS from the ConfigMap and keeps its checkpoints on a volume of
+    its own (the shards' from the StatefulSet's claim template), the StatefulSet runs
+    OMNILEARN_SHARDS - 1 shard servers that name the coordinator's Service and advertise
+    their pods' names through the headless Service."""
     docs = {(x["kind"], x["metadata"]["name"]): x for x in load_k8s(path)}
+    claims = {name for kind, name in docs if kind == "PersistentVolumeClaim"}
     where = "k8s/sharded.yaml"
     config = docs.get(("ConfigMap", "omnilearn-shards"), {}).get("data", {})
     shards = int(config.get("OMNILEARN_SHARDS", 0))
@@ -97,16 +112,17 @@ def check_sharded(path, server_flags):
         return
     args = {}
     for name, workload in (("coordinator", coordinator), ("shard", shard_set)):
-        labels, ports, pod = pod_checks(f"{where} {name}", workload, set())
+        labels, ports, pod = pod_checks(f"{where} {name}", workload, claims)
         c = pod["containers"][0]
         args[name] = " ".join(c["args"])
         check_flags(f"{where} {name}", args[name], server_flags, "omnilearn_server")
         if "--shards=$(OMNILEARN_SHARDS)" not in args[name] or \
                 {"configMapRef": {"name": "omnilearn-shards"}} not in c.get("envFrom", []):
             problem(where, f"the {name} does not take --shards from the ConfigMap's OMNILEARN_SHARDS")
-        refused = [f for f in ("--checkpoint_dir", "--export", "--reset_when_done") if f in args[name]]
-        if refused:
-            problem(where, f"the {name} passes {refused}, which a sharded job refuses")
+        check_persistent(f"{where} {name}", pod, args[name],
+                         ("--checkpoint_dir", "--export") if name == "coordinator" else ("--checkpoint_dir",))
+        if "--reset_when_done" in args[name]:
+            problem(where, f"the {name} passes --reset_when_done, which a sharded job refuses")
     if shard_set["spec"].get("replicas") != shards - 1:
         problem(where, f"the StatefulSet runs {shard_set['spec'].get('replicas')} shards, not OMNILEARN_SHARDS - 1")
     headless = docs.get(("Service", shard_set["spec"].get("serviceName")))
@@ -150,12 +166,7 @@ def main():
         if x["kind"] == "Deployment":
             server_pod = (labels, ports, args)
             check_flags(where, " ".join(pod["containers"][0]["args"]), server_flags, "omnilearn_server")
-            for flag in ("--checkpoint_dir", "--export", "--summary_json"):
-                value = re.search(flag + r"=(\S+)", args)
-                mounts = [m["mountPath"] for m in pod["containers"][0]["volumeMounts"]
-                          if "persistentVolumeClaim" in {v["name"]: v for v in pod["volumes"]}[m["name"]]]
-                if not value or not any(value.group(1).startswith(mp + "/") for mp in mounts):
-                    problem(where, f"{flag} is not on the persistent volume")
+            check_persistent(where, pod, args, ("--checkpoint_dir", "--export", "--summary_json"))
         else:
             check_flags(where, args, worker_flags, "omnilearn_worker")
             if x["spec"].get("completions") != x["spec"].get("parallelism"):

@@ -155,6 +155,12 @@ print(f"sharded slurm job: accuracy {s['test_accuracy']:.4f}, version {s['model_
 assert sorted(w["name"] for w in s["workers"] if w["state"] == "left") == ["n1-0", "n2-0", "n3-0"]
 assert s["test_accuracy"] >= 0.84, s["test_accuracy"]
 PY
+# Every server kept its slice's checkpoints; the coordinator exported the whole model.
+for d in checkpoints shard-1/checkpoints shard-2/checkpoints; do
+  ls "$WORK/omnilearn-$SJOB/$d"/ckpt-*.safetensors > /dev/null 2>&1 || fail "the sharded job wrote no checkpoint in $d"
+done
+[ -s "$WORK/omnilearn-$SJOB/model.safetensors" ] || fail "the sharded job exported no model"
+grep -q "to restart it: srun --jobid=$SJOB" "sharded-$SJOB.out" || fail "the script did not print how to restart a shard"
 
 # ---- GPUs asked of binaries without CUDA: refused before anything starts
 cat > gres.sh <<'EOF2'
