@@ -12,7 +12,7 @@ absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
 }
 
 absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
-  absl::StatusOr<CheckpointState> state = core_->Capture();
+  absl::StatusOr<CheckpointState> state = core_->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
   if (!state.ok()) {
     // No model yet: nothing to keep.
     if (state.status().code() == absl::StatusCode::kFailedPrecondition) return std::string();

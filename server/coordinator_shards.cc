@@ -126,6 +126,7 @@ absl::Status CoordinatorShards::Return(int index) {
     return failed_;
   }
   sessions_.clear();  // the core ended every session: the workers join again
+  told_checkpoint_ = *version;  // every server holds it
   for (size_t i = 1; i < slots_.size(); ++i) {
     slots_[i].queue.clear();
     QueueInit(static_cast<int>(i), /*restore=*/true, *version);
@@ -361,6 +362,8 @@ Replication CoordinatorShards::Hooks() {
   };
   r.checkpoint = [this](uint64_t version) {
     absl::MutexLock lock(&mu_);
+    if (version == told_checkpoint_) return;  // a checkpoint interval without a step
+    told_checkpoint_ = version;
     v1::ShardCommand c;
     c.mutable_checkpoint()->set_version(version);
     Enqueue(c);

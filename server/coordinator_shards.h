@@ -147,6 +147,7 @@ class CoordinatorShards {
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // a registration runs the Recover hook
   absl::Status failed_ ABSL_GUARDED_BY(mu_);    // a recovery found no common checkpoint
+  std::optional<uint64_t> told_checkpoint_ ABSL_GUARDED_BY(mu_);  // the last checkpoint version queued
   struct Stashed {
     ModelLayout layout;
     ShardMap map;  // PlanFor's, for that layout

@@ -654,7 +654,7 @@ absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
   return store_.layout();
 }
 
-absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
+absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose) const {
   absl::MutexLock lock(&mu_);
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model yet");
   CheckpointState s;
@@ -679,7 +679,7 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture() const {
   s.optimizer = OptimizerName(store_.options().kind);
   s.job = job_.number();
   s.created = options_.clock->Now();
-  if (options_.replication.checkpoint) options_.replication.checkpoint(s.version);
+  if (purpose == CaptureFor::kCheckpoint && options_.replication.checkpoint) options_.replication.checkpoint(s.version);
   return s;
 }
 

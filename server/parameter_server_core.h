@@ -246,8 +246,10 @@ class ParameterServerCore : public DataPlane {
   // weights and the optimizer state are shared (the store steps into other buffers
   // while they are held), so pushes do not wait for a copy. The controller's memory
   // covers live workers and those restored but not yet back. FailedPrecondition while
-  // there is no model.
-  absl::StatusOr<CheckpointState> Capture() const;
+  // there is no model. A capture for a checkpoint tells a sharded job's shards to take
+  // theirs at its version (Replication.checkpoint); one to read (the export) does not.
+  enum class CaptureFor { kRead, kCheckpoint };
+  absl::StatusOr<CheckpointState> Capture(CaptureFor purpose = CaptureFor::kRead) const;
   // Starts from a checkpoint; only before any worker joined (FailedPrecondition), and
   // only with the same mode and optimizer (FailedPrecondition, naming both). Workers that
   // join under a remembered name get their batch and time model back.
