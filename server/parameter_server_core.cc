@@ -683,7 +683,8 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose)
   return s;
 }
 
-absl::Status ParameterServerCore::CheckSameJob(const CheckpointState& state) const {
+absl::Status ParameterServerCore::LoadCheckpoint(const CheckpointState& state, EpochSampler* sampler,
+                                                 ParameterStore* store) const {
   if (state.mode != ModeName(options_.mode)) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint was taken in mode ", state.mode,
                                                       ", the server runs in mode ", ModeName(options_.mode),
@@ -695,7 +696,8 @@ absl::Status ParameterServerCore::CheckSameJob(const CheckpointState& state) con
                                                       ": use the same --optimizer, or --fresh to start over"));
   }
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
-  return absl::OkStatus();
+  if (absl::Status s = sampler->Restore(state.sampler); !s.ok()) return s;
+  return store->Restore(state.layout, *state.weights, state.optimizer_state, state.version);
 }
 
 absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
@@ -703,12 +705,10 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
   if (store_.initialized() || !workers_.empty()) {
     return absl::FailedPreconditionError("a checkpoint can only be restored before any worker joined");
   }
-  if (absl::Status s = CheckSameJob(state); !s.ok()) return s;
   EpochSampler sampler(options_.data_seed);
-  if (absl::Status s = sampler.Restore(state.sampler); !s.ok()) return s;
-  if (absl::Status s = store_.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
-    return s;
-  }
+  ParameterStore store(options_.optimizer);
+  if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
+  store_ = std::move(store);
   sampler_ = std::move(sampler);
   stats_.Restore(state.global_samples, state.rounds);
   remembered_ = state.controller;
@@ -717,16 +717,12 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
 
 absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckSameJob(state); !s.ok()) return s;
   if (!store_.initialized() || !(state.layout == store_.layout())) {
     return absl::FailedPreconditionError("the checkpoint is of another model than the job's");
   }
   EpochSampler sampler(options_.data_seed);
-  if (absl::Status s = sampler.Restore(state.sampler); !s.ok()) return s;
   ParameterStore store(options_.optimizer);
-  if (absl::Status s = store.Restore(state.layout, *state.weights, state.optimizer_state, state.version); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
   AwaitRoundIdle();
   std::map<std::string, controller::WorkerMemory> remembered = state.controller;
   // Training goes on once the workers of this moment joined again (or the round's timeout).

@@ -353,8 +353,11 @@ class ParameterServerCore : public DataPlane {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The checkpoint's mode and optimizer are this server's (Restore, RollBack).
-  absl::Status CheckSameJob(const CheckpointState& state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Restore's and RollBack's check and load: the checkpoint's mode and optimizer must be
+  // this server's (FailedPrecondition, naming both); its epoch position and model go into
+  // `sampler` and `store`, not yet the core's.
+  absl::Status LoadCheckpoint(const CheckpointState& state, EpochSampler* sampler, ParameterStore* store) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A push that waited across a RollBack: its session is gone.
   absl::Status RolledBack(const PushInfo& info) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushSsp(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
