@@ -7,7 +7,6 @@
 #include <atomic>
 #include <optional>
 #include <cstdio>
-#include <random>
 #include <thread>
 #include <unistd.h>
 
@@ -422,8 +421,7 @@ absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, cons
   std::vector<float> whole(layout->total_elements());
   map->Scatter(0, *slice0.weights, absl::MakeSpan(whole));
   constexpr WorkerId kExportSession = ~WorkerId{0};
-  std::random_device random;
-  const std::string secret = absl::StrCat(random(), random(), random(), random());
+  const std::string secret = NewSessionSecret();
   shards->Hooks().session_opened(kExportSession, secret);
   for (const CoordinatorShards::ShardInfo& shard : shards->Shards()) {
     absl::StatusOr<std::vector<float>> slice;

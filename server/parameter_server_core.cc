@@ -124,10 +124,7 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
   }
 }
 
-namespace {
-
-// 16 bytes from the kernel's CSPRNG.
-std::string NewSecret() {
+std::string NewSessionSecret() {
   std::string secret(16, '\0');
   for (size_t got = 0; got < secret.size();) {
     const ssize_t n = getrandom(secret.data() + got, secret.size() - got, 0);
@@ -135,6 +132,8 @@ std::string NewSecret() {
   }
   return secret;
 }
+
+namespace {
 
 // The session a rejoining process may replace: its previous one, proven by its secret.
 WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
@@ -235,7 +234,7 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
   w.last_seen = now;
   w.clock = workers_.SlowestClock(0).value_or(0);
   w.uses_samples = info.dataset_size > 0;
-  w.secret = NewSecret();
+  w.secret = NewSessionSecret();
   // Joining an open sync round: take part from the next one.
   w.state = (options_.mode == Mode::kSync && round_.open()) ? WorkerState::kPending : WorkerState::kActive;
   // A worker a restored checkpoint remembers gets its batch and time model back.

@@ -180,6 +180,9 @@ struct ServerSnapshot {
 
 // Thread-safe. Blocking calls (Join, Push) wait at most until their deadline and the
 // round timeout, and return at once after Shutdown().
+// A session's secret: 16 bytes from the kernel's CSPRNG.
+std::string NewSessionSecret();
+
 class ParameterServerCore : public DataPlane {
  public:
   // InvalidArgument on bad options.
