@@ -241,6 +241,16 @@ absl::Status ExportModel(const std::string& path, const ModelLayout& layout, con
                            {"omnilearn.model_buffers", BufferNamesJson(layout)}});
 }
 
+CheckpointState CaptureStore(const ParameterStore& store) {
+  CheckpointState s;
+  s.layout = store.layout();
+  s.weights = store.weights();
+  s.optimizer_state = store.OptimizerState();
+  s.optimizer = OptimizerName(store.options().kind);
+  s.version = store.version();
+  return s;
+}
+
 absl::Status CheckpointDir::Prepare() const {
   // Its missing parents too, like mkdir -p (a shard's own folder under a job's).
   for (size_t slash = dir_.find('/', 1); slash != std::string::npos; slash = dir_.find('/', slash + 1)) {

@@ -48,6 +48,11 @@ struct CheckpointState {
   absl::Time created = absl::UnixEpoch();
 };
 
+// A store's part of a checkpoint, taken without copying (weights and optimizer state
+// shared): layout, weights, optimizer state, optimizer and version. The store must hold a
+// model.
+CheckpointState CaptureStore(const ParameterStore& store);
+
 // Writes atomically (temporary file, fsync, rename, fsync of the directory).
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);
 // NotFound, DataLoss (truncated, corrupt, checksum), InvalidArgument (not a checkpoint

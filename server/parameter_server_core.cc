@@ -656,12 +656,8 @@ absl::StatusOr<ModelLayout> ParameterServerCore::Layout() const {
 absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose) const {
   absl::MutexLock lock(&mu_);
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model yet");
-  CheckpointState s;
-  s.layout = store_.layout();
-  s.weights = store_.weights();
-  s.optimizer_state = store_.OptimizerState();
+  CheckpointState s = CaptureStore(store_);
   s.mode = ModeName(options_.mode);
-  s.version = store_.version();
   // The open round's pushes are counted as trained already, but their samples are
   // outstanding (handed out again on restore): not trained in the checkpoint.
   s.global_samples = stats_.global_samples() - static_cast<uint64_t>(round_.samples());
@@ -675,7 +671,6 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose)
   std::vector<const SampleBatch*> outstanding = {&round_.sample_ids()};
   for (const auto& [id, w] : workers_) outstanding.push_back(&w.assigned);
   s.sampler = sampler_.State(outstanding);
-  s.optimizer = OptimizerName(store_.options().kind);
   s.job = job_.number();
   s.created = options_.clock->Now();
   if (purpose == CaptureFor::kCheckpoint && options_.replication.checkpoint) options_.replication.checkpoint(s.version);

@@ -91,13 +91,8 @@ void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration me
 absl::StatusOr<CheckpointState> ShardCore::Capture() const {
   absl::MutexLock lock(&mu_);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
-  CheckpointState s;
-  s.layout = store_->layout();
-  s.weights = store_->weights();
-  s.optimizer_state = store_->OptimizerState();
-  s.optimizer = OptimizerName(store_->options().kind);
+  CheckpointState s = CaptureStore(*store_);
   s.mode = sync_ ? "sync" : "async";
-  s.version = store_->version();
   s.created = options_.clock->Now();
   return s;
 }
