@@ -272,23 +272,24 @@ absl::Status CheckpointDir::Prepare() const {
   return absl::OkStatus();
 }
 
-std::vector<std::string> CheckpointDir::List() const {
+std::vector<std::pair<uint64_t, std::string>> CheckpointDir::Found() const {
   std::vector<std::pair<uint64_t, std::string>> found;
   for (const std::string& name : Entries(dir_)) {
     if (std::optional<uint64_t> v = VersionOf(name)) found.emplace_back(*v, absl::StrCat(dir_, "/", name));
   }
   std::sort(found.rbegin(), found.rend());
+  return found;
+}
+
+std::vector<std::string> CheckpointDir::List() const {
   std::vector<std::string> out;
-  for (auto& [v, path] : found) out.push_back(std::move(path));
+  for (auto& [v, path] : Found()) out.push_back(std::move(path));
   return out;
 }
 
 std::vector<uint64_t> CheckpointDir::Versions() const {
   std::vector<uint64_t> out;
-  for (const std::string& name : Entries(dir_)) {
-    if (std::optional<uint64_t> v = VersionOf(name)) out.push_back(*v);
-  }
-  std::sort(out.rbegin(), out.rend());
+  for (const auto& [v, path] : Found()) out.push_back(v);
   return out;
 }
 
@@ -306,9 +307,9 @@ absl::StatusOr<CheckpointState> CheckpointDir::Load(uint64_t version) const {
 
 absl::Status CheckpointDir::DropNewerThan(uint64_t version) const {
   bool dropped = false;
-  for (uint64_t v : Versions()) {
+  for (const auto& [v, path] : Found()) {
     if (v <= version) break;
-    if (unlink(PathOf(v).c_str()) != 0) return absl::InternalError(absl::StrCat("cannot delete ", PathOf(v), ": ", strerror(errno)));
+    if (unlink(path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", strerror(errno)));
     dropped = true;
   }
   return dropped ? SyncDirectory(dir_) : absl::OkStatus();

@@ -97,6 +97,8 @@ class CheckpointDir {
 
  private:
   std::string PathOf(uint64_t version) const;
+  // Every checkpoint file's version and path, newest first (List, Versions, DropNewerThan).
+  std::vector<std::pair<uint64_t, std::string>> Found() const;
 
   const std::string dir_;
   const int keep_;
