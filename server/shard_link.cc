@@ -203,8 +203,6 @@ absl::Status ShardLink::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(), state->version));
   }
-  const std::vector<uint64_t> held = checkpoints_->Versions();
-  if (!held.empty() && held.front() == state->version) return absl::OkStatus();  // written already
   absl::StatusOr<std::string> path = checkpoints_->Write(*state);
   if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
   if (options_.log) options_.log(absl::StrCat("checkpoint ", *path));
