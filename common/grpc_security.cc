@@ -84,10 +84,17 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
   return grpc::SslCredentials(options);
 }
 
+namespace {
+constexpr absl::string_view kBearerPrefix = "Bearer ";
+}  // namespace
+
+void AddBearerToken(grpc::ClientContext& ctx, absl::string_view token) {
+  if (!token.empty()) ctx.AddMetadata(kAuthorizationKey, absl::StrCat(kBearerPrefix, token));
+}
+
 bool BearerTokenMatches(absl::string_view header_value, absl::string_view token) {
-  constexpr absl::string_view kPrefix = "Bearer ";
-  if (token.empty() || !absl::StartsWith(header_value, kPrefix)) return false;
-  return ConstantTimeEquals(header_value.substr(kPrefix.size()), token);
+  if (token.empty() || !absl::StartsWith(header_value, kBearerPrefix)) return false;
+  return ConstantTimeEquals(header_value.substr(kBearerPrefix.size()), token);
 }
 
 bool IsLoopbackAddress(absl::string_view address) {

@@ -43,6 +43,9 @@ struct ClientTlsFiles {
 // Insecure credentials when no file is given; TLS otherwise. InvalidArgument as above.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(const ClientTlsFiles& files);
 
+// Adds "authorization: Bearer <token>" to a call's metadata; nothing for an empty token.
+void AddBearerToken(grpc::ClientContext& ctx, absl::string_view token);
+
 // Whether an "authorization" value carries `token` (compared in constant time).
 bool BearerTokenMatches(absl::string_view header_value, absl::string_view token);
 

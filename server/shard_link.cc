@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
@@ -54,7 +55,7 @@ absl::Status ShardLink::Run() {
 absl::Status ShardLink::RunOnce(bool* registered) {
   auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(options_.coordinator, options_.credentials));
   grpc::ClientContext ctx;
-  if (!options_.auth_token.empty()) ctx.AddMetadata("authorization", "Bearer " + options_.auth_token);
+  AddBearerToken(ctx, options_.auth_token);
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return absl::OkStatus();
@@ -155,7 +156,7 @@ absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
                                              const ModelLayout& slice, uint64_t version, absl::Duration timeout) {
   auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(address, credentials));
   grpc::ClientContext ctx;
-  if (!auth_token.empty()) ctx.AddMetadata("authorization", "Bearer " + auth_token);
+  AddBearerToken(ctx, auth_token);
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::PullRequest request;
   request.set_worker_id(session);

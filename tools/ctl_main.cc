@@ -115,7 +115,7 @@ int Run(const std::vector<char*>& args) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(1000 * absl::GetFlag(FLAGS_timeout))));
-    if (!token.empty()) ctx.AddMetadata(kAuthorizationKey, absl::StrCat("Bearer ", token));
+    AddBearerToken(ctx, token);
     v1::GetStatusResponse status;
     grpc::Status s = stub->GetStatus(&ctx, v1::GetStatusRequest(), &status);
     if (!s.ok()) {
