@@ -11,6 +11,18 @@
 namespace omnilearn {
 namespace server {
 
+namespace {
+
+// The command that opens a worker's session on a shard.
+v1::ShardCommand SessionOpened(WorkerId id, const std::string& secret) {
+  v1::ShardCommand c;
+  c.mutable_session()->set_worker_id(id);
+  c.mutable_session()->set_session_secret(secret);
+  return c;
+}
+
+}  // namespace
+
 CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options) : options_(std::move(options)) {
   slots_.resize(static_cast<size_t>(std::max(1, options_.shards)));
 }
@@ -72,12 +84,7 @@ absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uin
     if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
     if (!stepped_) {
       if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
-      for (const auto& [id, secret] : sessions_) {
-        Outgoing o;
-        o.command.mutable_session()->set_worker_id(id);
-        o.command.mutable_session()->set_session_secret(secret);
-        slot.queue.push_back(std::move(o));
-      }
+      for (const auto& [id, secret] : sessions_) slot.queue.push_back(Outgoing{SessionOpened(id, secret), nullptr});
       return index;
     }
   }
@@ -340,10 +347,7 @@ Replication CoordinatorShards::Hooks() {
   r.session_opened = [this](WorkerId id, const std::string& secret) {
     absl::MutexLock lock(&mu_);
     sessions_[id] = secret;
-    v1::ShardCommand c;
-    c.mutable_session()->set_worker_id(id);
-    c.mutable_session()->set_session_secret(secret);
-    Enqueue(c);
+    Enqueue(SessionOpened(id, secret));
   };
   r.session_closed = [this](WorkerId id) {
     absl::MutexLock lock(&mu_);
