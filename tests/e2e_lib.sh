@@ -20,15 +20,22 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 # start_server NAME [flags...]: sets SERVER_PID, PORT, SUMMARY.
 start_server() {
-  local name=$1; shift
-  PORT=$(free_port)
+  local name=$1 attempt; shift
   SUMMARY=$WORK/$name.json
-  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
-    > "$WORK/$name.server.log" 2>&1 &
-  SERVER_PID=$!
-  STARTED+=("$SERVER_PID")
-  # Up to 30 s: a loaded machine can take seconds to start a process that loads LibTorch.
-  wait_for_line "$WORK/$name.server.log" listening 300 && return 0
+  for attempt in 1 2 3; do
+    PORT=$(free_port)
+    timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
+      > "$WORK/$name.server.log" 2>&1 &
+    SERVER_PID=$!
+    STARTED+=("$SERVER_PID")
+    # Up to 30 s: a loaded machine can take seconds to start a process that loads LibTorch.
+    wait_for_line "$WORK/$name.server.log" "listening\|cannot listen on 127.0.0.1:$PORT" 300 || break
+    grep -q listening "$WORK/$name.server.log" && return 0
+    # free_port's port was taken by another process (a test beside this one) before the
+    # server bound it: the server exits; try another port.
+    wait "$SERVER_PID" 2>/dev/null || true
+    echo "start_server $name: port $PORT was taken meanwhile (attempt $attempt); another port" >&2
+  done
   cat "$WORK/$name.server.log" >&2
   fail "server $name did not start"
 }
