@@ -83,6 +83,43 @@ absl::StatusOr<ModelLayout> MarkBuffers(const ModelLayout& layout, const std::st
   return ModelLayout::Create(std::move(specs));
 }
 
+std::string ShardedJobJson(const ShardedJob& job) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorSpec& t : job.layout.tensors()) tensors.push_back({t.name, t.shape, t.buffer});
+  return nlohmann::json{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Empty text: not a sharded job's coordinator.
+absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [] { return absl::InvalidArgumentError("checkpoint: malformed sharded job"); };
+  if (j.is_discarded() || !j.is_object() || !j.contains("shards") || !j["shards"].is_number_unsigned() ||
+      !j.contains("partition_bytes") || !j["partition_bytes"].is_number_unsigned() || !j.contains("tensors") ||
+      !j["tensors"].is_array()) {
+    return bad();
+  }
+  std::vector<TensorSpec> specs;
+  for (const nlohmann::json& t : j["tensors"]) {
+    if (!t.is_array() || t.size() != 3 || !t[0].is_string() || !t[1].is_array() || !t[2].is_boolean()) return bad();
+    TensorSpec spec{t[0].get<std::string>(), {}, t[2].get<bool>()};
+    for (const nlohmann::json& d : t[1]) {
+      if (!d.is_number_unsigned()) return bad();
+      spec.shape.push_back(d.get<int64_t>());
+    }
+    specs.push_back(std::move(spec));
+  }
+  absl::StatusOr<ModelLayout> layout = ModelLayout::Create(std::move(specs));
+  if (!layout.ok()) return absl::InvalidArgumentError(absl::StrCat("checkpoint: sharded job: ", layout.status().message()));
+  ShardedJob job;
+  job.layout = *std::move(layout);
+  job.shards = j["shards"].get<int>();
+  job.partition_bytes = j["partition_bytes"].get<int64_t>();
+  if (job.shards < 2 || job.partition_bytes < 1) return bad();
+  return job;
+}
+
 std::string SamplerJson(const SamplerState& s) {
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& [epoch, id] : s.pending) pending.push_back({epoch, id});
@@ -166,7 +203,7 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   }
   std::string buffers;
   for (const auto& [buffer, values] : s.optimizer_state) absl::StrAppend(&buffers, buffers.empty() ? "" : ",", buffer);
-  const std::map<std::string, std::string> meta = {
+  std::map<std::string, std::string> meta = {
       {"format", kCheckpointFormat},
       {"omnilearn.version", absl::StrCat(s.version)},
       {"omnilearn.global_samples", absl::StrCat(s.global_samples)},
@@ -181,6 +218,7 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
       {"omnilearn.model_buffers", BufferNamesJson(s.layout)},
       {"omnilearn.sampler", SamplerJson(s.sampler)},
   };
+  if (s.sharded.has_value()) meta["omnilearn.sharded_job"] = ShardedJobJson(*s.sharded);
   return WriteSafetensors(path, tensors, meta);
 }
 
@@ -227,6 +265,9 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   absl::StatusOr<SamplerState> sampler = ParseSamplerJson(f->metadata["omnilearn.sampler"]);
   if (!sampler.ok()) return sampler.status();
   s.sampler = std::move(*sampler);
+  absl::StatusOr<std::optional<ShardedJob>> sharded = ParseShardedJobJson(f->metadata["omnilearn.sharded_job"]);
+  if (!sharded.ok()) return sharded.status();
+  s.sharded = std::move(*sharded);
   return s;
 }
 
@@ -291,6 +332,11 @@ std::vector<uint64_t> CheckpointDir::Versions() const {
   std::vector<uint64_t> out;
   for (const auto& [v, path] : Found()) out.push_back(v);
   return out;
+}
+
+bool CheckpointDir::Has(uint64_t version) const {
+  struct stat st;
+  return stat(PathOf(version).c_str(), &st) == 0;
 }
 
 std::string CheckpointDir::PathOf(uint64_t version) const {

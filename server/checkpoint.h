@@ -1,8 +1,9 @@
 // Checkpoints: everything a restarted server needs to go on as if nothing happened, in
 // one safetensors file (common/safetensors.h). Tensors: the model under its layout's
 // names, the optimizer's buffers under "optimizer.<buffer>/<name>". `__metadata__`:
-// format, version, global sample count, mode, optimizer, counters, and the controller's
-// memory of each worker by name (JSON). A CRC-32 of the data guards it.
+// format, version, global sample count, mode, optimizer, counters, the controller's
+// memory of each worker by name (JSON) and, for a sharded job's coordinator, the whole
+// model's layout and how it is cut. A CRC-32 of the data guards it.
 #ifndef OMNILEARN_SERVER_CHECKPOINT_H_
 #define OMNILEARN_SERVER_CHECKPOINT_H_
 
@@ -30,6 +31,18 @@ inline constexpr char kCheckpointFormat[] = "omnilearn.checkpoint.v1";
 inline constexpr char kExportFormat[] = "omnilearn.model.v1";
 inline constexpr char kOptimizerPrefix[] = "optimizer.";
 
+// A sharded job as its coordinator's checkpoint records it: the whole model (the
+// checkpoint's own layout is slice 0's) and how it is cut, from which a restarted
+// coordinator plans the same shard map again.
+struct ShardedJob {
+  ModelLayout layout;
+  int shards = 1;
+  int64_t partition_bytes = 0;
+  bool operator==(const ShardedJob& o) const {
+    return layout == o.layout && shards == o.shards && partition_bytes == o.partition_bytes;
+  }
+};
+
 struct CheckpointState {
   ModelLayout layout;
   std::shared_ptr<const std::vector<float>> weights;
@@ -45,6 +58,7 @@ struct CheckpointState {
   std::map<std::string, controller::WorkerMemory> controller;  // by worker name
   SamplerState sampler;          // the epoch's permutation position and samples still to train
   uint64_t job = 1;              // the daemon's job counter (not restored: a new process starts at 1)
+  std::optional<ShardedJob> sharded;  // a sharded job's coordinator (nullopt: one server, or a shard)
   absl::Time created = absl::UnixEpoch();
 };
 
@@ -84,6 +98,8 @@ class CheckpointDir {
       const std::function<void(const std::string&)>& warn) const;
   // The versions held here, newest first.
   std::vector<uint64_t> Versions() const;
+  // Whether the checkpoint of `version` is here.
+  bool Has(uint64_t version) const;
   // The checkpoint of `version`: NotFound when there is none, as ReadCheckpoint otherwise.
   absl::StatusOr<CheckpointState> Load(uint64_t version) const;
   // Deletes the checkpoints newer than `version` (the job went back to it: they are of a

@@ -73,6 +73,7 @@ void RequireSame(const CheckpointState& a, const CheckpointState& b) {
   REQUIRE(a.rounds == b.rounds);
   REQUIRE(a.adjustments == b.adjustments);
   REQUIRE(a.created == b.created);
+  REQUIRE(a.sharded == b.sharded);
   REQUIRE(a.controller.size() == b.controller.size());
   for (const auto& [name, m] : a.controller) {
     const controller::WorkerMemory& n = b.controller.at(name);
@@ -107,6 +108,23 @@ TEST_CASE("a checkpoint round trip keeps every field", "[checkpoint]") {
   REQUIRE(f.Find("conv.weight") != nullptr);
   REQUIRE(f.Find("optimizer.momentum/bn.running_var") != nullptr);
   REQUIRE(f.metadata.at("format") == kCheckpointFormat);
+}
+
+TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cut", "[checkpoint]") {
+  const std::string dir = FreshDir("sharded");
+  CheckpointState s = Sample(8);
+  REQUIRE(WriteCheckpoint(dir + "/one.safetensors", s).ok());
+  REQUIRE_FALSE(ReadCheckpoint(dir + "/one.safetensors")->sharded.has_value());  // one server's
+  s.sharded = ShardedJob{*ModelLayout::Create({{"fc.weight", {256, 784}}, {"bn.running_mean", {8}, true}}), 3, 1 << 18};
+  REQUIRE(WriteCheckpoint(dir + "/c.safetensors", s).ok());
+  absl::StatusOr<CheckpointState> r = ReadCheckpoint(dir + "/c.safetensors");
+  REQUIRE(r.ok());
+  RequireSame(s, *r);
+  s.sharded->shards = 1;  // not a sharded job: a file that says so is not ours
+  REQUIRE(WriteCheckpoint(dir + "/bad.safetensors", s).ok());
+  absl::StatusOr<CheckpointState> bad = ReadCheckpoint(dir + "/bad.safetensors");
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  REQUIRE(absl::StrContains(bad.status().message(), "sharded job"));
 }
 
 TEST_CASE("an export is not taken for a checkpoint", "[checkpoint]") {
@@ -367,6 +385,43 @@ TEST_CASE("the checkpointer writes on its clock's interval, only when the model 
   REQUIRE(core->Push(Grad(j.id, 8, 1), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
   REQUIRE(cp.CheckpointNow()->find("ckpt-000000000002") != std::string::npos);
   REQUIRE(ReadCheckpoint(dir + "/ckpt-000000000002.safetensors")->version == 2);
+  // A sharded job's rollback dropped it (its history was undone): the same version is
+  // written again.
+  REQUIRE(CheckpointDir(dir, 2).DropNewerThan(1).ok());
+  REQUIRE(cp.CheckpointNow()->find("ckpt-000000000002") != std::string::npos);
+}
+
+TEST_CASE("a sharded job's recovery goes back to the newest checkpoint every server holds", "[checkpoint][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
+  const std::string dir = FreshDir("goback");
+  Checkpointer cp(core.get(), CheckpointDir(dir, 5), absl::Seconds(60));
+  const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
+  for (uint64_t v = 0; v < 3; ++v) {
+    REQUIRE(core->Push(Grad(j.id, 8, v), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
+    REQUIRE(cp.CheckpointNow().ok());  // versions 1, 2, 3
+  }
+  absl::StatusOr<uint64_t> none = cp.GoBack({{}, {5, 4}, {3}});
+  REQUIRE(absl::IsFailedPrecondition(none.status()));
+  REQUIRE(absl::StrContains(none.status().message(), "the coordinator holds [3, 2, 1], shard 1 [5, 4], shard 2 [3]"));
+  REQUIRE(core->version() == 3);  // nothing changed
+  absl::StatusOr<uint64_t> back = cp.GoBack({{}, {4, 2, 1}, {3, 2}});
+  REQUIRE(back.ok());
+  REQUIRE(*back == 2);
+  REQUIRE(core->version() == 2);
+  REQUIRE(CheckpointDir(dir, 5).Versions() == std::vector<uint64_t>{2, 1});  // 3's history was undone
+}
+
+TEST_CASE("the checkpointer adds what its caller knows of the job", "[checkpoint][clock]") {
+  FakeClock clock;
+  auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
+  const std::string dir = FreshDir("annotated");
+  const ShardedJob job{*ModelLayout::Create({{"w", {4096}}}), 2, 4096};
+  Checkpointer cp(core.get(), CheckpointDir(dir, 2), absl::Seconds(60), [&job](CheckpointState* s) { s->sharded = job; });
+  const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
+  REQUIRE(core->Push(Grad(j.id, 8, 0), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
+  REQUIRE(cp.CheckpointNow().ok());
+  REQUIRE(ReadCheckpoint(dir + "/ckpt-000000000001.safetensors")->sharded == job);
 }
 
 }  // namespace

@@ -100,18 +100,11 @@ absl::Status CoordinatorShards::Return(int index) {
   {
     absl::MutexLock lock(&mu_);
     if (!recovering_) {
-      recovering_ = true;
-      ++recovery_;
       if (options_.log) {
         options_.log(absl::StrFormat("shard %d is back: every server goes back to the shards' newest common checkpoint",
                                      index));
       }
-      for (size_t i = 1; i < slots_.size(); ++i) {
-        if (static_cast<int>(i) == index || !slots_[i].connected) continue;
-        slots_[i].connected = false;  // its stream ends: it registers again, with what it holds
-        slots_[i].must_register = true;
-        ++slots_[i].generation;
-      }
+      BeginRecovery(index);
     }
     slots_[index].recovery = recovery_;
     held.resize(slots_.size());
@@ -141,6 +134,50 @@ absl::Status CoordinatorShards::Return(int index) {
   recovering_ = false;
   if (options_.log) options_.log(absl::StrCat("every slice is back at version ", *version, ": the job goes on"));
   return absl::OkStatus();
+}
+
+void CoordinatorShards::BeginRecovery(int returned) {
+  recovering_ = true;
+  ++recovery_;
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    if (static_cast<int>(i) == returned || !slots_[i].connected) continue;
+    slots_[i].connected = false;  // its stream ends: it registers again, with what it holds
+    slots_[i].must_register = true;
+    ++slots_[i].generation;
+  }
+}
+
+absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout& slice0) {
+  if (job.shards != options_.shards || job.partition_bytes != options_.partition_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the checkpoint is of a job cut into %d shards of %d-byte partitions, and this coordinator was started for %d "
+        "of %d-byte partitions: start it with the job's --shards and --partition_mb, or --fresh",
+        job.shards, job.partition_bytes, options_.shards, options_.partition_bytes));
+  }
+  absl::StatusOr<ShardMap> map = ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes);
+  if (!map.ok()) return map.status();
+  if (!(map->slice_layout(0) == slice0)) {
+    return absl::FailedPreconditionError("the checkpoint's slice 0 is not its job's: the file was not written by this "
+                                         "release's coordinator");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!recover_) return absl::FailedPreconditionError("a sharded job resumes only with --checkpoint_dir");
+  layout_ = job.layout;
+  map_ = *std::move(map);
+  stepped_ = true;
+  BeginRecovery(/*returned=*/0);
+  if (options_.log) {
+    options_.log(absl::StrFormat("a sharded job (%s): waiting for its %d shard servers to register with the "
+                                 "checkpoints they hold",
+                                 map_->DebugString(), options_.shards - 1));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<ShardedJob> CoordinatorShards::sharded_job() const {
+  absl::MutexLock lock(&mu_);
+  if (!layout_.has_value()) return std::nullopt;
+  return ShardedJob{*layout_, options_.shards, options_.partition_bytes};
 }
 
 absl::Status CoordinatorShards::Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline) {

@@ -21,6 +21,7 @@
 #include "common/metrics.h"
 #include "common/shard_map.h"
 #include "proto/omnilearn.pb.h"
+#include "server/checkpoint.h"
 #include "server/parameter_server_core.h"
 
 namespace omnilearn {
@@ -55,6 +56,15 @@ class CoordinatorShards {
   // With checkpoints (set before the first registration): a shard that returns after the
   // job's first step makes the job go back to the shards' common checkpoint.
   void SetRecover(Recover recover);
+  // A restarted coordinator goes on with the job its checkpoint recorded (after
+  // SetRecover, before the first registration): the job's map is planned again from it,
+  // and the job starts in a recovery that every shard's registration joins, as after a
+  // shard's return. FailedPrecondition when the job was cut otherwise than this
+  // coordinator's flags say, or when `slice0` (the core's restored layout) is not the
+  // map's slice 0.
+  absl::Status Resume(const ShardedJob& job, const ModelLayout& slice0);
+  // What a checkpoint records of the job once a model was adopted (nullopt before).
+  std::optional<ShardedJob> sharded_job() const;
 
   // A shard server registers. Returns its index. FailedPrecondition for another shard
   // count or partition size than the coordinator's, when every slice has its shard, for
@@ -135,6 +145,9 @@ class CoordinatorShards {
   // Register's parts: the slice a hello may take, and a registration after the first step.
   absl::StatusOr<int> FreeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a recovery: the streams of the shards other than `returned` (0: all) end; they
+  // register again, saying which checkpoints they hold.
+  void BeginRecovery(int returned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Missing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorShardsOptions options_;

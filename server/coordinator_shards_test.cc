@@ -204,6 +204,50 @@ TEST_CASE("a recovery without a common checkpoint stops the job with the reason"
   REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:1c", 1, 2)).status()));
 }
 
+TEST_CASE("a restarted coordinator resumes its job: every shard registers, all go back to the common checkpoint",
+          "[coordinator_shards]") {
+  const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+  const ShardedJob job{Model(), 3, kPartition};
+  {
+    CoordinatorShards c = Make(3);  // the checkpoint's job, written by the first coordinator
+    REQUIRE_FALSE(c.sharded_job().has_value());
+    Adopt(c);
+    REQUIRE(c.sharded_job() == job);
+  }
+  CoordinatorShards c = Make(3);
+  REQUIRE(absl::IsFailedPrecondition(c.Resume(job, map.slice_layout(0))));  // no checkpoints kept
+  std::vector<std::vector<uint64_t>> asked;
+  c.SetRecover([&asked](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    asked = held;
+    return uint64_t{9};
+  });
+  absl::Status other = c.Resume(ShardedJob{Model(), 4, kPartition}, map.slice_layout(0));
+  REQUIRE(absl::IsFailedPrecondition(other));
+  REQUIRE(absl::StrContains(other.message(), "--shards"));
+  REQUIRE(absl::IsFailedPrecondition(c.Resume(job, map.slice_layout(1))));  // not this job's slice 0
+  REQUIRE(c.Resume(job, map.slice_layout(0)).ok());
+  REQUIRE(c.map()->fingerprint() == map.fingerprint());
+  REQUIRE(absl::IsUnavailable(c.Serving()));  // joins wait for every shard
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {9, 4})) == 2);
+  REQUIRE(absl::IsUnavailable(c.Serving()));
+  REQUIRE(asked.empty());
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {10, 9})) == 1);
+  REQUIRE(asked.size() == 3);
+  REQUIRE(asked[1] == std::vector<uint64_t>{10, 9});
+  REQUIRE(c.Serving().ok());
+  for (int shard : {1, 2}) {
+    std::vector<CoordinatorShards::Outgoing> out = Drain(c, shard);
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].command.init().restore());
+    REQUIRE(out[0].command.init().version() == 9);
+    REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+  }
+  // Workers join with the job's model: the same map.
+  REQUIRE(c.PlanFor(Model())->fingerprint() == map.fingerprint());
+  c.Hooks().checkpoint(9);  // the version every server holds: not asked again
+  REQUIRE(Drain(c, 1).empty());
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <optional>
 #include <cstdio>
+#include <functional>
 #include <thread>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "controller/controller_flags.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
+#include "server/coordinator_shards.h"
 #include "server/parameter_server_core.h"
 #include "server/service.h"
 #include "server/shard_link.h"
@@ -185,10 +187,54 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
   return true;
 }
 
+// A checkpoint is resumed by a server of the same kind: one server's by one server, a
+// sharded job's coordinator's by a sharded coordinator.
+absl::Status CheckSameKind(const CheckpointState& state) {
+  const bool sharded = absl::GetFlag(FLAGS_shards) > 1;
+  if (sharded && !state.sharded.has_value()) {
+    return absl::FailedPreconditionError(
+        "it is one server's checkpoint (or a shard's), and this server is a sharded job's coordinator: start it "
+        "without --shards, or start over with --fresh");
+  }
+  if (!sharded && state.sharded.has_value()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "it is the checkpoint of a sharded job's coordinator: start it with --shards=%d --partition_mb=%g (and the "
+        "shard servers on their checkpoint directories), or start over with --fresh",
+        state.sharded->shards, static_cast<double>(state.sharded->partition_bytes) / (1 << 20)));
+  }
+  return absl::OkStatus();
+}
+
+// Resumes from the newest valid checkpoint in `dir`, if there is one. A sharded
+// coordinator (`shards`) then waits for its shards to go back with it to the newest
+// checkpoint every server holds (docs/SHARDING.md).
+absl::Status ResumeFrom(const CheckpointDir& dir, ParameterServerCore* core, CoordinatorShards* shards) {
+  auto loaded = dir.LoadNewest([](const std::string& warning) {
+    std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
+  });
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) {
+    if (dir.List().empty()) return absl::OkStatus();
+    return absl::DataLossError(absl::StrCat("no checkpoint in ", dir.dir(),
+                                            " could be read: fix or move them, or start over with --fresh"));
+  }
+  const auto& [file, state] = **loaded;
+  absl::Status s = CheckSameKind(state);
+  if (s.ok()) s = core->Restore(state);
+  if (s.ok() && shards != nullptr) s = shards->Resume(*state.sharded, state.layout);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
+  std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
+              file.c_str(), state.version, state.global_samples, state.controller.size(),
+              absl::ToDoubleSeconds(absl::Now() - state.created));
+  return absl::OkStatus();
+}
+
 // --checkpoint_dir: resumes from the newest valid checkpoint (or, with --fresh, moves
-// the old ones aside) and sets up the timer. Errors stop the server: a checkpoint that
-// does not fit the flags is never silently replaced by a fresh start.
-absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpointer>* checkpointer) {
+// the old ones aside) and sets up the timer; a sharded coordinator's (`shards`) recovery
+// goes back to these checkpoints. Errors stop the server: a checkpoint that does not fit
+// the flags is never silently replaced by a fresh start.
+absl::Status SetUpCheckpoints(ParameterServerCore* core, CoordinatorShards* shards,
+                              std::unique_ptr<Checkpointer>* checkpointer) {
   const std::string path = absl::GetFlag(FLAGS_checkpoint_dir);
   if (path.empty()) {
     if (absl::GetFlag(FLAGS_fresh)) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
@@ -200,32 +246,16 @@ absl::Status SetUpCheckpoints(ParameterServerCore* core, std::unique_ptr<Checkpo
     absl::StatusOr<std::string> aside = dir.MoveAside(absl::Now());
     if (!aside.ok()) return aside.status();
     if (!aside->empty()) std::printf("omnilearn_server: --fresh: moved the old checkpoints to %s\n", aside->c_str());
-  } else {
-    auto loaded = dir.LoadNewest([](const std::string& warning) {
-      std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
-    });
-    if (!loaded.ok()) return loaded.status();
-    if (loaded->has_value() && absl::GetFlag(FLAGS_shards) > 1) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " holds checkpoints, and a sharded coordinator cannot resume from them yet (a shard can): start over "
-                "with --fresh (docs/SHARDING.md)"));
-    }
-    if (loaded->has_value()) {
-      const auto& [file, state] = **loaded;
-      if (absl::Status s = core->Restore(state); !s.ok()) {
-        return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
-      }
-      std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
-                  file.c_str(), state.version, state.global_samples, state.controller.size(),
-                  absl::ToDoubleSeconds(absl::Now() - state.created));
-    } else if (!dir.List().empty()) {
-      return absl::DataLossError(absl::StrCat("no checkpoint in ", path,
-                                              " could be read: fix or move them, or start over with --fresh"));
-    }
   }
-  *checkpointer = std::make_unique<Checkpointer>(core, std::move(dir),
-                                                 absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s)));
-  return absl::OkStatus();
+  std::function<void(CheckpointState*)> complete;
+  if (shards != nullptr) complete = [shards](CheckpointState* s) { s->sharded = shards->sharded_job(); };
+  *checkpointer = std::make_unique<Checkpointer>(core, dir, absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s)),
+                                                 std::move(complete));
+  if (shards != nullptr) {
+    Checkpointer* c = checkpointer->get();
+    shards->SetRecover([c](const std::vector<std::vector<uint64_t>>& held) { return c->GoBack(held); });
+  }
+  return absl::GetFlag(FLAGS_fresh) ? absl::OkStatus() : ResumeFrom(dir, core, shards);
 }
 
 absl::StatusOr<bool> OnOff(const std::string& flag, const std::string& value) {
@@ -603,30 +633,6 @@ int RunShard(const sigset_t& signals) {
   return 0;
 }
 
-// A sharded job's recovery (CoordinatorShards::Recover): the coordinator goes back to the
-// newest checkpoint it and every shard hold; the newer ones, of a history undone, go.
-CoordinatorShards::Recover RecoverFrom(ParameterServerCore* core, CheckpointDir dir) {
-  return [core, dir](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
-    std::vector<uint64_t> common = dir.Versions();  // newest first
-    std::string holders = absl::StrCat("the coordinator holds [", absl::StrJoin(common, ", "), "]");
-    for (size_t i = 1; i < held.size(); ++i) {
-      absl::StrAppend(&holders, ", shard ", i, " [", absl::StrJoin(held[i], ", "), "]");
-      common.erase(std::remove_if(common.begin(), common.end(),
-                                  [&](uint64_t v) { return std::find(held[i].begin(), held[i].end(), v) == held[i].end(); }),
-                   common.end());
-    }
-    for (uint64_t v : common) {
-      absl::StatusOr<CheckpointState> state = dir.Load(v);
-      if (absl::IsDataLoss(state.status())) continue;  // unreadable: the one before
-      if (!state.ok()) return state.status();
-      if (absl::Status s = core->RollBack(*state); !s.ok()) return s;
-      if (absl::Status s = dir.DropNewerThan(v); !s.ok()) return s;
-      return v;
-    }
-    return absl::FailedPreconditionError(absl::StrCat("no checkpoint is common to every server (", holders, ")"));
-  };
-}
-
 // A sharded job's coordinator side (--shards > 1): what every shard must share with it.
 std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const ServerOptions& o) {
   CoordinatorShardsOptions so;
@@ -663,11 +669,7 @@ int Run() {
   auto core = ParameterServerCore::Create(*o);
   if (!core.ok()) return Fail(core.status(), 2);
   std::unique_ptr<Checkpointer> checkpointer;
-  if (absl::Status s = SetUpCheckpoints(core->get(), &checkpointer); !s.ok()) return Fail(s, 2);
-  if (shards != nullptr && checkpointer != nullptr) {
-    shards->SetRecover(RecoverFrom(core->get(), CheckpointDir(absl::GetFlag(FLAGS_checkpoint_dir),
-                                                              absl::GetFlag(FLAGS_checkpoint_keep))));
-  }
+  if (absl::Status s = SetUpCheckpoints(core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
   if (!credentials.ok()) return Fail(credentials.status(), 2);

@@ -262,7 +262,9 @@ class ParameterServerCore : public DataPlane {
   // and counters are the checkpoint's; every session ends (the workers' next calls answer
   // NotFound or rejoin; waiting pushes wake and answer so), their controller memory is
   // kept by name for their rejoin, and training goes on once they all joined again (or
-  // after round_timeout). FailedPrecondition for another layout, mode or optimizer.
+  // after round_timeout); before training started (a restarted coordinator going back
+  // to the checkpoint its shards hold too) the start barrier is kept. FailedPrecondition
+  // for another layout, mode or optimizer.
   absl::Status RollBack(const CheckpointState& state);
   uint64_t version() const;
 

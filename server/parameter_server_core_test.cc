@@ -645,6 +645,39 @@ TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position,
   REQUIRE(absl::IsFailedPrecondition(core->RollBack(other)));
 }
 
+TEST_CASE("a restarted coordinator's rollback, before anyone joined, keeps the start barrier", "[core][rollback]") {
+  auto first = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  const auto joined = JoinAll(*first, 2);
+  auto round = [&](float g) {
+    const uint64_t v = first->Snapshot().version;
+    std::thread ta([&] { REQUIRE(first->Push(Grad(joined[0].id, 4, v), std::vector<float>(kParams, g), Soon()).ok()); });
+    REQUIRE(first->Push(Grad(joined[1].id, 4, v), std::vector<float>(kParams, g), Soon()).ok());
+    ta.join();
+  };
+  round(1.0f);
+  const CheckpointState at1 = *first->Capture();
+  round(1.0f);
+  const CheckpointState at2 = *first->Capture();
+  // The restarted coordinator: its own newest checkpoint, then the one its shards hold too.
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  REQUIRE(core->Restore(at2).ok());
+  REQUIRE(core->RollBack(at1).ok());
+  REQUIRE(core->Snapshot().version == 1);
+  std::atomic<bool> a_back{false};
+  JoinResult a;
+  std::thread ja([&] {
+    a = *core->Join(Info("w0", false), Soon());
+    a_back = true;
+  });
+  AwaitState([&] { return core->Snapshot().workers.size() == 1; });  // w0 is in the barrier...
+  REQUIRE_FALSE(a_back);  // ...waiting for the job's two workers, not training alone
+  const JoinResult b = *core->Join(Info("w1", false), Soon());
+  ja.join();
+  REQUIRE(a.batch == 4);
+  REQUIRE(b.batch == 4);
+  REQUIRE(Weights(*core, a.id)[0] == -1.0f);
+}
+
 PushInfo Current(ParameterServerCore& core, WorkerId id, int64_t batch) {
   return Grad(id, batch, core.Snapshot().version);
 }

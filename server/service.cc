@@ -94,6 +94,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  // A shard's link pings its coordinator every 5 s, with or without data, to notice a
+  // host lost without closing its connections; a ping sooner than this would count
+  // against the link, and a few of them would close it.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 4000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   grpc::ResourceQuota quota("omnilearn_server");
   quota.SetMaxThreads(max_threads);
   builder.SetResourceQuota(quota);

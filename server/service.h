@@ -26,7 +26,9 @@ grpc::Status ToGrpc(const absl::Status& status);
 
 // The gRPC server settings the daemon runs with (message size limits, a busy port is an
 // error rather than shared, at most `max_threads` calls served at once: beyond them a
-// call gets RESOURCE_EXHAUSTED instead of a thread); the benchmarks use the same.
+// call gets RESOURCE_EXHAUSTED instead of a thread; keepalive pings accepted every 4 s,
+// which a shard's link to its coordinator sends every 5 s: ShardLinkOptions::keepalive);
+// the benchmarks use the same.
 void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads = 1024);
 
 // Thread-safe (the core is).

@@ -38,9 +38,16 @@ absl::Status ShardLink::Run() {
       absl::MutexLock lock(&mu_);
       if (stopped_) return absl::OkStatus();
     }
-    if (registered && absl::IsAborted(s)) {  // the job goes back to a common checkpoint
-      if (options_.log) options_.log(absl::StrCat("the coordinator asks: ", s.message()));
+    if (registered && (absl::IsAborted(s) || absl::IsUnavailable(s))) {
+      // The job goes back to a common checkpoint (Aborted), or the link broke: the
+      // coordinator may be restarting, and it resumes from the servers' common checkpoint.
+      if (options_.log) {
+        options_.log(absl::IsAborted(s) ? absl::StrCat("the coordinator asks: ", s.message())
+                                        : absl::StrCat(s.message(), "; registering again for up to ",
+                                                       absl::FormatDuration(options_.start_timeout)));
+      }
       give_up = absl::Now() + options_.start_timeout;
+      if (absl::IsUnavailable(s)) absl::SleepFor(absl::Seconds(1));
       continue;
     }
     if (registered || !absl::IsUnavailable(s)) return s;
@@ -53,7 +60,14 @@ absl::Status ShardLink::Run() {
 }
 
 absl::Status ShardLink::RunOnce(bool* registered) {
-  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(options_.coordinator, options_.credentials));
+  grpc::ChannelArguments args;
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
+  auto stub = v1::ParameterServer::NewStub(
+      grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
   grpc::ClientContext ctx;
   AddBearerToken(ctx, options_.auth_token);
   {
@@ -99,7 +113,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     return absl::AbortedError(finished.error_message());
   }
   if (*registered) {
-    return absl::UnavailableError(absl::StrCat("the coordinator ", options_.coordinator, " ended the link: ",
+    return absl::UnavailableError(absl::StrCat("lost the link to the coordinator ", options_.coordinator, ": ",
                                                finished.error_message()));
   }
   return absl::Status(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());

@@ -31,6 +31,10 @@ struct ShardLinkOptions {
   std::string auth_token;
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   absl::Duration start_timeout = absl::Minutes(5);  // to reach the coordinator at first
+  // The link pings the coordinator this often and counts it lost when a ping is not
+  // answered within as long again (its host gone without closing the connection). At
+  // least the 4 s servers accept (ConfigureServerBuilder).
+  absl::Duration keepalive = absl::Seconds(5);
   // The slice's checkpoints, at the versions the coordinator names (empty = none: a
   // restart of this shard cannot resume the job).
   std::string checkpoint_dir;
@@ -47,10 +51,12 @@ class ShardLink {
 
   // Registers (retrying while the coordinator cannot be reached or the slice is still
   // held by a predecessor, up to start_timeout) and applies the commands until Stop()
-  // (OK) or the link ends: the coordinator refused this shard (its message), went away
-  // after the job started, or sent something this shard cannot apply (a layout whose map
-  // differs, a missed step, a checkpoint it cannot write or read). When the coordinator
-  // asks (ABORTED: the job goes back to a common checkpoint) it registers again.
+  // (OK), the job's end (OK) or an error: the coordinator refused this shard (its
+  // message), stayed away for start_timeout, or sent something this shard cannot apply
+  // (a layout whose map differs, a missed step, a checkpoint it cannot write or read).
+  // When the coordinator asks (ABORTED: the job goes back to a common checkpoint) or the
+  // link breaks (a restarting coordinator resumes from the common checkpoint), it
+  // registers again.
   absl::Status Run();
   void Stop();
 

@@ -40,6 +40,19 @@ start_server() {
   fail "server $name did not start"
 }
 
+# restart_server NAME [flags...]: a server again on $PORT, where its workers (and shards)
+# reconnect; sets SERVER_PID and SUMMARY.
+restart_server() {
+  local name=$1; shift
+  SUMMARY=$WORK/$name.json
+  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
+    > "$WORK/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  STARTED+=("$SERVER_PID")
+  wait_for_line "$WORK/$name.server.log" "listening" 300 ||
+    { cat "$WORK/$name.server.log" >&2; fail "server $name did not start again on port $PORT"; }
+}
+
 # start_worker NAME LOG [flags...]: appends to WORKER_PIDS. The server is up when this runs
 # (start_server waited for it), so a slow first handshake on a loaded machine is waited out
 # (--connect_timeout=60) instead of ending the worker; a later flag overrides it.

@@ -82,12 +82,7 @@ run_pair() {  # run_pair MODE
     sleep 0.1
   done
   PORT=$port
-  SUMMARY=$WORK/$mode-resumed.json
-  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 \
-    --mode="$mode" "${FLAGS[@]}" --checkpoint_dir="$ckpt" --export="$export" > "$WORK/$mode-resumed.server.log" 2>&1 &
-  SERVER_PID=$!
-  STARTED+=("$SERVER_PID")
-  wait_for_line "$WORK/$mode-resumed.server.log" "listening" 100 || { cat "$WORK/$mode-resumed.server.log" >&2; fail "$mode: restart failed"; }
+  restart_server "$mode-resumed" --mode="$mode" "${FLAGS[@]}" --checkpoint_dir="$ckpt" --export="$export"
   local resumed
   resumed=$(sed -n 's/.*resumed from .*: version \([0-9]*\),.*/\1/p' "$WORK/$mode-resumed.server.log")
   [ -n "$resumed" ] || fail "$mode: the restarted server did not resume"

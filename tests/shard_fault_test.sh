@@ -7,10 +7,12 @@
 #   --evaluate_only --init_from` on it reproduces the job's accuracy (to 0.1 point) and is
 #   within 1 point of one server's;
 # - the same, with shard 2 SIGKILLed after its first checkpoint and restarted on the same
-#   port and directory; the workers are not touched: they wait, join again and finish.
-#   Asserted: the coordinator reported the loss, every slice went back to a checkpoint
-#   version shard 2 had written, the workers rejoined, everything exited 0, and the
-#   accuracy is within 1 point of one server's.
+#   port and directory, and later the coordinator SIGKILLed and restarted on its own; the
+#   workers are not touched: they wait, join again and finish. Asserted: the coordinator
+#   reported the shard's loss, every slice went back to a checkpoint version shard 2 had
+#   written, then (after the coordinator's restart) to a newer one the coordinator had
+#   written, the workers rejoined twice, the epoch was trained exactly once, everything
+#   exited 0, and the accuracy is within 1 point of one server's.
 source "$(dirname "$0")/e2e_lib.sh"
 RUNFILES_TOOLS=$RUNFILES/tools
 FLAGS=(--num_workers=2 --global_batch=96 --lr=0.05 --lr_decay_epochs=0.5 --exit_when_done --round_timeout_s=10
@@ -105,16 +107,59 @@ wait_for_line "$WORK/fault.server.log" "every slice is back at version" 600 ||
   { tail -n 20 "$WORK"/fault.*.log >&2; fail "fault: the job did not go back to a common checkpoint"; }
 back=$(sed -n 's/.*every slice is back at version \([0-9]*\).*/\1/p' "$WORK/fault.server.log" | tail -1)
 [[ " $written" == *" $back "* ]] || fail "fault: the job went back to version $back, shard 2 wrote only [$written]"
-finish fault "$pid1" "$pid2"
-for w in w0 w1; do grep -q "rejoined as worker" "$WORK/fault.$w.log" || fail "fault: $w did not rejoin"; done
-# Every sample once: the rollback's epoch position, and rounds of the whole global batch
-# after it (the first waits for both workers), make the epoch exactly 625 x 96.
-grep -q "training finished: model version 625, 60000 samples" "$WORK/fault.server.log" ||
-  fail "fault: the epoch was not trained exactly once: $(grep 'training finished' "$WORK/fault.server.log")"
+
+# Then the coordinator: lost once it wrote two checkpoints after the rollback, and
+# restarted on the same port and directory. The shards and the workers are not touched:
+# the shards register again, the workers join again, and every server goes back to the
+# newest checkpoint all of them hold.
+after=$(grep -c "omnilearn_server: checkpoint" "$WORK/fault.server.log" || true)
+for _ in $(seq 900); do
+  [ "$(grep -c "omnilearn_server: checkpoint" "$WORK/fault.server.log" || true)" -ge $((after + 2)) ] && break
+  sleep 0.1
+done
+# First as a host lost without closing its connections: stopped (SIGSTOP), it answers
+# nothing, and only the shards' keepalive pings (every 5 s) can tell. Killed once both
+# shards noticed.
+coordinator=$(pgrep -P "$SERVER_PID") || fail "fault: the coordinator was not running (the job ended first?)"
+kill -STOP "$coordinator"
+for i in 1 2; do
+  wait_for_line "$WORK/fault.shard$i.log" "lost the link to the coordinator.*registering again" 600 ||
+    fail "fault: shard $i did not notice in 60 s that its coordinator stopped answering"
+done
+kill -KILL "$coordinator"
+wait "$SERVER_PID" 2>/dev/null || true
+coordinator_wrote=$(grep -o 'ckpt-[0-9]*' "$WORK/fault.server.log" | sed 's/ckpt-0*\([0-9]\)/\1/' | sort -n | uniq |
+  tr '\n' ' ')
+restart_server fault-resumed "${FLAGS[@]}" "${SHARD_FLAGS[@]}" --checkpoint_dir="$WORK/fault.ckpt" \
+  --export="$WORK/fault.safetensors"
+wait_for_line "$WORK/fault-resumed.server.log" "every slice is back at version" 600 ||
+  { tail -n 20 "$WORK"/fault*.log >&2; fail "fault: the restarted coordinator's shards did not come back"; }
+back2=$(sed -n 's/.*every slice is back at version \([0-9]*\).*/\1/p' "$WORK/fault-resumed.server.log")
+[[ " $coordinator_wrote" == *" $back2 "* ]] && [ "$back2" -gt "$back" ] ||
+  fail "fault: the restarted job went back to version $back2 (the coordinator wrote [$coordinator_wrote], the first" \
+    "rollback was to $back)"
+finish fault-resumed "$pid1" "$pid2"
+for w in w0 w1; do
+  [ "$(grep -c "rejoined as worker" "$WORK/fault.$w.log")" -ge 2 ] || fail "fault: $w did not rejoin twice"
+done
+# Every sample once: the rollbacks' epoch positions, and rounds of the whole global batch
+# after them (the first waits for both workers), make the epoch exactly 625 x 96.
+grep -q "training finished: model version 625, 60000 samples" "$WORK/fault-resumed.server.log" ||
+  fail "fault: the epoch was not trained exactly once: $(grep 'training finished' "$WORK/fault-resumed.server.log")"
 fault=$(accuracy)
 check_export fault "$WORK/fault.safetensors" "$fault" > /dev/null
 python3 -c "import sys; sys.exit(0 if abs($fault - $ref) <= 1.0 else 1)" ||
   fail "after a shard's crash the job reached ${fault}%, one server ${ref}%"
+# A sharded job's checkpoints are resumed only by a coordinator of that cut.
+refused() {  # refused WANT [flags...]: the server exits 2 at start, saying WANT
+  local want=$1 out rc=0; shift
+  out=$(timeout 60 "$SERVER" --bind=127.0.0.1 --port=0 --metrics_port=0 --checkpoint_dir="$WORK/fault.ckpt" "$@" 2>&1) ||
+    rc=$?
+  [ "$rc" = 2 ] && grep -q -- "$want" <<<"$out" || fail "a server with [$*] on the sharded job's checkpoints: rc $rc, $out"
+}
+refused "start it with --shards=3 --partition_mb=0.25"
+refused "cut into 3 shards of 262144-byte partitions" --shards=2 --partition_mb=0.25 --checkpoint_keep=2
 echo "one server ${ref}%; three slices ${three}% (export evaluates to ${evaluated}%);" \
-  "shard 2 killed after its checkpoints [${written% }], back at version $back, final ${fault}%"
+  "shard 2 killed after its checkpoints [${written% }], back at version $back;" \
+  "the coordinator killed after its checkpoints [${coordinator_wrote% }], back at version $back2; final ${fault}%"
 echo PASS

@@ -161,6 +161,8 @@ for d in checkpoints shard-1/checkpoints shard-2/checkpoints; do
 done
 [ -s "$WORK/omnilearn-$SJOB/model.safetensors" ] || fail "the sharded job exported no model"
 grep -q "to restart it: srun --jobid=$SJOB" "sharded-$SJOB.out" || fail "the script did not print how to restart a shard"
+grep -q "to restart the server: srun --jobid=$SJOB .*--shards=3" "sharded-$SJOB.out" ||
+  fail "the script did not print how to restart the coordinator"
 
 # ---- GPUs asked of binaries without CUDA: refused before anything starts
 cat > gres.sh <<'EOF2'
