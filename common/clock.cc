@@ -33,10 +33,21 @@ void FakeClock::SleepFor(absl::Duration d) const {
 }
 
 bool FakeClock::AwaitWithDeadline(absl::Mutex& mu, const absl::Condition& cond, absl::Time deadline) const {
+  if (cond.Eval()) return true;
+  waiters_.fetch_add(1);
+  bool met = false;
   while (true) {
-    if (mu.AwaitWithTimeout(cond, absl::Milliseconds(1))) return true;
-    if (Now() >= deadline) return cond.Eval();
+    if (mu.AwaitWithTimeout(cond, absl::Milliseconds(1))) {
+      met = true;
+      break;
+    }
+    if (Now() >= deadline) {
+      met = cond.Eval();
+      break;
+    }
   }
+  waiters_.fetch_sub(1);
+  return met;
 }
 
 }  // namespace omnilearn

@@ -4,6 +4,8 @@
 #ifndef OMNILEARN_COMMON_CLOCK_H_
 #define OMNILEARN_COMMON_CLOCK_H_
 
+#include <atomic>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -38,8 +40,12 @@ class FakeClock : public Clock {
   // Moves the clock on by `d` at once: a sleeper's time passes without waiting.
   void SleepFor(absl::Duration d) const override;
   void Advance(absl::Duration d);
+  // Calls in AwaitWithDeadline whose condition did not hold when they came: a test waits
+  // for a call to be waiting before it acts.
+  int waiters() const { return waiters_.load(); }
 
  private:
+  mutable std::atomic<int> waiters_{0};
   mutable absl::Mutex mu_;
   mutable absl::Time now_ ABSL_GUARDED_BY(mu_);
 };

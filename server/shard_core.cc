@@ -125,6 +125,10 @@ void ShardCore::Shutdown() {
 
 absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) const {
   absl::MutexLock lock(&mu_);
+  // The coordinator announced the session when the worker joined, on a stream of its own:
+  // the worker's first call here may come before it.
+  auto announced = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || sessions_.count(id) > 0; };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&announced), options_.clock->Now() + kAnnouncementWait);
   auto it = sessions_.find(id);
   if (it == sessions_.end() || ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id, "'s session secret"));

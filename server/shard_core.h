@@ -60,9 +60,15 @@ class ShardCore : public DataPlane {
   // Wakes every waiting call; later pulls answer Unavailable.
   void Shutdown();
 
-  // DataPlane. A push keeps the worker's slice until a step takes it (one per worker: a
-  // newer push replaces it) and answers then (applied), or when a sync step of its version
-  // was taken without it, or at the deadline or member_wait (not applied); NotFound for a session the coordinator
+  // How long a call waits for its session to be announced (Authenticate).
+  static constexpr absl::Duration kAnnouncementWait = absl::Seconds(2);
+
+  // DataPlane. Authenticate waits up to kAnnouncementWait for a session the coordinator
+  // has not announced yet (its command may be behind the worker's first call); a session
+  // still unknown then passes it, and its push or pull answers NotFound. A push keeps the
+  // worker's slice until a step takes it (one per worker: a newer push replaces it) and
+  // answers then (applied), or when a sync step of its version was taken without it, or
+  // at the deadline or member_wait (not applied); NotFound for a session the coordinator
   // has not announced (or closed), InvalidArgument for a size or a non-finite value.
   absl::Status Authenticate(WorkerId id, absl::string_view secret) const override;
   absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) override;

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 
 namespace omnilearn {
 namespace server {
@@ -107,6 +108,30 @@ TEST_CASE("only announced sessions push and pull, with their secret", "[shard_co
   REQUIRE(absl::IsDeadlineExceeded(shard.Pull(7, 0, 3, absl::InfinitePast()).status()));
   shard.CloseSession(7);
   REQUIRE(absl::IsNotFound(shard.Pull(7, 0, 0, absl::InfinitePast()).status()));
+}
+
+TEST_CASE("a worker's first call may come before the coordinator's announcement of its session", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  absl::Status early;
+  std::thread call([&] { early = shard.Authenticate(7, "s"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));  // it waits for the announcement...
+  shard.OpenSession(7, "s");  // ...which comes
+  call.join();
+  REQUIRE(early.ok());
+  std::thread wrong([&] { early = shard.Authenticate(8, "t"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  shard.OpenSession(8, "other");  // the secret is checked against the announced session
+  wrong.join();
+  REQUIRE(absl::IsPermissionDenied(early));
+  // Never announced: after the wait, the call goes on and the push answers NotFound.
+  std::thread never([&] { early = shard.Authenticate(9, "u"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  clock.Advance(ShardCore::kAnnouncementWait);
+  never.join();
+  REQUIRE(early.ok());
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(9, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));
 }
 
 TEST_CASE("a shard's slice goes back to its checkpoint: weights, optimizer state, version; sessions end",
