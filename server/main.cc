@@ -692,10 +692,7 @@ int Run() {
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
-  if (!server || bound_port == 0) {
-    std::fprintf(stderr, "omnilearn_server: cannot listen on %s\n", address.c_str());
-    return 1;
-  }
+  if (!server || bound_port == 0) return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)), 1);
   const absl::Time start = absl::Now();
   PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
