@@ -29,6 +29,7 @@ void JobLife::Next(absl::Time now) {
 }
 
 void JobLife::Regather(absl::Time now, int live, absl::Duration timeout) {
+  if (!started_) return;  // the barrier waiting already (a restart, a rollback before all were back) stays
   expected_ = std::max(1, live);
   start_by_ = now + timeout;
   started_ = false;

@@ -27,7 +27,9 @@ class JobLife {
   bool started() const { return started_; }
   void Start() { started_ = true; }
   // The job went back to a checkpoint at `now` and every session ended: training starts
-  // again once the `live` workers of that moment joined again, or after `timeout`.
+  // again once the `live` workers of that moment joined again, or after `timeout`. Before
+  // training started (a restarted coordinator, or a rollback before everyone was back)
+  // the barrier already waiting is kept.
   void Regather(absl::Time now, int live, absl::Duration timeout);
 
   // A worker left; `completed`: it finished its training (not a crash or a Ctrl-C).

@@ -45,6 +45,10 @@ TEST_CASE("after a rollback the barrier waits for the workers that were live, fo
   REQUIRE_FALSE(job.started());
   REQUIRE(job.expected() == 2);
   REQUIRE(job.start_by() == t0 + absl::Minutes(10) + absl::Seconds(30));
+  job.Regather(t0 + absl::Minutes(11), 1, absl::Seconds(30));  // before it started again: kept
+  REQUIRE(job.expected() == 2);
+  REQUIRE(job.start_by() == t0 + absl::Minutes(10) + absl::Seconds(30));
+  job.Start();
   job.Regather(t0, 0, absl::Seconds(30));  // nobody was live: the first to join starts it
   REQUIRE(job.expected() == 1);
   job.Next(t0 + absl::Hours(1));  // a new job waits for --num_workers again

@@ -720,8 +720,7 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   AwaitRoundIdle();
   std::map<std::string, controller::WorkerMemory> remembered = state.controller;
   // Training goes on once the workers of this moment joined again (or the round's timeout).
-  // Before training started (a restarted coordinator) the start barrier stays as it is.
-  if (job_.started()) job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.round_timeout);
+  job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.round_timeout);
   for (auto& [id, w] : workers_) {
     if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;
