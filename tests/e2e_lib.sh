@@ -18,16 +18,23 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# launch_server NAME [flags...]: a server on $PORT in the background, its output in
+# NAME.server.log; sets SERVER_PID and SUMMARY (start_server and restart_server wait for it).
+launch_server() {
+  local name=$1; shift
+  SUMMARY=$WORK/$name.json
+  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
+    > "$WORK/$name.server.log" 2>&1 &
+  SERVER_PID=$!
+  STARTED+=("$SERVER_PID")
+}
+
 # start_server NAME [flags...]: sets SERVER_PID, PORT, SUMMARY.
 start_server() {
   local name=$1 attempt; shift
-  SUMMARY=$WORK/$name.json
   for attempt in 1 2 3; do
     PORT=$(free_port)
-    timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
-      > "$WORK/$name.server.log" 2>&1 &
-    SERVER_PID=$!
-    STARTED+=("$SERVER_PID")
+    launch_server "$name" "$@"
     # Up to 30 s: a loaded machine can take seconds to start a process that loads LibTorch.
     wait_for_line "$WORK/$name.server.log" "listening\|cannot listen on 127.0.0.1:$PORT" 300 || break
     grep -q listening "$WORK/$name.server.log" && return 0
@@ -44,11 +51,7 @@ start_server() {
 # reconnect; sets SERVER_PID and SUMMARY.
 restart_server() {
   local name=$1; shift
-  SUMMARY=$WORK/$name.json
-  timeout 300 "$SERVER" --bind=127.0.0.1 --port="$PORT" --summary_json="$SUMMARY" --quiet --metrics_port=0 "$@" \
-    > "$WORK/$name.server.log" 2>&1 &
-  SERVER_PID=$!
-  STARTED+=("$SERVER_PID")
+  launch_server "$name" "$@"
   wait_for_line "$WORK/$name.server.log" "listening" 300 ||
     { cat "$WORK/$name.server.log" >&2; fail "server $name did not start again on port $PORT"; }
 }
