@@ -1,5 +1,5 @@
 // Takes a server's checkpoints on a timer read from the core's clock. The state is
-// captured under the core's lock (no copy of the weights, one of the optimizer state);
+// captured under the core's lock without a copy (weights and optimizer state shared);
 // the file is written outside it, so pushes are not stalled by the disk. A sharded job's
 // coordinator also goes back to one of them through it (GoBack), so that a rollback
 // and a checkpoint being written never interleave.
