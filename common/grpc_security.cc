@@ -97,6 +97,16 @@ bool BearerTokenMatches(absl::string_view header_value, absl::string_view token)
   return ConstantTimeEquals(header_value.substr(kBearerPrefix.size()), token);
 }
 
+void AddPeerToken(grpc::ClientContext& ctx, absl::string_view token) {
+  if (!token.empty()) ctx.AddMetadata(kPeerTokenKey, std::string(token));
+}
+
+bool PeerTokenMatches(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, absl::string_view token) {
+  if (token.empty()) return false;
+  auto it = metadata.find(kPeerTokenKey);
+  return it != metadata.end() && ConstantTimeEquals(absl::string_view(it->second.data(), it->second.size()), token);
+}
+
 bool IsLoopbackAddress(absl::string_view address) {
   return absl::StartsWith(address, "127.") || address == "::1" || address == "[::1]" || address == "localhost";
 }

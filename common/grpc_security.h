@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -16,6 +17,9 @@ namespace omnilearn {
 
 // The metadata key of the bearer token (gRPC wants lower case).
 inline constexpr char kAuthorizationKey[] = "authorization";
+// The metadata key of the peer secret the servers of a sharded job prove themselves with
+// to each other (--peer_token_file): never the workers' bearer token.
+inline constexpr char kPeerTokenKey[] = "omnilearn-peer-token";
 
 // The token in `path`, without surrounding white space. InvalidArgument when the
 // file cannot be read or holds no token.
@@ -48,6 +52,13 @@ void AddBearerToken(grpc::ClientContext& ctx, absl::string_view token);
 
 // Whether an "authorization" value carries `token` (compared in constant time).
 bool BearerTokenMatches(absl::string_view header_value, absl::string_view token);
+
+// Adds the peer secret to a call between servers of a job; nothing for an empty one.
+void AddPeerToken(grpc::ClientContext& ctx, absl::string_view token);
+
+// Whether a call's metadata carries the peer secret `token` (compared in constant time;
+// false for an empty `token`).
+bool PeerTokenMatches(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata, absl::string_view token);
 
 // Whether an address given to --bind is loopback-only (127.0.0.0/8, ::1, localhost).
 bool IsLoopbackAddress(absl::string_view address);

@@ -24,6 +24,18 @@ TEST_CASE("bearer tokens match exactly") {
   CHECK_FALSE(BearerTokenMatches("Bearer ", ""));  // an empty token never matches
 }
 
+TEST_CASE("the peer secret matches exactly, under its own key") {
+  std::multimap<grpc::string_ref, grpc::string_ref> md;
+  CHECK_FALSE(PeerTokenMatches(md, "peer"));
+  md.emplace(kAuthorizationKey, "Bearer peer");  // the workers' header does not count
+  CHECK_FALSE(PeerTokenMatches(md, "peer"));
+  md.emplace(kPeerTokenKey, "peer");
+  CHECK(PeerTokenMatches(md, "peer"));
+  CHECK_FALSE(PeerTokenMatches(md, "peer2"));
+  CHECK_FALSE(PeerTokenMatches(md, "pee"));
+  CHECK_FALSE(PeerTokenMatches(md, ""));  // an empty secret never matches
+}
+
 TEST_CASE("token files are trimmed and must hold one token") {
   CHECK(*ReadTokenFile(WriteTemp("t1", "  abc-123\n")) == "abc-123");
   CHECK(ReadTokenFile(WriteTemp("t2", "\n \n")).status().code() == absl::StatusCode::kInvalidArgument);

@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -292,6 +295,37 @@ CheckpointState CaptureStore(const ParameterStore& store) {
   return s;
 }
 
+class CheckpointDir::Lock {
+ public:
+  // The lock of `dir`, its LOCK file naming this process; FailedPrecondition naming the
+  // holder when another process has it.
+  static absl::StatusOr<std::shared_ptr<const Lock>> Take(const std::string& dir) {
+    const std::string path = absl::StrCat(dir, "/LOCK");
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char holder[256] = {0};
+      const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+      close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint directory ", dir, " is in use by another server (",
+          n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(holder, n))) : "unknown holder",
+          "): give every server a directory of its own"));
+    }
+    char host[128] = {0};
+    gethostname(host, sizeof(host) - 1);
+    const std::string me = absl::StrFormat("pid %d on %s\n", getpid(), host);
+    const bool noted = ftruncate(fd, 0) == 0 && pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+    (void)noted;  // without its note the lock holds all the same
+    return std::shared_ptr<const Lock>(new Lock(fd));
+  }
+  ~Lock() { close(fd_); }  // closing releases the flock
+
+ private:
+  explicit Lock(int fd) : fd_(fd) {}
+  const int fd_;
+};
+
 absl::Status CheckpointDir::Prepare() const {
   // Its missing parents too, like mkdir -p (a shard's own folder under a job's).
   for (size_t slash = dir_.find('/', 1); slash != std::string::npos; slash = dir_.find('/', slash + 1)) {
@@ -306,6 +340,11 @@ absl::Status CheckpointDir::Prepare() const {
   }
   if (access(dir_.c_str(), W_OK) != 0) {
     return absl::PermissionDeniedError(absl::StrCat("checkpoint directory ", dir_, " is not writable"));
+  }
+  if (lock_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<const Lock>> lock = Lock::Take(dir_);
+    if (!lock.ok()) return lock.status();
+    lock_ = *std::move(lock);
   }
   for (const std::string& name : Entries(dir_)) {
     if (absl::EndsWith(name, kPartialSuffix)) unlink(absl::StrCat(dir_, "/", name).c_str());

@@ -84,8 +84,10 @@ class CheckpointDir {
   // keep >= 1: how many checkpoints to keep (older ones are deleted after each write).
   CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
-  // Creates the directory (and its missing parents) if needed and deletes partial files a
-  // crash left behind.
+  // Creates the directory (and its missing parents) if needed, takes its lock (held by
+  // this object and its copies until the last of them goes: one server a directory) and
+  // deletes partial files a crash left behind. FailedPrecondition naming the holder when
+  // another process holds the directory.
   absl::Status Prepare() const;
   // Checkpoint paths, newest (highest version) first.
   std::vector<std::string> List() const;
@@ -116,8 +118,12 @@ class CheckpointDir {
   // Every checkpoint file's version and path, newest first (List, Versions, DropNewerThan).
   std::vector<std::pair<uint64_t, std::string>> Found() const;
 
+  // The directory's lock: an flock on its LOCK file, released when the last copy goes.
+  class Lock;
+
   const std::string dir_;
   const int keep_;
+  mutable std::shared_ptr<const Lock> lock_;  // set by Prepare
 };
 
 }  // namespace server

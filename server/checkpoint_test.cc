@@ -1,5 +1,7 @@
 #include "server/checkpoint.h"
 
+#include <memory>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 #include "common/clock.h"
@@ -195,6 +198,31 @@ TEST_CASE("a crash mid-write leaves only a partial file that is ignored and clea
   REQUIRE((*loaded)->second.version == 10);
   REQUIRE(d.Prepare().ok());
   REQUIRE(access((dir + "/ckpt-000000000020.safetensors.123.partial").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("one server a directory: a second is refused, naming the holder, until the first lets go",
+          "[checkpoint]") {
+  const std::string dir = FreshDir("locked");
+  std::ofstream(dir + "/ckpt-000000000020.safetensors.9.partial") << "the first server's write in progress";
+  auto first = std::make_unique<CheckpointDir>(dir, 3);
+  REQUIRE(first->Prepare().ok());
+  std::ofstream(dir + "/ckpt-000000000030.safetensors.9.partial") << "the first server's write in progress";
+  const CheckpointDir copy = *first;  // the checkpointer's copy shares the lock
+  CheckpointDir second(dir, 3);
+  const absl::Status refused = second.Prepare();
+  REQUIRE(absl::IsFailedPrecondition(refused));
+  REQUIRE(absl::StrContains(refused.message(), absl::StrCat("pid ", getpid())));
+  // The refused server touched nothing: the first one's partial file is still there.
+  REQUIRE(access((dir + "/ckpt-000000000030.safetensors.9.partial").c_str(), F_OK) == 0);
+  REQUIRE(copy.Versions().empty());  // the LOCK file is no checkpoint
+  first.reset();
+  REQUIRE(absl::IsFailedPrecondition(second.Prepare()));  // the copy still holds it
+}
+
+TEST_CASE("a directory is free again once its holder is gone", "[checkpoint]") {
+  const std::string dir = FreshDir("relocked");
+  { REQUIRE(CheckpointDir(dir, 3).Prepare().ok()); }
+  REQUIRE(CheckpointDir(dir, 3).Prepare().ok());
 }
 
 TEST_CASE("--fresh moves old checkpoints aside, deleting nothing", "[checkpoint]") {

@@ -1,5 +1,6 @@
 #include "server/coordinator_shards.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,17 +34,19 @@ void CoordinatorShards::SetRecover(Recover recover) {
 }
 
 absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) const {
-  int index = static_cast<int>(hello.index());
-  if (index == 0) {
-    for (int i = 1; i < static_cast<int>(slots_.size()); ++i) {
-      if (!slots_[i].connected) return i;
+  // Range-checked before any cast: a slice index is a uint32 on the wire.
+  const uint32_t asked = hello.index();
+  if (asked == 0) {
+    for (size_t i = 1; i < slots_.size(); ++i) {
+      if (!slots_[i].connected) return static_cast<int>(i);
     }
     return absl::FailedPreconditionError("every slice of this job has its shard already");
   }
-  if (index >= static_cast<int>(slots_.size())) {
+  if (asked >= slots_.size()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("there is no slice %d: this job has slices 1 to %d", index, static_cast<int>(slots_.size()) - 1));
+        absl::StrFormat("there is no slice %u: this job has slices 1 to %d", asked, static_cast<int>(slots_.size()) - 1));
   }
+  const int index = static_cast<int>(asked);
   if (slots_[index].connected) {
     return absl::UnavailableError(absl::StrFormat(
         "slice %d is held by the shard at %s, still connected: retry (a restarted shard waits until the coordinator "
@@ -53,23 +56,56 @@ absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) co
   return index;
 }
 
-absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
-  if (static_cast<int>(hello.shards()) != options_.shards || hello.partition_bytes() != options_.partition_bytes) {
+absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes) {
+  if (hello.shards() != static_cast<uint32_t>(shards) || hello.partition_bytes() != partition_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "this shard was started for %d shards of %d-byte partitions, and this coordinator's job has %d shards of "
+        "this shard was started for %u shards of %d-byte partitions, and this coordinator's job has %d shards of "
         "%d-byte partitions: start the shard with the coordinator's --shards and --partition_mb",
-        hello.shards(), hello.partition_bytes(), options_.shards, options_.partition_bytes));
+        hello.shards(), hello.partition_bytes(), shards, partition_bytes));
   }
-  if (hello.address().empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
+  const std::string& address = hello.address();
+  if (address.empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
+  const bool printable = std::all_of(address.begin(), address.end(), [](char c) { return c > ' ' && c < 127; });
+  if (address.size() > kMaxShardAddressBytes || !printable) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a shard's address is a host:port of at most %d printable characters, not %d bytes%s", kMaxShardAddressBytes,
+        address.size(), printable ? "" : " with spaces or control characters"));
+  }
+  if (hello.checkpoint_versions_size() > kMaxShardCheckpoints) {
+    return absl::InvalidArgumentError(absl::StrFormat("a shard lists %d checkpoints; a server keeps at most %d",
+                                                      hello.checkpoint_versions_size(), kMaxShardCheckpoints));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const {
+  if (map_.has_value() && hello.fingerprint() != 0 && hello.fingerprint() != map_->fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this shard held a slice of another map (fingerprint %016x; this job's is %016x): it is another job's shard",
+        hello.fingerprint(), map_->fingerprint()));
+  }
+  if (!stepped_) return absl::OkStatus();
+  if (!recover_) {
+    return absl::FailedPreconditionError(
+        "the job has trained already, and this coordinator keeps no checkpoints (--checkpoint_dir) to take every "
+        "slice back to: restart the job");
+  }
+  // A slice that has trained goes only to a shard that brings checkpoints to go back to:
+  // one that claims none would leave the job nowhere to go.
+  if (hello.checkpoint_versions_size() == 0) {
+    return absl::FailedPreconditionError(
+        "the job has trained already, and this shard holds no checkpoint of its slice: start it on the slice's "
+        "--checkpoint_dir");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
+  if (absl::Status s = CheckShardHello(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
   int index = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (!failed_.ok()) return failed_;
-    if (stepped_ && !recover_) {
-      return absl::FailedPreconditionError(
-          "the job has trained already, and this coordinator keeps no checkpoints (--checkpoint_dir) to take every "
-          "slice back to: restart the job");
-    }
+    if (absl::Status s = MayTakeSlice(hello); !s.ok()) return s;
     absl::StatusOr<int> free = FreeSlice(hello);
     if (!free.ok()) return free.status();
     index = *free;
@@ -120,10 +156,15 @@ absl::Status CoordinatorShards::Return(int index) {
   absl::MutexLock lock(&mu_);
   restoring_ = false;
   if (!version.ok()) {
-    failed_ = absl::FailedPreconditionError(
-        absl::StrCat("the job cannot go on after a shard's restart: ", version.status().message()));
-    if (options_.log) options_.log(std::string(failed_.message()));
-    return failed_;
+    // No shard's claim ends the job: this one is refused, its slice stays free, and the
+    // recovery waits for a shard that holds a checkpoint common to every server.
+    slots_[index].connected = false;
+    ++slots_[index].generation;
+    const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
+        "slice ", index, "'s checkpoints leave the job no checkpoint common to every server (",
+        version.status().message(), "): the job waits for a shard that holds one"));
+    if (options_.log) options_.log(std::string(refused.message()));
+    return refused;
   }
   sessions_.clear();  // the core ended every session: the workers join again
   told_checkpoint_ = *version;  // every server holds it
@@ -263,7 +304,6 @@ void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
 }
 
 absl::Status CoordinatorShards::Missing() const {
-  if (!failed_.ok()) return failed_;
   if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
   std::vector<int> missing;
   for (size_t i = 1; i < slots_.size(); ++i) {

@@ -37,6 +37,15 @@ struct CoordinatorShardsOptions {
   std::function<void(const std::string&)> log;
 };
 
+// The longest address a shard may give, and the most checkpoint versions it may list.
+inline constexpr int kMaxShardAddressBytes = 255;
+inline constexpr int kMaxShardCheckpoints = 1000;
+
+// A registration's fields, range-checked before anything is taken from them:
+// FailedPrecondition for another shard count or partition size than the job's,
+// InvalidArgument for an empty, overlong or unprintable address or too many checkpoints.
+absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes);
+
 // Thread-safe.
 class CoordinatorShards {
  public:
@@ -66,12 +75,13 @@ class CoordinatorShards {
   // What a checkpoint records of the job once a model was adopted (nullopt before).
   std::optional<ShardedJob> sharded_job() const;
 
-  // A shard server registers. Returns its index. FailedPrecondition for another shard
-  // count or partition size than the coordinator's, when every slice has its shard, for
-  // a shard returning after the job's first step without checkpoints (its slice's
-  // training would be lost), and when no checkpoint is common to every server (the job
-  // cannot go on: joins are refused from then on). Unavailable for a slice still held by
-  // a connected shard (its predecessor's stream may not have ended yet).
+  // A shard server registers. Returns its index. The hello is checked (CheckShardHello);
+  // FailedPrecondition when every slice has its shard, for a shard of another map
+  // (fingerprint), for one returning after the job's first step without checkpoints (or
+  // to a coordinator that keeps none: its slice's training would be lost), and for the
+  // registration that leaves no checkpoint common to every server (its slice stays free
+  // and the recovery waits: no shard's claim ends the job). Unavailable for a slice still
+  // held by a connected shard (its predecessor's stream may not have ended yet).
   //
   // A shard returning after the first step starts a recovery: the other shards' streams
   // end (Next answers Aborted) and they register again, each saying which checkpoints it
@@ -88,7 +98,7 @@ class CoordinatorShards {
   // The shard's stream ended.
   void Disconnect(int index);
   // Waits until every shard registered and no recovery is under way; Unavailable naming
-  // the missing ones after `deadline`, FailedPrecondition when a recovery failed.
+  // the missing ones after `deadline`.
   absl::Status AwaitShards(absl::Time deadline);
   // OK while every slice's shard is there (a push may go in); as AwaitShards otherwise.
   absl::Status Serving() const;
@@ -148,6 +158,9 @@ class CoordinatorShards {
   // Starts a recovery: the streams of the shards other than `returned` (0: all) end; they
   // register again, saying which checkpoints they hold.
   void BeginRecovery(int returned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's rules for a slice: the map's fingerprint, and after the first step a
+  // coordinator with checkpoints and a shard that brings some.
+  absl::Status MayTakeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Missing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorShardsOptions options_;
@@ -159,7 +172,6 @@ class CoordinatorShards {
   uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // a registration runs the Recover hook
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);    // a recovery found no common checkpoint
   std::optional<uint64_t> told_checkpoint_ ABSL_GUARDED_BY(mu_);  // the last checkpoint version queued
   struct Stashed {
     ModelLayout layout;

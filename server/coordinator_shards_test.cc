@@ -137,8 +137,8 @@ TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
   REQUIRE(absl::IsCancelled(c.Next(1, now, &o, absl::InfinitePast())));
 }
 
-v1::ShardHello HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions) {
-  v1::ShardHello h = Hello(address, index);
+v1::ShardHello HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions, int shards = 3) {
+  v1::ShardHello h = Hello(address, index, shards);
   for (uint64_t v : versions) h.add_checkpoint_versions(v);
   return h;
 }
@@ -188,20 +188,64 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   }
 }
 
-TEST_CASE("a recovery without a common checkpoint stops the job with the reason", "[coordinator_shards]") {
+TEST_CASE("no shard's claim ends the job: a shard without a common checkpoint is refused and the job waits",
+          "[coordinator_shards]") {
   CoordinatorShards c = Make(2);
-  c.SetRecover([](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> {
-    return absl::FailedPreconditionError("no checkpoint is common to every server");
+  bool common = false;
+  c.SetRecover([&common](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> {
+    if (!common) return absl::FailedPreconditionError("no checkpoint is common to every server");
+    return uint64_t{3};
   });
-  REQUIRE(*c.Register(Hello("s:1", 1, 2)) == 1);
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {}, 2)) == 1);
   Adopt(c);
   c.Hooks().step(ReplicatedStep{});
   c.Disconnect(1);
-  auto back = c.Register(Hello("s:1b", 1, 2));
+  // One that claims to hold nothing is refused before it takes the slice.
+  auto none = c.Register(HelloHolding("impostor", 1, {}, 2));
+  REQUIRE(absl::IsFailedPrecondition(none.status()));
+  REQUIRE(absl::StrContains(none.status().message(), "holds no checkpoint"));
+  // One whose checkpoints meet none of the others' is refused; its slice stays free.
+  auto back = c.Register(HelloHolding("s:1b", 1, {99}, 2));
   REQUIRE(absl::IsFailedPrecondition(back.status()));
   REQUIRE(absl::StrContains(back.status().message(), "no checkpoint is common"));
-  REQUIRE(absl::IsFailedPrecondition(c.AwaitShards(absl::InfinitePast())));  // joins answer it, not "retry"
-  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:1c", 1, 2)).status()));
+  REQUIRE(c.Shards()[0].connected == false);
+  REQUIRE(absl::IsUnavailable(c.AwaitShards(absl::InfinitePast())));  // joins wait: the job goes on later
+  common = true;
+  REQUIRE(*c.Register(HelloHolding("s:1c", 1, {3}, 2)) == 1);  // the real shard
+  REQUIRE(c.Serving().ok());
+}
+
+TEST_CASE("every field of a shard's registration is range-checked", "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  // The slice index: 2^31 and 2^32-1 are no slices (they once became -2^31 and -1).
+  for (uint32_t index : {3u, 1u << 31, 0xffffffffu}) {
+    auto r = c.Register(Hello("s:1", 0));
+    if (r.ok()) c.Disconnect(*r);
+    v1::ShardHello h = Hello("s:1");
+    h.set_index(index);
+    REQUIRE(absl::IsFailedPrecondition(c.Register(h).status()));
+  }
+  v1::ShardHello shards = Hello("s:1");
+  shards.set_shards(0xffffffffu);  // once cast to -1
+  REQUIRE(absl::IsFailedPrecondition(c.Register(shards).status()));
+  v1::ShardHello partition = Hello("s:1");
+  partition.set_partition_bytes(-kPartition);
+  REQUIRE(absl::IsFailedPrecondition(c.Register(partition).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello(std::string(256, 'a'))).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s:1\nforged log line")).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s 1")).status()));
+  v1::ShardHello versions = Hello("s:1");
+  for (int i = 0; i <= kMaxShardCheckpoints; ++i) versions.add_checkpoint_versions(i);
+  REQUIRE(absl::IsInvalidArgument(c.Register(versions).status()));
+  REQUIRE(c.registered() == 0);  // none of them took a slice
+  Adopt(c);
+  v1::ShardHello other = Hello("s:1");
+  other.set_fingerprint(c.map()->fingerprint() ^ 1);  // a shard of another job's map
+  auto refused = c.Register(other);
+  REQUIRE(absl::IsFailedPrecondition(refused.status()));
+  REQUIRE(absl::StrContains(refused.status().message(), "fingerprint"));
+  other.set_fingerprint(c.map()->fingerprint());
+  REQUIRE(c.Register(other).ok());
 }
 
 TEST_CASE("a restarted coordinator resumes its job: every shard registers, all go back to the common checkpoint",

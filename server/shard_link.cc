@@ -16,12 +16,11 @@ namespace server {
 
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
     : options_(std::move(options)),
-      shard_(shard),
-      checkpoints_(options_.checkpoint_dir.empty()
-                       ? std::nullopt
-                       : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)) {}
+      applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
+                options_.checkpoint_keep, options_.log},
+               shard) {}
 
-absl::Status ShardLink::Prepare() const { return checkpoints_.has_value() ? checkpoints_->Prepare() : absl::OkStatus(); }
+absl::Status ShardLink::Prepare() const { return applier_.Prepare(); }
 
 void ShardLink::Stop() {
   absl::MutexLock lock(&mu_);
@@ -69,37 +68,19 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   auto stub = v1::ParameterServer::NewStub(
       grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
   grpc::ClientContext ctx;
-  AddBearerToken(ctx, options_.auth_token);
+  AddPeerToken(ctx, options_.peer_token);
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return absl::OkStatus();
     context_ = &ctx;
   }
+  applier_.Restart();
   std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader = stub->Shard(&ctx, Hello());
   v1::ShardCommand c;
   absl::Status applied;
   while (applied.ok() && reader->Read(&c)) {
     *registered = true;
-    switch (c.kind_case()) {
-      case v1::ShardCommand::kInit:
-        applied = ApplyInit(c.init(), reader.get());
-        break;
-      case v1::ShardCommand::kSession:
-        if (c.session().closed()) {
-          shard_->CloseSession(c.session().worker_id());
-        } else {
-          shard_->OpenSession(c.session().worker_id(), c.session().session_secret());
-        }
-        break;
-      case v1::ShardCommand::kStep:
-        applied = shard_->Step(StepFromProto(c.step()));
-        break;
-      case v1::ShardCommand::kCheckpoint:
-        applied = ApplyCheckpoint(c.checkpoint());
-        break;
-      default:
-        applied = absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");
-    }
+    applied = applier_.Apply(c);
   }
   if (!applied.ok()) ctx.TryCancel();
   grpc::Status finished = reader->Finish();
@@ -119,58 +100,13 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   return absl::Status(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
 }
 
-absl::Status ShardLink::ApplyInit(const v1::ShardInit& init, grpc::ClientReader<v1::ShardCommand>* reader) {
-  absl::StatusOr<ModelLayout> layout = ParseLayout(init.layout());
-  if (!layout.ok()) return layout.status();
-  absl::StatusOr<ShardMap> map = ShardMap::Plan(*layout, options_.shards, options_.partition_bytes);
-  if (!map.ok()) return map.status();
-  const int index = static_cast<int>(init.index());
-  if (map->fingerprint() != init.fingerprint() || index < 1 || index >= map->shards()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "this shard's map of the model (%s, fingerprint %016x) is not the coordinator's (fingerprint %016x, slice "
-        "%d): the shard and the coordinator are of different releases",
-        map->DebugString(), map->fingerprint(), init.fingerprint(), index));
-  }
-  const ModelLayout& slice = map->slice_layout(index);
-  OptimizerOptions o;
-  if (absl::Status s = OptimizerFromProto(init.optimizer(), &o); !s.ok()) return s;
-  const absl::Duration member_wait = absl::Seconds(init.optimizer().round_timeout_seconds());
-  if (init.restore()) {
-    if (!checkpoints_.has_value()) {
-      return absl::FailedPreconditionError("the coordinator restores the slice from a checkpoint, and this shard keeps "
-                                           "none (--checkpoint_dir)");
-    }
-    absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
-    if (!checkpoint.ok()) return checkpoint.status();
-    if (absl::Status s = shard_->Restore(slice, *checkpoint, o, member_wait, init.sync()); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(s.message(), " (is ", checkpoints_->dir(), " another job's?)"));
-    }
-    if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
-    if (options_.log) options_.log(absl::StrCat("slice ", index, " back at its checkpoint of version ", init.version()));
-    return absl::OkStatus();
-  }
-  ChunkAssembler assembler(&slice);
-  v1::ShardCommand c;
-  while (!assembler.CheckComplete().ok() && reader->Read(&c)) {
-    if (!c.has_chunk()) return absl::InvalidArgumentError("the slice's values ended before they were complete");
-    if (absl::Status s = assembler.Add(c.chunk()); !s.ok()) return s;
-  }
-  absl::StatusOr<std::vector<float>> values = assembler.Finish();
-  if (!values.ok()) return values.status();
-  if (absl::Status s = shard_->Init(slice, *std::move(values), init.version(), o, member_wait, init.sync()); !s.ok()) {
-    return s;
-  }
-  if (options_.log) options_.log(absl::StrCat("holding slice ", index, " of ", map->DebugString()));
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
                                              const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                              const std::string& auth_token, uint64_t session, const std::string& secret,
                                              const ModelLayout& slice, uint64_t version, absl::Duration timeout) {
   auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(address, credentials));
   grpc::ClientContext ctx;
-  AddBearerToken(ctx, auth_token);
+  AddBearerToken(ctx, auth_token);  // a Pull, as a worker's: under the export's own session
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::PullRequest request;
   request.set_worker_id(session);
@@ -204,24 +140,9 @@ v1::ShardHello ShardLink::Hello() const {
   hello.set_shards(static_cast<uint32_t>(options_.shards));
   hello.set_partition_bytes(options_.partition_bytes);
   hello.set_index(static_cast<uint32_t>(options_.index));
-  if (checkpoints_.has_value()) {
-    for (uint64_t v : checkpoints_->Versions()) hello.add_checkpoint_versions(v);
-  }
+  for (uint64_t v : applier_.CheckpointVersions()) hello.add_checkpoint_versions(v);
+  hello.set_fingerprint(applier_.fingerprint());
   return hello;
-}
-
-absl::Status ShardLink::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
-  if (!checkpoints_.has_value()) return absl::OkStatus();  // nothing kept: a restart cannot resume (logged at start)
-  absl::StatusOr<CheckpointState> state = shard_->Capture();
-  if (!state.ok()) return state.status();
-  if (state->version != checkpoint.version()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(), state->version));
-  }
-  absl::StatusOr<std::string> path = checkpoints_->Write(*state);
-  if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
-  if (options_.log) options_.log(absl::StrCat("checkpoint ", *path));
-  return absl::OkStatus();
 }
 
 }  // namespace server

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint.h"
+#include "server/shard_apply.h"
 #include "server/shard_core.h"
 
 namespace omnilearn {
@@ -28,7 +29,9 @@ struct ShardLinkOptions {
   int shards = 2;
   int64_t partition_bytes = 0;
   int index = 0;            // 0 = any free slice
-  std::string auth_token;
+  // The job's peer secret (--peer_token_file): the Shard call carries it, never the
+  // workers' bearer token. Empty: a job whose servers all listen on loopback.
+  std::string peer_token;
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   absl::Duration start_timeout = absl::Minutes(5);  // to reach the coordinator at first
   // The link pings the coordinator this often and counts it lost when a ping is not
@@ -63,13 +66,10 @@ class ShardLink {
  private:
   // One registration's stream; `*registered` once the coordinator accepted it.
   absl::Status RunOnce(bool* registered);
-  absl::Status ApplyInit(const v1::ShardInit& init, grpc::ClientReader<v1::ShardCommand>* reader);
-  absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
   v1::ShardHello Hello() const;
 
   const ShardLinkOptions options_;
-  ShardCore* const shard_;
-  const std::optional<CheckpointDir> checkpoints_;
+  ShardApplier applier_;  // Run's thread only
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -21,6 +21,16 @@ absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o
 v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);
 
+// The most members a step may name, and the longest session secret a command may carry.
+inline constexpr int kMaxStepMembers = 100000;  // --num_workers' bound
+inline constexpr size_t kMaxSessionSecretBytes = 64;
+
+// A coordinator's command, every number range-checked before a shard applies any of it:
+// InvalidArgument naming the field (optimizer settings, a step's rate, scale, blend,
+// momentum and members' weights, a session's secret). What only the slice can judge (a
+// step's version, a chunk's place, the map) is checked where it is applied.
+absl::Status CheckShardCommand(const v1::ShardCommand& command);
+
 }  // namespace server
 }  // namespace omnilearn
 
