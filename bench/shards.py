@@ -21,6 +21,7 @@ Needs root (network namespaces).
 import argparse
 import json
 import os
+import secrets
 import signal
 import statistics
 import subprocess
@@ -45,7 +46,10 @@ def one_run(args, shards):
     try:
         server = f"{args.bin_dir}/server/omnilearn_server"
         coordinator = f"{cluster.addr['ps0']}:{PORT}"
-        common = [f"--port={PORT}", f"--shards={shards}", "--metrics_port=0"]
+        peer = os.path.join(args.work, "peer-token")  # the servers' own secret (they listen beyond loopback)
+        with open(peer, "w") as f:
+            f.write(secrets.token_hex(16))
+        common = [f"--port={PORT}", f"--shards={shards}", "--metrics_port=0", f"--peer_token_file={peer}"]
         log = lambda name: open(os.path.join(args.work, f"s{shards}.{name}.log"), "w")  # noqa: E731
         servers.append(subprocess.Popen(cluster.command("ps0", [
             server, *common, "--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={4 * WORKERS}",

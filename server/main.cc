@@ -111,6 +111,10 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
           "sharded jobs with TLS: PEM CA that signed the other servers' certificates (the coordinator's, the "
           "shards'); the calls between servers use TLS and present --tls_cert/--tls_key (for --tls_client_ca)");
 ABSL_FLAG(std::string, auth_token_file, "", "file holding a shared bearer token every call must carry");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "sharded jobs: file holding the job's peer secret, the same on every server of the job and not the "
+          "workers' token: only a caller that carries it registers as a shard (and so receives sessions, restores "
+          "and checkpoint commands). Required unless every server listens on loopback");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "keep checkpoints here and resume from the newest valid one at start (empty = no checkpoints)");
 ABSL_FLAG(double, checkpoint_every_s, 60, "seconds between checkpoints (one more is written at shutdown)");
@@ -395,7 +399,7 @@ void Monitor(ParameterServerCore* core, Checkpointer* checkpointer, const std::a
     const absl::Time now = absl::Now();
     if (progress_every > absl::ZeroDuration() && now - last_progress >= progress_every && s.version > 0 &&
         !s.job_finished) {
-      std::printf("%s\n", ProgressLine(s, s.global_samples - last_samples, now - last_progress).c_str());
+      std::printf("%s\n", ProgressLine(s, last_samples, now - last_progress).c_str());
       std::fflush(stdout);
       last_progress = now;
       last_samples = s.global_samples;
@@ -420,11 +424,37 @@ void AwaitSignalOrEnd(const sigset_t& signals, ParameterServerCore* core) {
   std::fflush(stdout);
 }
 
-// How this server calls the job's other servers: credentials and token.
+// How this server calls the job's other servers: credentials, the workers' token (the
+// export pulls slices as a session of its own) and the job's peer secret (the Shard call).
 struct PeerAccess {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string token;
+  std::string peer_token;
 };
+
+// A sharded server's --peer_token_file secret ("" without one). Without one every server
+// of the job must listen on loopback; it must not be the workers' token (a worker would
+// then be a server of the job).
+absl::StatusOr<std::string> PeerTokenFromFlags(const std::string& worker_token) {
+  std::string peer;
+  if (!absl::GetFlag(FLAGS_peer_token_file).empty()) {
+    absl::StatusOr<std::string> t = ReadTokenFile(absl::GetFlag(FLAGS_peer_token_file));
+    if (!t.ok()) return t.status();
+    peer = *t;
+  }
+  if (peer.empty() && !IsLoopbackAddress(absl::GetFlag(FLAGS_bind))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sharded job's servers must prove to each other that they are servers of the job, and this one listens "
+        "on ", absl::GetFlag(FLAGS_bind), ": give every server of the job --peer_token_file (one secret, not the "
+        "workers' token), or listen on loopback only (--bind=127.0.0.1)"));
+  }
+  if (!peer.empty() && peer == worker_token) {
+    return absl::InvalidArgumentError(
+        "--peer_token_file holds the workers' token: the servers' secret must be another, or every worker could "
+        "register as a shard");
+  }
+  return peer;
+}
 
 // The credentials of this server's calls to the job's other servers (a shard's link to its
 // coordinator, the coordinator's export pulls): TLS with --peer_tls_ca, presenting this
@@ -439,6 +469,20 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentials() {
     return grpc::InsecureChannelCredentials();
   }
   return MakeChannelCredentials({ca, absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)});
+}
+
+// A coordinator's access to its job's other servers (`sharded`), or a single server's
+// (the workers' token alone).
+absl::StatusOr<PeerAccess> PeerAccessFromFlags(bool sharded, const std::string& token) {
+  PeerAccess peers{nullptr, token, ""};
+  if (!sharded) return peers;
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> c = PeerCredentials();
+  if (!c.ok()) return c.status();
+  peers.credentials = *c;
+  absl::StatusOr<std::string> peer_token = PeerTokenFromFlags(token);
+  if (!peer_token.ok()) return peer_token.status();
+  peers.peer_token = *peer_token;
+  return peers;
 }
 
 // The whole model of a sharded job: slice 0 from the coordinator's capture, every other
@@ -577,6 +621,8 @@ int RunShard(const sigset_t& signals) {
   ShardCore shard({Clock::Real(), log});
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return Fail(token.status(), 2);
+  absl::StatusOr<std::string> peer_token = PeerTokenFromFlags(*token);
+  if (!peer_token.ok()) return Fail(peer_token.status(), 2);
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
   if (!credentials.ok()) return Fail(credentials.status(), 2);
@@ -597,7 +643,7 @@ int RunShard(const sigset_t& signals) {
   lo.shards = absl::GetFlag(FLAGS_shards);
   lo.partition_bytes = PartitionBytes();
   lo.index = absl::GetFlag(FLAGS_shard_index);
-  lo.auth_token = *token;
+  lo.peer_token = *peer_token;
   lo.credentials = *peer_credentials;
   lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   lo.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
@@ -668,31 +714,31 @@ int Run() {
   }
   auto core = ParameterServerCore::Create(*o);
   if (!core.ok()) return Fail(core.status(), 2);
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (absl::Status s = SetUpCheckpoints(core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
   auto credentials = MakeServerCredentials(
       {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
   if (!credentials.ok()) return Fail(credentials.status(), 2);
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return Fail(token.status(), 2);
-  PeerAccess peers{nullptr, *token};
-  if (shards != nullptr) {
-    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> c = PeerCredentials();
-    if (!c.ok()) return Fail(c.status(), 2);
-    peers.credentials = *c;
-    shards->ExportMetrics((*core)->registry());
-  }
+  absl::StatusOr<PeerAccess> peers = PeerAccessFromFlags(shards != nullptr, *token);
+  if (!peers.ok()) return Fail(peers.status(), 2);
+  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
   auto exposer = ExposeMetrics((*core)->registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
 
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
   ParameterServerService service(core->get(), absl::Minutes(10), *token, limits, wire_dtype);
-  if (shards != nullptr) service.EnableShards(shards.get());
+  if (shards != nullptr) service.EnableShards(shards.get(), peers->peer_token);
+  // Listening comes first: a second server on this port fails before it reads (or locks)
+  // the checkpoints; calls wait (UNAVAILABLE, retried) until the resume is done.
+  service.Hold();
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
   std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
   if (!server || bound_port == 0) return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)), 1);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (absl::Status s = SetUpCheckpoints(core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
+  service.Open();
   const absl::Time start = absl::Now();
   PrintListening(*o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
@@ -708,7 +754,7 @@ int Run() {
   }
   stopping.store(true);
   monitor.join();
-  const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), peers, start);
+  const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), *peers, start);
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return rc;

@@ -161,6 +161,9 @@ absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) cons
 }
 
 grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
+  if (!open_.load()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is resuming from its checkpoint: retry");
+  }
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find(kAuthorizationKey);
@@ -489,17 +492,41 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
   return map;
 }
 
+grpc::Status ParameterServerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
+  if (peer_token_.empty()) return Authorize(ctx);
+  if (!open_.load()) return Authorize(ctx);  // UNAVAILABLE while resuming
+  if (PeerTokenMatches(ctx->client_metadata(), peer_token_)) return grpc::Status::OK;
+  data_->CountUnauthenticated();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "the Shard call is for the job's servers: it must carry the job's peer secret "
+                      "(--peer_token_file); the workers' token does not make a caller a server");
+}
+
+void ParameterServerService::LogRefusedShard(const grpc::ServerContext* ctx, const grpc::Status& refused) {
+  const std::string peer = PeerHost(ctx->peer());
+  const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(refused.error_code())),
+                                         ": ", refused.error_message().substr(0, 200));
+  if (refused_shards_.ShouldLog(peer, cause, data_->clock().Now())) {
+    data_->Log(absl::StrCat("refused a shard's registration from ", peer, ": ", cause,
+                            " (logged once a minute per cause and peer)"));
+  }
+}
+
 grpc::Status ParameterServerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
                                            grpc::ServerWriter<v1::ShardCommand>* writer) {
-  if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (shards_ == nullptr) {
+    if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this server runs no sharded job: start the coordinator with --shards");
+  }
+  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {
+    LogRefusedShard(ctx, auth);
+    return auth;
   }
   uint64_t generation = 0;
   absl::StatusOr<int> index = shards_->Register(*hello, &generation);
   if (!index.ok()) {
-    data_->Log(absl::StrCat("refused shard ", hello->address(), ": ", index.status().message()));
+    LogRefusedShard(ctx, ToGrpc(index.status()));
     return ToGrpc(index.status());
   }
   CoordinatorShards::Outgoing out;

@@ -49,7 +49,18 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   ~ParameterServerService() override;
   // A sharded job's coordinator: joins wait for the shards and are answered with the shard
   // map, and the Shard call registers shard servers. Before serving; `shards` outlives this.
-  void EnableShards(CoordinatorShards* shards) { shards_ = shards; }
+  // With a `peer_token` (the job's peer secret) only a call that carries it may register a
+  // shard, whatever workers' token it has; without one (a job whose servers all listen on
+  // loopback) the Shard call passes the workers' gate as every call does.
+  void EnableShards(CoordinatorShards* shards, std::string peer_token = "") {
+    shards_ = shards;
+    peer_token_ = std::move(peer_token);
+  }
+  // Until Open(), every call is answered UNAVAILABLE (retry): the server listens while it
+  // resumes from its checkpoint, so a second server on the same port fails before it reads
+  // anything. Open from the start unless Hold() was called before serving.
+  void Hold() { open_.store(false); }
+  void Open() { open_.store(true); }
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
@@ -121,6 +132,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // then the request's worker id and session secret.
   template <typename Request>
   grpc::Status AuthorizeSession(const grpc::ServerContext* ctx, const Request& request) const;
+  // The Shard call's gate: the job's peer secret when it has one (else Authorize).
+  grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
+  // Logs a refused registration once per cause and peer a minute (a refused shard retries).
+  void LogRefusedShard(const grpc::ServerContext* ctx, const grpc::Status& refused);
 
   // Watches a client stream while it is read, from construction to Done() (or
   // destruction): the call is cancelled when Touch() was not called for the idle timeout.
@@ -140,7 +155,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   DataPlane* const data_;
   ParameterServerCore* const core_;  // null in a shard server
   CoordinatorShards* shards_ = nullptr;
+  std::string peer_token_;
+  std::atomic<bool> open_{true};
   RefusalLog refused_joins_;
+  RefusalLog refused_shards_;
   const absl::Duration max_wait_;
   const std::string auth_token_;
   const v1::WireDtype wire_dtype_;

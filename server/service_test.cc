@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -12,7 +13,10 @@
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 #include "common/clock.h"
+#include "common/grpc_security.h"
 #include "common/tensor_codec.h"
+#include "proto/omnilearn.grpc.pb.h"
+#include "server/coordinator_shards.h"
 #include "worker/ps_client.h"
 
 namespace omnilearn {
@@ -423,6 +427,71 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
 }
 
+
+// A Shard registration for slice 1 of a 2-slice job, under `peer` and `token` (each
+// left out when empty). Returns the call's status once it ended or, registered, once the
+// coordinator counts the shard (the call is then cancelled).
+grpc::Status RegisterShard(Fixture& f, CoordinatorShards& shards, const std::string& peer, const std::string& token) {
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  grpc::ClientContext ctx;
+  AddPeerToken(ctx, peer);
+  AddBearerToken(ctx, token);
+  v1::ShardHello hello;
+  hello.set_address("shard:1");
+  hello.set_shards(2);
+  hello.set_partition_bytes(ShardMap::kDefaultPartitionBytes);
+  auto reader = stub->Shard(&ctx, hello);
+  std::atomic<bool> registered{false};
+  std::thread cancel([&] {
+    registered = AwaitState([&] { return shards.registered() == 1; }, absl::Seconds(2));
+    if (registered) ctx.TryCancel();
+  });
+  v1::ShardCommand c;
+  while (reader->Read(&c)) {
+  }
+  grpc::Status s = reader->Finish();
+  cancel.join();
+  return registered ? grpc::Status::OK : s;
+}
+
+TEST_CASE("only the job's servers register as shards: the peer secret, never the workers' token",
+          "[service][auth][shards]") {
+  CoordinatorShardsOptions so;
+  so.shards = 2;
+  for (const std::string& bad : {std::string(""), std::string("the-token"), std::string("not-the-peer")}) {
+    Fixture f("the-token", "the-token");
+    CoordinatorShards shards(so);
+    f.service->EnableShards(&shards, "the-peer");
+    const grpc::Status refused = RegisterShard(f, shards, bad, "the-token");  // a worker, or a guess
+    INFO(bad << ": " << refused.error_message());
+    REQUIRE(refused.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    REQUIRE(absl::StrContains(refused.error_message(), "peer secret"));
+    REQUIRE(shards.registered() == 0);
+    REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 1\n") != std::string::npos);
+  }
+  Fixture f("the-token", "the-token");
+  CoordinatorShards shards(so);
+  f.service->EnableShards(&shards, "the-peer");
+  REQUIRE(RegisterShard(f, shards, "the-peer", "").ok());  // the peer secret alone: a server of the job
+  // Without a peer secret (a job on loopback alone) the call passes the workers' gate.
+  Fixture g("the-token", "the-token");
+  CoordinatorShards loopback(so);
+  g.service->EnableShards(&loopback);
+  REQUIRE(RegisterShard(g, loopback, "", "").error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  REQUIRE(RegisterShard(g, loopback, "", "the-token").ok());
+}
+
+TEST_CASE("a held service answers every call UNAVAILABLE until it is opened", "[service]") {
+  Fixture f;
+  f.service->Hold();
+  const std::vector<float> init(9, 1.0f);
+  auto held = f.client->Join(Request(), f.layout, init);
+  REQUIRE(absl::IsUnavailable(held.status()));
+  REQUIRE(absl::StrContains(held.status().message(), "resuming"));
+  REQUIRE(f.core->Snapshot().parameter_count == 0);
+  f.service->Open();
+  REQUIRE(f.client->Join(Request(), f.layout, init).ok());
+}
 
 // A push header of the joined session (batch 8, as the fixture's global batch).
 v1::PushRequest SessionPushHeader(const worker::JoinReply& joined) {

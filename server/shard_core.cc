@@ -123,6 +123,10 @@ void ShardCore::Shutdown() {
   shutdown_ = true;
 }
 
+absl::Status ShardCore::NoSession(WorkerId id) {
+  return absl::NotFoundError(absl::StrCat("worker ", id, " has no session on this shard: join the coordinator"));
+}
+
 absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) const {
   absl::MutexLock lock(&mu_);
   // The coordinator announced the session when the worker joined, on a stream of its own:
@@ -130,12 +134,19 @@ absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) cons
   auto announced = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || sessions_.count(id) > 0; };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&announced), options_.clock->Now() + kAnnouncementWait);
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
+  // Refused at the header: nothing of an unknown session's push is read (report-only and
+  // out-of-memory pushes included).
+  if (it == sessions_.end()) return NoSession(id);
+  if (ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id, "'s session secret"));
 }
 
 absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) {
   if (info.out_of_memory || info.report_only) {  // nothing of this slice: the coordinator handles them
+    {
+      absl::MutexLock lock(&mu_);
+      if (sessions_.count(info.id) == 0) return NoSession(info.id);
+    }
     PushResult r;
     r.version = version();
     return r;
@@ -146,9 +157,7 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
     }
   }
   absl::MutexLock lock(&mu_);
-  if (sessions_.count(info.id) == 0) {
-    return absl::NotFoundError(absl::StrCat("worker ", info.id, " has no session on this shard: join the coordinator"));
-  }
+  if (sessions_.count(info.id) == 0) return NoSession(info.id);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
   if (static_cast<int64_t>(gradient.size()) != store_->layout().total_elements()) {
     return absl::InvalidArgumentError(absl::StrFormat("a gradient of %d values for a slice of %d", gradient.size(),

@@ -65,7 +65,7 @@ class ShardCore : public DataPlane {
 
   // DataPlane. Authenticate waits up to kAnnouncementWait for a session the coordinator
   // has not announced yet (its command may be behind the worker's first call); a session
-  // still unknown then passes it, and its push or pull answers NotFound. A push keeps the
+  // still unknown then is refused NotFound, before anything of its call is read. A push keeps the
   // worker's slice until a step takes it (one per worker: a newer push replaces it) and
   // answers then (applied), or when a sync step of its version was taken without it, or
   // at the deadline or member_wait (not applied); NotFound for a session the coordinator
@@ -90,6 +90,7 @@ class ShardCore : public DataPlane {
   metrics::Registry& registry() { return registry_; }
 
  private:
+  static absl::Status NoSession(WorkerId id);
   // The store an Init or a Restore built, in place of the slice held so far.
   void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -99,6 +99,12 @@ TEST_CASE("only announced sessions push and pull, with their secret", "[shard_co
   ShardCore shard({&clock, nullptr});
   REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
   REQUIRE(absl::IsNotFound(shard.Push(PushOf(7, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));
+  PushInfo report = PushOf(7, 0);
+  report.report_only = true;  // an unknown session's report is no more welcome than its gradient
+  REQUIRE(absl::IsNotFound(shard.Push(report, {}, absl::InfinitePast()).status()));
+  report.report_only = false;
+  report.out_of_memory = true;
+  REQUIRE(absl::IsNotFound(shard.Push(report, {}, absl::InfinitePast()).status()));
   shard.OpenSession(7, "s");
   REQUIRE(absl::IsPermissionDenied(shard.Authenticate(7, "x")));
   REQUIRE(shard.Authenticate(7, "s").ok());
@@ -125,12 +131,12 @@ TEST_CASE("a worker's first call may come before the coordinator's announcement 
   shard.OpenSession(8, "other");  // the secret is checked against the announced session
   wrong.join();
   REQUIRE(absl::IsPermissionDenied(early));
-  // Never announced: after the wait, the call goes on and the push answers NotFound.
+  // Never announced: after the wait the call is refused at its header, report-only too.
   std::thread never([&] { early = shard.Authenticate(9, "u"); });
   REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
   clock.Advance(ShardCore::kAnnouncementWait);
   never.join();
-  REQUIRE(early.ok());
+  REQUIRE(absl::IsNotFound(early));
   REQUIRE(absl::IsNotFound(shard.Push(PushOf(9, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));
 }
 

@@ -84,7 +84,7 @@ std::string AdjustmentLine(const ServerSnapshot& s) {
   return out;
 }
 
-std::string ProgressLine(const ServerSnapshot& s, uint64_t samples, absl::Duration elapsed) {
+std::string ProgressLine(const ServerSnapshot& s, uint64_t samples_before, absl::Duration elapsed) {
   std::string out = "progress:";
   if (s.dataset_size > 0) {
     absl::StrAppend(&out, absl::StrFormat(" epoch %.2f |", static_cast<double>(s.global_samples) / s.dataset_size));
@@ -92,8 +92,13 @@ std::string ProgressLine(const ServerSnapshot& s, uint64_t samples, absl::Durati
     absl::StrAppend(&out, absl::StrFormat(" %d samples |", s.global_samples));
   }
   const double seconds = absl::ToDoubleSeconds(elapsed);
-  absl::StrAppend(&out, absl::StrFormat(" %.0f samples/s | v=%d | loss %.3f", seconds > 0 ? samples / seconds : 0.0,
-                                        s.version, s.last_train_loss));
+  if (s.global_samples < samples_before) {  // an unsigned difference would be 1.8e19
+    absl::StrAppend(&out, absl::StrFormat(" went back %d samples to a checkpoint", samples_before - s.global_samples));
+  } else {
+    const double samples = static_cast<double>(s.global_samples - samples_before);
+    absl::StrAppend(&out, absl::StrFormat(" %.0f samples/s", seconds > 0 ? samples / seconds : 0.0));
+  }
+  absl::StrAppend(&out, absl::StrFormat(" | v=%d | loss %.3f", s.version, s.last_train_loss));
   if (s.test_accuracy) {
     absl::StrAppend(&out, absl::StrFormat(" | acc %.2f%% (v=%d)", 100 * *s.test_accuracy, s.test_accuracy_version));
   }

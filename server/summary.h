@@ -25,8 +25,10 @@ int64_t PeakRssBytes();
 std::string AdjustmentLine(const ServerSnapshot& s);
 
 // The periodic progress line: "progress: epoch 1.23 | 1234 samples/s | v=456 | loss 0.412 |
-// acc 86.10% (v=400) | 4 live workers". `samples` were trained during `elapsed`.
-std::string ProgressLine(const ServerSnapshot& s, uint64_t samples, absl::Duration elapsed);
+// acc 86.10% (v=400) | 4 live workers". The rate is of the samples trained since the last
+// line, when `samples_before` had been; after the job went back to a checkpoint (fewer
+// samples now than before) it says so instead of a rate.
+std::string ProgressLine(const ServerSnapshot& s, uint64_t samples_before, absl::Duration elapsed);
 
 }  // namespace server
 }  // namespace omnilearn

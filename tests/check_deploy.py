@@ -123,6 +123,9 @@ def check_sharded(path, server_flags):
                          ("--checkpoint_dir", "--export") if name == "coordinator" else ("--checkpoint_dir",))
         if "--reset_when_done" in args[name]:
             problem(where, f"the {name} passes --reset_when_done, which a sharded job refuses")
+    for name in ("coordinator", "shard"):
+        if "--peer_token_file=/etc/omnilearn-peer/token" not in args[name]:
+            problem(where, f"the {name} has no --peer_token_file: it listens beyond loopback and would refuse to start")
     if shard_set["spec"].get("replicas") != shards - 1:
         problem(where, f"the StatefulSet runs {shard_set['spec'].get('replicas')} shards, not OMNILEARN_SHARDS - 1")
     headless = docs.get(("Service", shard_set["spec"].get("serviceName")))

@@ -2,7 +2,8 @@
 # TLS and the bearer token: a worker with the right CA and token trains; no token,
 # a wrong token, a wrong CA and a plain-text client are refused (and the token
 # failures counted); with mutual TLS a worker without a client certificate is refused; a
-# sharded job's servers call each other over TLS (--peer_tls_ca).
+# sharded job's servers call each other over TLS (--peer_tls_ca) and prove themselves with their
+# own secret (--peer_token_file), which the workers' token does not replace.
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 PKI=$WORK/pki
@@ -75,10 +76,34 @@ if timeout 10 "$SERVER" --bind=127.0.0.1 --port=0 --metrics_port=0 "${SERVER_TLS
   fail "a sharded coordinator with TLS started without --peer_tls_ca"
 fi
 grep -q "needs --peer_tls_ca" "$WORK/nopeer.log" || fail "no clear error for a sharded TLS job without --peer_tls_ca"
+# Servers beyond loopback prove to each other that they are servers of the job: without a
+# peer secret a sharded coordinator or shard refuses to start, and the secret must not be the
+# workers' token.
+for role in "--shards=2" "--coordinator=127.0.0.1:1 --shards=2"; do
+  if timeout 10 "$SERVER" --bind=0.0.0.0 --port=0 --metrics_port=0 $role > "$WORK/nopeertoken.log" 2>&1; then
+    fail "a sharded server ($role) listening beyond loopback started without --peer_token_file"
+  fi
+  grep -q "peer_token_file" "$WORK/nopeertoken.log" || { cat "$WORK/nopeertoken.log" >&2; fail "no clear error ($role)"; }
+done
+if timeout 10 "$SERVER" --bind=0.0.0.0 --port=0 --metrics_port=0 --shards=2 --auth_token_file="$WORK/token" \
+    --peer_token_file="$WORK/token" > "$WORK/sametoken.log" 2>&1; then
+  fail "a sharded server took the workers' token as its peer secret"
+fi
+grep -q "holds the workers' token" "$WORK/sametoken.log" || fail "no clear error for the workers' token as peer secret"
+echo "peer-$RANDOM$RANDOM" > "$WORK/peer-token"
 start_server sharded --num_workers=1 --global_batch=16 "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" \
-  --export="$WORK/sharded.safetensors"
+  --export="$WORK/sharded.safetensors" --peer_token_file="$WORK/peer-token"
+# A holder of the workers' token (and a valid certificate) is no server of the job: refused.
+if timeout 60 "$SERVER" --bind=127.0.0.1 --port="$(free_port)" --metrics_port=0 --coordinator="127.0.0.1:$PORT" \
+    "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" --start_timeout_s=5 > "$WORK/impostor.log" 2>&1; then
+  fail "a shard without the peer secret registered"
+fi
+grep -q "peer secret" "$WORK/impostor.log" || { cat "$WORK/impostor.log" >&2; fail "the impostor was not told why"; }
+grep -q "shard 1 registered" "$WORK/sharded.server.log" && fail "the impostor took slice 1"
+echo "impostor: a shard with the workers' token alone was refused"
 timeout 120 "$SERVER" --bind=127.0.0.1 --port="$(free_port)" --metrics_port=0 --coordinator="127.0.0.1:$PORT" \
-  "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" > "$WORK/sharded.shard.log" 2>&1 &
+  "${SERVER_TLS[@]}" --peer_tls_ca="$PKI/ca.pem" --peer_token_file="$WORK/peer-token" \
+  > "$WORK/sharded.shard.log" 2>&1 &
 SHARD_PID=$!
 STARTED+=("$SHARD_PID")
 run_worker sharded-mutual "${GOOD[@]}" --tls_cert="$PKI/client.pem" --tls_key="$PKI/client.key" ||
