@@ -405,13 +405,21 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     return reject("invalid", s);
   }
   Worker& w = *current;
+  w.last_seen = now;
+  if (w.state == WorkerState::kDropped) {
+    // Its samples went back to the epoch when it was dropped (another worker may train
+    // them): this push is left out, never refused, and it trains what it is given now.
+    Readmit(w);
+    CountPush(info.id, "dropped");
+    return Reply(info.id, false,
+                 "this worker was dropped from the round it trained for (it was late): readmitted; its samples went "
+                 "back to the epoch: train the batch this reply assigns");
+  }
   const int64_t assigned = w.uses_samples ? CountSamples(w.assigned) : w.told_batch;
   if (absl::Status s = CheckAssignedBatch(info.batch, w.uses_samples, assigned, controller_.plan().batch(info.id));
       !s.ok()) {
     return reject("invalid", s);
   }
-  w.last_seen = now;
-  if (w.state == WorkerState::kDropped) Readmit(w);
   if (info.out_of_memory) {
     (void)controller_.ReportOutOfMemory(info.id, info.batch);
     CountPush(info.id, "out_of_memory");

@@ -398,6 +398,45 @@ TEST_CASE("sync: every sample of an epoch is trained exactly once, whatever the 
   REQUIRE(trained[3].size() == 300 - 3 * 97);
 }
 
+TEST_CASE("a worker dropped from a round comes back: readmitted with a fresh batch, never refused",
+          "[core][samples]") {
+  for (Mode mode : {Mode::kSync, Mode::kSsp}) {
+    FakeClock clock;
+    ServerOptions o = FakeTimed(mode, 2, &clock);
+    o.round_timeout = absl::Seconds(8);
+    o.staleness_bound = 0;
+    o.controller.global_batch = 8;
+    auto core = *ParameterServerCore::Create(o);
+    JoinInfo ia = Info("a", true), ib = Info("b", false);
+    ia.dataset_size = ib.dataset_size = 64;
+    JoinResult a, b;
+    std::thread ta([&] { a = *core->Join(ia, Soon()); });
+    AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+    b = *core->Join(ib, Soon());
+    ta.join();
+    // b is paused (SIGSTOP) past the round timeout: a's round closes without it.
+    PushResult ra;
+    std::thread pa([&] { ra = *core->Push(Grad(a.id, a.batch, 0), std::vector<float>(kParams, 1.0f), Soon()); });
+    AwaitState([&] { return AppliedPushes(*core) == 1 && clock.waiters() > 0; });
+    clock.Advance(absl::Seconds(9));
+    pa.join();
+    REQUIRE(ra.applied);
+    REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
+    // b wakes up and pushes the batch it was assigned before the drop.
+    const std::vector<float> before = Weights(*core, a.id);
+    absl::StatusOr<PushResult> back = core->Push(Grad(b.id, b.batch, 0), std::vector<float>(kParams, 9.0f), Soon());
+    INFO(back.status().ToString());
+    REQUIRE(back.ok());
+    REQUIRE_FALSE(back->applied);
+    REQUIRE(absl::StrContains(back->message, "readmitted"));
+    REQUIRE(back->action == Action::kContinue);
+    REQUIRE(CountSamples(back->samples) == back->next_batch);
+    REQUIRE(back->next_batch > 0);
+    REQUIRE(StateOf(core->Snapshot(), b.id) != WorkerState::kDropped);
+    REQUIRE(Weights(*core, a.id) == before);  // its late gradient left out
+  }
+}
+
 TEST_CASE("samples of a push that was not applied, or of a worker that left, are handed out again",
           "[core][samples]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));

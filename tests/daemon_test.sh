@@ -59,9 +59,11 @@ wait_for_line "$WORK/a.log" "joining the server" 100 || fail "the worker did not
 start_worker b "$WORK/b.log" --epochs=0 --max_iterations=100000 --slowdown=3 --log_every=1
 b_pid=${WORKER_PIDS[1]}
 wait_for_line "$WORK/b.log" "it=5 " 300 || fail "b did not train"
-# The same name again, while b is alive: refused, b untouched.
-timeout 30 "$WORKER" --server="127.0.0.1:$PORT" --name=b --device=cpu --dataset=synthetic --model=mlp --epochs=0 \
-  --max_iterations=5 > "$WORK/b2.log" 2>&1 && fail "a second worker named b was admitted"
+# The same name again, while b is alive: it waits (a restarted b would, for its old session's
+# end) within its reconnect window, saying why, then is refused; b untouched.
+timeout 60 "$WORKER" --server="127.0.0.1:$PORT" --name=b --device=cpu --dataset=synthetic --model=mlp --epochs=0 \
+  --max_iterations=5 --reconnect_timeout=3 > "$WORK/b2.log" 2>&1 && fail "a second worker named b was admitted"
+grep -q "our name is still another session's" "$WORK/b2.log" || { cat "$WORK/b2.log" >&2; fail "the duplicate did not say why it waits"; }
 grep -q "ALREADY_EXISTS" "$WORK/b2.log" || { cat "$WORK/b2.log" >&2; fail "the duplicate name was not refused with ALREADY_EXISTS"; }
 # Ctrl-C on b: it leaves, and a's rounds go on without waiting 100 s for it.
 before=$(grep -c "it=" "$WORK/a.log")

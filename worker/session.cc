@@ -88,10 +88,10 @@ absl::Status NeverReached(const absl::Status& last, absl::Duration window, const
 absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl::Status& cause) {
   const Clock& clock = *options_.clock;
   const absl::Time start = clock.Now();
-  // Until a first join worked the server may be nowhere: a short window.
-  const bool never_reached = !joined_once_;
-  const absl::Duration window =
-      never_reached ? std::min(options_.connect_timeout, options_.reconnect_timeout) : options_.reconnect_timeout;
+  // Until a first join worked the server may be nowhere: a short window, unless it
+  // answered that our name is still another session's (this process restarted before
+  // the old session's lease ran out): that ends by waiting, within the reconnect window.
+  bool never_reached = !joined_once_;
   absl::Time next_note = start;
   absl::Duration backoff = options_.backoff_initial;
   absl::Status last = cause;
@@ -99,16 +99,26 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     if (options_.interrupted != nullptr && options_.interrupted->load()) {
       return absl::CancelledError("interrupted while waiting for the server");
     }
+    const absl::Duration window =
+        never_reached ? std::min(options_.connect_timeout, options_.reconnect_timeout) : options_.reconnect_timeout;
     if (attempt > 0 || Transient(cause)) {
       const absl::Time now = clock.Now();
       if (now - start >= window) {
         if (never_reached) return NeverReached(last, window, options_.server_hint);
+        if (absl::IsAlreadyExists(last)) {
+          return absl::AlreadyExistsError(absl::StrFormat(
+              "our name stayed another live session's for %.0f s (%s): two workers share a --name?",
+              absl::ToDoubleSeconds(window), last.message()));
+        }
         return absl::UnavailableError(absl::StrFormat("the server did not come back within %.0f s (last error: %s)",
                                                       absl::ToDoubleSeconds(window), last.ToString()));
       }
       if (now >= next_note) {
-        Log(absl::StrFormat("waiting for the server (%s): retrying for up to %.0f s more", last.ToString(),
-                            absl::ToDoubleSeconds(window - (now - start))));
+        Log(absl::StrFormat(absl::IsAlreadyExists(last)
+                                ? "our name is still another session's on the server (this worker restarted before "
+                                  "its old session ended; %s): waiting for up to %.0f s more"
+                                : "waiting for the server (%s): retrying for up to %.0f s more",
+                            last.ToString(), absl::ToDoubleSeconds(window - (now - start))));
         next_note = now + absl::Seconds(10);
       }
       // Full jitter between half and all of the backoff keeps restarted fleets apart.
@@ -118,6 +128,10 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
     }
     last = TryJoin(weights);
     if (last.ok()) break;
+    if (absl::IsAlreadyExists(last)) {
+      never_reached = false;  // it answered: the old session's lease ends it
+      continue;
+    }
     if (!Transient(last)) return last;
     if (never_reached && NameDoesNotResolve(last)) return NeverReached(last, window, options_.server_hint);
   }

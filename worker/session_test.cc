@@ -1,5 +1,6 @@
 #include "worker/session.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <utility>
@@ -243,6 +244,36 @@ TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]
   REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) >= absl::Seconds(30));
   REQUIRE(log.size() >= 3);  // one line when it started, then one per 10 s
   REQUIRE(log.size() <= 5);
+}
+
+TEST_CASE("a worker restarted under its name waits, saying why, until the old session ends", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.connect_timeout = absl::Seconds(10);  // shorter than the old session's lease: no bound on this wait
+  o.reconnect_timeout = absl::Seconds(120);
+  server.has_model = true;
+  for (int i = 0; i < 12; ++i) {
+    server.join_failures.push_back(absl::AlreadyExistsError("the name 'w0' belongs to a live worker (lease 60 s)"));
+  }
+  Session s(&server, Layout(), o);
+  REQUIRE(s.Join(kMine).ok());
+  REQUIRE(server.joins == 13);
+  REQUIRE(clock.Now() - absl::FromUnixSeconds(1000000000) > absl::Seconds(10));  // past connect_timeout
+  REQUIRE(std::any_of(log.begin(), log.end(), [](const std::string& line) {
+    return absl::StrContains(line, "our name is still another session's");
+  }));
+  // Two live workers under one name: an error once the reconnect window ran out.
+  FakeClock clock2;
+  FakeServer taken;
+  taken.has_model = true;
+  for (int i = 0; i < 1000; ++i) taken.join_failures.push_back(absl::AlreadyExistsError("the name 'w0' is taken"));
+  Session s2(&taken, Layout(), Options(&clock2, &log));
+  const absl::Status st = s2.Join(kMine);
+  REQUIRE(absl::IsAlreadyExists(st));
+  REQUIRE(absl::StrContains(st.message(), "two workers share a --name"));
+  REQUIRE(clock2.Now() - absl::FromUnixSeconds(1000000000) >= SessionOptions().reconnect_timeout);
 }
 
 TEST_CASE("a server never reached is an error after connect_timeout, at once when its name does not resolve",

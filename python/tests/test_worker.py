@@ -295,10 +295,21 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(self.fake.calls.count("Push"), 0)
 
     def test_refusals_are_errors_with_the_servers_reason(self):
-        self.fake.faults["Join"] = [(grpc.StatusCode.ALREADY_EXISTS, "a live worker is named py0")]
-        with self.assertRaisesRegex(ServerError, "ALREADY_EXISTS: a live worker is named py0"):
+        # A name held by another live session is waited out within the reconnect window;
+        # one that stays taken is an error with the server's reason.
+        self.fake.faults["Join"] = [(grpc.StatusCode.ALREADY_EXISTS, "a live worker is named py0")] * 1000
+        with self.assertRaisesRegex(ServerError, "a live worker is named py0.*two workers share a --name"):
+            with self.make_worker(reconnect_timeout=1.0):
+                pass
+        self.fake.faults["Join"] = [(grpc.StatusCode.INVALID_ARGUMENT, "another model")]
+        with self.assertRaisesRegex(ServerError, "INVALID_ARGUMENT: another model"):
             with self.make_worker():
                 pass
+
+    def test_a_restarted_worker_waits_until_its_old_session_ends(self):
+        self.fake.faults["Join"] = [(grpc.StatusCode.ALREADY_EXISTS, "a live worker is named py0")] * 2
+        with self.make_worker(reconnect_timeout=30.0) as w:
+            self.assertEqual(len(self.train(w)), 3)
 
     def test_token_is_sent_with_every_call(self):
         self.fake.token = "tok"
