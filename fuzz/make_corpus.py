@@ -72,10 +72,29 @@ def main():
            bytes([0x80 | 3]) + field(b"") + bytes([5]) + bytes([0x80 | 4]) + field(b""))
     for mode in range(3):
         write("service", f"session-mode{mode}", bytes([mode]) + ops)
-    bad_push = pb2.PushHeader(batch_size=1 << 40, compute_seconds=float("nan"), test_accuracy=2, has_test_accuracy=True)
+    bad_push = pb2.PushHeader(batch_size=1 << 40, compute_seconds=float("nan"), test_accuracy=2)
     write("service", "hostile-push", bytes([1]) + bytes([0]) + field(join.SerializeToString()) + bytes([4]) +
           b"".join(field(c.SerializeToString()) for c in good) + bytes([0x80 | 1]) +
           field(bad_push.SerializeToString()) + bytes([0]))
+
+    # shard: operations (kind byte, then its fields) on a coordinator's shard table and a
+    # shard fed from it: register, adopt the model, open a session, step, drain, push, pull
+    hello = pb2.ShardHello(address="127.0.0.1:7001", shards=3, partition_bytes=64)
+    step = pb2.ShardStep(version=0, update_scale=1, learning_rate=0.1, buffer_blend=1, momentum=-1,
+                         members=[pb2.ShardStepMember(worker_id=7, model_version=0, weight=1)])
+    gradient = floats(*([0.5] * 32))
+    flow = (bytes([0x80 | 0]) + field(hello.SerializeToString()) + bytes([1]) + bytes([3]) +
+            bytes([4, 0, 7]) + field(b"sixteen-byte-key") + bytes([2, 0]) +
+            bytes([6, 7, 8, 0, 0]) + field(gradient) + bytes([4, 2]) + field(step.SerializeToString()) +
+            bytes([2, 0]) + bytes([7, 7, 0, 1]))
+    write("shard", "register-step-pull", flow)
+    huge = pb2.ShardHello(address="x" * 300, shards=3, partition_bytes=64, index=(1 << 32) - 1)
+    write("shard", "hostile-hello", bytes([0]) + field(huge.SerializeToString()) + bytes([1]) +
+          bytes([0x80 | 0]) + field(pb2.ShardHello(index=1 << 31).SerializeToString()) + bytes([1]))
+    bad_init = pb2.ShardCommand(init=pb2.ShardInit(index=(1 << 31), layout=layout(), optimizer=pb2.ShardOptimizer(
+        kind="sgd", momentum=float("nan"), round_timeout_seconds=1e300)))
+    write("shard", "hostile-command", bytes([5]) + field(bad_init.SerializeToString()) + bytes([0]) +
+          bytes([5]) + field(pb2.ShardCommand(step=step).SerializeToString()) + bytes([1]))
 
 
 if __name__ == "__main__":

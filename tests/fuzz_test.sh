@@ -15,7 +15,7 @@ FLAGS="$FLAGS -g -O1 -Wthread-safety -Werror=thread-safety"
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=None -DOMNILEARN_WORKER=OFF \
   -DOMNILEARN_FUZZ=ON -DCMAKE_CXX_FLAGS="$FLAGS" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   > "$BUILD.configure.log" 2>&1 || { tail -20 "$BUILD.configure.log"; echo "FAIL: clang configure"; exit 1; }
-if ! ninja -C "$BUILD" -j"$(nproc)" omnilearn_server codec_fuzzer safetensors_fuzzer service_fuzzer \
+if ! ninja -C "$BUILD" -j"$(nproc)" omnilearn_server codec_fuzzer safetensors_fuzzer service_fuzzer shard_fuzzer \
     > "$BUILD.build.log" 2>&1; then
   grep -E "error|warning" "$BUILD.build.log" | head -40
   echo "FAIL: the clang build (thread-safety analysis or compile error)"
@@ -27,7 +27,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 REPORT=${FUZZ_REPORT:-$BUILD/fuzz-report.txt}
 : > "$REPORT"
 status=0
-for target in codec safetensors service; do
+for target in codec safetensors service shard; do
   corpus=$(mktemp -d)
   cp fuzz/corpus/"$target"/* "$corpus"/
   log=$BUILD/$target.fuzz.log
