@@ -727,8 +727,10 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
   AwaitRoundIdle();
   std::map<std::string, controller::WorkerMemory> remembered = state.controller;
-  // Training goes on once the workers of this moment joined again (or the round's timeout).
-  job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.round_timeout);
+  // Training goes on once the workers of this moment joined again, or after a lease: a
+  // live worker rejoins within it (its backoff and a shard's return included), and one
+  // that went on alone would train the epoch's samples with a lone worker's batch.
+  job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.lease);
   for (auto& [id, w] : workers_) {
     if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;

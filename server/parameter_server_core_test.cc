@@ -614,6 +614,39 @@ TEST_CASE("shutdown wakes a waiting push", "[core]") {
   REQUIRE_FALSE(late->applied);
 }
 
+TEST_CASE("after a rollback training waits for the workers of that moment for a lease, not a round's timeout",
+          "[core][rollback]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  o.round_timeout = absl::Seconds(5);
+  o.lease = absl::Seconds(60);
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& line) {
+    absl::MutexLock lock(&mu);
+    lines.push_back(line);
+  };
+  auto core = *ParameterServerCore::Create(o);
+  (void)JoinAll(*core, 2);
+  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  REQUIRE(core->RollBack(at0).ok());
+  // a comes back first and waits for b: for a lease (a slow rejoin: backoff, a shard's
+  // return), not the round's 5 s after which it would train alone.
+  JoinResult a2, b2;
+  std::thread ja([&] { a2 = *core->Join(Info("a", false), absl::InfiniteFuture()); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  {
+    absl::MutexLock lock(&mu);
+    REQUIRE(std::any_of(lines.begin(), lines.end(), [](const std::string& line) {
+      return absl::StrContains(line, "waiting for 1 of 2 workers to join (training starts without them in 60 s)");
+    }));
+  }
+  b2 = *core->Join(Info("b", false), absl::InfiniteFuture());
+  ja.join();
+  REQUIRE(a2.batch == 4);
+  REQUIRE(b2.batch == 4);
+}
+
 TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position, sessions", "[core][rollback]") {
   ServerOptions o = Options(Mode::kSync, 2);
   std::vector<uint64_t> told;  // the versions the shards were told to checkpoint at

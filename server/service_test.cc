@@ -459,8 +459,8 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
   CoordinatorShardsOptions so;
   so.shards = 2;
   for (const std::string& bad : {std::string(""), std::string("the-token"), std::string("not-the-peer")}) {
+    CoordinatorShards shards(so);  // outlives the server and its Shard handlers
     Fixture f("the-token", "the-token");
-    CoordinatorShards shards(so);
     f.service->EnableShards(&shards, "the-peer");
     const grpc::Status refused = RegisterShard(f, shards, bad, "the-token");  // a worker, or a guess
     INFO(bad << ": " << refused.error_message());
@@ -469,13 +469,12 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
     REQUIRE(shards.registered() == 0);
     REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 1\n") != std::string::npos);
   }
+  CoordinatorShards shards(so), loopback(so);
   Fixture f("the-token", "the-token");
-  CoordinatorShards shards(so);
   f.service->EnableShards(&shards, "the-peer");
   REQUIRE(RegisterShard(f, shards, "the-peer", "").ok());  // the peer secret alone: a server of the job
   // Without a peer secret (a job on loopback alone) the call passes the workers' gate.
   Fixture g("the-token", "the-token");
-  CoordinatorShards loopback(so);
   g.service->EnableShards(&loopback);
   REQUIRE(RegisterShard(g, loopback, "", "").error_code() == grpc::StatusCode::UNAUTHENTICATED);
   REQUIRE(RegisterShard(g, loopback, "", "the-token").ok());
