@@ -1,12 +1,12 @@
 #include "server/coordinator_shards.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/tensor_codec.h"
+#include "server/join_check.h"
 #include "server/shard_wire.h"
 
 namespace omnilearn {
@@ -65,11 +65,10 @@ absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t pa
   }
   const std::string& address = hello.address();
   if (address.empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
-  const bool printable = std::all_of(address.begin(), address.end(), [](char c) { return c > ' ' && c < 127; });
-  if (address.size() > kMaxShardAddressBytes || !printable) {
+  if (!IsPrintableWord(address, kMaxShardAddressBytes)) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "a shard's address is a host:port of at most %d printable characters, not %d bytes%s", kMaxShardAddressBytes,
-        address.size(), printable ? "" : " with spaces or control characters"));
+        "a shard's address is a host:port of at most %d printable characters without spaces, not %d bytes",
+        kMaxShardAddressBytes, address.size()));
   }
   if (hello.checkpoint_versions_size() > kMaxShardCheckpoints) {
     return absl::InvalidArgumentError(absl::StrFormat("a shard lists %d checkpoints; a server keeps at most %d",

@@ -9,6 +9,10 @@
 namespace omnilearn {
 namespace server {
 
+bool IsPrintableWord(absl::string_view word, size_t max_bytes) {
+  return word.size() <= max_bytes && std::all_of(word.begin(), word.end(), [](char c) { return absl::ascii_isgraph(c); });
+}
+
 absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout,
                              int64_t max_model_bytes) {
   constexpr size_t kMaxName = 128, kMaxHost = 255;
@@ -21,7 +25,7 @@ absl::Status CheckJoinHeader(const std::string& name, const std::string& host, c
         absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
                      "' is not 1-128 characters of letters, digits and . _ - : @"));
   }
-  if (host.size() > kMaxHost || !std::all_of(host.begin(), host.end(), [](char c) { return absl::ascii_isgraph(c); })) {
+  if (!IsPrintableWord(host, kMaxHost)) {
     return absl::InvalidArgumentError("the host name must be at most 255 printable characters without spaces");
   }
   if (layout.empty()) return absl::InvalidArgumentError("join without a model layout");

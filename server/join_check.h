@@ -11,10 +11,15 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/model_layout.h"
 
 namespace omnilearn {
 namespace server {
+
+// Whether `word` is at most `max_bytes` printable characters without spaces (a host name
+// or a host:port: it becomes a log word).
+bool IsPrintableWord(absl::string_view word, size_t max_bytes);
 
 // InvalidArgument unless the name is 1-128 characters of [A-Za-z0-9._:@-] (names become
 // Prometheus label values and log words), the host at most 255 printable characters
