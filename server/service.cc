@@ -160,10 +160,13 @@ absl::Time ParameterServerService::Deadline(const grpc::ServerContext* ctx) cons
   return data_->clock().Now() + WaitLeft(ctx);
 }
 
+grpc::Status ParameterServerService::Held() const {
+  if (open_.load()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is resuming from its checkpoint: retry");
+}
+
 grpc::Status ParameterServerService::Authorize(const grpc::ServerContext* ctx) const {
-  if (!open_.load()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is resuming from its checkpoint: retry");
-  }
+  if (grpc::Status held = Held(); !held.ok()) return held;
   if (auth_token_.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find(kAuthorizationKey);
@@ -199,6 +202,24 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   return s;
 }
 
+namespace {
+
+// The join's worker as the core takes it, from its header and parsed layout.
+JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
+  JoinInfo info;
+  info.name = header.name();
+  info.host = header.host();
+  info.device = FromProto(header.device());
+  info.max_batch = header.max_batch_size();
+  info.dataset_size = header.dataset_size();
+  info.resume_id = header.resume_worker_id();
+  info.resume_secret = header.resume_secret();
+  info.layout = std::move(layout);
+  return info;
+}
+
+}  // namespace
+
 grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                               v1::JoinResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
@@ -213,45 +234,9 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   if (!layout.ok()) return ToGrpc(layout.status());
   // Before anything is allocated for the parameters the join may bring.
   if (absl::Status s = core_->CheckJoinHeader(header.name(), header.host(), *layout); !s.ok()) return ToGrpc(s);
-  JoinInfo info;
-  info.name = header.name();
-  info.host = header.host();
-  info.device = FromProto(header.device());
-  info.max_batch = header.max_batch_size();
-  info.dataset_size = header.dataset_size();
-  info.resume_id = header.resume_worker_id();
-  info.resume_secret = header.resume_secret();
-  info.layout = *layout;
-  // A model upload holds up to --max_model_bytes: only a few at once, each in its turn.
-  bool uploading = false;
-  auto release = [&] {
-    if (uploading) admission_.EndJoinUpload();
-    uploading = false;
-  };
-  absl::Cleanup release_at_exit = release;
-  std::optional<ChunkAssembler> assembler;
-  bool any_chunk = false;
-  while (reader->Read(&msg)) {
-    watch.Touch();
-    if (!msg.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join: a second header");
-    if (!assembler) {
-      if (!admission_.BeginJoinUpload(Deadline(ctx))) {
-        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "other joins are uploading models: retry");
-      }
-      uploading = true;
-      assembler.emplace(&info.layout);
-    }
-    if (absl::Status s = assembler->Add(msg.chunk()); !s.ok()) return ToGrpc(s);
-    any_chunk = true;
-  }
-  if (header.has_initial_parameters() || any_chunk) {
-    if (!assembler) assembler.emplace(&info.layout);  // no chunks: Finish says what is missing
-    absl::StatusOr<std::vector<float>> values = assembler->Finish();
-    if (!values.ok()) return ToGrpc(values.status());
-    info.initial_parameters = std::move(*values);
-  }
+  JoinInfo info = JoinInfoFrom(header, *std::move(layout));
+  if (grpc::Status s = ReadInitialParameters(ctx, reader, &watch, header, &info); !s.ok()) return s;
   watch.Done();  // read: the start barrier may keep the call waiting for minutes
-  release();     // the parameters are assembled; the core's wait for the others holds no slot
   std::optional<ShardMap> map;
   if (shards_ != nullptr) {
     absl::StatusOr<ShardMap> m = JoinSliceZero(ctx, &info);
@@ -263,21 +248,60 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   if (shards_ != nullptr) shards_->ForgetInitial(name);  // adopted (the shards have their slices) or not
   if (!r.ok()) return ToGrpc(r.status());
   if (map.has_value()) shards_->FillShardMap(*map, response->mutable_shard_map());
-  response->set_action(ToProto(r->action));
-  if (r->action == Action::kStop) return grpc::Status::OK;
-  response->set_worker_id(r->id);
-  response->set_lease_seconds(absl::ToDoubleSeconds(r->lease));
-  response->set_mode(ToProto(r->mode));
-  response->set_batch_size(r->batch);
-  response->set_global_samples(r->global_samples);
-  SamplesToProto(r->samples, response->mutable_samples());
-  response->set_session_secret(r->secret);
+  FillJoinResponse(*r, header, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::ReadInitialParameters(grpc::ServerContext* ctx,
+                                                           grpc::ServerReader<v1::JoinRequest>* reader,
+                                                           StreamWatch* watch, const v1::JoinHeader& header,
+                                                           JoinInfo* info) {
+  // A model upload holds up to --max_model_bytes: only a few at once, each in its turn. The
+  // slot is freed on return: the core's wait for the others holds none.
+  bool uploading = false;
+  absl::Cleanup release = [&] {
+    if (uploading) admission_.EndJoinUpload();
+  };
+  std::optional<ChunkAssembler> assembler;
+  bool any_chunk = false;
+  v1::JoinRequest msg;
+  while (reader->Read(&msg)) {
+    watch->Touch();
+    if (!msg.has_chunk()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Join: a second header");
+    if (!assembler) {
+      if (!admission_.BeginJoinUpload(Deadline(ctx))) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "other joins are uploading models: retry");
+      }
+      uploading = true;
+      assembler.emplace(&info->layout);
+    }
+    if (absl::Status s = assembler->Add(msg.chunk()); !s.ok()) return ToGrpc(s);
+    any_chunk = true;
+  }
+  if (!header.has_initial_parameters() && !any_chunk) return grpc::Status::OK;
+  if (!assembler) assembler.emplace(&info->layout);  // no chunks: Finish says what is missing
+  absl::StatusOr<std::vector<float>> values = assembler->Finish();
+  if (!values.ok()) return ToGrpc(values.status());
+  info->initial_parameters = std::move(*values);
+  return grpc::Status::OK;
+}
+
+void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::JoinHeader& header,
+                                              v1::JoinResponse* response) const {
+  response->set_action(ToProto(r.action));
+  if (r.action == Action::kStop) return;
+  response->set_worker_id(r.id);
+  response->set_lease_seconds(absl::ToDoubleSeconds(r.lease));
+  response->set_mode(ToProto(r.mode));
+  response->set_batch_size(r.batch);
+  response->set_global_samples(r.global_samples);
+  SamplesToProto(r.samples, response->mutable_samples());
+  response->set_session_secret(r.secret);
   const auto& offered = header.wire_dtypes();
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
     response->set_wire_dtype(wire_dtype_);
   }
   response->set_push_trailer(shards_ == nullptr);  // a sharded push goes whole, slice by slice
-  return grpc::Status::OK;
 }
 
 absl::Status ParameterServerService::CheckWireDtype(v1::WireDtype dtype) const {
@@ -494,7 +518,7 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
 
 grpc::Status ParameterServerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
   if (peer_token_.empty()) return Authorize(ctx);
-  if (!open_.load()) return Authorize(ctx);  // UNAVAILABLE while resuming
+  if (grpc::Status held = Held(); !held.ok()) return held;
   if (PeerTokenMatches(ctx->client_metadata(), peer_token_)) return grpc::Status::OK;
   data_->CountUnauthenticated();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,

@@ -105,10 +105,16 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // Join's work; Join logs what it refused (once per cause and peer a minute).
   grpc::Status JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                         v1::JoinResponse* response);
+  class StreamWatch;
+  // The join's chunks after its header, into info->initial_parameters (when the header
+  // announces them or any come), holding an upload slot while they are read.
+  grpc::Status ReadInitialParameters(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
+                                     StreamWatch* watch, const v1::JoinHeader& header, JoinInfo* info);
+  // The reply to a join the core answered: the session, or only the stop.
+  void FillJoinResponse(const JoinResult& r, const v1::JoinHeader& header, v1::JoinResponse* response) const;
   template <typename Stream>
   absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
                                          PushInfo* info, v1::WireDtype* dtype);
-  class StreamWatch;
   // A push's gradient (its chunks, and its trailer: info's time and loss); InvalidArgument
   // for a bad chunk or trailer, an incomplete gradient.
   template <typename Stream>
@@ -128,6 +134,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // call lacks it. Join, GetStatus, Pull and the pushes pass it before reading anything;
   // Pull and the pushes then check the session secret their first message carries.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+  // UNAVAILABLE while the service is held (Hold, until Open); else OK.
+  grpc::Status Held() const;
   // The gate of the unary calls made for a worker session (Heartbeat, Leave): Authorize,
   // then the request's worker id and session secret.
   template <typename Request>
