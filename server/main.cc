@@ -611,52 +611,49 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(metrics::
                                         &registry);
 }
 
-// A shard server: one slice of a coordinator's job, until a signal or the link's end.
-int RunShard(const sigset_t& signals) {
-  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s, 2);
-  const auto log = [](const std::string& line) {
-    std::printf("omnilearn_server (shard): %s\n", line.c_str());
-    std::fflush(stdout);
-  };
-  ShardCore shard({Clock::Real(), log});
-  absl::StatusOr<std::string> token = TokenFromFlags();
-  if (!token.ok()) return Fail(token.status(), 2);
-  absl::StatusOr<std::string> peer_token = PeerTokenFromFlags(*token);
-  if (!peer_token.ok()) return Fail(peer_token.status(), 2);
-  auto credentials = MakeServerCredentials(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
-  if (!credentials.ok()) return Fail(credentials.status(), 2);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> peer_credentials = PeerCredentials();
-  if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
+ServiceLimits LimitsFromFlags() {
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
-  ParameterServerService service(&shard, absl::Minutes(10), *token, limits, v1::WIRE_DTYPE_F32);
+  return limits;
+}
+
+// `service` on --bind:--port with the TLS flags' credentials; *bound_port says which port.
+// InvalidArgument for the TLS flags, Unavailable when it cannot listen.
+absl::StatusOr<std::unique_ptr<grpc::Server>> ListenOnFlags(grpc::Service* service, int* bound_port) {
+  auto credentials = MakeServerCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) return credentials.status();
   const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  int bound_port = 0;
-  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
-  if (!server || bound_port == 0) return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)), 1);
-  auto exposer = ExposeMetrics(shard.registry());
-  if (!exposer.ok()) return Fail(exposer.status(), 1);
+  *bound_port = 0;
+  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, service, bound_port);
+  if (!server || *bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  return server;
+}
+
+// Exits 1 when the server could not listen, 2 for flags that cannot work.
+int FailToListen(const absl::Status& s) { return Fail(s, absl::IsUnavailable(s) ? 1 : 2); }
+
+// A shard's link to its coordinator, from the flags.
+ShardLinkOptions LinkOptionsFromFlags(int bound_port, const std::string& peer_token,
+                                      std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                      std::function<void(const std::string&)> log) {
   ShardLinkOptions lo;
   lo.coordinator = absl::GetFlag(FLAGS_coordinator);
   lo.address = AdvertisedAddress(bound_port);
   lo.shards = absl::GetFlag(FLAGS_shards);
   lo.partition_bytes = PartitionBytes();
   lo.index = absl::GetFlag(FLAGS_shard_index);
-  lo.peer_token = *peer_token;
-  lo.credentials = *peer_credentials;
+  lo.peer_token = peer_token;
+  lo.credentials = std::move(credentials);
   lo.start_timeout = absl::Seconds(absl::GetFlag(FLAGS_start_timeout_s));
   lo.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   lo.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
-  lo.log = log;
-  std::printf("omnilearn_server (shard) listening on %s as %s, coordinator %s, metrics %s\n", address.c_str(),
-              lo.address.c_str(), lo.coordinator.c_str(),
-              *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
-                       : "off");
-  std::fflush(stdout);
-  ShardLink link(lo, &shard);
-  if (absl::Status s = link.Prepare(); !s.ok()) return Fail(s, 2);
-  if (lo.checkpoint_dir.empty()) log("no --checkpoint_dir: a restart of this shard cannot resume the job");
+  lo.log = std::move(log);
+  return lo;
+}
+
+// Runs the link until it ends or a signal comes; what it ended with (OK after a signal).
+absl::Status RunLinkUntilSignal(ShardLink& link, const sigset_t& signals) {
   absl::Status ended;
   std::atomic<bool> link_done{false};
   std::thread runner([&] {
@@ -669,14 +666,58 @@ int RunShard(const sigset_t& signals) {
   }
   link.Stop();
   runner.join();
+  return ended;
+}
+
+// A shard server: one slice of a coordinator's job, until a signal or the link's end.
+int RunShard(const sigset_t& signals) {
+  if (absl::Status s = CheckFlags(); !s.ok()) return Fail(s, 2);
+  const auto log = [](const std::string& line) {
+    std::printf("omnilearn_server (shard): %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  ShardCore shard({Clock::Real(), log});
+  absl::StatusOr<std::string> token = TokenFromFlags();
+  if (!token.ok()) return Fail(token.status(), 2);
+  absl::StatusOr<std::string> peer_token = PeerTokenFromFlags(*token);
+  if (!peer_token.ok()) return Fail(peer_token.status(), 2);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> peer_credentials = PeerCredentials();
+  if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
+  ParameterServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(), v1::WIRE_DTYPE_F32);
+  int bound_port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(&service, &bound_port);
+  if (!server.ok()) return FailToListen(server.status());
+  auto exposer = ExposeMetrics(shard.registry());
+  if (!exposer.ok()) return Fail(exposer.status(), 1);
+  const ShardLinkOptions lo = LinkOptionsFromFlags(bound_port, *peer_token, *peer_credentials, log);
+  std::printf("omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n",
+              absl::GetFlag(FLAGS_bind).c_str(), absl::GetFlag(FLAGS_port), lo.address.c_str(), lo.coordinator.c_str(),
+              *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
+                       : "off");
+  std::fflush(stdout);
+  ShardLink link(lo, &shard);
+  if (absl::Status s = link.Prepare(); !s.ok()) return Fail(s, 2);
+  if (lo.checkpoint_dir.empty()) log("no --checkpoint_dir: a restart of this shard cannot resume the job");
+  const absl::Status ended = RunLinkUntilSignal(link, signals);
   shard.Shutdown();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (!ended.ok()) {
     std::fprintf(stderr, "omnilearn_server (shard): %s\n", std::string(ended.message()).c_str());
     return 1;
   }
   std::printf("omnilearn_server (shard): stopped; slice at version %lu\n", shard.version());
   return 0;
+}
+
+// The core answers every later call "stop"; it keeps answering until each live worker
+// heard it, for up to --shutdown_grace_s.
+void TellWorkersToStop(ParameterServerCore* core) {
+  core->Shutdown();
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  if (!core->AwaitWorkersStopped(core->clock().Now() + grace)) {
+    std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
+                absl::ToDoubleSeconds(grace));
+  }
 }
 
 // A sharded job's coordinator side (--shards > 1): what every shard must share with it.
@@ -714,9 +755,6 @@ int Run() {
   }
   auto core = ParameterServerCore::Create(*o);
   if (!core.ok()) return Fail(core.status(), 2);
-  auto credentials = MakeServerCredentials(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_client_ca)});
-  if (!credentials.ok()) return Fail(credentials.status(), 2);
   absl::StatusOr<std::string> token = TokenFromFlags();
   if (!token.ok()) return Fail(token.status(), 2);
   absl::StatusOr<PeerAccess> peers = PeerAccessFromFlags(shards != nullptr, *token);
@@ -725,17 +763,14 @@ int Run() {
   auto exposer = ExposeMetrics((*core)->registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
 
-  ServiceLimits limits;
-  limits.stream_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_stream_idle_timeout_s));
-  ParameterServerService service(core->get(), absl::Minutes(10), *token, limits, wire_dtype);
+  ParameterServerService service(core->get(), absl::Minutes(10), *token, LimitsFromFlags(), wire_dtype);
   if (shards != nullptr) service.EnableShards(shards.get(), peers->peer_token);
   // Listening comes first: a second server on this port fails before it reads (or locks)
   // the checkpoints; calls wait (UNAVAILABLE, retried) until the resume is done.
   service.Hold();
-  const std::string address = absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
   int bound_port = 0;
-  std::unique_ptr<grpc::Server> server = Listen(address, *credentials, &service, &bound_port);
-  if (!server || bound_port == 0) return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", address)), 1);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(&service, &bound_port);
+  if (!server.ok()) return FailToListen(server.status());
   std::unique_ptr<Checkpointer> checkpointer;
   if (absl::Status s = SetUpCheckpoints(core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
   service.Open();
@@ -745,18 +780,12 @@ int Run() {
   std::atomic<bool> stopping{false};
   std::thread monitor(Monitor, core->get(), checkpointer.get(), &stopping);
   AwaitSignalOrEnd(signals, core->get());
-  (*core)->Shutdown();
-  // Every later call is answered "stop"; keep answering until each live worker heard it.
-  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
-  if (!(*core)->AwaitWorkersStopped((*core)->clock().Now() + grace)) {
-    std::printf("omnilearn_server: not every worker was told to stop within %.0f s (--shutdown_grace_s)\n",
-                absl::ToDoubleSeconds(grace));
-  }
+  TellWorkersToStop(core->get());
   stopping.store(true);
   monitor.join();
   const int rc = WriteResults(core->get(), checkpointer.get(), shards.get(), *peers, start);
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return rc;
 }
 
