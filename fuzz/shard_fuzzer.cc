@@ -133,8 +133,9 @@ class Harness {
       case 1:
         return hooks.session_closed(in.Byte());
       case 2: {
+        // As the core calls it: a step only once a model was adopted (stepping needs one).
         v1::ShardStep step;
-        if (step.ParseFromString(in.Bytes())) hooks.step(server::StepFromProto(step));
+        if (step.ParseFromString(in.Bytes()) && adopted_) hooks.step(server::StepFromProto(step));
         return;
       }
       default:
