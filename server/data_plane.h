@@ -35,6 +35,10 @@ struct PushResult {
   std::string message;
   uint64_t global_samples = 0;  // samples trained on by all workers (defines the epoch)
   SampleBatch samples;          // the next mini-batch's samples (with dataset_size)
+  // The job's samples are all handed out and none is this worker's: it trains nothing and
+  // sends idle pushes (PushInfo::idle) until the job's count is reached or samples of a
+  // lost worker come back to it.
+  bool idle = false;
 };
 
 struct ModelSnapshot {

@@ -45,6 +45,19 @@ absl::Status EpochSampler::SetDatasetSize(uint64_t n) {
   return absl::OkStatus();
 }
 
+absl::Status EpochSampler::SetJobSamples(uint64_t total) {
+  if (total == 0 || total == job_samples_) return absl::OkStatus();
+  if (job_samples_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the job trains ", job_samples_, " samples, not ", total));
+  }
+  job_samples_ = total;
+  return absl::OkStatus();
+}
+
+bool EpochSampler::exhausted() const {
+  return job_samples_ > 0 && pending_.empty() && epoch_ * n_ + cursor_ >= job_samples_;
+}
+
 void EpochSampler::EnsurePermutation() {
   if (order_epoch_ == epoch_) return;
   order_ = Permutation(n_, seed_, epoch_);
@@ -58,7 +71,7 @@ SampleBatch EpochSampler::Take(int64_t k) {
     Append(batch, pending_.front().first, pending_.front().second);
     pending_.pop_front();
   }
-  for (; k > 0; --k) {
+  for (; k > 0 && !exhausted(); --k) {
     if (cursor_ == n_) {
       ++epoch_;
       cursor_ = 0;

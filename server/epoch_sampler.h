@@ -1,7 +1,9 @@
 // The server's side of data parallelism: one permutation of the training set per epoch,
 // handed out in consecutive pieces, so that across all workers (whatever their batch
 // sizes) every epoch visits every sample exactly once. Pieces that were assigned but not
-// trained (a push left out, a worker gone) are put back and handed out first.
+// trained (a push left out, a worker gone) are put back and handed out first. A job that
+// says how many samples it trains in all (its epochs) gets no sample past them: its last
+// pieces are short or empty, and the job ends on the exact count.
 #ifndef OMNILEARN_SERVER_EPOCH_SAMPLER_H_
 #define OMNILEARN_SERVER_EPOCH_SAMPLER_H_
 
@@ -36,9 +38,16 @@ class EpochSampler {
   absl::Status SetDatasetSize(uint64_t n);
   uint64_t dataset_size() const { return n_; }
   bool enabled() const { return n_ > 0; }
+  // The samples the job trains in all, counted from the first epoch's start (0: no end;
+  // the workers stop by themselves). The first non-zero call fixes it; InvalidArgument
+  // for another one later (join_check.h's CheckJoinJobSamples says it to the worker).
+  absl::Status SetJobSamples(uint64_t total);
+  uint64_t job_samples() const { return job_samples_; }
+  // Every sample of the job was handed out and none was put back: Take returns nothing.
+  bool exhausted() const;
 
   // The next k samples: those put back first, then the permutation (across an epoch
-  // boundary when it ends). Empty while not enabled.
+  // boundary when it ends), never past the job's samples. Empty while not enabled.
   SampleBatch Take(int64_t k);
   // Puts samples that were not trained back in front, in their order.
   void Return(const SampleBatch& batch);
@@ -59,6 +68,7 @@ class EpochSampler {
   uint64_t n_ = 0;
   uint64_t epoch_ = 0;
   uint64_t cursor_ = 0;
+  uint64_t job_samples_ = 0;  // 0: no end
   std::vector<uint64_t> order_;      // epoch_'s permutation (built lazily)
   uint64_t order_epoch_ = ~0ull;
   std::deque<std::pair<uint64_t, uint64_t>> pending_;  // (epoch, id)

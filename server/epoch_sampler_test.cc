@@ -75,6 +75,26 @@ TEST_CASE("The state round-trips with the outstanding samples as pending") {
   REQUIRE(Flatten(restored.Take(24)) == Flatten(s.Take(24)));  // then where the permutation stood
 }
 
+TEST_CASE("A job's samples end its last batches short; returned samples are handed out after the end") {
+  EpochSampler s(2);
+  REQUIRE(s.SetDatasetSize(10).ok());
+  REQUIRE(s.SetJobSamples(25).ok());  // two and a half epochs
+  REQUIRE(s.SetJobSamples(25).ok());
+  REQUIRE(s.SetJobSamples(0).ok());  // a worker that stops by its iterations
+  REQUIRE(s.SetJobSamples(30).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(CountSamples(s.Take(12)) == 12);
+  REQUIRE(CountSamples(s.Take(12)) == 12);
+  REQUIRE(!s.exhausted());
+  const SampleBatch last = s.Take(12);
+  REQUIRE(Flatten(last) == std::vector<std::pair<uint64_t, uint64_t>>{{2, EpochSampler::Permutation(10, 2, 2)[4]}});
+  REQUIRE(s.exhausted());
+  REQUIRE(s.Take(5).empty());
+  s.Return(last);  // its worker was lost: the sample is trained by another
+  REQUIRE(!s.exhausted());
+  REQUIRE(Flatten(s.Take(5)) == Flatten(last));
+  REQUIRE(s.exhausted());
+}
+
 TEST_CASE("Size mismatches and impossible states are refused") {
   EpochSampler s(1);
   REQUIRE(!s.enabled());

@@ -59,6 +59,22 @@ absl::Status CheckJoinDataset(uint64_t dataset_size, std::optional<uint64_t> job
   return absl::OkStatus();
 }
 
+absl::Status CheckJoinJobSamples(uint64_t job_samples, uint64_t dataset_size, uint64_t jobs_count) {
+  if (job_samples == 0) return absl::OkStatus();
+  if (dataset_size == 0) {
+    return absl::InvalidArgumentError("a worker that says how many samples it trains must give its data set's size");
+  }
+  if (job_samples > (uint64_t{1} << 48)) {
+    return absl::InvalidArgumentError(absl::StrCat("a job of ", job_samples, " samples is more than 2^48"));
+  }
+  if (jobs_count != 0 && job_samples != jobs_count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this worker would train ", job_samples, " samples in all, the job trains ", jobs_count,
+        ": give every worker of a job the same --epochs (Python: Worker(..., epochs=))"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckJoinModel(const ModelLayout& layout, bool brings_parameters, const ModelLayout* job_layout,
                             bool replaceable) {
   if (job_layout == nullptr) {

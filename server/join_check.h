@@ -33,6 +33,12 @@ absl::Status CheckJoinHeader(const std::string& name, const std::string& host, c
 // size from every worker. InvalidArgument naming both otherwise.
 absl::Status CheckJoinDataset(uint64_t dataset_size, std::optional<uint64_t> job_dataset_size);
 
+// The samples the worker trains in all (its epochs; 0: it stops by itself) against the
+// job's (0 while no worker said): a count needs a data set size, at most 2^48 samples,
+// and once the job has one, the same from every worker that gives one. InvalidArgument
+// naming both otherwise.
+absl::Status CheckJoinJobSamples(uint64_t job_samples, uint64_t dataset_size, uint64_t jobs_count);
+
 // The worker's model against the job's (`job_layout`: null while the job has none):
 // the first worker must bring its parameters (FailedPrecondition); later ones the same
 // tensors (InvalidArgument naming the difference), unless the job's model is

@@ -163,6 +163,9 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   const std::optional<uint64_t> job_dataset =
       sampler_.enabled() ? std::optional<uint64_t>(sampler_.dataset_size()) : std::nullopt;
   if (absl::Status s = CheckJoinDataset(info.dataset_size, job_dataset); !s.ok()) return s;
+  if (absl::Status s = CheckJoinJobSamples(info.job_samples, info.dataset_size, sampler_.job_samples()); !s.ok()) {
+    return s;
+  }
   // An untrained model that no worker uses (its first worker broke before training) is
   // not the job's for good: a worker with another model may replace it.
   const bool replaceable = store_.version() == 0 && LiveCount() == 0 && stats_.rounds() == 0;
@@ -224,6 +227,7 @@ absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {
 
 absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, absl::Time now) {
   if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
+  (void)sampler_.SetJobSamples(info.job_samples);  // checked in CheckJoin
   if (Worker* old = workers_.FindCurrent(Resumable(workers_, info)); old != nullptr) {
     Retire(*old, WorkerState::kLeft);  // this process's previous session
   }
@@ -298,6 +302,7 @@ JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   r.batch = controller_.plan().batch(id);
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);
+  r.idle = me->uses_samples && r.samples.empty() && sampler_.exhausted();
   me->told_batch = r.batch;
   r.secret = me->secret;
   return r;
@@ -351,7 +356,10 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   r.global_samples = stats_.global_samples();
   Worker* w = workers_.Find(id);
   if (w != nullptr) w->told_batch = r.next_batch;
-  if (!shutdown_ && assign && w != nullptr && w->live()) r.samples = Assign(*w, r.next_batch);
+  if (!shutdown_ && assign && w != nullptr && w->live()) {
+    r.samples = Assign(*w, r.next_batch);
+    r.idle = w->uses_samples && r.samples.empty() && sampler_.exhausted();
+  }
   return r;
 }
 
@@ -401,8 +409,11 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
     CountPush(info.id, "report");
     return Reply(info.id, false, "report recorded", -1, /*assign=*/false);
   }
-  if (absl::Status s = CheckPushGradient(info, gradient, store_.version(), store_.layout().total_elements()); !s.ok()) {
-    return reject("invalid", s);
+  if (!info.idle) {
+    if (absl::Status s = CheckPushGradient(info, gradient, store_.version(), store_.layout().total_elements());
+        !s.ok()) {
+      return reject("invalid", s);
+    }
   }
   Worker& w = *current;
   w.last_seen = now;
@@ -415,6 +426,7 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
                  "this worker was dropped from the round it trained for (it was late): readmitted; its samples went "
                  "back to the epoch: train the batch this reply assigns");
   }
+  if (info.idle) return PushIdle(info, deadline);
   const int64_t assigned = w.uses_samples ? CountSamples(w.assigned) : w.told_batch;
   if (absl::Status s = CheckAssignedBatch(info.batch, w.uses_samples, assigned, controller_.plan().batch(info.id));
       !s.ok()) {
@@ -460,6 +472,11 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
   Account(info);
   CountPush(info.id, "applied");
   MaybeCompleteRound();
+  return AwaitRoundClose(info, version, rollbacks, deadline);
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::AwaitRoundClose(const PushInfo& info, uint64_t version,
+                                                                uint64_t rollbacks, absl::Time deadline) {
   auto done = [this, version, rollbacks]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_ || store_.version() != version || !round_.open() || rollbacks_ != rollbacks;
   };
@@ -471,14 +488,47 @@ absl::StatusOr<PushResult> ParameterServerCore::PushSync(const PushInfo& info, c
         if (round_.open() && store_.version() == version) CompleteRound();  // timed out: go on without the missing
       } else if (options_.clock->Now() >= deadline) {
         // The gradient is in the round (applied when it closes): never an error now.
-        return Reply(info.id, true, "the round had not closed by the call's deadline; the gradient is in it: pull");
+        return Reply(info.id, !info.idle, "the round had not closed by the call's deadline; the gradient is in it: pull");
       }
     }
   }
   if (rollbacks_ != rollbacks) return RolledBack(info);
   const bool closed = store_.version() != version;
-  return Reply(info.id, closed, closed ? "" : "the server is shutting down: the round did not close",
+  return Reply(info.id, closed && !info.idle, closed ? "" : "the server is shutting down: the round did not close",
                store_.version() == version + 1 ? round_.batch_for(info.id) : -1);
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushIdle(const PushInfo& info, absl::Time deadline) {
+  const Worker& w = *workers_.FindCurrent(info.id);
+  const uint64_t version = store_.version();
+  absl::Status refused;
+  if (!w.assigned.empty()) {
+    refused = absl::FailedPreconditionError(absl::StrCat("an idle push from worker ", info.id, ", assigned ",
+                                                         CountSamples(w.assigned), " samples: train them"));
+  } else if (info.version > version) {
+    refused = absl::InvalidArgumentError(absl::StrCat("model version ", info.version, " is newer than the server's ",
+                                                      version));
+  }
+  CountPush(info.id, refused.ok() ? "idle" : "invalid");
+  if (!refused.ok()) return refused;
+  if (options_.mode == Mode::kSync && info.version == version && !round_.Pushed(info.id)) {
+    // Present in the round, contributing nothing; answered when it closes, with the
+    // samples a lost worker put back, if any.
+    OpenRound();
+    round_.MarkPresent(info.id);
+    MaybeCompleteRound();
+    return AwaitRoundClose(info, version, rollbacks_, deadline);
+  }
+  if (options_.mode != Mode::kSync) {
+    // Answered once the model moves (another worker's samples trained) or something was
+    // put back, so that an idle worker does not spin.
+    auto moved = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return shutdown_ || store_.version() != version || !sampler_.exhausted();
+    };
+    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&moved),
+                                      std::min(deadline, options_.clock->Now() + options_.round_timeout));
+  }
+  return Reply(info.id, false, "");
 }
 
 void ParameterServerCore::AccumulateUnlocked(const PushInfo& info, const std::vector<float>& gradient) {
@@ -725,6 +775,7 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   EpochSampler sampler(options_.data_seed);
   ParameterStore store(options_.optimizer);
   if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
+  (void)sampler.SetJobSamples(sampler_.job_samples());  // the job's end stays where the workers put it
   AwaitRoundIdle();
   std::map<std::string, controller::WorkerMemory> remembered = state.controller;
   // Training goes on once the workers of this moment joined again, or after a lease: a
@@ -795,6 +846,7 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.global_samples = stats_.global_samples();
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;
   s.dataset_size = sampler_.dataset_size();
+  s.job_samples = sampler_.job_samples();
   s.job = job_.number();
   s.job_finished = job_.finished();
   s.last_train_loss = stats_.last_loss();
@@ -810,7 +862,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.host = w.host;
     ws.device = w.device;
     ws.state = w.state;
-    ws.batch = w.live() ? controller_.plan().batch(id) : w.last_batch;
+    // A departed worker: what the plan last gave it (its last batch may be the job's short end).
+    ws.batch = w.live() ? controller_.plan().batch(id) : (w.told_batch > 0 ? w.told_batch : w.last_batch);
     auto p = controller_.plan().workers.find(id);
     ws.max_batch = p == controller_.plan().workers.end() ? 0 : p->second.max_batch;
     ws.last_compute_seconds = w.last_compute;

@@ -124,6 +124,7 @@ struct JoinInfo {
   std::optional<std::vector<float>> initial_parameters;
   int64_t max_batch = 0;  // 0 = none
   uint64_t dataset_size = 0;  // > 0: the server assigns the samples this worker trains on
+  uint64_t job_samples = 0;   // > 0: the samples the job trains in all (the worker's epochs)
   WorkerId resume_id = 0;     // the id of this process's previous session, when rejoining
   std::string resume_secret;  // ...and its secret: the session is replaced only when it matches
 };
@@ -137,6 +138,7 @@ struct JoinResult {
   int64_t batch = 0;
   uint64_t global_samples = 0;
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)
+  bool idle = false;    // the job's samples are all handed out: train none (see PushResult)
 };
 
 struct WorkerSnapshot {
@@ -167,6 +169,7 @@ struct ServerSnapshot {
   uint64_t global_samples = 0;
   uint64_t parameter_count = 0;
   uint64_t dataset_size = 0;
+  uint64_t job_samples = 0;    // the samples the job trains in all (0: the workers stop it)
   uint64_t job = 1;            // counts jobs run on this daemon (--reset_when_done)
   bool job_finished = false;
   double last_train_loss = 0;
@@ -356,6 +359,13 @@ class ParameterServerCore : public DataPlane {
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A sync push's wait, once it is in the round of `version`: its reply when the round
+  // closes (or at the round's deadline, closing it without the missing workers).
+  absl::StatusOr<PushResult> AwaitRoundClose(const PushInfo& info, uint64_t version, uint64_t rollbacks,
+                                             absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker that holds no samples (PushResult::idle): present in its sync round, or
+  // answered in async once the model moved; either way with the samples put back, if any.
+  absl::StatusOr<PushResult> PushIdle(const PushInfo& info, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Restore's and RollBack's check and load: the checkpoint's mode and optimizer must be

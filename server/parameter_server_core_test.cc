@@ -437,6 +437,133 @@ TEST_CASE("a worker dropped from a round comes back: readmitted with a fresh bat
   }
 }
 
+// A push of the samples the worker was assigned (their count is its batch).
+PushInfo Trained(WorkerId id, const SampleBatch& samples, uint64_t version) {
+  return Grad(id, CountSamples(samples), version);
+}
+
+PushInfo IdleOf(WorkerId id, uint64_t version) {
+  PushInfo p;
+  p.id = id;
+  p.version = version;
+  p.idle = true;
+  return p;
+}
+
+TEST_CASE("sync: the job's sample count ends it exactly; an idle worker is in the round and gets what a lost one left",
+          "[core][samples][clock]") {
+  for (bool lose_x : {false, true}) {
+    FakeClock clock;
+    ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);  // global batch 8: 4 and 4
+    auto core = *ParameterServerCore::Create(o);
+    JoinInfo ia = Info("a", true), ib = Info("b", false);
+    ia.dataset_size = ib.dataset_size = 10;
+    ia.job_samples = ib.job_samples = 20;  // two epochs
+    JoinResult a, b;
+    std::thread ta([&] { a = *core->Join(ia, clock.Now() + absl::Seconds(5)); });
+    AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+    b = *core->Join(ib, clock.Now() + absl::Seconds(5));
+    ta.join();
+    SampleBatch sa = a.samples, sb = b.samples;
+    bool idle_b = false;
+    for (uint64_t version : {0, 1}) {  // 16 samples
+      PushResult ra;
+      std::thread pa([&] { ra = *core->Push(Trained(a.id, sa, version), std::vector<float>(kParams, 1.0f), Soon()); });
+      const PushResult rb = *core->Push(Trained(b.id, sb, version), std::vector<float>(kParams, 1.0f), Soon());
+      pa.join();
+      sa = ra.samples;
+      sb = rb.samples;
+      REQUIRE_FALSE((ra.idle && rb.idle));
+      idle_b = rb.idle;
+    }
+    // 4 samples are left, for x (whose reply was first); y has none and says so.
+    const WorkerId x = idle_b ? a.id : b.id, y = idle_b ? b.id : a.id;
+    const SampleBatch left = idle_b ? sa : sb;
+    REQUIRE(CountSamples(left) == 4);
+    REQUIRE((idle_b ? sb : sa).empty());
+    absl::StatusOr<PushResult> idle;
+    std::thread ty([&] { idle = core->Push(IdleOf(y, 2), {}, Soon()); });
+    AwaitState([&] { return core->Snapshot().pushes_by_result.count("idle") == 1; });
+    if (!lose_x) {
+      const PushResult rx = *core->Push(Trained(x, left, 2), std::vector<float>(kParams, 1.0f), Soon());
+      ty.join();
+      REQUIRE(rx.applied);
+      REQUIRE(rx.idle);
+      REQUIRE(rx.samples.empty());
+      REQUIRE(idle.ok());
+      REQUIRE(idle->idle);
+      REQUIRE_FALSE(idle->applied);
+      REQUIRE(idle->global_samples == 20);
+      REQUIRE(core->Snapshot().global_samples == 20);
+      continue;
+    }
+    // x is lost (paused past the round's deadline): y is handed its samples and trains them alone.
+    AwaitState([&] { return clock.waiters() > 0; });
+    clock.Advance(absl::Seconds(11));
+    ty.join();
+    REQUIRE(idle.ok());
+    REQUIRE_FALSE(idle->idle);
+    REQUIRE(idle->samples == left);
+    REQUIRE(StateOf(core->Snapshot(), x) == WorkerState::kDropped);
+    const PushResult ry = *core->Push(Trained(y, idle->samples, 2), std::vector<float>(kParams, 1.0f), Soon());
+    REQUIRE(ry.applied);
+    REQUIRE(ry.idle);
+    REQUIRE(core->Snapshot().global_samples == 20);
+    // x comes back with the samples y trained: readmitted, left out, and idle.
+    const PushResult late = *core->Push(Trained(x, left, 2), std::vector<float>(kParams, 1.0f), Soon());
+    REQUIRE_FALSE(late.applied);
+    REQUIRE(late.idle);
+    REQUIRE(core->Snapshot().global_samples == 20);
+  }
+}
+
+TEST_CASE("async: no sample past the job's count; an idle worker is answered once the model moves",
+          "[core][samples][clock]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kAsync, 1, &clock);
+  auto core = *ParameterServerCore::Create(o);
+  JoinInfo ia = Info("a", true), ib = Info("b", false);
+  ia.dataset_size = ib.dataset_size = 10;
+  ia.job_samples = ib.job_samples = 25;
+  const JoinResult a = *core->Join(ia, Soon());
+  const JoinResult b = *core->Join(ib, Soon());
+  std::map<WorkerId, SampleBatch> held = {{a.id, a.samples}, {b.id, b.samples}};
+  uint64_t handed = CountSamples(a.samples) + CountSamples(b.samples);
+  WorkerId idler = 0;
+  for (int i = 0; i < 20 && idler == 0; ++i) {
+    for (WorkerId id : {a.id, b.id}) {
+      if (held[id].empty()) continue;
+      const PushResult r = *core->Push(Trained(id, held[id], core->version()), std::vector<float>(kParams, 0.0f), Soon());
+      REQUIRE(r.applied);
+      held[id] = r.samples;
+      handed += CountSamples(r.samples);
+      if (r.idle) {
+        idler = id;
+        break;
+      }
+    }
+  }
+  REQUIRE(idler != 0);
+  REQUIRE(handed == 25);
+  const WorkerId other = idler == a.id ? b.id : a.id;
+  REQUIRE_FALSE(held[other].empty());  // the last samples
+  absl::StatusOr<PushResult> idle;
+  std::thread t([&] { idle = core->Push(IdleOf(idler, core->version()), {}, Soon()); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("idle") == 1; });
+  const PushResult last = *core->Push(Trained(other, held[other], core->version()), std::vector<float>(kParams, 0.0f), Soon());
+  t.join();
+  REQUIRE(last.idle);
+  REQUIRE(idle.ok());
+  REQUIRE(idle->idle);
+  REQUIRE(idle->global_samples == 25);
+  REQUIRE(core->Snapshot().global_samples == 25);
+  // An idle push from a worker that holds samples is a worker's bug: refused.
+  JoinInfo ic = Info("c", false);
+  ic.dataset_size = 10;
+  ic.job_samples = 30;
+  REQUIRE(core->Join(ic, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("samples of a push that was not applied, or of a worker that left, are handed out again",
           "[core][samples]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));

@@ -29,6 +29,9 @@ struct PushInfo {
   // No gradient: the push only reports (test_accuracy measured on `version`, loss);
   // the model and the round are untouched.
   bool report_only = false;
+  // No gradient: the worker holds no samples (the job's are all handed out, PushResult::
+  // idle). Sync: it is present in the round of `version` and answered when it closes.
+  bool idle = false;
   // The caller already checked that every value is finite (the service does it while
   // copying the chunks), so the core need not walk the gradient again.
   bool finite_checked = false;

@@ -19,7 +19,7 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
                                          "time less the server's wait), as the controller sees it.",
                                          {"worker"}, ExponentialBuckets(0.0001, 2, 18))),
       pushes(r.AddCounter("omnilearn_pushes_total",
-                          "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, "
+                          "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, idle, dropped, report, "
                           "unknown_worker, shutdown).",
                           {"worker", "result"})),
       rounds(r.AddCounter("omnilearn_rounds_total", "Optimizer steps taken (sync rounds or applied pushes).").Add({})),

@@ -212,6 +212,7 @@ JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
   info.device = FromProto(header.device());
   info.max_batch = header.max_batch_size();
   info.dataset_size = header.dataset_size();
+  info.job_samples = header.job_samples();
   info.resume_id = header.resume_worker_id();
   info.resume_secret = header.resume_secret();
   info.layout = std::move(layout);
@@ -296,6 +297,7 @@ void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::Joi
   response->set_batch_size(r.batch);
   response->set_global_samples(r.global_samples);
   SamplesToProto(r.samples, response->mutable_samples());
+  response->set_idle(r.idle);
   response->set_session_secret(r.secret);
   const auto& offered = header.wire_dtypes();
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
@@ -448,8 +450,9 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   info->out_of_memory = header.out_of_memory();
   info->communication_seconds = header.communication_seconds();
   info->report_only = header.report_only();
+  info->idle = header.idle();
   std::vector<float> gradient;
-  if (!info->out_of_memory && !info->report_only) {
+  if (!info->out_of_memory && !info->report_only && !info->idle) {
     absl::StatusOr<std::vector<float>> g = ReadGradient(stream, &watch, header, until_complete, info);
     if (!g.ok()) {
       data_->CountRejectedPush(info->id, "invalid");
@@ -469,6 +472,7 @@ void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* re
   response->set_message(r.message);
   response->set_global_samples(r.global_samples);
   SamplesToProto(r.samples, response->mutable_samples());
+  response->set_idle(r.idle);
 }
 
 grpc::Status ParameterServerService::PushRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,

@@ -142,7 +142,7 @@ absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) cons
 }
 
 absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) {
-  if (info.out_of_memory || info.report_only) {  // nothing of this slice: the coordinator handles them
+  if (info.out_of_memory || info.report_only || info.idle) {  // nothing of this slice: the coordinator handles them
     {
       absl::MutexLock lock(&mu_);
       if (sessions_.count(info.id) == 0) return NoSession(info.id);

@@ -33,11 +33,12 @@ std::string JsonString(const std::string& s) {
 std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
   std::string out = absl::StrFormat(
       "{\n  \"mode\": \"%s\",\n  \"controller\": \"%s\",\n  \"wall_seconds\": %.3f,\n  \"model_version\": %d,\n"
-      "  \"rounds\": %d,\n  \"global_batch\": %d,\n  \"global_samples\": %d,\n  \"adjustments\": %d,\n"
+      "  \"rounds\": %d,\n  \"global_batch\": %d,\n  \"global_samples\": %d,\n  \"dataset_size\": %d,\n"
+      "  \"job_samples\": %d,\n  \"adjustments\": %d,\n"
       "  \"last_train_loss\": %.6f,\n  \"test_accuracy\": %s,\n  \"test_accuracy_version\": %d,\n"
       "  \"workers\": [",
       ModeName(s.mode), s.controller, wall_seconds, s.version, s.rounds, s.global_batch, s.global_samples,
-      s.adjustments, s.last_train_loss, s.test_accuracy ? absl::StrFormat("%.6f", *s.test_accuracy) : "null", s.test_accuracy_version);
+      s.dataset_size, s.job_samples, s.adjustments, s.last_train_loss, s.test_accuracy ? absl::StrFormat("%.6f", *s.test_accuracy) : "null", s.test_accuracy_version);
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerSnapshot& w = s.workers[i];
     absl::StrAppend(

@@ -4,6 +4,7 @@
 # ratio; with --controller=off they stay equal. The devices are emulated (2 ms + 0.5 ms per
 # sample, and 4x slower per sample): a tiny model's real step on 2 shared cores is a few ms
 # of mostly scheduling noise, which once planned batches of 94:1:1 for workers of speeds 1:1:4.
+# Every mode trains exactly the job's samples (async and ssp once ran a few batches past).
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 
@@ -23,6 +24,13 @@ run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
   read -r first last < <(first_and_last_loss "$WORK/$name.w0.log")
   echo "$name: loss $first -> $last; batches $(json "[w['final_batch'] for w in sorted(s['workers'], key=lambda w: w['name'])]")"
   python3 -c "import sys; sys.exit(0 if $last < 0.6 * $first else 1)" || fail "$name: loss did not fall ($first -> $last)"
+  # Every mode ends on the job's exact count: 0.3 epochs, rounded up to a whole sample.
+  local trained want
+  trained=$(json "s['global_samples']")
+  want=$(json "s['job_samples']")
+  [ "$want" = "$(json "-(-3 * s['dataset_size'] // 10)")" ] || fail "$name: the job's count is $want samples"
+
+  [ "$trained" = "$want" ] || fail "$name: $trained samples trained, the job's 0.3 epochs are $want"
 }
 
 batches() { json "' '.join(str(w['final_batch']) for w in sorted(s['workers'], key=lambda w: w['name']))"; }

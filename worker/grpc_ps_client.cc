@@ -308,12 +308,12 @@ class GrpcPsClient : public PsClient {
     return h;
   }
 
-  // A push's gradient as it goes on the wire, or none for an out-of-memory or report-only
-  // push. In bfloat16 with error feedback: what rounding lost of this gradient is added to
+  // A push's gradient as it goes on the wire, or none for an out-of-memory, report-only or
+  // idle push. In bfloat16 with error feedback: what rounding lost of this gradient is added to
   // the next one, so the server's sum over steps loses nothing.
   Payload GradientOf(const v1::PushHeader& header, absl::Span<const float> gradient)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(encode_mu_) {
-    if (header.out_of_memory() || header.report_only()) return Payload{};
+    if (header.out_of_memory() || header.report_only() || header.idle()) return Payload{};
     if (header.wire_dtype() != v1::WIRE_DTYPE_BF16) return Payload{gradient.data(), sizeof(float)};
     if (residual_.size() != gradient.size()) residual_.assign(gradient.size(), 0.0f);
     encoded_.resize(gradient.size());

@@ -43,6 +43,7 @@ v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, boo
   h.set_device(r.worker.device == DeviceKind::kCuda ? v1::DEVICE_CUDA : v1::DEVICE_CPU);
   h.set_max_batch_size(r.worker.max_batch_size);
   h.set_dataset_size(r.worker.dataset_size);
+  h.set_job_samples(r.worker.job_samples);
   *h.mutable_layout() = LayoutToProto(layout);
   h.set_has_initial_parameters(r.has_initial_parameters);
   h.set_resume_worker_id(r.resume_worker_id);
@@ -61,6 +62,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   out.mode = ModeOf(r.mode());
   out.batch_size = r.batch_size();
   out.samples = AssignmentOf(r.samples());
+  out.idle = r.idle();
   out.global_samples = r.global_samples();
   out.push_trailer = r.push_trailer();
   if (r.has_shard_map() && r.shard_map().shards() > 1) {
@@ -95,6 +97,7 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   SetStepEnd(p.step.end, &h);
   h.set_out_of_memory(p.step.out_of_memory);
   h.set_report_only(p.step.report_only);
+  h.set_idle(p.step.idle);
   return h;
 }
 
@@ -106,6 +109,7 @@ PushReply PushReplyOf(const v1::PushResponse& r) {
   out.model_version = r.model_version();
   out.next_batch_size = r.next_batch_size();
   out.samples = AssignmentOf(r.samples());
+  out.idle = r.idle();
   out.global_samples = r.global_samples();
   return out;
 }

@@ -39,7 +39,19 @@ struct WorkerInfo {
   DeviceKind device = DeviceKind::kCpu;
   int64_t max_batch_size = 0;  // a ceiling the worker knows of; 0 = none
   uint64_t dataset_size = 0;   // the training set's size: the server assigns its samples
+  // The samples the job trains in all (epochs x dataset_size, rounded up; JobSamples):
+  // the server hands out none past them. 0: the worker stops by itself.
+  uint64_t job_samples = 0;
 };
+
+// What a worker of `epochs` epochs of a `dataset_size`-sample set trains in all: the
+// worker's own end test (global samples >= epochs x dataset_size) holds exactly there.
+inline uint64_t JobSamples(double epochs, uint64_t dataset_size) {
+  if (!(epochs > 0) || dataset_size == 0) return 0;
+  const double total = epochs * static_cast<double>(dataset_size);
+  const uint64_t whole = static_cast<uint64_t>(total);
+  return static_cast<double>(whole) < total ? whole + 1 : whole;
+}
 
 // One Join call (the session fills in everything but `worker`).
 struct JoinRequest {
@@ -57,6 +69,7 @@ struct JoinReply {
   std::optional<Mode> mode;  // none: a server that did not say
   int64_t batch_size = 0;  // the first mini-batch's
   Assignment samples;      // the first mini-batch's samples
+  bool idle = false;       // the job's samples are all handed out: none for this worker now
   uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)
   bool push_trailer = false;    // the server reads streamed pushes (a header, buckets, a trailer)
   // A sharded job (JoinResponse.shard_map): the slices' servers, addresses[0] the coordinator.
@@ -82,6 +95,7 @@ struct StepReport {
   StepEnd end;
   bool out_of_memory = false;  // the step did not fit: no gradient, the controller learns the ceiling
   bool report_only = false;    // no gradient: only the accuracy and loss of the model held
+  bool idle = false;           // no gradient: the worker holds no samples (PushReply::idle)
 };
 
 // A push as the client sends it: the step, and the session and model it belongs to.
@@ -97,7 +111,10 @@ struct PushReply {
   std::string message;    // why, when not applied
   uint64_t model_version = 0;   // the server's after this push
   int64_t next_batch_size = 0;  // 0: unchanged
-  Assignment samples;           // the next mini-batch's; empty: unchanged
+  Assignment samples;           // the next mini-batch's; empty: unchanged, unless `idle`
+  // The job's samples are all handed out and none is this worker's: it trains nothing and
+  // idles (Session::Idle) until the job's count is reached or samples come back to it.
+  bool idle = false;
   uint64_t global_samples = 0;
 };
 

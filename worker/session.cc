@@ -57,6 +57,7 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   lease_ms_.store(std::max<int64_t>(100, static_cast<int64_t>(r->lease_seconds * 1000)));
   batch_ = r->batch_size;
   samples_ = std::move(r->samples);
+  idle_ = r->idle;
   global_samples_ = r->global_samples;
   mode_ = r->mode;
   push_trailer_ = r->push_trailer;
@@ -192,6 +193,20 @@ void Session::Received(const absl::StatusOr<PushOutcome>& outcome, uint64_t vers
   }
 }
 
+absl::StatusOr<PushOutcome> Session::Idle(absl::Span<float> weights, PushReply* reply, bool* changed) {
+  *changed = false;
+  if (absl::Status s = AwaitModel(); !s.ok()) return s;
+  StepReport step;
+  step.idle = true;
+  absl::StatusOr<PushOutcome> outcome =
+      Send(step, weights, reply, [&](const PushedStep& p) { return client_->Push(p, layout_, {}); });
+  if (!outcome.ok() || *outcome != PushOutcome::kReplied) return outcome;
+  absl::StatusOr<bool> pulled = Pull(weights);
+  if (!pulled.ok()) return pulled.status();
+  *changed = *pulled;
+  return stop_.load() ? PushOutcome::kStop : PushOutcome::kReplied;
+}
+
 void StreamedPush::Ready(int tensor) {
   if (stream_ == nullptr) return;
   absl::MutexLock lock(&mu_);
@@ -292,7 +307,10 @@ absl::StatusOr<PushOutcome> Session::Settle(absl::StatusOr<PushReply> r, absl::S
     return PushOutcome::kRejoined;
   }
   if (reply->next_batch_size > 0) batch_ = reply->next_batch_size;
-  if (!reply->samples.empty()) samples_ = reply->samples;
+  if (!reply->samples.empty() || reply->idle) {
+    samples_ = reply->samples;
+    idle_ = reply->idle;
+  }
   return PushOutcome::kReplied;
 }
 

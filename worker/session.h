@@ -139,6 +139,11 @@ class Session {
   absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const StepEnd& end,
                                              absl::Span<float> weights, PushReply* reply, bool* changed,
                                              bool early = false);
+  // A worker with no samples to train (idle()): tells the server it waits (in a sync job
+  // it is present in the round of the model it holds), then brings `weights` to the
+  // server's model. kReplied: the reply's samples, if any, are the next step's, and
+  // `*changed` says whether the model moved; otherwise as Push.
+  absl::StatusOr<PushOutcome> Idle(absl::Span<float> weights, PushReply* reply, bool* changed);
   // Waits until tensor `t` of a model still arriving is in place (at once when none is).
   void AwaitTensor(int t);
   // Waits for the rest of a model still arriving; when its stream broke, pulls the model
@@ -157,6 +162,8 @@ class Session {
   // The samples the server assigned for the next mini-batch (empty when the server
   // does not assign them: the worker picks its own).
   const Assignment& samples() const { return samples_; }
+  // The job's samples are all handed out and none is ours: train nothing, call Idle.
+  bool idle() const { return idle_; }
   uint64_t model_version() const { return version_; }
   uint64_t global_samples() const { return global_samples_; }
   std::optional<Mode> mode() const { return mode_; }
@@ -195,6 +202,7 @@ class Session {
   int64_t batch_ = 0;
   std::string secret_;  // the session's (the client sends it with every call)
   Assignment samples_;
+  bool idle_ = false;
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;
   std::optional<Mode> mode_;

@@ -65,6 +65,10 @@ class FakeServer : public PsClient {
     r.global_samples = global_samples += p.step.batch_size;
     r.samples = {SampleSpan{1, {}}};
     for (uint64_t i = 0; i < 24; ++i) r.samples[0].ids.push_back(i);
+    if (idle_next) {  // the job's samples are all handed out
+      r.samples.clear();
+      r.idle = true;
+    }
     ++version;
     return r;
   }
@@ -150,6 +154,7 @@ class FakeServer : public PsClient {
   std::vector<PushedStep> pushed;  // as the client was given them
   std::deque<absl::Status> join_failures, pull_failures, push_failures;
   bool trailers = false;              // the server reads push trailers (streamed pushes)
+  bool idle_next = false;             // replies assign nothing: the worker idles
   std::vector<int> sent;              // streamed pushes: tensors in the order sent
   std::vector<double> trailer_times;  // ...and their trailers' compute times
   absl::Status arrival_failure;       // the next streamed model breaks part way
@@ -359,6 +364,36 @@ TEST_CASE("PushPull brings the new model with the reply", "[session]") {
   REQUIRE(changed);  // the push moved the fake server's version
   REQUIRE(s.model_version() == server.version);
   REQUIRE(w == server.model);
+}
+
+TEST_CASE("a worker without samples idles: an idle push, then the model; samples put back end it", "[session]") {
+  FakeClock clock;
+  FakeServer server;
+  std::vector<std::string> log;
+  Session s(&server, Layout(), Options(&clock, &log));
+  REQUIRE(s.Join(kMine).ok());
+  REQUIRE_FALSE(s.idle());
+  std::vector<float> w(3);
+  REQUIRE(s.Pull(absl::MakeSpan(w)).ok());
+  server.idle_next = true;
+  PushReply reply;
+  bool changed = false;
+  StepReport step;
+  step.batch_size = 16;
+  REQUIRE(*s.PushPull(step, w, absl::MakeSpan(w), &reply, &changed) == PushOutcome::kReplied);
+  REQUIRE(s.idle());
+  REQUIRE(s.samples().empty());
+  server.model = {7, 7, 7};
+  REQUIRE(*s.Idle(absl::MakeSpan(w), &reply, &changed) == PushOutcome::kReplied);
+  REQUIRE(server.pushed.back().step.idle);
+  REQUIRE(server.pushed.back().step.batch_size == 0);
+  REQUIRE(changed);  // the round it waited in moved the model
+  REQUIRE(w == server.model);
+  REQUIRE(s.idle());
+  server.idle_next = false;  // a lost worker's samples came back
+  REQUIRE(*s.Idle(absl::MakeSpan(w), &reply, &changed) == PushOutcome::kReplied);
+  REQUIRE_FALSE(s.idle());
+  REQUIRE(CountSamples(s.samples()) == 24);
 }
 
 TEST_CASE("a server shutting down answers a join with stop; an interrupt ends the wait for a server",

@@ -329,6 +329,7 @@ SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dat
   so.worker.device = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   so.worker.max_batch_size = o.max_batch;
   so.worker.dataset_size = static_cast<uint64_t>(dataset_size);  // the server assigns the samples
+  so.worker.job_samples = JobSamples(o.epochs, so.worker.dataset_size);  // and ends the job on its count
   so.reconnect_timeout = o.reconnect_timeout;
   so.connect_timeout = o.connect_timeout;
   so.server_hint = o.server_hint;
@@ -539,6 +540,13 @@ class TrainingLoop {
         session_->Leave(/*finished=*/false);
         return absl::CancelledError("interrupted: left the job");
       }
+      if (session_->idle()) {
+        absl::StatusOr<bool> over = Idle();
+        if (!over.ok()) return over.status();
+        if (!*over) continue;
+        finished = !result_.stopped_by_server;
+        break;
+      }
       const Assignment spans = session_->samples();
       absl::StatusOr<torch::Tensor> idx = samples_.Next(spans, session_->batch());
       if (!idx.ok()) return idx.status();
@@ -592,6 +600,31 @@ class TrainingLoop {
     if (!changed.ok()) return changed.status();
     if (*changed) params_->Load(weights_);
     return absl::OkStatus();
+  }
+
+  // This worker holds no samples (the job's are all handed out): one wait with the
+  // server, which may hand it samples a lost worker left. True when the loop ends: the
+  // job's count was reached (the last evaluation reported) or the server stopped it.
+  absl::StatusOr<bool> Idle() {
+    PushReply reply;
+    bool changed = false;
+    absl::StatusOr<PushOutcome> outcome = session_->Idle(absl::MakeSpan(weights_), &reply, &changed);
+    if (!outcome.ok()) return outcome.status();
+    if (*outcome == PushOutcome::kStop) {
+      progress_->Note("the server stopped the job");
+      result_.stopped_by_server = true;
+      return true;
+    }
+    if (*outcome == PushOutcome::kRejoined) {
+      if (absl::Status s = Pull(); !s.ok()) return s;
+      return false;
+    }
+    if (changed) params_->Load(weights_);
+    const double global = static_cast<double>(reply.global_samples);
+    if (!(o_.epochs > 0 && global >= o_.epochs * setup_->train.size())) return false;
+    if (o_.evaluate && evaluations_.Due(global, true)) EvaluateAt(global);
+    if (absl::Status s = ReportFinalAccuracy(result_.last_loss); !s.ok()) return s;
+    return true;
   }
 
   // Schedules follow the global epoch the server reports (the same for every worker).

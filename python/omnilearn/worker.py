@@ -233,7 +233,7 @@ class Worker:
                                 f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
                                 token or "", tls_ca or "", tls_cert or "",
                                 tls_key or "", tls_server_name or "", lambda: time.monotonic(),
-                                lambda s: time.sleep(s), self._log)
+                                lambda s: time.sleep(s), self._log, epochs=float(epochs or 0))
         _live_cores.add(self._core)
         self.iteration = 0
         self.samples_seen = 0
@@ -384,6 +384,9 @@ class Worker:
                 return
             if self._step is not None:
                 raise RuntimeError("call push() (or report_out_of_memory()) for each step before the next")
+            if self._core.is_idle:  # the job's samples are all handed out, none is ours
+                self._idle()
+                continue
             ids, first_epoch = self._core.samples()
             if len(ids) and self.dataset_size and int(ids.max()) >= self.dataset_size:
                 raise ValueError(f"the server assigned sample {int(ids.max())} of a data set of {self.dataset_size}")
@@ -397,6 +400,20 @@ class Worker:
             yield self._step
             if self._step is not None:
                 raise RuntimeError("the loop body must call push() (or report_out_of_memory()) for each step")
+
+    def _idle(self):
+        """One wait with the server while this worker holds no samples: it may hand out
+        samples a lost worker left; the model comes as it moved meanwhile."""
+        self.wait_model()
+        outcome, _, changed = self._call(self._core.idle, self.storage.weights_host)
+        if outcome == "stop":
+            self.stopped.set()
+            self._log("the server stopped the job")
+        elif outcome == "rejoined":
+            self.pull()
+        elif changed:
+            self.storage.received()
+            self._note_pulled()
 
     def _begin_push(self, step: Step):
         """Opens the step's push before its backward: the gradient leaves in buckets as

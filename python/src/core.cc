@@ -252,6 +252,21 @@ class Core {
     return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)));
   }
 
+  // A worker with no samples (the `idle` property): one wait with the server, then its
+  // model into `weights`: (outcome, reply, changed) as push_pull.
+  py::tuple Idle(const py::object& weights) {
+    py::buffer_info w = ModelBuffer(weights, true, "weights");
+    worker::PushReply reply;
+    bool changed = false;
+    absl::StatusOr<worker::PushOutcome> outcome;
+    {
+      py::gil_scoped_release nogil;
+      outcome = session()->Idle(MutableSpan(w), &reply, &changed);
+    }
+    Done(outcome.status());
+    return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)), changed);
+  }
+
   void Leave(bool finished) {
     py::gil_scoped_release nogil;
     session_->Leave(finished);
@@ -378,6 +393,7 @@ void BindTypes(py::module_& m) {
       .def_readonly("model_version", &PushReply::model_version)
       .def_readonly("next_batch_size", &PushReply::next_batch_size)
       .def_readonly("global_samples", &PushReply::global_samples)
+      .def_readonly("idle", &PushReply::idle)
       .def("__repr__", [](const PushReply& r) {
         return absl::StrCat("PushReply(action=", ActionName(r.action), ", applied=", r.applied ? "True" : "False",
                             ", model_version=", r.model_version, ", next_batch_size=", r.next_batch_size,
@@ -386,10 +402,10 @@ void BindTypes(py::module_& m) {
 }
 
 worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host, const std::string& device,
-                                int64_t max_batch_size, uint64_t dataset_size) {
+                                int64_t max_batch_size, uint64_t dataset_size, double epochs) {
   if (device != "cpu" && device != "cuda") throw py::value_error("device must be 'cpu' or 'cuda'");
   return worker::WorkerInfo{name, host, device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
-                            max_batch_size, dataset_size};
+                            max_batch_size, dataset_size, worker::JobSamples(epochs, dataset_size)};
 }
 
 }  // namespace
@@ -408,7 +424,8 @@ PYBIND11_MODULE(_core, m) {
                        int64_t max_batch_size, uint64_t dataset_size, double rpc_timeout, double reconnect_timeout,
                        double connect_timeout, const std::string& server_hint, const std::string& auth_token,
                        const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
-                       const std::string& tls_server_name, py::function now, py::function sleep, py::function log) {
+                       const std::string& tls_server_name, py::function now, py::function sleep, py::function log,
+                       double epochs) {
              omnilearn::worker::ClientOptions o;
              o.rpc_timeout = absl::Seconds(rpc_timeout);
              o.auth_token = auth_token;
@@ -417,7 +434,7 @@ PYBIND11_MODULE(_core, m) {
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
              return std::make_unique<Core>(target, tensors,
-                                           omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size),
+                                           omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs),
                                            o, reconnect_timeout, connect_timeout, server_hint, std::move(now),
                                            std::move(sleep), std::move(log));
            }),
@@ -425,8 +442,9 @@ PYBIND11_MODULE(_core, m) {
            py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
            py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"),
            py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"),
-           py::arg("log"))
+           py::arg("log"), py::arg("epochs") = 0.0)
       .def("join", &Core::Join, py::arg("weights"))
+      .def("idle", &Core::Idle, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))
       .def("push_pull", &Core::PushPull, py::arg("step"), py::arg("gradient"), py::arg("weights"))
       .def("push", &Core::Push, py::arg("step"), py::arg("gradient"), py::arg("weights"))
@@ -440,6 +458,7 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &Core::Close)
       .def("samples", &Core::Samples)
       .def_property_readonly("worker_id", [](Core& c) { return c.session()->worker_id(); })
+      .def_property_readonly("is_idle", [](Core& c) { return c.session()->idle(); })
       .def_property_readonly("batch", [](Core& c) { return c.session()->batch(); })
       .def_property_readonly("model_version", [](Core& c) { return c.session()->model_version(); })
       .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
