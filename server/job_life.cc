@@ -13,14 +13,6 @@ bool JobLife::MaybeFinish(bool all_left) {
   return true;
 }
 
-absl::Status JobLife::CheckJoinable(bool reset_when_done, uint64_t version, uint64_t samples) const {
-  if (!finished_ || reset_when_done) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "the job on this server is finished (model version %d, %d samples trained): start a new server, or run "
-      "it with --reset_when_done to take a new job",
-      version, samples));
-}
-
 void JobLife::Next(absl::Time now) {
   ++number_;
   expected_ = num_workers_;

@@ -39,9 +39,6 @@ class JobLife {
   bool MaybeFinish(bool all_left);
   bool finished() const { return finished_; }
 
-  // A join while the job is finished: FailedPrecondition (naming the model's `version` and
-  // the `samples` trained), unless `reset_when_done` lets the next job begin (Next).
-  absl::Status CheckJoinable(bool reset_when_done, uint64_t version, uint64_t samples) const;
   // The next job begins at `now`: numbered one more, not started (its barrier waits for
   // num_workers again), not finished.
   void Next(absl::Time now);

@@ -24,17 +24,12 @@ TEST_CASE("a job finishes when all left and one completed; a finished job refuse
   REQUIRE(job.MaybeFinish(/*all_left=*/true));
   REQUIRE(job.finished());
   REQUIRE_FALSE(job.MaybeFinish(true));  // it ends once
-  REQUIRE(job.CheckJoinable(/*reset_when_done=*/true, 7, 100).ok());
-  const absl::Status refused = job.CheckJoinable(/*reset_when_done=*/false, 7, 100);
-  REQUIRE(refused.code() == absl::StatusCode::kFailedPrecondition);
-  REQUIRE(std::string(refused.message()).find("model version 7, 100 samples") != std::string::npos);
   job.Next(t0 + absl::Seconds(5));
   REQUIRE(job.number() == 2);
   REQUIRE(job.start_by() == t0 + absl::Seconds(5) + absl::Minutes(5));
   REQUIRE_FALSE(job.started());
   REQUIRE_FALSE(job.finished());
   REQUIRE_FALSE(job.MaybeFinish(true));  // the last job's completion does not carry over
-  REQUIRE(job.CheckJoinable(false, 0, 0).ok());
 }
 
 TEST_CASE("after a rollback the barrier waits for the workers that were live, for the given time", "[job]") {

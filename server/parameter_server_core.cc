@@ -188,7 +188,10 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   AwaitRoundIdle();  // a reset or a new model must not meet a push still adding
-  if (absl::Status s = ReopenFinishedJob(); !s.ok()) return s;
+  if (job_.finished()) {
+    if (!options_.reset_when_done) return FinishedJoin();
+    ResetJob();
+  }
   if (absl::Status s = CheckJoin(info); !s.ok()) return s;
   // From here on the join succeeds.
   if (absl::Status s = AdoptModel(info); !s.ok()) return s;
@@ -204,14 +207,12 @@ JoinResult ParameterServerCore::StopJoin() {
   return stop;
 }
 
-absl::Status ParameterServerCore::ReopenFinishedJob() {
-  if (!job_.finished()) return absl::OkStatus();
-  if (absl::Status s = job_.CheckJoinable(options_.reset_when_done, store_.version(), stats_.global_samples());
-      !s.ok()) {
-    return s;
-  }
-  ResetJob();
-  return absl::OkStatus();
+JoinResult ParameterServerCore::FinishedJoin() {
+  JoinResult done = StopJoin();
+  done.job_finished = true;
+  done.global_samples = stats_.global_samples();
+  done.version = store_.version();
+  return done;
 }
 
 absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {

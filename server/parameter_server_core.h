@@ -130,7 +130,9 @@ struct JoinInfo {
 };
 
 struct JoinResult {
-  Action action = Action::kContinue;  // kStop: the server is shutting down (no id)
+  Action action = Action::kContinue;  // kStop: the server is shutting down, or the job is finished (no id)
+  bool job_finished = false;          // with kStop: the job is complete (global_samples, at `version`)
+  uint64_t version = 0;               // ...the model's version then
   std::string secret;                 // the session's secret: later calls must carry it
   WorkerId id = 0;
   absl::Duration lease;
@@ -326,7 +328,8 @@ class ParameterServerCore : public DataPlane {
   // Join's parts, in its order (Join holds the lock and the order):
   static JoinResult StopJoin();  // the answer to a join while shutting down
   // A finished job refuses joins (FailedPrecondition), or starts afresh (reset_when_done).
-  absl::Status ReopenFinishedJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A join while the job is finished (and not --reset_when_done): stop, saying so.
+  JoinResult FinishedJoin() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's model from the join (the first, or one replacing an untrained, unused model).
   absl::Status AdoptModel(JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's record, its controller entry (a remembered one restored), the event line.

@@ -290,7 +290,12 @@ grpc::Status ParameterServerService::ReadInitialParameters(grpc::ServerContext* 
 void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::JoinHeader& header,
                                               v1::JoinResponse* response) const {
   response->set_action(ToProto(r.action));
-  if (r.action == Action::kStop) return;
+  if (r.action == Action::kStop) {
+    response->set_job_finished(r.job_finished);
+    response->set_finished_version(r.version);
+    response->set_global_samples(r.global_samples);
+    return;
+  }
   response->set_worker_id(r.id);
   response->set_lease_seconds(absl::ToDoubleSeconds(r.lease));
   response->set_mode(ToProto(r.mode));

@@ -230,6 +230,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     auto all_here = [this, &step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (shutdown_) return true;
       for (const ReplicatedStep::Member& m : step.members) {
+        if (sessions_.count(m.id) == 0) continue;  // closed here: its slice is not awaited
         auto it = pending_.find(m.id);
         if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) return false;
       }
@@ -241,9 +242,14 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
       all_weight += m.weight;
       auto it = pending_.find(m.id);
       if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+        // Like a worker late for a round: dropped. Its session ends here, so no later step
+        // waits for it and its next call is told to join again.
         slices_left_out_.Increment();
-        Log(absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it", m.id,
-                            m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
+        if (sessions_.erase(m.id) > 0) {
+          Log(absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
+                              "its session ends here (it joins again)",
+                              m.id, m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
+        }
         continue;
       }
       taken_weight += m.weight;

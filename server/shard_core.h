@@ -54,7 +54,10 @@ class ShardCore : public DataPlane {
   void CloseSession(WorkerId id);
   // Takes the step on this slice once every member's slice for its model version is here,
   // or, past member_wait, with the members that came (the others' weights left out, and
-  // logged). FailedPrecondition when the slice is not at step.version (a step missed).
+  // logged): a member whose slice did not come is dropped like a late worker, its session
+  // ended on this shard (its next call is refused NotFound: it joins again), and no later
+  // step waits for it. FailedPrecondition when the slice is not at step.version (a step
+  // missed).
   absl::Status Step(const ReplicatedStep& step);
   uint64_t version() const;
   // Wakes every waiting call; later pulls answer Unavailable.

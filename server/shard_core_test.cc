@@ -74,7 +74,7 @@ TEST_CASE("a step waits for a member's slice, and a step from another version is
   REQUIRE(absl::IsFailedPrecondition(shard.Step(StepOf(0, {}, 1, 1))));
 }
 
-TEST_CASE("a member whose slice never comes is left out after the wait, and the version still moves",
+TEST_CASE("a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
           "[shard_core]") {
   FakeClock clock;
   std::vector<std::string> log;
@@ -92,6 +92,14 @@ TEST_CASE("a member whose slice never comes is left out after the wait, and the 
   REQUIRE((*snap->weights)[3] == Approx(4));
   REQUIRE(log.size() == 1);
   REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 1\n") != std::string::npos);
+  // Worker 2 pushed its other slices (the coordinator keeps it in its rounds) but never
+  // this one: its session ended here, so the next step does not wait for it, and its
+  // calls are told to join again.
+  REQUIRE(shard.Push(PushOf(1, 1), {2, 2, 2, 4}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 1)).ok());  // at once: no clock advance
+  REQUIRE(shard.version() == 2);
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(2, 2), {1, 1, 1, 1}, absl::InfinitePast()).status()));
+  REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 2\n") != std::string::npos);
 }
 
 TEST_CASE("only announced sessions push and pull, with their secret", "[shard_core]") {

@@ -88,7 +88,7 @@ echo "plan lines: $plans for $adjustments adjustments"
 # Four membership changes (a, b join; b, a leave) re-plan; the adjustments in between do not.
 [ "$plans" -le 4 ] && [ "${adjustments:-0}" -gt 5 ] || fail "$plans plan lines for $adjustments adjustments"
 
-# ---- a finished job refuses joins...
+# ---- a finished job tells a late worker so (it exits 0: nothing to train)...
 start_server done --mode=async --num_workers=1 --global_batch=32
 # No --name: the worker is <hostname>-<pid>.
 timeout 60 "$WORKER" --server="127.0.0.1:$PORT" --device=cpu --dataset=synthetic --model=mlp --epochs=0.05 \
@@ -99,8 +99,10 @@ wait "$d0" || fail "d0 failed"
 grep -q "worker $(hostname)-[0-9]* joined" "$WORK/done.server.log" || fail "the default name is not <hostname>-<pid>"
 wait_for_line "$WORK/done.server.log" "training finished" 100 || fail "no 'training finished' line"
 timeout 30 "$WORKER" --server="127.0.0.1:$PORT" --name=late --device=cpu --dataset=synthetic --model=mlp \
-  > "$WORK/late.log" 2>&1 && fail "a join to a finished job was accepted"
-grep -q "the job on this server is finished" "$WORK/late.log" || { cat "$WORK/late.log" >&2; fail "no clear refusal"; }
+  > "$WORK/late.log" 2>&1 || { cat "$WORK/late.log" >&2; fail "a worker joining a finished job failed"; }
+grep -q "the job on this server is finished (model version [0-9]*, [0-9]* samples trained): nothing to train" \
+  "$WORK/late.log" || { cat "$WORK/late.log" >&2; fail "no clear answer"; }
+grep -q "worker late joined" "$WORK/done.server.log" && fail "a worker joined a finished job"
 stop_server
 
 # ---- ...unless --reset_when_done: a second job, with another model, on the same daemon.

@@ -103,3 +103,25 @@ k = 5
 print(sum(losses[:k]) / k, sum(losses[-k:]) / k)
 PY
 }
+
+# check_export RUN FILE ACCURACY [DATA FLAGS...]: FILE (an export of the MLP) holds every
+# tensor at its full shape, and the worker's evaluation of it (on the data the flags name)
+# is the job's ACCURACY to 0.1 point; prints that evaluation.
+check_export() {
+  local run=$1 file=$2 accuracy=$3; shift 3
+  PYTHONPATH=$RUNFILES/tools /usr/bin/python3 - "$file" <<'PY' || fail "$run: the export is not the whole model"
+import sys
+from load_safetensors import load
+t, meta = load(sys.argv[1])
+want = {"fc1.weight": (256, 784), "fc1.bias": (256,), "fc2.weight": (128, 256), "fc2.bias": (128,),
+        "fc3.weight": (10, 128), "fc3.bias": (10,)}
+assert {k: v.shape for k, v in t.items()} == want, {k: v.shape for k, v in t.items()}
+assert meta["format"] == "omnilearn.model.v1", meta
+PY
+  local line again
+  line=$(timeout 120 "$WORKER" --evaluate_only --init_from="$file" --model=mlp --device=cpu "$@")
+  again=$(grep -o 'test accuracy [0-9.]*' <<<"$line" | grep -o '[0-9.]*$')
+  python3 -c "import sys; sys.exit(0 if abs($again - $accuracy) <= 0.1 else 1)" ||
+    fail "$run: the export evaluates to ${again}%, the job reported $accuracy%"
+  echo "$again"
+}

@@ -56,6 +56,8 @@ v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, boo
 JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   JoinReply out;
   out.action = ActionOf(r.action());
+  out.job_finished = r.job_finished();
+  out.finished_version = r.finished_version();
   out.worker_id = r.worker_id();
   out.session_secret = r.session_secret();
   out.lease_seconds = r.lease_seconds();

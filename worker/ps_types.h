@@ -62,7 +62,9 @@ struct JoinRequest {
 };
 
 struct JoinReply {
-  Action action = Action::kContinue;  // kStop: the server is shutting down
+  Action action = Action::kContinue;  // kStop: the server is shutting down, or its job is finished
+  bool job_finished = false;          // with kStop: the job is complete (global_samples trained)
+  uint64_t finished_version = 0;      // ...its model's version
   uint64_t worker_id = 0;
   std::string session_secret;  // sent with every later call of the session
   double lease_seconds = 0;    // heartbeat or push at least this often

@@ -49,6 +49,12 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   if (!r.ok()) return r.status();
   if (r->action == Action::kStop) {
     stop_.store(true);
+    global_samples_ = r->global_samples;
+    if (r->job_finished) {
+      Log(absl::StrFormat("the job on this server is finished (model version %d, %d samples trained): nothing to "
+                          "train (a new job needs a new server, or one run with --reset_when_done)",
+                          r->finished_version, r->global_samples));
+    }
     return absl::OkStatus();
   }
   id_.store(r->worker_id);

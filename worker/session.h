@@ -105,8 +105,8 @@ class Session {
   // brings the whole model).
   //
   // Joins; `weights` (the model's current values) are sent only when the server has
-  // no model yet. A server that is shutting down answers stop: OK with
-  // stop_requested() set. Errors: anything not transient (InvalidArgument for another
+  // no model yet. A server that is shutting down, or whose job is finished (said in a
+  // line), answers stop: OK with stop_requested() set. Errors: anything not transient (InvalidArgument for another
   // model, AlreadyExists for a name in use...), the server unreachable for longer than
   // reconnect_timeout, Cancelled when interrupted.
   absl::Status Join(absl::Span<const float> weights);

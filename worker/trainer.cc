@@ -338,13 +338,14 @@ SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dat
   return so;
 }
 
-// Joins, saying so. False when the server is shutting down (nothing to train).
+// Joins, saying so. False when the server said stop (it is shutting down, or its job is
+// finished): nothing to train.
 absl::StatusOr<bool> JoinJob(bool cuda, const std::vector<float>& weights, Session* session,
                              const ProgressReporter& progress) {
   progress.Note("joining the server (the first round waits until the server's --num_workers have joined)");
   if (absl::Status s = session->Join(weights); !s.ok()) return s;
   if (session->stop_requested()) {
-    progress.Note("the server is shutting down: nothing to train");
+    progress.Note("the server said stop: nothing to train");
     return false;
   }
   progress.Note(absl::StrFormat("joined as worker %d: device=%s batch=%d mode=%s samples so far=%d%s",

@@ -325,7 +325,7 @@ class Worker:
         self._log("joining the server (the first round waits until the server's --num_workers have joined)")
         self._call(self._core.join, self.storage.prepare_weights())
         if self.stopped.is_set():
-            self._log("the server is shutting down: nothing to train")
+            self._log("the server said stop: nothing to train")
             return
         self._log(f"joined as worker {self.worker_id}: device={self._device.type} batch={self.batch_size} "
                   f"mode={self.mode} samples so far={self.global_samples}")
