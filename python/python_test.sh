@@ -32,7 +32,10 @@ rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
 /usr/bin/python3 -m venv --system-site-packages venv
 unset OMNILEARN_PROTO
+before=$(cd src && find . -print | sort)
 timeout 600 venv/bin/pip install -q --no-build-isolation --no-index ./src/python
+after=$(cd src && find . -print | sort)
+[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; echo "pip install wrote into the source tree" >&2; exit 1; }
 rm -rf src
 venv/bin/python -c '
 import omnilearn, omnilearn.worker as w

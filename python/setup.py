@@ -7,13 +7,19 @@ Debian 12's pip installs into a virtual environment (PEP 668); one that sees Deb
 python3-protobuf and python3-torch, offline:
     /usr/bin/python3 -m venv --system-site-packages ENV
     ENV/bin/pip install --no-build-isolation ./python
+
+The source tree stays as it was: the build goes to a temporary folder (OMNILEARN_BUILD_DIR
+to keep it somewhere), and no bytecode is written beside the sources.
 """
 
+import atexit
 import os
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -22,7 +28,15 @@ from setuptools.command.build_py import build_py
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = pathlib.Path(os.environ.get("OMNILEARN_SOURCE", HERE.parent))  # the checkout
 sys.path.insert(0, str(HERE / "omnilearn"))
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 import _stubs  # noqa: E402  (the generator only: it imports nothing of the package)
+
+# setuptools builds in ./build and writes ./omnilearn.egg-info beside the sources: both go
+# to a folder of their own (pip builds in place, from the checkout).
+BUILD_DIR = os.environ.get("OMNILEARN_BUILD_DIR", "")
+if not BUILD_DIR:
+    BUILD_DIR = tempfile.mkdtemp(prefix="omnilearn-build-")
+    atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 
 # What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
 CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/push_buckets.cc", "worker/grpc_ps_client.cc",
@@ -83,4 +97,5 @@ setup(
     python_requires=">=3.9",
     ext_modules=[Extension("omnilearn._core", sources=["python/src/core.cc"], language="c++")],
     cmdclass={"build_py": BuildWithStubs, "build_ext": BuildCore},
+    options={"build": {"build_base": BUILD_DIR}, "egg_info": {"egg_base": BUILD_DIR}},
 )

@@ -187,11 +187,14 @@ absl::StatusOr<ModelSnapshot> ShardCore::Pull(WorkerId id, uint64_t have_version
   if (sessions_.count(id) == 0) {
     return absl::NotFoundError(absl::StrCat("worker ", id, " has no session on this shard: join the coordinator"));
   }
-  auto ready = [this, min_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || (store_ != nullptr && store_->version() >= min_version);
+  // Until the version comes, or the session ends here (the slice went back to a checkpoint,
+  // whose version may never reach min_version again, or the worker was dropped).
+  auto ready = [this, id, min_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || sessions_.count(id) == 0 || (store_ != nullptr && store_->version() >= min_version);
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), deadline);
   if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  if (sessions_.count(id) == 0) return NoSession(id);
   if (store_ == nullptr) return absl::UnavailableError("this shard has no slice yet: retry");
   if (store_->version() < min_version) {
     return absl::DeadlineExceededError(absl::StrFormat("this shard's slice is at version %d, behind the %d asked for",

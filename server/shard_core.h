@@ -72,7 +72,9 @@ class ShardCore : public DataPlane {
   // worker's slice until a step takes it (one per worker: a newer push replaces it) and
   // answers then (applied), or when a sync step of its version was taken without it, or
   // at the deadline or member_wait (not applied); NotFound for a session the coordinator
-  // has not announced (or closed), InvalidArgument for a size or a non-finite value.
+  // has not announced (or closed), InvalidArgument for a size or a non-finite value. A pull
+  // waits for min_version until the deadline, unless its session ends meanwhile (a
+  // restore, a drop): NotFound then, so the worker joins again at once.
   absl::Status Authenticate(WorkerId id, absl::string_view secret) const override;
   absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) override;
   absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version, uint64_t min_version,

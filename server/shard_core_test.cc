@@ -177,6 +177,16 @@ TEST_CASE("a shard's slice goes back to its checkpoint: weights, optimizer state
   REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
   REQUIRE(*shard.Pull(1, 0, 2, absl::InfinitePast())->weights == at2);
 
+  // A pull waiting for a version the coordinator answered before it was lost: the slice goes
+  // back to a checkpoint below it, and the pull is told at once to join again (it waited
+  // until its deadline, 600 s by default, and the job stalled).
+  absl::StatusOr<ModelSnapshot> waiting;
+  std::thread puller([&] { waiting = shard.Pull(1, 0, 3, absl::InfiniteFuture()); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  REQUIRE(shard.Restore(Slice(), at1, momentum, absl::Seconds(5), true).ok());
+  puller.join();
+  REQUIRE(absl::IsNotFound(waiting.status()));
+
   CheckpointState other = at1;
   other.layout = *ModelLayout::Create({{"w@0", {4}}});
   REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), other, momentum, absl::Seconds(5), true)));

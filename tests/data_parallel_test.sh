@@ -37,8 +37,8 @@ changes=$(grep -o " it=[0-9]* batch=[0-9]*" "$WORK/epoch.w2.log" | sed 's/.*batc
 ! grep -q "warm-up" "$WORK/epoch.w0.log" || fail "--warmup=off ran a warm-up step"
 echo "w2: $warmups untimed warm-up steps ($changes batch sizes in a row: the join's and each change)"
 # The server leaves on its own once every worker finished (bounded: 30 s).
-for _ in $(seq 300); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$SERVER_PID" 2>/dev/null && fail "the server did not exit when the job was done"
+server_gone() { ! kill -0 "$SERVER_PID" 2>/dev/null; }
+wait_until 300 "the server to exit when the job was done" server_gone
 wait "$SERVER_PID" || fail "the server exited with an error after the job"
 grep -q "training finished" "$WORK/epoch.server.log" || fail "no 'training finished' in the server log"
 [ -s "$SUMMARY" ] || fail "no summary after --exit_when_done"

@@ -76,6 +76,18 @@ wait_for_line() {
   return 1
 }
 
+# wait_until TENTHS WHAT COMMAND...: until COMMAND succeeds, every 0.1 s; past TENTHS
+# tenths of a second the test fails, saying it waited for WHAT.
+wait_until() {
+  local tenths=$1 what=$2
+  shift 2
+  for _ in $(seq "$tenths"); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  fail "waited $((tenths / 10)) s for $what"
+}
+
 # stop_server: SIGTERM, wait, the summary must exist.
 stop_server() {
   kill -TERM "$SERVER_PID"

@@ -70,17 +70,16 @@ run_pair() {  # run_pair MODE
   local more before
   more=$(python3 -c "import random; print(random.randint(1, 6))")
   before=$(iteration_lines "$mode-kill")
-  for _ in $(seq 600); do [ "$(iteration_lines "$mode-kill")" -ge $((before + more)) ] && break; sleep 0.1; done
+  trained_more() { [ "$(iteration_lines "$mode-kill")" -ge $((before + more)) ]; }
+  wait_until 600 "$mode: $more iterations before the kill" trained_more
   # SERVER_PID is the `timeout` wrapper: the server is its child.
   pkill -KILL -P "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   local last_ckpt
   last_ckpt=$(grep -o 'ckpt-[0-9]*' "$WORK/$mode-kill.server.log" | tail -1 | sed 's/ckpt-0*//')
   # The pause: until every worker says it is waiting for the server.
-  for _ in $(seq 300); do
-    [ "$(grep -l "waiting for the server" "$WORK/$mode-kill".w*.log | wc -l)" = 3 ] && break
-    sleep 0.1
-  done
+  all_waiting() { [ "$(grep -l "waiting for the server" "$WORK/$mode-kill".w*.log | wc -l)" = 3 ]; }
+  wait_until 300 "$mode: the three workers to wait for the killed server" all_waiting
   PORT=$port
   restart_server "$mode-resumed" --mode="$mode" "${FLAGS[@]}" --checkpoint_dir="$ckpt" --export="$export"
   local resumed

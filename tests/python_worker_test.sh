@@ -3,7 +3,10 @@
 # 1. Own data and model: a tensors file and a TorchScript CNN written from Python (3x8x8
 #    inputs, 5 classes, float16 images, uint8 labels). Files that do not fit are refused
 #    by the C++ worker with a clear error. Then a C++ worker (--dataset=tensors:PATH) and
-#    a Python worker train it together to the accuracy bar.
+#    a Python worker train it together to the accuracy bar. The model holds a non-persistent
+#    bool mask (both workers keep it out of the layout, or their joins would not agree) and
+#    an int64 buffer; its export loads strictly into the model (the README's line) and gives
+#    the job's accuracy again.
 # 2. Fashion-MNIST with the CNN: one Python and two C++ workers reach the accuracy of an
 #    all-C++ run of the same job (within 1.5 points, and at least 85%).
 source "$(dirname "$0")/e2e_lib.sh"
@@ -38,7 +41,8 @@ expect_refusal bad_classes.safetensors "C >= 6"
 expect_refusal missing.safetensors "no file"
 
 WORKER_PIDS=()
-start_server tensors --mode=sync --num_workers=2 --global_batch=64 --lr=0.05 --exit_when_done
+start_server tensors --mode=sync --num_workers=2 --global_batch=64 --lr=0.05 --exit_when_done \
+  --export="$WORK/tensors.safetensors"
 start_worker c0 "$WORK/tensors.c0.log" --dataset="tensors:$WORK/data.safetensors" --model_file="$WORK/model.pt" \
   --epochs=3 --evaluate --log_every=50
 start_py_worker py0 "$WORK/tensors.py0.log" --dataset="tensors:$WORK/data.safetensors" \
@@ -54,6 +58,25 @@ assert names == [("c0", "left"), ("py0", "left")], names
 assert all(w["iterations"] > 10 for w in s["workers"]), s["workers"]
 assert s["test_accuracy"] >= 0.80, "5 classes: chance is 0.20"
 PY
+PYTHONPATH=$PY_RUNFILES:$RUNFILES/tests /usr/bin/python3 - "$WORK" "$SUMMARY" <<'PY' ||
+import json, sys
+import torch
+import omnilearn
+from make_tensor_job import Net
+work, summary = sys.argv[1], sys.argv[2]
+net = Net()
+net.load_state_dict(omnilearn.load_state_dict(f"{work}/tensors.safetensors"))  # strict
+assert net.steps.dtype == torch.int64 and net.steps.item() > 10, net.steps
+assert "mask" not in omnilearn.load_state_dict(f"{work}/tensors.safetensors")
+data = omnilearn.load_tensors(f"{work}/data.safetensors")
+net.eval()
+with torch.no_grad():
+    accuracy = (net(data["test_x"].float()).argmax(1) == data["test_y"].long()).float().mean().item()
+want = json.load(open(summary))["test_accuracy"]
+print(f"tensors export: loaded strictly, steps={net.steps.item()}, accuracy {accuracy:.4f} (the job's {want:.4f})")
+assert abs(accuracy - want) < 0.002, (accuracy, want)
+PY
+  fail "tensors: the export does not load strictly into the model, or does not give the job's accuracy"
 
 # ---- 2. Fashion-MNIST: one Python and two C++ workers against three C++ workers
 FLAGS=(--mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --exit_when_done)
@@ -88,8 +111,11 @@ PY
 # ---- 3. A PyTorch user's habits: `python -m omnilearn.run` starts a local server and two
 # copies of a script that takes its address and name from the environment and reads a
 # map-style Dataset through a DataLoader with worker processes; the export and a
-# checkpoint load strictly into a fresh model, and as a torch.save file.
-timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 --server_bin "$SERVER" \
+# checkpoint load strictly into a fresh model, and as a torch.save file. The launcher finds
+# the server where deploy/install.sh puts it: a prefix's bin on PATH.
+mkdir -p "$WORK/prefix/bin"
+install -m 0755 "$SERVER" "$WORK/prefix/bin/"
+PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 \
   --server_args="--mode=sync --global_batch=32 --lr=0.05 --quiet --export=$WORK/habits.safetensors \
   --checkpoint_dir=$WORK/habits_ckpt" "$RUNFILES/tests/pytorch_habits_job.py" 2 > "$WORK/habits.log" 2>&1 ||
   { tail -n 20 "$WORK/habits.log" >&2; fail "habits: the launcher failed"; }

@@ -71,16 +71,15 @@ start_workers fault
 # A checkpoint after training began (the one of version 0 comes with the slice).
 wait_for_line "$WORK/fault.shard2.log" "checkpoint .*ckpt-0*[1-9]" 900 || fail "fault: shard 2 wrote no checkpoint in 90 s"
 before=$(grep -c " it=" "$WORK/fault.w0.log" || true)
-for _ in $(seq 600); do [ "$(grep -c " it=" "$WORK/fault.w0.log" || true)" -ge $((before + 3)) ] && break; sleep 0.1; done
+w0_trained() { [ "$(grep -c " it=" "$WORK/fault.w0.log" || true)" -ge $((before + 3)) ]; }
+wait_until 600 "fault: 3 iterations of w0 after shard 2's checkpoint" w0_trained
 pkill -KILL -P "$SHARD_PID" || fail "fault: shard 2 was not running at the kill (the job ended first?)"
 wait "$SHARD_PID" 2>/dev/null || true
 written=$(grep -o 'ckpt-[0-9]*' "$WORK/fault.shard2.log" | sed 's/ckpt-0*\([0-9]\)/\1/' | sort -n | uniq | tr '\n' ' ')
 wait_for_line "$WORK/fault.server.log" "shard 2 .* disconnected: pushes are refused" 300 ||
   fail "fault: the coordinator did not report shard 2's loss"
-for _ in $(seq 600); do
-  [ "$(grep -l "waiting for the server" "$WORK"/fault.w*.log | wc -l)" = 2 ] && break
-  sleep 0.1
-done
+both_waiting() { [ "$(grep -l "waiting for the server" "$WORK"/fault.w*.log | wc -l)" = 2 ]; }
+wait_until 600 "fault: both workers to wait for shard 2" both_waiting
 start_shard fault 2 "$port2"
 pid2=$SHARD_PID
 wait_for_line "$WORK/fault.server.log" "every slice is back at version" 600 ||
@@ -93,10 +92,8 @@ back=$(sed -n 's/.*every slice is back at version \([0-9]*\).*/\1/p' "$WORK/faul
 # the shards register again, the workers join again, and every server goes back to the
 # newest checkpoint all of them hold.
 after=$(grep -c "omnilearn_server: checkpoint" "$WORK/fault.server.log" || true)
-for _ in $(seq 900); do
-  [ "$(grep -c "omnilearn_server: checkpoint" "$WORK/fault.server.log" || true)" -ge $((after + 2)) ] && break
-  sleep 0.1
-done
+two_more_checkpoints() { [ "$(grep -c "omnilearn_server: checkpoint" "$WORK/fault.server.log" || true)" -ge $((after + 2)) ]; }
+wait_until 900 "fault: two checkpoints of the coordinator after the rollback" two_more_checkpoints
 # First as a host lost without closing its connections: stopped (SIGSTOP), it answers
 # nothing, and only the shards' keepalive pings (every 5 s) can tell. Killed once both
 # shards noticed.

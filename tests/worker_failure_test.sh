@@ -9,10 +9,8 @@ start_worker w1 "$WORK/w1.log" --epochs=0 --max_iterations=80
 start_worker victim "$WORK/victim.log" --epochs=0 --max_iterations=100000
 victim=${WORKER_PIDS[2]}
 WORKER_PIDS=("${WORKER_PIDS[@]:0:2}")
-for _ in $(seq 300); do  # until the victim has trained a little
-  [ "$(grep -c 'loss=' "$WORK/victim.log" || true)" -ge 10 ] && break
-  sleep 0.1
-done
+victim_trained() { [ "$(grep -c 'loss=' "$WORK/victim.log" || true)" -ge 10 ]; }
+wait_until 300 "the victim's first 10 iterations" victim_trained
 # $victim is our `timeout` wrapper: kill the worker it started, then the wrapper.
 pkill -KILL -P "$victim" || true
 kill -KILL "$victim" 2>/dev/null || true

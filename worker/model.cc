@@ -1,9 +1,12 @@
 #include "worker/model.h"
 
+#include <set>
+
 #include <torch/script.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace omnilearn {
 namespace worker {
@@ -104,9 +107,15 @@ class NativeModel : public Model {
   Holder module_;
 };
 
+// Beside a TorchScript module (python: omnilearn.save_torchscript), the names of its
+// non-persistent buffers, one per line: TorchScript itself forgets which they are.
+constexpr char kNonPersistentBuffersFile[] = "omnilearn/non_persistent_buffers";
+
 class ScriptedModel : public Model {
  public:
-  explicit ScriptedModel(torch::jit::Module m) : module_(std::move(m)) {}
+  // `local`: buffers that are not model state (non-persistent), kept out of Buffers().
+  ScriptedModel(torch::jit::Module m, std::set<std::string> local, torch::jit::ExtraFilesMap extra)
+      : module_(std::move(m)), local_(std::move(local)), extra_(std::move(extra)) {}
   torch::Tensor Forward(const torch::Tensor& x) override { return module_.forward({x}).toTensor(); }
   std::vector<std::pair<std::string, torch::Tensor>> Parameters() override {
     std::vector<std::pair<std::string, torch::Tensor>> out;
@@ -117,14 +126,16 @@ class ScriptedModel : public Model {
   }
   std::vector<std::pair<std::string, torch::Tensor>> Buffers() override {
     std::vector<std::pair<std::string, torch::Tensor>> out;
-    for (const auto& item : module_.named_buffers(/*recurse=*/true)) out.emplace_back(item.name, item.value);
+    for (const auto& item : module_.named_buffers(/*recurse=*/true)) {
+      if (local_.count(item.name) == 0) out.emplace_back(item.name, item.value);
+    }
     return out;
   }
   void SetTraining(bool on) override { on ? module_.train() : module_.eval(); }
   void To(const torch::Device& device) override { module_.to(device); }
   absl::Status Save(const std::string& path) override {
     try {
-      module_.save(path);
+      module_.save(path, extra_);
       return absl::OkStatus();
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("cannot save ", path, ": ", e.what_without_backtrace()));
@@ -133,6 +144,8 @@ class ScriptedModel : public Model {
 
  private:
   torch::jit::Module module_;
+  const std::set<std::string> local_;
+  const torch::jit::ExtraFilesMap extra_;  // written back by Save
 };
 
 }  // namespace
@@ -150,8 +163,18 @@ absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path
   try {
     // Loaded onto the CPU whatever device it was saved on (a module saved on a GPU loads
     // on a CPU worker); the trainer then moves it to the worker's device.
-    torch::jit::Module m = torch::jit::load(path, torch::Device(torch::kCPU));
-    auto model = std::make_unique<ScriptedModel>(std::move(m));
+    torch::jit::ExtraFilesMap extra{{kNonPersistentBuffersFile, ""}};
+    torch::jit::Module m = torch::jit::load(path, torch::Device(torch::kCPU), extra);
+    std::set<std::string> local = absl::StrSplit(extra[kNonPersistentBuffersFile], '\n', absl::SkipWhitespace());
+    std::set<std::string> buffers;
+    for (const auto& item : m.named_buffers(/*recurse=*/true)) buffers.insert(item.name);
+    for (const std::string& name : local) {
+      if (buffers.count(name) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " names a non-persistent buffer ", name, " the module does not hold"));
+      }
+    }
+    auto model = std::make_unique<ScriptedModel>(std::move(m), std::move(local), std::move(extra));
     if (model->Parameters().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(path, ": the module has no trainable parameters"));
     }

@@ -58,7 +58,7 @@ def main():
         test_y = test_y.long() if test_y is not None else None
     else:
         sys.exit(f"unknown dataset '{a.dataset}' (want fashion-mnist or tensors:PATH)")
-    model = torch.jit.load(a.model_file) if a.model_file else models.make(a.model, a.seed)
+    model = omnilearn.load_torchscript(a.model_file) if a.model_file else models.make(a.model, a.seed)
     model.train()
 
     with omnilearn.Worker(a.server, model, name=a.name, dataset_size=len(train_y), epochs=a.epochs,

@@ -1,9 +1,11 @@
 """A PyTorch model as the server sees it.
 
 The model is an ordered list of named float32 tensors: the trainable parameters (a push
-carries their gradients), then the buffers (BatchNorm statistics: a push carries their
-values). Names and shapes must match the other workers'. The same rules as the C++
-worker's FlatModel (worker/trainer.cc).
+carries their gradients), then the persistent buffers (BatchNorm statistics: a push
+carries their values). A non-persistent buffer (register_buffer(..., persistent=False),
+e.g. a causal mask) is not model state, as state_dict() says: it stays with each worker.
+Names and shapes must match the other workers'. The same rules as the C++ worker's
+FlatModel (worker/trainer.cc).
 
 FlatModel describes the model and copies its values in and out; FlatStorage makes the
 model's tensors views of one flat vector (and their gradients views of another), so the
@@ -25,8 +27,10 @@ class FlatModel:
         for name, p in model.named_parameters():
             if p.requires_grad:
                 self.entries.append((name, p, False))
+        persistent = model.state_dict(keep_vars=True).keys()
         for name, b in model.named_buffers():
-            self.entries.append((name, b, True))
+            if name in persistent:
+                self.entries.append((name, b, True))
         if not any(not is_buffer for _, _, is_buffer in self.entries):
             raise ValueError("the model has no trainable parameters")
         self.offsets = []

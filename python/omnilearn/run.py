@@ -6,8 +6,10 @@ copies of the script as its workers.
 Each copy runs with OMNILEARN_SERVER (the server's address), OMNILEARN_NAME (worker0,
 worker1, ...), OMNILEARN_RANK and OMNILEARN_WORLD_SIZE set, so `omnilearn.Worker(None,
 model, ...)` needs no address. The server (`--server_bin`, else $OMNILEARN_SERVER_BIN,
-omnilearn_server on PATH, or a checkout's bazel-bin) listens on 127.0.0.1, waits for the N
-workers, and exits when they are done. Exits with the first failing worker's status.
+omnilearn_server on PATH or beside this Python (a virtual environment's bin, where
+`deploy/install.sh --prefix=ENV` puts it), or a checkout's bazel-bin) listens on 127.0.0.1,
+waits for the N workers, and exits when they are done. Exits with the first failing
+worker's status.
 """
 
 import argparse
@@ -23,12 +25,14 @@ import time
 
 def find_server(given: str) -> str:
     candidates = [given, os.environ.get("OMNILEARN_SERVER_BIN", ""), shutil.which("omnilearn_server") or "",
+                  str(pathlib.Path(sys.executable).parent / "omnilearn_server"),
                   str(pathlib.Path(__file__).resolve().parents[2] / "bazel-bin" / "server" / "omnilearn_server")]
     for c in candidates:
         if c and os.access(c, os.X_OK):
             return c
-    raise SystemExit("omnilearn.run: no omnilearn_server: pass --server_bin, set OMNILEARN_SERVER_BIN, put it on "
-                     "PATH, or build it in this checkout (bazel build //server:omnilearn_server)")
+    raise SystemExit("omnilearn.run: no omnilearn_server: install it (./deploy/install.sh puts the server, the "
+                     "worker and omnilearn_ctl in /usr/local/bin; --prefix=ENV in a virtual environment's bin), "
+                     "or pass --server_bin, or set OMNILEARN_SERVER_BIN")
 
 
 def free_port() -> int:

@@ -1,16 +1,32 @@
 """FlatModel and the chunk format: the layout, values and gradients in layout order,
 chunks split and reassembled, every malformed chunk refused."""
 
+import os
+import tempfile
 import unittest
 
 import numpy as np
 import torch
 
+import omnilearn
 from omnilearn import _stubs, models
 from fake_codec import Assembler, chunks
 from omnilearn.flat_model import FlatModel
 
 pb2, _ = _stubs.load()
+
+
+class _Masked(torch.nn.Module):
+    """A causal-mask holder: a bool buffer that is not model state, an int64 one that is."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.register_buffer("mask", torch.ones(4, 4, dtype=torch.bool).tril(), persistent=False)
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def forward(self, x):
+        return self.fc(x).masked_fill(~self.mask[: x.shape[0], : x.shape[1]], 0.0)
 
 
 class FlatModelTest(unittest.TestCase):
@@ -24,6 +40,19 @@ class FlatModelTest(unittest.TestCase):
                           "bn2.running_mean", "bn2.running_var", "bn2.num_batches_tracked"])
         self.assertEqual(list(layout.tensors[0].shape), [8, 1, 5, 5])
         self.assertEqual(flat.total, sum(t.numel() for t in models.make("cnn_bn").state_dict().values()))
+
+    def test_non_persistent_buffers_stay_local_also_through_torchscript(self):
+        model = _Masked()
+        flat = FlatModel(model)
+        self.assertEqual([name for name, _, is_buffer in flat.tensors() if is_buffer], ["steps"])
+        self.assertEqual(flat.total, sum(t.numel() for t in model.state_dict().values()))
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.ts")
+            omnilearn.save_torchscript(model, path)
+            self.assertEqual(torch.jit.load(path).state_dict().keys(), {"fc.weight", "fc.bias", "steps", "mask"})
+            loaded = omnilearn.load_torchscript(path)  # what TorchScript forgot, back
+            self.assertEqual(loaded.state_dict().keys(), model.state_dict().keys())
+            self.assertEqual(FlatModel(loaded).tensors(), flat.tensors())
 
     def test_update_is_gradients_then_buffer_values_and_load_round_trips(self):
         model = models.make("cnn_bn")

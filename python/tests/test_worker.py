@@ -65,6 +65,8 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.on_chunk = None   # called (on the server's thread) with each chunk's tensor name
         self.gradients = []    # per applied push: the gradient assembled
         self.abandoned = []    # headers of streamed pushes the worker gave up before their trailer
+        self.idle_replies = set()  # push numbers (1-based) answered "idle": the job's samples all handed out
+        self.global_at = {}        # push number -> global_samples of its reply (default 4 per push)
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -142,15 +144,18 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.arrivals.append(arrived)
         self.pushes.append(header)
         action = self.push_actions.get(len(self.pushes), pb2.ACTION_CONTINUE)
-        if action == pb2.ACTION_CONTINUE and not header.out_of_memory and not header.report_only:
+        if action == pb2.ACTION_CONTINUE and not (header.out_of_memory or header.report_only or header.idle):
             grad = a.finish()
             self.gradients.append(grad)
             self.flat.load(self.flat.values() - 0.5 * grad)
             self.version += 1
         batch = 2 if header.out_of_memory else 4
+        n = len(self.pushes)
+        idle = n in self.idle_replies
         return pb2.PushResponse(action=action, next_batch_size=batch, model_version=self.version,
-                                applied=action == pb2.ACTION_CONTINUE, global_samples=4 * len(self.pushes),
-                                samples=self._samples(batch)), header
+                                applied=action == pb2.ACTION_CONTINUE and not header.idle,
+                                global_samples=self.global_at.get(n, 4 * n),
+                                samples=[] if idle else self._samples(batch), idle=idle), header
 
     def Push(self, request_iterator, context):
         with self.lock:
@@ -227,6 +232,18 @@ class WorkerTest(unittest.TestCase):
 
     def assert_same_model(self):
         self.assertTrue(np.array_equal(flat_model.FlatModel(self.model).values(), self.fake.flat.values()))
+
+    def test_a_worker_without_samples_idles_until_the_job_count_is_reached(self):
+        self.fake.idle_replies = {3, 4}  # the third step's reply hands out nothing more
+        self.fake.global_at = {3: 12, 4: 12, 5: 16}  # the others train the last samples meanwhile
+        with self.make_worker(max_iterations=0, epochs=0.25) as w:  # 16 of 64 samples
+            steps = self.train(w)
+            self.assertTrue(w.finished)
+        self.assertEqual(self.fake.joins[0].job_samples, 16)
+        self.assertEqual(len(steps), 3)
+        self.assertEqual([p.idle for p in self.fake.pushes], [False, False, False, True, True])
+        self.assertEqual([p.batch_size for p in self.fake.pushes[3:]], [0, 0])
+        self.assertEqual(len(self.fake.gradients), 3)
 
     def test_joins_with_its_model_then_trains_the_assigned_samples_in_one_round_trip_each(self):
         with self.make_worker() as w:
