@@ -198,7 +198,9 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     plans = []
     for t, l in readers[0].lines:
         if l.startswith("plan "):
-            ws = dict((w, (int(b), float(ms))) for w, b, ms in re.findall(r"(w\d) b=(\d+) t=([0-9.]+)ms", l))
+            # "w0 b=26 ~8.5ms (was 8.7ms)": the new batch, its predicted time, the last measured one.
+            ws = dict((w, (int(b), float(ms)))
+                      for w, b, ms in re.findall(r"(w\d) b=(\d+)(?: ~[0-9.]+ms)? \(was ([0-9.]+)ms\)", l))
             if len(ws) == 4:
                 plans.append((t - t0, ws))
     changes = [t - t0 for t, l in readers[1].lines

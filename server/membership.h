@@ -38,6 +38,7 @@ struct WorkerRecord {
   double last_wait_seconds = -1;
   int64_t last_batch = 0;     // the batch of its last accepted push
   int64_t told_batch = 0;     // the batch the server last told it to train (join, reply)
+  uint64_t emulation_overruns = 0;  // as it last reported (its emulated device's unfaithful steps)
   double last_loss = 0;       // ...its loss
   uint64_t last_version = 0;  // ...and the version it was computed on
   uint64_t clock = 0;         // ssp: iterations pushed, lifted to the slowest's on (re)admission

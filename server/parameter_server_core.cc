@@ -318,6 +318,8 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.last_version = info.version;
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
+  w.emulation_overruns = info.emulation_overruns;
+  metrics_.worker_emulation_overruns.Add({w.name}).Set(static_cast<double>(info.emulation_overruns));
   stats_.Trained(info.batch, info.train_loss);
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
   RecordAccuracy(info);
@@ -867,6 +869,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
     ws.batch = w.live() ? controller_.plan().batch(id) : (w.told_batch > 0 ? w.told_batch : w.last_batch);
     auto p = controller_.plan().workers.find(id);
     ws.max_batch = p == controller_.plan().workers.end() ? 0 : p->second.max_batch;
+    ws.predicted_seconds = p == controller_.plan().workers.end() ? 0 : p->second.predicted_seconds;
+    ws.emulation_overruns = w.emulation_overruns;
     ws.last_compute_seconds = w.last_compute;
     ws.mean_compute_seconds = w.iterations ? w.sum_compute / w.iterations : 0;
     ws.iterations = w.iterations;

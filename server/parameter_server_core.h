@@ -157,6 +157,8 @@ struct WorkerSnapshot {
   double last_loss = 0;       // of its last accepted push
   uint64_t last_version = 0;  // the version that push was computed on
   bool expired = false;  // left because its lease ran out (not by Leave)
+  uint64_t emulation_overruns = 0;  // its emulated device's steps that outlasted their time
+  double predicted_seconds = 0;     // the controller's time for it at `batch` (0: unmeasured)
 };
 
 struct ServerSnapshot {

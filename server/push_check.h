@@ -32,6 +32,7 @@ struct PushInfo {
   // No gradient: the worker holds no samples (the job's are all handed out, PushResult::
   // idle). Sync: it is present in the round of `version` and answered when it closes.
   bool idle = false;
+  uint64_t emulation_overruns = 0;  // the worker's emulated steps that overran, so far
   // The caller already checked that every value is finite (the service does it while
   // copying the chunks), so the core need not walk the gradient again.
   bool finite_checked = false;

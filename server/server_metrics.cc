@@ -18,6 +18,11 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
                                          "Seconds each worker's iteration spent on its link (its communication "
                                          "time less the server's wait), as the controller sees it.",
                                          {"worker"}, ExponentialBuckets(0.0001, 2, 18))),
+      worker_emulation_overruns(r.AddGauge("omnilearn_worker_emulation_overruns",
+                                           "Steps of each worker's emulated device (--emulate_device) whose real "
+                                           "compute outlasted their emulated time, as the worker last reported: "
+                                           "times the controller got that are not the device's.",
+                                           {"worker"})),
       pushes(r.AddCounter("omnilearn_pushes_total",
                           "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, idle, dropped, report, "
                           "unknown_worker, shutdown).",
@@ -74,6 +79,7 @@ void ServerMetrics::ForgetWorker(const std::string& name) {
   pushes.RemoveFirstLabel(name);
   worker_compute_seconds.Remove({name});
   worker_link_seconds.Remove({name});
+  worker_emulation_overruns.Remove({name});
   worker_batch_size.Remove({name});
 }
 

@@ -20,6 +20,7 @@ struct ServerMetrics {
   metrics::Family<metrics::Gauge>& worker_batch_size;           // {worker}
   metrics::Family<metrics::Histogram>& worker_compute_seconds;  // {worker}
   metrics::Family<metrics::Histogram>& worker_link_seconds;     // {worker}
+  metrics::Family<metrics::Gauge>& worker_emulation_overruns;   // {worker}
   metrics::Family<metrics::Counter>& pushes;                    // {worker, result}
   metrics::Counter& rounds;
   metrics::Counter& push_bytes;

@@ -456,6 +456,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   info->communication_seconds = header.communication_seconds();
   info->report_only = header.report_only();
   info->idle = header.idle();
+  info->emulation_overruns = header.emulation_overruns();
   std::vector<float> gradient;
   if (!info->out_of_memory && !info->report_only && !info->idle) {
     absl::StatusOr<std::vector<float>> g = ReadGradient(stream, &watch, header, until_complete, info);
@@ -642,6 +643,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
     ws->set_mean_compute_seconds(w.mean_compute_seconds);
     ws->set_iterations(w.iterations);
     ws->set_samples(w.samples);
+    ws->set_emulation_overruns(w.emulation_overruns);
+    ws->set_predicted_seconds(w.predicted_seconds);
     ws->set_max_batch_size(w.max_batch);
     ws->set_last_train_loss(w.last_loss);
     ws->set_last_model_version(w.last_version);

@@ -77,7 +77,15 @@ std::string AdjustmentLine(const ServerSnapshot& s) {
                                     s.predicted_spread);
   for (const WorkerSnapshot& w : s.workers) {
     if (w.state == WorkerState::kLeft) continue;
-    absl::StrAppend(&out, absl::StrFormat(" | %s b=%d t=%.1fms%s", w.name, w.batch, 1000 * w.last_compute_seconds,
+    // The new plan's batch with the time the controller predicts for it; the last measured
+    // time was at the batch before.
+    const std::string predicted =
+        w.predicted_seconds > 0 ? absl::StrFormat(" ~%.1fms", 1000 * w.predicted_seconds) : std::string();
+    absl::StrAppend(&out, absl::StrFormat(" | %s b=%d%s (was %.1fms)%s%s", w.name, w.batch, predicted,
+                                          1000 * w.last_compute_seconds,
+                                          w.emulation_overruns > 0
+                                              ? absl::StrFormat(" overruns=%d", w.emulation_overruns)
+                                              : std::string(),
                                           w.state == WorkerState::kDropped ? " (dropped)" : ""));
   }
   absl::StrAppend(&out, absl::StrFormat(" | loss %.3f", s.last_train_loss));
@@ -104,8 +112,15 @@ std::string ProgressLine(const ServerSnapshot& s, uint64_t samples_before, absl:
     absl::StrAppend(&out, absl::StrFormat(" | acc %.2f%% (v=%d)", 100 * *s.test_accuracy, s.test_accuracy_version));
   }
   int live = 0;
-  for (const WorkerSnapshot& w : s.workers) live += w.state == WorkerState::kActive || w.state == WorkerState::kPending;
+  uint64_t overruns = 0;
+  for (const WorkerSnapshot& w : s.workers) {
+    live += w.state == WorkerState::kActive || w.state == WorkerState::kPending;
+    overruns += w.emulation_overruns;
+  }
   absl::StrAppend(&out, absl::StrFormat(" | %d live workers", live));
+  // Emulated devices whose real compute outlasted their time: the times the controller got
+  // then were not the devices' (a loaded host), and so may be its plan.
+  if (overruns > 0) absl::StrAppend(&out, absl::StrFormat(" | %d emulation overruns", overruns));
   return out;
 }
 

@@ -27,6 +27,31 @@ TEST_CASE("after the job went back to a checkpoint the line says so, not a rate 
   REQUIRE_FALSE(absl::StrContains(line, "samples/s"));
 }
 
+TEST_CASE("the plan line shows each new batch with its predicted time, the last measured one, and overruns",
+          "[summary]") {
+  ServerSnapshot s;
+  s.plan_changes = 4;
+  s.adjustments = 9;
+  s.version = 120;
+  WorkerSnapshot w;
+  w.name = "w0";
+  w.batch = 26;
+  w.predicted_seconds = 0.0085;
+  w.last_compute_seconds = 0.0087;
+  w.emulation_overruns = 3;
+  s.workers.push_back(w);
+  w.name = "w1";
+  w.batch = 6;
+  w.predicted_seconds = 0;  // not measured yet
+  w.emulation_overruns = 0;
+  s.workers.push_back(w);
+  const std::string line = AdjustmentLine(s);
+  INFO(line);
+  REQUIRE(line.find("| w0 b=26 ~8.5ms (was 8.7ms) overruns=3 |") != std::string::npos);
+  REQUIRE(line.find("| w1 b=6 (was 8.7ms) |") != std::string::npos);
+  REQUIRE(ProgressLine(s, 0, absl::Seconds(1)).find("| 3 emulation overruns") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

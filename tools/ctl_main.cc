@@ -54,19 +54,19 @@ std::string Table(const v1::GetStatusResponse& s) {
                                                               s.test_accuracy_version())
                                             : std::string("-"),
                                         s.predicted_spread(), s.plan_changes()));
-  absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s\n", "WORKER", "HOST",
+  absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s %8s\n", "WORKER", "HOST",
                                         "DEVICE", "STATE", "BATCH", "MEAN COMPUTE", "ITERATIONS", "SAMPLES", "VERSION",
-                                        "LOSS"));
+                                        "LOSS", "OVERRUNS"));
   std::vector<const v1::WorkerStatus*> rows;
   for (const v1::WorkerStatus& w : s.workers()) rows.push_back(&w);
   std::stable_sort(rows.begin(), rows.end(), [](const v1::WorkerStatus* a, const v1::WorkerStatus* b) {
     return (a->state() == v1::WORKER_STATE_LEFT) < (b->state() == v1::WORKER_STATE_LEFT);
   });
   for (const v1::WorkerStatus* w : rows) {
-    absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6d %10.1f ms %10d %10d %8d %8.4f\n", w->name(),
+    absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6d %10.1f ms %10d %10d %8d %8.4f %8d\n", w->name(),
                                           w->host(), EnumName(w->device()), EnumName(w->state()), w->batch_size(),
                                           1000 * w->mean_compute_seconds(), w->iterations(), w->samples(),
-                                          w->last_model_version(), w->last_train_loss()));
+                                          w->last_model_version(), w->last_train_loss(), w->emulation_overruns()));
   }
   if (s.shards_size() > 0) {
     absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s\n", "SHARD", "ADDRESS", "STATE",

@@ -100,6 +100,7 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   h.set_out_of_memory(p.step.out_of_memory);
   h.set_report_only(p.step.report_only);
   h.set_idle(p.step.idle);
+  h.set_emulation_overruns(p.step.emulation_overruns);
   return h;
 }
 

@@ -98,6 +98,8 @@ struct StepReport {
   bool out_of_memory = false;  // the step did not fit: no gradient, the controller learns the ceiling
   bool report_only = false;    // no gradient: only the accuracy and loss of the model held
   bool idle = false;           // no gradient: the worker holds no samples (PushReply::idle)
+  // Emulated devices: steps so far whose real compute outlasted their emulated time.
+  uint64_t emulation_overruns = 0;
 };
 
 // A push as the client sends it: the step, and the session and model it belongs to.

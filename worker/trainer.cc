@@ -655,6 +655,7 @@ class TrainingLoop {
     StepReport step;
     step.batch_size = batch;
     step.communication_seconds = last_comm_seconds_;  // the previous iteration's
+    step.emulation_overruns = timing_->overruns();
     return step;
   }
 

@@ -18,6 +18,7 @@ class WorkerMetrics:
         self.samples = 0
         self.out_of_memory = 0
         self.rejoins = 0
+        self.emulation_overruns = 0
         self.batch_size: Optional[int] = None
         self.train_loss: Optional[float] = None
         self.test_accuracy: Optional[float] = None
@@ -56,6 +57,8 @@ class WorkerMetrics:
             series("omnilearn_trainer_out_of_memory_total", "counter", "Iterations that ran out of device memory.",
                    self.out_of_memory)
             series("omnilearn_trainer_rejoins_total", "counter", "Sessions joined again.", self.rejoins)
+            series("omnilearn_trainer_emulation_overruns_total", "counter",
+                   "Emulated steps whose real compute took longer than their emulated time.", self.emulation_overruns)
             series("omnilearn_trainer_batch_size", "gauge", "Mini-batch size in use.", self.batch_size)
             series("omnilearn_trainer_train_loss", "gauge", "Loss of the last mini-batch.", self.train_loss)
             series("omnilearn_trainer_test_accuracy", "gauge", "Last test accuracy (0..1).", self.test_accuracy)

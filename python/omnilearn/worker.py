@@ -424,7 +424,8 @@ class Worker:
         self._open_push = False
         if self._bucket_bytes <= 0:
             return
-        report = _core.StepReport(batch_size=step.batch_size, communication_seconds=self._last_comm_seconds)
+        report = _core.StepReport(batch_size=step.batch_size, communication_seconds=self._last_comm_seconds,
+                                  emulation_overruns=self._overruns())
         self._core.begin_push(report, self.storage.update_host, self._bucket_bytes)
         self._open_push = True
 
@@ -500,6 +501,10 @@ class Worker:
             time.sleep((self.slowdown - 1.0) * real)
         return real * self.slowdown
 
+    def _overruns(self) -> int:
+        """Emulated steps so far whose real compute outlasted their time (sent with each push)."""
+        return self.emulation.overruns if self.emulation is not None else 0
+
     def _emulated_seconds(self) -> float:
         epoch = self.global_samples / self.dataset_size if self.dataset_size else 0.0
         profile = self.emulation.at(epoch)
@@ -509,6 +514,7 @@ class Worker:
                       f"jitter {profile.jitter:g}, from epoch {epoch:.2f}")
         overruns = self.emulation.overruns
         reported, real = self.emulation.pace(self._t0 + self._step_arrival_wait, self._step.batch_size, epoch)
+        self.metrics.emulation_overruns = self.emulation.overruns
         if self.emulation.overruns == 1 and overruns == 0:
             self._log(f"warning: the real compute of a step ({1000 * real:.1f} ms at batch {self._step.batch_size}) "
                       f"took longer than its emulated time: the emulation is not faithful for such steps "
@@ -603,6 +609,7 @@ class Worker:
             # The previous iteration's communication: the server takes out its own wait and
             # the controller learns this worker's link time from the rest.
             report.communication_seconds = self._last_comm_seconds
+            report.emulation_overruns = self._overruns()
             outcome, reply, changed = self._call(self._core.push_pull, report, update, self.storage.weights_host)
         if outcome == "rejoined":  # the step's gradient was of an old session: train it again
             self.pull()

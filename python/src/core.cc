@@ -376,16 +376,19 @@ void BindTypes(py::module_& m) {
       .def_readwrite("test_accuracy", &StepEnd::test_accuracy);
   py::class_<StepReport>(m, "StepReport", "A step as pushed with its gradient.")
       .def(py::init([](int64_t batch_size, double communication_seconds, StepEnd end, bool out_of_memory,
-                       bool report_only) {
-             return StepReport{batch_size, communication_seconds, end, out_of_memory, report_only};
+                       bool report_only, uint64_t emulation_overruns) {
+             StepReport r{batch_size, communication_seconds, end, out_of_memory, report_only};
+             r.emulation_overruns = emulation_overruns;
+             return r;
            }),
            py::arg("batch_size") = 0, py::arg("communication_seconds") = 0.0, py::arg("end") = StepEnd{},
-           py::arg("out_of_memory") = false, py::arg("report_only") = false)
+           py::arg("out_of_memory") = false, py::arg("report_only") = false, py::arg("emulation_overruns") = 0)
       .def_readwrite("batch_size", &StepReport::batch_size)
       .def_readwrite("communication_seconds", &StepReport::communication_seconds)
       .def_readwrite("end", &StepReport::end)
       .def_readwrite("out_of_memory", &StepReport::out_of_memory)
-      .def_readwrite("report_only", &StepReport::report_only);
+      .def_readwrite("report_only", &StepReport::report_only)
+      .def_readwrite("emulation_overruns", &StepReport::emulation_overruns);
   py::class_<PushReply>(m, "PushReply", "The server's answer to a push.")
       .def_property_readonly("action", [](const PushReply& r) { return ActionName(r.action); })
       .def_readonly("applied", &PushReply::applied)

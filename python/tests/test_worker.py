@@ -364,7 +364,10 @@ class WorkerTest(unittest.TestCase):
         with self.make_worker(emulate_device="10:5", max_iterations=2) as w:
             self.train(w, compute_seconds=0.050)
             self.assertEqual(w.emulation.overruns, 2)
+            self.assertIn('omnilearn_trainer_emulation_overruns_total{worker="py0"} 2', w.metrics.exposition())
         self.assertEqual([round(p.compute_seconds, 9) for p in self.fake.pushes], [0.050] * 2)
+        # Each push tells the server the overruns so far, its own step's included (a whole push).
+        self.assertEqual([p.emulation_overruns for p in self.fake.pushes], [1, 2])
         with self.assertRaisesRegex(ValueError, "leave slowdown"):
             self.make_worker(emulate_device="10:5", slowdown=2)
         with self.assertRaisesRegex(ValueError, "is not FIXED_MS:MS_PER_SAMPLE"):
