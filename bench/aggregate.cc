@@ -45,7 +45,7 @@ double MemcpySeconds(int64_t bytes, int copies, int reps) {
 
 // A sync core with `n` workers joined (w0 brings the model); their ids in `ids`.
 std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layout, int n,
-                                                       std::vector<server::WorkerId>* ids) {
+                                                       std::vector<WorkerId>* ids) {
   server::ServerOptions o;
   o.mode = server::Mode::kSync;
   o.num_workers = n;
@@ -78,7 +78,7 @@ std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layou
 nlohmann::json Measure(double megabytes, int n, int rounds) {
   const ModelLayout layout = LayoutOfMegabytes(megabytes);
   const int64_t bytes = layout.total_elements() * sizeof(float);
-  std::vector<server::WorkerId> ids;
+  std::vector<WorkerId> ids;
   auto core = JoinedCore(layout, n, &ids);
   const std::vector<grpc::ByteBuffer> chunks =
       Chunks(layout, std::make_shared<const std::vector<float>>(layout.total_elements(), 1e-3f));

@@ -12,11 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/worker_id.h"
 
 namespace omnilearn {
 namespace controller {
-
-using WorkerId = uint64_t;
 
 enum class Policy {
   // Ours: per-worker affine time model t(b) = a + c*b fitted on smoothed times, an

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/worker_id.h"
 
 namespace omnilearn {
 namespace server {
@@ -30,7 +31,6 @@ struct ServiceLimits {
 
 class Admission {
  public:
-  using WorkerId = uint64_t;
   using StreamId = uint64_t;
 
   // `clock` must outlive this.

@@ -12,12 +12,11 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/worker_id.h"
 #include "server/epoch_sampler.h"
 
 namespace omnilearn {
 namespace server {
-
-using WorkerId = uint64_t;
 
 enum class Device { kUnknown, kCpu, kCuda };
 // kPending: joined during an open sync round, takes part from the next one.

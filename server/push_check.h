@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/worker_id.h"
 
 namespace omnilearn {
 namespace server {
-
-using WorkerId = uint64_t;
 
 struct PushInfo {
   WorkerId id = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/worker_id.h"
 #include "server/epoch_sampler.h"
 #include "server/round_sum.h"
 
@@ -20,8 +21,6 @@ namespace server {
 
 class SyncRound {
  public:
-  using WorkerId = uint64_t;
-
   bool open() const { return open_; }
   absl::Time opened() const { return opened_; }
   absl::Time deadline() const { return deadline_; }
