@@ -7,8 +7,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -52,70 +54,69 @@ struct Header {
   std::vector<SafetensorsEntry> tensors;
 };
 
-// Validates the JSON header against a data section of `data_bytes` bytes. F32 only
-// unless `any_dtype` (then every dtype SafetensorsDtypeBytes knows).
-absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, bool any_dtype) {
-  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Corrupt("the header is not a JSON object");
-  Header h;
-  struct Span {
-    uint64_t begin, end;
-    size_t index;
-  };
-  std::vector<Span> spans;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const nlohmann::json& v = it.value();
-    if (name == kMetadataKey) {
-      if (!v.is_object()) return Corrupt("__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) return Corrupt(absl::StrCat("metadata '", m.key(), "' is not a string"));
-        h.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    if (!v.is_object()) return Corrupt(absl::StrCat("tensor '", name, "' is not an object"));
-    auto dtype = v.find("dtype");
-    auto shape = v.find("shape");
-    auto offsets = v.find("data_offsets");
-    if (dtype == v.end() || !dtype->is_string() || shape == v.end() || !shape->is_array() ||
-        offsets == v.end() || !offsets->is_array() || offsets->size() != 2) {
-      return Corrupt(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
-    }
-    SafetensorsEntry e;
-    e.name = name;
-    for (const nlohmann::json& d : *shape) {
-      if (!d.is_number_unsigned()) return Corrupt(absl::StrCat("tensor '", name, "' has a bad dimension"));
-      const uint64_t dim = d.get<uint64_t>();
-      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Corrupt(absl::StrCat("tensor '", name, "' has a bad dimension"));
-      }
-      e.shape.push_back(static_cast<int64_t>(dim));
-    }
-    if (!(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-      return Corrupt(absl::StrCat("tensor '", name, "' has bad data_offsets"));
-    }
-    const uint64_t begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
-    const int64_t elements = Elements(e.shape);
-    if (elements < 0 || begin > end || end > data_bytes) {
-      return Corrupt(absl::StrCat("tensor '", name, "' lies outside the data"));
-    }
-    e.dtype = dtype->get<std::string>();
-    const int width = SafetensorsDtypeBytes(e.dtype);
-    if ((!any_dtype && e.dtype != "F32") || width == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
-                                                     any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are"
-                                                               : "F32 is",
-                                                     " supported"));
-    }
-    if (end - begin != static_cast<uint64_t>(elements) * width) {
-      return Corrupt(absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " ", e.dtype,
-                                  " values"));
-    }
-    e.elements = elements;
-    spans.push_back({begin, end, h.tensors.size()});
-    h.tensors.push_back(std::move(e));
+// The header's __metadata__: string values only.
+absl::Status ParseMetadata(const nlohmann::json& v, std::map<std::string, std::string>* out) {
+  if (!v.is_object()) return Corrupt("__metadata__ is not an object");
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m.value().is_string()) return Corrupt(absl::StrCat("metadata '", m.key(), "' is not a string"));
+    (*out)[m.key()] = m.value().get<std::string>();
   }
+  return absl::OkStatus();
+}
+
+// A tensor's place in the data section: bytes [begin, end), and its entry's index.
+struct Span {
+  uint64_t begin, end;
+  size_t index;
+};
+
+// One tensor's entry (dtype, shape, elements) and its byte range, checked against a data
+// section of `data_bytes` bytes. F32 only unless `any_dtype`.
+absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& name, const nlohmann::json& v,
+                                                              uint64_t data_bytes, bool any_dtype) {
+  if (!v.is_object()) return Corrupt(absl::StrCat("tensor '", name, "' is not an object"));
+  auto dtype = v.find("dtype");
+  auto shape = v.find("shape");
+  auto offsets = v.find("data_offsets");
+  if (dtype == v.end() || !dtype->is_string() || shape == v.end() || !shape->is_array() || offsets == v.end() ||
+      !offsets->is_array() || offsets->size() != 2) {
+    return Corrupt(absl::StrCat("tensor '", name, "' lacks dtype, shape or data_offsets"));
+  }
+  SafetensorsEntry e;
+  e.name = name;
+  for (const nlohmann::json& d : *shape) {
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Corrupt(absl::StrCat("tensor '", name, "' has a bad dimension"));
+    }
+    e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
+  }
+  if (!(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    return Corrupt(absl::StrCat("tensor '", name, "' has bad data_offsets"));
+  }
+  const uint64_t begin = (*offsets)[0].get<uint64_t>(), end = (*offsets)[1].get<uint64_t>();
+  const int64_t elements = Elements(e.shape);
+  if (elements < 0 || begin > end || end > data_bytes) {
+    return Corrupt(absl::StrCat("tensor '", name, "' lies outside the data"));
+  }
+  e.dtype = dtype->get<std::string>();
+  const int width = SafetensorsDtypeBytes(e.dtype);
+  if ((!any_dtype && e.dtype != "F32") || width == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
+                                                   any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are"
+                                                             : "F32 is",
+                                                   " supported"));
+  }
+  if (end - begin != static_cast<uint64_t>(elements) * width) {
+    return Corrupt(absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " ", e.dtype,
+                                " values"));
+  }
+  e.elements = elements;
+  return std::make_pair(std::move(e), Span{begin, end, 0});
+}
+
+// The entries in data order, their offsets set; the spans must tile [0, data_bytes).
+absl::StatusOr<std::vector<SafetensorsEntry>> InDataOrder(std::vector<SafetensorsEntry> entries,
+                                                          std::vector<Span> spans, uint64_t data_bytes) {
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -124,13 +125,37 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, 
   for (const Span& s : spans) {
     if (s.begin != at) return Corrupt("tensors overlap or leave a hole in the data");
     at = s.end;
-    SafetensorsEntry e = std::move(h.tensors[s.index]);
+    SafetensorsEntry e = std::move(entries[s.index]);
     e.offset = static_cast<int64_t>(s.begin / sizeof(float));  // meaningful for F32 files
     e.byte_offset = static_cast<int64_t>(s.begin);
     ordered.push_back(std::move(e));
   }
   if (at != data_bytes) return Corrupt(absl::StrCat("the data holds ", data_bytes, " bytes, the tensors ", at));
-  h.tensors = std::move(ordered);
+  return ordered;
+}
+
+// Validates the JSON header against a data section of `data_bytes` bytes. F32 only
+// unless `any_dtype` (then every dtype SafetensorsDtypeBytes knows).
+absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, bool any_dtype) {
+  const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt("the header is not a JSON object");
+  Header h;
+  std::vector<SafetensorsEntry> entries;
+  std::vector<Span> spans;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == kMetadataKey) {
+      if (absl::Status s = ParseMetadata(it.value(), &h.metadata); !s.ok()) return s;
+      continue;
+    }
+    absl::StatusOr<std::pair<SafetensorsEntry, Span>> entry = ParseEntry(it.key(), it.value(), data_bytes, any_dtype);
+    if (!entry.ok()) return entry.status();
+    entry->second.index = entries.size();
+    spans.push_back(entry->second);
+    entries.push_back(std::move(entry->first));
+  }
+  absl::StatusOr<std::vector<SafetensorsEntry>> ordered = InDataOrder(std::move(entries), std::move(spans), data_bytes);
+  if (!ordered.ok()) return ordered.status();
+  h.tensors = *std::move(ordered);
   return h;
 }
 
