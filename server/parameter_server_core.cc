@@ -69,6 +69,10 @@ void ParameterServerCore::PruneLeft() {
   for (const std::string& name : workers_.PruneLeft()) metrics_.ForgetWorker(name);
 }
 
+bool ParameterServerCore::Idle(const Worker& w) const {
+  return w.uses_samples && w.assigned.empty() && sampler_.exhausted();
+}
+
 SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
   if (!w.uses_samples) return {};
   sampler_.Return(w.assigned);
@@ -303,7 +307,7 @@ JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   r.batch = controller_.plan().batch(id);
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);
-  r.idle = me->uses_samples && r.samples.empty() && sampler_.exhausted();
+  r.idle = Idle(*me);
   me->told_batch = r.batch;
   r.secret = me->secret;
   return r;
@@ -361,7 +365,7 @@ PushResult ParameterServerCore::Reply(WorkerId id, bool applied, std::string mes
   if (w != nullptr) w->told_batch = r.next_batch;
   if (!shutdown_ && assign && w != nullptr && w->live()) {
     r.samples = Assign(*w, r.next_batch);
-    r.idle = w->uses_samples && r.samples.empty() && sampler_.exhausted();
+    r.idle = Idle(*w);
   }
   return r;
 }

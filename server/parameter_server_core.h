@@ -319,6 +319,8 @@ class ParameterServerCore : public DataPlane {
  private:
   // The worker's next samples: what it held and did not train goes back to the epoch.
   SampleBatch Assign(Worker& w, int64_t batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After Assign: the job's samples are all handed out and none is the worker's.
+  bool Idle(const Worker& w) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A finished job: every worker left (none live or dropped) and one at least completed
   // its training.
   void MaybeFinishJob() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
