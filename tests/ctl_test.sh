@@ -25,7 +25,9 @@ grep -q "^epoch [0-9.]* (" <<<"$table" || fail "no epoch"
 for w in w0 w1; do grep -q "^$w .* active " <<<"$table" || fail "$w is not listed as active"; done
 grep -q "^w1 .* [1-9][0-9]*$" <<<"$table" || fail "w1's overruns are not in the table"
 grep -q "^w0 .* 0$" <<<"$table" || fail "w0 has overruns, or none are shown"
-curl -sf "http://127.0.0.1:$MP/metrics" | grep -q '^omnilearn_worker_emulation_overruns{worker="w1"} [1-9]' ||
+# Read whole first: `grep -q` quits at its match, and curl, cut off, would fail the pipeline.
+metrics=$(curl -sf "http://127.0.0.1:$MP/metrics") || fail "the server's /metrics did not answer"
+grep -q '^omnilearn_worker_emulation_overruns{worker="w1"} [1-9]' <<<"$metrics" ||
   fail "the server's /metrics has no overruns of w1"
 
 "$CTL" status --server="127.0.0.1:$PORT" --auth_token_file="$WORK/token" --json > "$WORK/status.json" || fail "--json failed"
