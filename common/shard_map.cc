@@ -4,7 +4,6 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
-#include <queue>
 #include <utility>
 
 #include "absl/base/internal/raw_logging.h"
@@ -23,67 +22,40 @@ int64_t Elements(const Partition& p) {
   return n;
 }
 
-// Elements per partition: at most partition_bytes, and fewer when the model is too small to
-// give every shard about four partitions (the balance needs several per shard).
-int64_t PartitionElements(int64_t total, int shards, int64_t partition_bytes) {
-  const int64_t wanted = partition_bytes / static_cast<int64_t>(sizeof(float));
-  const int64_t fine = (total + 4 * int64_t{shards} - 1) / (4 * int64_t{shards});
-  return std::max<int64_t>(1, std::min(wanted, fine));
+// Partitions: the fewest multiple of `shards` whose near-equal share of the model fits in
+// partition_bytes, so that every shard gets the same number of them.
+int64_t PartitionCount(int64_t total, int shards, int64_t partition_bytes) {
+  const int64_t per = std::max<int64_t>(1, partition_bytes / static_cast<int64_t>(sizeof(float)));
+  const int64_t per_shard = (total + per * shards - 1) / (per * shards);
+  return std::min<int64_t>(total, per_shard * shards);
 }
 
-// Layout order: a tensor of more than `per` elements becomes ceil(n / per) near-equal
-// partitions of its own; smaller ones fill a partition until the next would overflow it.
-std::vector<Partition> Cut(const ModelLayout& layout, int64_t per) {
-  std::vector<Partition> parts;
-  Partition group;
-  int64_t in_group = 0;
-  auto close_group = [&] {
-    if (group.empty()) return;
-    parts.push_back(std::move(group));
-    group.clear();
-    in_group = 0;
-  };
-  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
-    const int64_t n = layout.size(t), flat = layout.offset(t);
-    if (n == 0) continue;
-    if (n > per) {
-      close_group();
-      const int64_t k = (n + per - 1) / per, base = n / k, extra = n % k;
-      for (int64_t i = 0; i < k; ++i) {
-        const int64_t begin = i * base + std::min(i, extra);
-        const int64_t end = begin + base + (i < extra ? 1 : 0);
-        parts.push_back({ShardPiece{t, begin, end, flat + begin}});
-      }
-      continue;
+// The model's flat order cut into `count` contiguous near-equal partitions (sizes differ by
+// at most one element), each broken into pieces at its tensors' bounds.
+std::vector<Partition> Cut(const ModelLayout& layout, int64_t count) {
+  const int64_t total = layout.total_elements(), base = total / count, extra = total % count;
+  std::vector<Partition> parts(count);
+  int t = 0;
+  int64_t flat = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t end = flat + base + (j < extra ? 1 : 0);
+    while (flat < end) {
+      while (layout.offset(t) + layout.size(t) <= flat) ++t;  // skips empty tensors too
+      const int64_t piece_end = std::min(end, layout.offset(t) + layout.size(t));
+      parts[j].push_back(ShardPiece{t, flat - layout.offset(t), piece_end - layout.offset(t), flat});
+      flat = piece_end;
     }
-    if (in_group + n > per) close_group();
-    group.push_back(ShardPiece{t, 0, n, flat});
-    in_group += n;
   }
-  close_group();
   return parts;
 }
 
-// Largest partition first, each to the shard holding the fewest elements (the lowest index
-// on a tie); then every slice in layout order.
+// Partition j to shard j mod shards: every shard holds pieces from the whole model (a push
+// during backward, last layers first, reaches every shard at once), and the shards' sizes
+// differ by at most one element per partition. Every slice in layout order.
 std::vector<std::vector<ShardPiece>> Assign(const std::vector<Partition>& parts, int shards) {
-  std::vector<size_t> order(parts.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return Elements(parts[a]) > Elements(parts[b]); });
-  using Load = std::pair<int64_t, int>;  // (elements, shard)
-  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> lightest;
-  for (int s = 0; s < shards; ++s) lightest.push({0, s});
   std::vector<std::vector<ShardPiece>> slices(shards);
-  for (size_t i : order) {
-    Load load = lightest.top();
-    lightest.pop();
-    slices[load.second].insert(slices[load.second].end(), parts[i].begin(), parts[i].end());
-    load.first += Elements(parts[i]);
-    lightest.push(load);
-  }
-  for (auto& slice : slices) {
-    std::sort(slice.begin(), slice.end(), [](const ShardPiece& a, const ShardPiece& b) { return a.flat < b.flat; });
+  for (size_t j = 0; j < parts.size(); ++j) {
+    slices[j % shards].insert(slices[j % shards].end(), parts[j].begin(), parts[j].end());
   }
   return slices;
 }
@@ -155,7 +127,7 @@ absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, i
         shards));
   }
   const std::vector<Partition> parts =
-      Cut(layout, PartitionElements(layout.total_elements(), shards, partition_bytes));
+      Cut(layout, PartitionCount(layout.total_elements(), shards, partition_bytes));
   ShardMap map;
   map.slices_ = Assign(parts, shards);
   map.partitions_ = static_cast<int>(parts.size());

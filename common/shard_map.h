@@ -1,8 +1,10 @@
 // The model cut into partitions and the partitions spread over the data plane's shards
-// (BytePS's rule): a partition holds at most `partition_bytes` (a few MB); a tensor larger
-// than that is split into near-equal pieces, and small neighbours share a partition.
-// Partitions go largest first to the shard holding the fewest bytes, so the shards' bytes
-// differ by at most one partition. The map is a pure function of (layout, shards,
+// (BytePS's rule): the model's flat order is cut into k x shards contiguous partitions of
+// near-equal size (one element apart at most), k the fewest that keeps a partition within
+// `partition_bytes` (a few MB); a partition is a run of pieces of tensors, cut at the
+// tensors' bounds. Partition j goes to shard j mod shards, so every shard holds the same
+// bytes (k elements apart at most: a host's link carries no more than another's) and pieces
+// from the whole model. The map is a pure function of (layout, shards,
 // partition bytes): the coordinator, every shard and every worker compute the same one,
 // and its fingerprint tells when two processes do not. No gRPC, no torch.
 #ifndef OMNILEARN_COMMON_SHARD_MAP_H_
@@ -37,8 +39,7 @@ class ShardMap {
   static constexpr int kMaxShards = 1024;
 
   // InvalidArgument: shards outside [1, kMaxShards], partition_bytes under one float, or a
-  // model of fewer elements than shards (a shard would hold nothing). A model too small to
-  // give every shard several partitions is cut finer than partition_bytes.
+  // model of fewer elements than shards (a shard would hold nothing).
   static absl::StatusOr<ShardMap> Plan(const ModelLayout& layout, int shards,
                                        int64_t partition_bytes = kDefaultPartitionBytes);
 

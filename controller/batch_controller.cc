@@ -93,7 +93,7 @@ absl::StatusOr<BatchController> BatchController::Create(const ControllerOptions&
   if (bad_fraction(o.deadband) || bad_fraction(o.paper_deadband) || !(o.change_threshold > 0) ||
       !(o.confidence >= 0) ||
       bad_fraction(o.throughput_drop) || !(o.oom_backoff > 0 && o.oom_backoff < 1) ||
-      !(o.history_samples >= 1)) {
+      !(o.history_samples >= 1) || !(o.link_band >= 0 && std::isfinite(o.link_band))) {
     return absl::InvalidArgumentError("controller fractions out of range");
   }
   return BatchController(o);
@@ -329,12 +329,30 @@ std::map<WorkerId, BatchController::TimeModel> BatchController::Models() const {
     typical.a = Median(as);
     typical.c = Median(cs);
   }
+  const std::map<WorkerId, double> links = ChargedLinks();
   for (auto& [id, m] : models) {
     if (!m.measured) m = TimeModel{typical.a, typical.c, false, 0};
     // Whole iterations: the link time is a fixed part of the worker's iteration.
-    if (options_.balance == Balance::kIteration) m.a += workers_.at(id).link_seconds;
+    if (options_.balance == Balance::kIteration) m.a += links.at(id);
   }
   return models;
+}
+
+std::map<WorkerId, double> BatchController::ChargedLinks() const {
+  double baseline = std::numeric_limits<double>::infinity();
+  for (const auto& [id, w] : workers_) {
+    if (w.link_count_total > 0) baseline = std::min(baseline, w.link_seconds);
+  }
+  std::map<WorkerId, double> charged;
+  for (const auto& [id, w] : workers_) {
+    if (!std::isfinite(baseline)) {
+      charged[id] = 0;  // no link measured yet
+    } else {
+      const double over = w.link_count_total > 0 ? w.link_seconds - (1 + options_.link_band) * baseline : 0;
+      charged[id] = baseline + std::max(0.0, over);
+    }
+  }
+  return charged;
 }
 
 int64_t BatchController::FeasibleTotal() const {

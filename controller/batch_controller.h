@@ -72,6 +72,11 @@ struct ControllerOptions {
   // Out-of-memory at batch b caps the worker halfway between the largest batch known
   // to fit and b, and at most at floor(b * oom_backoff).
   double oom_backoff = 0.9;
+  // Balance::kIteration: the link time of the worker with the fastest link is everyone's
+  // baseline, and another worker's counts only by how far it exceeds (1 + link_band) x the
+  // baseline. Queueing behind the others on a shared server link, or noise, is not a slower
+  // link: equal links keep equal batches; a link truly slower still costs its worker samples.
+  double link_band = 0.25;
 };
 
 struct WorkerLimits {
@@ -201,6 +206,8 @@ class BatchController {
   void ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now);
   TimeModel FitModel(const Worker& w) const;
   std::map<WorkerId, TimeModel> Models() const;
+  // Balance::kIteration: the link time charged to each worker (see link_band).
+  std::map<WorkerId, double> ChargedLinks() const;
   // Integer batches with equal predicted times, summing to the feasible global batch.
   std::map<WorkerId, int64_t> SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const;
   std::map<WorkerId, int64_t> PaperRule();

@@ -321,6 +321,30 @@ TEST_CASE("simulated: HL8 with the fastest worker behind a slow link", "[control
   }
 }
 
+TEST_CASE("links that differ by queueing, not by rate, leave equal devices equal batches", "[controller][link]") {
+  // HL1 behind one shared server link: whoever pushes last queues behind the others, so the
+  // link times differ by up to 20% (10-12 ms) though the links are equal. Charging each its
+  // own time moved batches between identical devices at every adjustment.
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    CAPTURE(seed);
+    SimulationOptions o = Cluster({12, 12, 12, 12}, seed);
+    o.samples_per_second = 1000.0 / 6;
+    o.overhead_seconds = 0.002;
+    o.link_seconds = {0.010, 0.012, 0.011, 0.010};
+    o.rounds = 20;
+    o.controller.global_batch = 128;
+    for (const auto& round : Run(o)) {
+      CAPTURE(round.batches);
+      REQUIRE(*std::max_element(round.batches.begin(), round.batches.end()) -
+                  *std::min_element(round.batches.begin(), round.batches.end()) <= 1);
+    }
+    // A link 50% slower than the others' still costs its worker samples.
+    o.link_seconds = {0.010, 0.015, 0.010, 0.010};
+    const auto slow = Run(o);
+    REQUIRE(slow.back().batches[1] < 32);
+  }
+}
+
 TEST_CASE("bad options and reports are rejected", "[controller]") {
   ControllerOptions bad;
   bad.global_batch = 0;

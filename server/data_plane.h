@@ -39,6 +39,8 @@ struct PushResult {
   // sends idle pushes (PushInfo::idle) until the job's count is reached or samples of a
   // lost worker come back to it.
   bool idle = false;
+  // Seconds the push was held after it arrived whole (the service measures it).
+  double held_seconds = 0;
 };
 
 struct ModelSnapshot {

@@ -327,10 +327,11 @@ void ParameterServerCore::Account(const PushInfo& info) {
   stats_.Trained(info.batch, info.train_loss);
   metrics_.worker_compute_seconds.Add({w.name}).Observe(info.compute_seconds);
   RecordAccuracy(info);
-  // The link's share of the worker's last communication: what the server did not hold it.
+  // The link's share of the worker's last communication: what no server held it (the
+  // coordinator's hold, or a shard's wait for the other workers' slices, the longer).
   double link = 0;
   if (info.communication_seconds > 0 && w.last_wait_seconds >= 0) {
-    link = std::max(0.0, info.communication_seconds - w.last_wait_seconds);
+    link = std::max(0.0, info.communication_seconds - std::max(w.last_wait_seconds, info.shard_held_seconds));
     metrics_.worker_link_seconds.Add({w.name}).Observe(link);
   }
   (void)controller_.Report(info.id, {info.batch, info.compute_seconds, link});

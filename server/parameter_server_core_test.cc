@@ -1076,7 +1076,7 @@ double Sample(ParameterServerCore& core, const std::string& name) {
   return std::stod(text.substr(at + name.size() + 2));
 }
 
-TEST_CASE("a worker's link time is its reported communication less the server's wait", "[core][clock][link]") {
+TEST_CASE("a worker's link time is its reported communication less the longest server wait", "[core][clock][link]") {
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
   auto core = *ParameterServerCore::Create(o);
@@ -1091,19 +1091,25 @@ TEST_CASE("a worker's link time is its reported communication less the server's 
   pusher.join();
   REQUIRE(ra.ok());
   // Round 2: each reports round 1's communication as it measured it: a 40 ms (30 of them
-  // the server's wait), b 15 ms (none of it the server's).
+  // the server's wait; a shard held it 20), b 15 ms (none of it the server's, 12 a shard's).
   PushInfo pa = Grad(a.id, 4, 1), pb = Grad(b.id, 4, 1);
   pa.communication_seconds = 0.040;
+  pa.shard_held_seconds = 0.020;
   pb.communication_seconds = 0.015;
+  pb.shard_held_seconds = 0.012;
   std::thread second([&] { ra = core->Push(pa, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.at("applied") == 3; });
   REQUIRE(core->Push(pb, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).ok());
   second.join();
   REQUIRE(Sample(*core, "omnilearn_worker_link_seconds_sum{worker=\"a\"}") == Approx(0.010));
-  REQUIRE(Sample(*core, "omnilearn_worker_link_seconds_sum{worker=\"b\"}") == Approx(0.015));
+  REQUIRE(Sample(*core, "omnilearn_worker_link_seconds_sum{worker=\"b\"}") == Approx(0.003));
   // A communication time that cannot be real is refused.
   PushInfo bad = Grad(a.id, 4, 2);
   bad.communication_seconds = -1;
+  REQUIRE(core->Push(bad, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  bad.communication_seconds = 0.01;
+  bad.shard_held_seconds = std::nan("");
   REQUIRE(core->Push(bad, std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).status().code() ==
           absl::StatusCode::kInvalidArgument);
 }

@@ -36,6 +36,10 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
     return absl::InvalidArgumentError(absl::StrCat("communication seconds must be in [0, ", kMaxComputeSeconds,
                                                    "], got ", info.communication_seconds));
   }
+  if (!(info.shard_held_seconds >= 0 && info.shard_held_seconds <= kMaxComputeSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat("shard held seconds must be in [0, ", kMaxComputeSeconds,
+                                                   "], got ", info.shard_held_seconds));
+  }
   if (static_cast<int64_t>(gradient.size()) != model_elements) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient has ", gradient.size(), " values, the model has ", model_elements));

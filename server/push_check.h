@@ -25,6 +25,9 @@ struct PushInfo {
   bool out_of_memory = false;
   // The worker's previous iteration from the end of its compute to its reply (0 = none).
   double communication_seconds = 0;
+  // Of that, the longest a shard server held its previous push (a sharded job's wait for
+  // the other workers' slices; 0 with one server): not the worker's link either.
+  double shard_held_seconds = 0;
   // No gradient: the push only reports (test_accuracy measured on `version`, loss);
   // the model and the round are untouched.
   bool report_only = false;

@@ -454,6 +454,7 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
   if (header.has_test_accuracy()) info->test_accuracy = header.test_accuracy();
   info->out_of_memory = header.out_of_memory();
   info->communication_seconds = header.communication_seconds();
+  info->shard_held_seconds = header.shard_held_seconds();
   info->report_only = header.report_only();
   info->idle = header.idle();
   info->emulation_overruns = header.emulation_overruns();
@@ -467,7 +468,10 @@ absl::StatusOr<PushResult> ParameterServerService::ReadAndPush(grpc::ServerConte
     gradient = std::move(*g);
   }
   watch.Done();  // read: a sync round or an ssp wait may keep the call waiting
-  return data_->Push(*info, std::move(gradient), Deadline(ctx));
+  const absl::Time arrived = data_->clock().Now();
+  absl::StatusOr<PushResult> r = data_->Push(*info, std::move(gradient), Deadline(ctx));
+  if (r.ok()) r->held_seconds = absl::ToDoubleSeconds(data_->clock().Now() - arrived);
+  return r;
 }
 
 void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* response) {
@@ -479,6 +483,7 @@ void ParameterServerService::FillReply(const PushResult& r, v1::PushResponse* re
   response->set_global_samples(r.global_samples);
   SamplesToProto(r.samples, response->mutable_samples());
   response->set_idle(r.idle);
+  response->set_held_seconds(r.held_seconds);
 }
 
 grpc::Status ParameterServerService::PushRaw(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,

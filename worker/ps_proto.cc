@@ -101,6 +101,7 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   h.set_report_only(p.step.report_only);
   h.set_idle(p.step.idle);
   h.set_emulation_overruns(p.step.emulation_overruns);
+  h.set_shard_held_seconds(p.step.shard_held_seconds);
   return h;
 }
 
@@ -114,6 +115,7 @@ PushReply PushReplyOf(const v1::PushResponse& r) {
   out.samples = AssignmentOf(r.samples());
   out.idle = r.idle();
   out.global_samples = r.global_samples();
+  out.held_seconds = r.held_seconds();
   return out;
 }
 

@@ -70,8 +70,10 @@ TEST_CASE("a push's accuracy is sent only when measured; its reply comes back wh
   p.model_version = 11;
   p.step.batch_size = 64;
   p.step.communication_seconds = 0.5;
+  p.step.shard_held_seconds = 0.125;
   p.step.end = StepEnd{0.25, 1.5, std::nullopt};
   v1::PushHeader h = PushHeaderOf(p);
+  REQUIRE(h.shard_held_seconds() == 0.125);
   REQUIRE(h.worker_id() == 4);
   REQUIRE(h.model_version() == 11);
   REQUIRE(h.batch_size() == 64);
@@ -95,8 +97,10 @@ TEST_CASE("a push's accuracy is sent only when measured; its reply comes back wh
   resp.set_model_version(12);
   resp.set_next_batch_size(48);
   resp.set_global_samples(500);
+  resp.set_held_seconds(0.25);
   resp.add_samples()->add_ids(1);
   const PushReply r = PushReplyOf(resp);
+  REQUIRE(r.held_seconds == 0.25);
   REQUIRE(r.action == Action::kRejoin);
   REQUIRE(r.applied);
   REQUIRE(r.message == "m");

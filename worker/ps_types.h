@@ -100,6 +100,9 @@ struct StepReport {
   bool idle = false;           // no gradient: the worker holds no samples (PushReply::idle)
   // Emulated devices: steps so far whose real compute outlasted their emulated time.
   uint64_t emulation_overruns = 0;
+  // A sharded job: the longest a shard held this worker's previous push (the sharded client
+  // fills it in from the shards' replies; PushReply::held_seconds).
+  double shard_held_seconds = 0;
 };
 
 // A push as the client sends it: the step, and the session and model it belongs to.
@@ -120,6 +123,7 @@ struct PushReply {
   // idles (Session::Idle) until the job's count is reached or samples come back to it.
   bool idle = false;
   uint64_t global_samples = 0;
+  double held_seconds = 0;  // how long the server held the push after it arrived
 };
 
 }  // namespace worker

@@ -100,28 +100,40 @@ absl::StatusOr<uint64_t> ShardedPsClient::Pull(uint64_t worker_id, uint64_t have
   return *v0;
 }
 
-absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& push, const ModelLayout& layout,
+PushedStep ShardedPsClient::WithShardHold(const PushedStep& push) const {
+  PushedStep out = push;
+  out.step.shard_held_seconds = shard_held_seconds_;
+  return out;
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& step, const ModelLayout& layout,
                                                 absl::Span<const float> gradient) {
-  if (!map_.has_value()) return coordinator_->Push(push, layout, gradient);
+  if (!map_.has_value()) return coordinator_->Push(step, layout, gradient);
+  const PushedStep push = WithShardHold(step);
   if (gradient.empty()) return coordinator_->Push(push, map_->slice_layout(0), gradient);  // a report, an OOM
   PushReply reply;
+  std::vector<double> held(map_->shards(), 0);
   absl::Status s = ForEachSlice(map_->shards(), [&](int i) -> absl::Status {
     map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
     absl::StatusOr<PushReply> r = client(i)->Push(push, map_->slice_layout(i), gradient_[i]);
     if (!r.ok()) return r.status();
+    held[i] = r->held_seconds;
     if (i == 0) reply = *r;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
+  shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
   return reply;
 }
 
-absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& push, const ModelLayout& layout,
+absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, const ModelLayout& layout,
                                                     absl::Span<const float> gradient, uint64_t* model_version,
                                                     absl::Span<float> weights) {
-  if (!map_.has_value()) return coordinator_->PushPull(push, layout, gradient, model_version, weights);
+  if (!map_.has_value()) return coordinator_->PushPull(step, layout, gradient, model_version, weights);
+  const PushedStep push = WithShardHold(step);
   const int n = map_->shards();
   std::vector<uint64_t> moved(n, kNoVersion);  // the version a slice's reply brought, if any
+  std::vector<double> held(n, 0);
   PushReply reply;
   absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
     map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
@@ -130,10 +142,12 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& push, cons
         client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], &v, absl::MakeSpan(weights_[i]));
     if (!r.ok()) return r.status();
     moved[i] = v;
+    held[i] = r->held_seconds;
     if (i == 0) reply = *r;
     return absl::OkStatus();
   });
   if (!s.ok()) return s;
+  shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
   if (reply.action != Action::kContinue || moved[0] == kNoVersion) return reply;  // the model did not move
   const uint64_t version = moved[0];
   if (std::all_of(moved.begin(), moved.end(), [version](uint64_t v) { return v == version; })) {

@@ -45,6 +45,8 @@ class ShardedPsClient : public PsClient {
   int shards() const { return map_.has_value() ? map_->shards() : 1; }
 
  private:
+  // `push` with the shards' hold of the previous push (StepReport::shard_held_seconds).
+  PushedStep WithShardHold(const PushedStep& push) const;
   // The client of slice s (0: the coordinator).
   PsClient* client(int s) { return s == 0 ? coordinator_.get() : shard_clients_[s - 1].get(); }
   // Pulls every slice at least at `version` (shard s from have_[s]) into the model.
@@ -57,7 +59,9 @@ class ShardedPsClient : public PsClient {
   std::vector<std::unique_ptr<PsClient>> shard_clients_;
   std::vector<std::vector<float>> gradient_, weights_;  // per slice
   std::vector<uint64_t> have_;                          // the version of each slice in the model
-  std::optional<uint64_t> assembled_;                   // the version the caller's model was put together at
+  std::optional<uint64_t> assembled_;
+  // The longest a shard held the last push (the next push reports it to the coordinator).
+  double shard_held_seconds_ = 0;                   // the version the caller's model was put together at
 };
 
 }  // namespace worker
