@@ -575,7 +575,7 @@ std::string AdvertisedAddress(int port) {
 }
 
 // What a sharded job cannot do yet, refused at start rather than done wrong.
-absl::Status CheckShardable(const ServerOptions& o, v1::WireDtype wire_dtype) {
+absl::Status CheckShardable(const ServerOptions& o) {
   if (absl::GetFlag(FLAGS_shards) == 1) return absl::OkStatus();
   if (o.optimizer.clip_grad_norm > 0) {
     return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
@@ -587,7 +587,6 @@ absl::Status CheckShardable(const ServerOptions& o, v1::WireDtype wire_dtype) {
     return absl::InvalidArgumentError(
         "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");
   }
-  if (wire_dtype != v1::WIRE_DTYPE_F32) return absl::InvalidArgumentError("--wire_dtype=bf16 with --shards > 1: not yet");
   return absl::OkStatus();
 }
 
@@ -683,7 +682,8 @@ int RunShard(const sigset_t& signals) {
   if (!peer_token.ok()) return Fail(peer_token.status(), 2);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> peer_credentials = PeerCredentials();
   if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
-  ParameterServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(), v1::WIRE_DTYPE_F32);
+  // A session's dtype is the coordinator's choice at Join: a shard reads and writes either.
+  ParameterServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(), v1::WIRE_DTYPE_BF16);
   int bound_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(&service, &bound_port);
   if (!server.ok()) return FailToListen(server.status());
@@ -747,7 +747,7 @@ int Run() {
   v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
   absl::StatusOr<ServerOptions> o = OptionsFromFlags(&wire_dtype);
   if (!o.ok()) return Fail(o.status(), 2);
-  if (absl::Status s = CheckShardable(*o, wire_dtype); !s.ok()) return Fail(s, 2);
+  if (absl::Status s = CheckShardable(*o); !s.ok()) return Fail(s, 2);
   std::unique_ptr<CoordinatorShards> shards;
   if (absl::GetFlag(FLAGS_shards) > 1) {
     shards = MakeCoordinatorShards(*o);

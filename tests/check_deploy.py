@@ -93,12 +93,25 @@ def check_persistent(where, pod, args, flags):
             problem(where, f"{flag} is not on the persistent volume")
 
 
-def check_sharded(path, server_flags):
+def check_beside_workers(where, pod):
+    """A server's pod prefers a worker's node and no other server's: a server per worker host."""
+    affinity = pod.get("affinity", {})
+    near = affinity.get("podAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", [])
+    apart = affinity.get("podAntiAffinity", {}).get("preferredDuringSchedulingIgnoredDuringExecution", [])
+    if not any(t["podAffinityTerm"]["labelSelector"].get("matchLabels", {}).get("role") == "worker" and
+               t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname" for t in near):
+        problem(where, "no pod affinity to the workers' nodes: the servers would not sit beside the workers")
+    if not any(t["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname" for t in apart):
+        problem(where, "no anti-affinity between servers: two could share one node's link")
+
+
+def check_sharded(path, server_flags, workers):
     """The sharded job's manifest: the coordinator keeps the Service the workers dial, every
     server reads OMNILEARN_SHARDS from the ConfigMap and keeps its checkpoints on a volume of
     its own (the shards' from the StatefulSet's claim template), the StatefulSet runs
     OMNILEARN_SHARDS - 1 shard servers that name the coordinator's Service and advertise
-    their pods' names through the headless Service."""
+    their pods' names through the headless Service; a server beside every worker (as many
+    slices as workers, pod affinity)."""
     docs = {(x["kind"], x["metadata"]["name"]): x for x in load_k8s(path)}
     claims = {name for kind, name in docs if kind == "PersistentVolumeClaim"}
     where = "k8s/sharded.yaml"
@@ -106,6 +119,8 @@ def check_sharded(path, server_flags):
     shards = int(config.get("OMNILEARN_SHARDS", 0))
     if shards < 2:
         problem(where, f"OMNILEARN_SHARDS is {config.get('OMNILEARN_SHARDS')}, not a count of at least 2")
+    if shards != workers:
+        problem(where, f"OMNILEARN_SHARDS is {shards}, not the workers' {workers}: a server beside every worker")
     coordinator, shard_set = docs.get(("Deployment", "omnilearn-server")), docs.get(("StatefulSet", "omnilearn-shard"))
     if coordinator is None or shard_set is None:
         problem(where, "no coordinator Deployment omnilearn-server or no StatefulSet omnilearn-shard")
@@ -113,6 +128,7 @@ def check_sharded(path, server_flags):
     args = {}
     for name, workload in (("coordinator", coordinator), ("shard", shard_set)):
         labels, ports, pod = pod_checks(f"{where} {name}", workload, claims)
+        check_beside_workers(f"{where} {name}", pod)
         c = pod["containers"][0]
         args[name] = " ".join(c["args"])
         check_flags(f"{where} {name}", args[name], server_flags, "omnilearn_server")
@@ -191,7 +207,8 @@ def main():
                 problem(where, f"targetPort {p['targetPort']} is not a server container port")
     print(f"k8s: {len(docs)} objects; selectors, ports, probes, volumes, claims and flags cross-checked")
 
-    check_sharded(f"{d}/k8s/sharded.yaml", server_flags)
+    job = next(x for _, x in docs if x["kind"] == "Job")
+    check_sharded(f"{d}/k8s/sharded.yaml", server_flags, job["spec"]["completions"])
 
     # ---- systemd environment files: their flags exist
     for env, flags, binary in (("server.env", server_flags, "omnilearn_server"),

@@ -39,15 +39,18 @@ sed -i 's/selector: {app: omnilearn, role: server}/selector: {app: omnilearn, ro
 sed -i 's/--server=omnilearn-server:50051/--server=omnilearn:50051/' broken/k8s/workers.yaml
 sed -i 's/--epochs=10/--epoch=10/' broken/systemd/worker.env
 sed -i 's/^USER 10001:10001/USER root/' broken/Containerfile
-sed -i 's/replicas: 2  # OMNILEARN_SHARDS - 1/replicas: 3/; s/--coordinator=omnilearn-server:50051/--coordinator=omnilearn:50051/' \
+sed -i 's/replicas: 3  # OMNILEARN_SHARDS - 1/replicas: 2/; s/--coordinator=omnilearn-server:50051/--coordinator=omnilearn:50051/' \
   broken/k8s/sharded.yaml
+sed -i 's/matchLabels: {app: omnilearn, role: worker}}/matchLabels: {app: omnilearn, role: wrk}}/' broken/k8s/sharded.yaml
 sed -i 's|--checkpoint_dir=/var/lib/omnilearn/checkpoints|--checkpoint_dir=/tmp/checkpoints|' broken/k8s/sharded.yaml
 out=$("${CHECK[@]}" --deploy=broken 2>&1) && fail "broken deploy files passed the check"
 for expect in "claims omnilearn-gone" "--checkpoint_every is not a flag" "selects no server pod" \
     "--server names no Service" "--epoch is not a flag" "non-root" "not OMNILEARN_SHARDS - 1" \
-    "--coordinator is not the coordinator's Service" "shard: --checkpoint_dir is not on the persistent volume"; do
+    "--coordinator is not the coordinator's Service" "shard: --checkpoint_dir is not on the persistent volume" \
+    "no pod affinity to the workers' nodes"; do
   grep -q -- "$expect" <<<"$out" || { echo "$out" >&2; fail "the checker missed: $expect"; }
 done
 echo "check_deploy.py catches a missing claim, an unknown flag, a wrong selector, a wrong server name, root," \
-  "a shard count off the ConfigMap, a wrong coordinator, a shard's checkpoints off its volume"
+  "a shard count off the ConfigMap, a wrong coordinator, a shard's checkpoints off its volume, servers not beside" \
+  "the workers"
 echo "deploy_test: OK"

@@ -121,12 +121,20 @@ PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --npro
   { tail -n 20 "$WORK/habits.log" >&2; fail "habits: the launcher failed"; }
 grep -q "worker0: .* steps" "$WORK/habits.log" && grep -q "worker1: .* steps" "$WORK/habits.log" ||
   { tail -n 20 "$WORK/habits.log" >&2; fail "habits: a worker did not finish"; }
+# The same job in the several-host layout (`--shards 2`: a coordinator and a shard server),
+# its export loaded below with the others.
+PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 --shards 2 \
+  --server_args="--mode=sync --global_batch=32 --lr=0.05 --quiet --export=$WORK/habits_sharded.safetensors" \
+  "$RUNFILES/tests/pytorch_habits_job.py" 2 > "$WORK/habits_sharded.log" 2>&1 ||
+  { tail -n 20 "$WORK/habits_sharded.log" >&2; fail "habits: the launcher failed with --shards 2"; }
+grep -q "shard 1 registered" "$WORK/habits_sharded.log" ||
+  { tail -n 20 "$WORK/habits_sharded.log" >&2; fail "habits: no shard registered with --shards 2"; }
 /usr/bin/python3 - "$WORK" <<'PY' || fail "habits: the trained model does not load back"
 import glob, os, sys, torch, omnilearn
 from omnilearn import models
 work = sys.argv[1]
 checkpoint = sorted(glob.glob(f"{work}/habits_ckpt/*.safetensors"))[-1]
-for path in (f"{work}/habits.safetensors", checkpoint):
+for path in (f"{work}/habits.safetensors", checkpoint, f"{work}/habits_sharded.safetensors"):
     model = models.make("cnn_bn")
     model.load_state_dict(omnilearn.load_state_dict(path), strict=True)
     omnilearn.save_state_dict(path, f"{work}/model.pt")

@@ -3,7 +3,8 @@
 # Fashion-MNIST's CNN with two workers to the accuracy one server reaches with the same
 # workers and epochs, in sync and in async mode (within 1 point); omnilearn_ctl status
 # lists the shards and a shard's /metrics counts its bytes and steps while it trains; the
-# shards exit 0 when the coordinator's job ends.
+# shards exit 0 when the coordinator's job ends. The sharded sync job again with bfloat16 on
+# the wire reaches the float32 one's accuracy (within 1 point).
 #
 # The rate drops 10x at half the epoch (--lr_decay_epochs=0.5): at a constant rate the
 # last async iterate's accuracy varied by 3.3 points between runs of one server (77.5-80.8%),
@@ -33,11 +34,12 @@ assert value("omnilearn_shard_slice_bytes") > 0 and value("omnilearn_shard_step_
 PY
 }
 
-# job LABEL MODE SHARDS: final test accuracy (percent) on stdout.
+# job LABEL MODE SHARDS [SERVER FLAGS...]: final test accuracy (percent) on stdout.
 job() {
   local label=$1 mode=$2 shards=$3
+  shift 3
   start_server "$label" --mode="$mode" --num_workers=2 --global_batch=256 --shards="$shards" --exit_when_done \
-    --lr_decay_epochs=0.5
+    --lr_decay_epochs=0.5 "$@"
   local shard_pids=() metrics_port
   metrics_port=$(free_port)
   for i in $(seq 1 $((shards - 1))); do
@@ -78,5 +80,13 @@ print('close' if abs(m1 - m3) <= 1.0 else 'apart', round(m1, 2), round(m3, 2))")
   read -r v m1 m3 <<<"$verdict"
   echo "$mode: one server ${m1}%, three shards ${m3}% (mean of ${#ones[@]} run(s) each)"
   [ "$v" = close ] || fail "$mode: three shards reached ${m3}%, one server ${m1}% (more than 1 point apart)"
+  [ "$mode" = sync ] && sync_three=$m3
 done
+# bfloat16 on the wire, sharded: the coordinator's Join chooses it, every slice travels so.
+bf16=$(job sync-bf16-three sync 3 --wire_dtype=bf16)
+grep -q "wire=bf16" "$WORK/sync-bf16-three.server.log" || fail "bf16: the coordinator does not run bf16"
+echo "sync, three shards, bfloat16 on the wire: ${bf16}% (float32: ${sync_three}%)"
+python3 -c "import sys; sys.exit(abs($bf16 - $sync_three) > 1.0)" ||
+  fail "bf16: three shards reached ${bf16}%, ${sync_three}% in float32 (more than 1 point apart)"
+
 echo PASS

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on this machine (Debian's slurm-wlm and munge; ../shared/SLURM.md):
 # one slurmctld and three slurmd (nodes n1..n3, all on 127.0.0.1, their own ports), then
-# `sbatch --nodes=3 deploy/slurm/omnilearn.sbatch`, the script unchanged, trains
-# Fashion-MNIST with workers of different --slowdown (OMNILEARN_SLOWDOWNS). Asserted: the
+# `OMNILEARN_SHARDS=1 sbatch --nodes=3 deploy/slurm/omnilearn.sbatch` (one server), the
+# script unchanged, trains Fashion-MNIST with workers of different --slowdown
+# (OMNILEARN_SLOWDOWNS). Asserted: the
 # job exits 0; the summary and the exported model are where the script says; three
 # workers named after their nodes finished; accuracy above the bar; the server took the
 # address and ports the script derived from Slurm. Then a job with --gres on binaries
-# without CUDA is refused with a clear message. The same job with OMNILEARN_SHARDS=3 runs the
-# coordinator and two shard servers on the three nodes and reaches the same bar. Every daemon this test started is stopped.
+# without CUDA is refused with a clear message. The same job as the script runs it by default
+# (a server on every node: the coordinator and two shard servers) reaches the same bar. Every daemon this test started is stopped.
 set -euo pipefail
 RUNFILES=${TEST_SRCDIR:-$PWD/bazel-bin/tests/slurm_test.runfiles}/omnilearn
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
@@ -105,12 +106,12 @@ done
 [ "$(/usr/bin/sinfo -h -o '%D %t')" = "3 idle" ] || { cat "$CLUSTER"/log/*.log >&2; fail "the cluster did not come up"; }
 echo "slurm: 3 idle nodes (slurmctld on $CTLD_PORT, slurmd on $NODE_PORT-$((NODE_PORT + 2)))"
 
-# ---- the job, by the deploy script as it is
+# ---- the job on one server, by the deploy script as it is
 cd "$WORK"
 export OMNILEARN_BIN=$RUNFILES OMNILEARN_EPOCHS=1 OMNILEARN_MODEL=cnn OMNILEARN_GLOBAL_BATCH=96
 export OMNILEARN_SLOWDOWNS="1 2 1" OMNILEARN_SERVER_FLAGS="--lr=0.05" OMP_NUM_THREADS=1
 rc=0
-timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 "$SBATCH_SCRIPT" || rc=$?
+OMNILEARN_SHARDS=1 timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 "$SBATCH_SCRIPT" || rc=$?
 JOB=$(ls omnilearn-*.out 2>/dev/null | sed -n 's/omnilearn-\([0-9]*\)\.out/\1/p' | head -n 1 || true)
 [ -n "$JOB" ] && cat "omnilearn-$JOB.out"
 if [ "$rc" -ne 0 ] || [ -z "$JOB" ]; then
@@ -136,9 +137,9 @@ assert samples["n2-0"] < 0.8 * min(samples["n1-0"], samples["n3-0"]), samples
 assert s["test_accuracy"] >= 0.84, s["test_accuracy"]
 PY
 
-# ---- the same job sharded (OMNILEARN_SHARDS=3): the coordinator on n1, shard servers on n2 and n3
+# ---- the same job as the script runs it by default: the coordinator on n1, shard servers on n2 and n3
 rc=0
-OMNILEARN_SHARDS=3 timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 --output=sharded-%j.out \
+timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 --output=sharded-%j.out \
   "$SBATCH_SCRIPT" || rc=$?
 SJOB=$(ls sharded-*.out 2>/dev/null | sed -n 's/sharded-\([0-9]*\)\.out/\1/p' | head -n 1 || true)
 [ -n "$SJOB" ] && cat "sharded-$SJOB.out"

@@ -295,6 +295,12 @@ class GrpcPsClient : public PsClient {
     return secret_;
   }
 
+  void SetSessionBfloat16(bool bfloat16) override {
+    absl::MutexLock lock(&encode_mu_);
+    wire_dtype_ = bfloat16 ? v1::WIRE_DTYPE_BF16 : v1::WIRE_DTYPE_F32;
+    residual_.clear();  // a new session: no rounding error carried over
+  }
+
   v1::WireDtype wire_dtype() const {
     absl::MutexLock lock(&encode_mu_);
     return wire_dtype_;

@@ -95,6 +95,9 @@ class PsClient {
   // The session's secret (JoinReply::session_secret), sent with every later call:
   // Pull, Push, PushPull, Heartbeat, Leave. Thread-safe.
   virtual void SetSessionSecret(const std::string& secret) = 0;
+  // A new session's wire dtype (JoinReply::bfloat16) for a client that did not join itself:
+  // a shard server's, in a sharded job whose coordinator answered the Join. Thread-safe.
+  virtual void SetSessionBfloat16(bool bfloat16) {}
   // Keeps the lease; the answer says whether to go on, rejoin or stop.
   virtual absl::StatusOr<Action> Heartbeat(uint64_t worker_id) = 0;
   // `finished`: this worker completed its training (not interrupted or stopped).

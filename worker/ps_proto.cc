@@ -67,6 +67,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   out.idle = r.idle();
   out.global_samples = r.global_samples();
   out.push_trailer = r.push_trailer();
+  out.bfloat16 = r.wire_dtype() == v1::WIRE_DTYPE_BF16;
   if (r.has_shard_map() && r.shard_map().shards() > 1) {
     out.shards = static_cast<int>(r.shard_map().shards());
     out.partition_bytes = r.shard_map().partition_bytes();

@@ -74,6 +74,7 @@ struct JoinReply {
   bool idle = false;       // the job's samples are all handed out: none for this worker now
   uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)
   bool push_trailer = false;    // the server reads streamed pushes (a header, buckets, a trailer)
+  bool bfloat16 = false;        // the session's gradients and models travel as bfloat16
   // A sharded job (JoinResponse.shard_map): the slices' servers, addresses[0] the coordinator.
   int shards = 1;
   int64_t partition_bytes = 0;

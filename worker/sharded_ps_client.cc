@@ -55,6 +55,7 @@ absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, cons
     }
     addresses_ = r->shard_addresses;
   }
+  for (auto& c : shard_clients_) c->SetSessionBfloat16(r->bfloat16);  // the coordinator chose it
   map_ = *std::move(map);
   gradient_.assign(map_->shards(), {});
   weights_.assign(map_->shards(), {});

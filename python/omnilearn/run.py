@@ -1,7 +1,7 @@
 """Try a training script on one machine, torchrun-style: a local OmniLearn server and N
 copies of the script as its workers.
 
-    python -m omnilearn.run --nproc 2 [--server_args="--mode=async --lr=0.05"] train.py [ARGS...]
+    python -m omnilearn.run --nproc 2 [--shards 2] [--server_args="--mode=async --lr=0.05"] train.py [ARGS...]
 
 Each copy runs with OMNILEARN_SERVER (the server's address), OMNILEARN_NAME (worker0,
 worker1, ...), OMNILEARN_RANK and OMNILEARN_WORLD_SIZE set, so `omnilearn.Worker(None,
@@ -9,7 +9,9 @@ model, ...)` needs no address. The server (`--server_bin`, else $OMNILEARN_SERVE
 omnilearn_server on PATH or beside this Python (a virtual environment's bin, where
 `deploy/install.sh --prefix=ENV` puts it), or a checkout's bazel-bin) listens on 127.0.0.1,
 waits for the N workers, and exits when they are done. Exits with the first failing
-worker's status.
+worker's status. `--shards S` runs the layout of a job on several hosts (a server beside
+every worker, each holding a slice of the model) on this one: the coordinator and S - 1
+shard servers, all on 127.0.0.1; on one host it buys no bandwidth, it shows the layout.
 """
 
 import argparse
@@ -60,18 +62,27 @@ def main(argv=None) -> int:
     p.add_argument("--nproc", type=int, default=2, help="workers (copies of the script)")
     p.add_argument("--server_bin", default="", help="the omnilearn_server binary")
     p.add_argument("--server_args", default="", help="more flags for the server, e.g. \"--mode=async\"")
+    p.add_argument("--shards", type=int, default=1, help="servers, each holding a slice of the model")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     if a.nproc < 1:
         p.error("--nproc must be at least 1")
-    port = free_port()
-    server = subprocess.Popen([find_server(a.server_bin), "--bind=127.0.0.1", f"--port={port}", "--metrics_port=0",
-                               f"--num_workers={a.nproc}", "--exit_when_done", *a.server_args.split()])
+    if a.shards < 1:
+        p.error("--shards must be at least 1")
+    binary, port = find_server(a.server_bin), free_port()
+    sharded = [f"--shards={a.shards}", f"--advertise=127.0.0.1:{port}"] if a.shards > 1 else []
+    server = subprocess.Popen([binary, "--bind=127.0.0.1", f"--port={port}", "--metrics_port=0",
+                               f"--num_workers={a.nproc}", "--exit_when_done", *sharded, *a.server_args.split()])
     status = 0
-    workers = []
+    workers, shards = [], []
     try:
         wait_listening(port, server)
+        for _ in range(1, a.shards):  # each exits once the coordinator's job is done
+            shard_port = free_port()
+            shards.append(subprocess.Popen([binary, "--bind=127.0.0.1", f"--port={shard_port}", "--metrics_port=0",
+                                            f"--coordinator=127.0.0.1:{port}", f"--shards={a.shards}",
+                                            f"--advertise=127.0.0.1:{shard_port}"]))
         for rank in range(a.nproc):
             env = dict(os.environ, OMNILEARN_SERVER=f"127.0.0.1:{port}", OMNILEARN_NAME=f"worker{rank}",
                        OMNILEARN_RANK=str(rank), OMNILEARN_WORLD_SIZE=str(a.nproc))
@@ -80,17 +91,18 @@ def main(argv=None) -> int:
             rc = w.wait()
             status = status or rc
         try:
-            server.wait(timeout=60)
+            for proc in [server] + shards:
+                proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            print("omnilearn.run: the server did not exit 60 s after its workers: stopping it", file=sys.stderr)
+            print("omnilearn.run: a server did not exit 60 s after its workers: stopping it", file=sys.stderr)
         return status or (server.returncode or 0)
     except KeyboardInterrupt:
         return 130
     finally:
-        for proc in workers + [server]:
+        for proc in workers + shards + [server]:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in workers + [server]:
+        for proc in workers + shards + [server]:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

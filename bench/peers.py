@@ -1,0 +1,498 @@
+#!/usr/bin/python3
+"""peers: OmniLearn beside what users run today, PyTorch DDP, on the emulated cluster
+(tests/cluster.sh: every host behind a link of --link, both ways), in one run, with the same
+models, data, emulated devices and links:
+
+  ddp                  4 gloo ranks, equal batches (B/4 each); after each rank's emulated step
+                       one all_reduce of the whole flat gradient (like for like with the
+                       emulated OmniLearn workers, which push whole after their step; DDP's
+                       bucketed all-reduce during backward cannot overlap a wait that comes after
+                       the real backward), then SGD on every rank
+  ddp-balanced         the same with per-rank batches proportional to each device's speed and
+                       gradients scaled by b_k/B before the sum (the paper's own BSP code,
+                       Cannikin); the split is the oracle's (the devices' known speeds), the
+                       best this peer can do
+  omnilearn-1server    one omnilearn_server on a host of its own, the controller on (sync)
+  omnilearn-colocated  a server on every worker host: the coordinator on w0's, a shard on each
+                       other (--shards=4), the workers' default deployment on several hosts
+
+Devices at the paper's levels (core counts 12,12,12,12 / 9,9,6,24 / 6,6,4,32 for HL1/4/8) and
+the dynamic schedule HL1 -> HL2 -> HL4 -> HL8 -> HL4 -> HL1, emulated (omnilearn.emulation:
+FIXED + MS_PER_SAMPLE x batch, waited out after the real step). Each model's device time per
+sample is scaled so that the balanced compute of one iteration equals the ring's wire time at
+the link's rate (--compute_ratio): compute and communication of the same order, as on a GPU
+cluster with 10-25 Gbit/s links. Models: mlp4 and mlp40 (parametric MLPs of 4 and 40 MB on a
+synthetic teacher task), resnet18 (torchvision, 1-channel 28x28 input, about 45 MB) and gpt2
+(a GPT-2-style decoder of about 100 MB). Gradients are the real models' on real data; mlp4
+computes its whole batch (and so gives the time to a target loss), the larger models a
+micro-batch (their real compute on 2 cores would outlast the emulated device's time) while
+the device's time is that of the planned batch.
+
+Per (model, level, system): the median iteration time, the wire-time bound of its layout per
+iteration (ring: 2(N-1)/N x M per host; one server: N x M into its link, then N x M out;
+servers on the worker hosts: 2(N-1)/N x M per host, the ring's), the batches at the end, emulation overruns; mlp4:
+the time to the target loss (the highest final loss among the systems, so that every one
+reaches it). Writes bench/results/peers.json, peers.md and peers.png.
+
+    bazel build -c opt //server:omnilearn_server //python:omnilearn
+    /usr/bin/python3 bench/peers.py                  the matrix (docs/performance.md)
+    /usr/bin/python3 bench/peers.py --quick          mlp4 at HL8, 4 systems (the test command)
+Needs root (network namespaces); resnet18 needs python3-torchvision.
+"""
+
+import argparse
+import json
+import math
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
+
+WORKERS = 4
+PORT = 50051
+DDP_PORT = 29500
+SYSTEMS = ("ddp", "ddp-balanced", "omnilearn-1server", "omnilearn-colocated")
+DYNAMIC = ("HL1", "HL2", "HL4", "HL8", "HL4", "HL1")
+# name: (real samples per step, 0 = the whole batch; description)
+MODELS = {"mlp4": (0, "MLP, 4 MB"), "mlp40": (16, "MLP, 40 MB"), "resnet18": (2, "ResNet-18, 45 MB"),
+          "gpt2": (1, "GPT-2-style, 100 MB")}
+FIXED_MS = 2.0
+JITTER = 0.02
+LR, MOMENTUM = 0.05, 0.9
+
+
+# ------------------------------------------------------------------ models and data
+
+def build(name):
+    """(model, batch(indices) -> (inputs, targets)), the same on every process (seed 0)."""
+    import torch
+    torch.manual_seed(0)
+    if name.startswith("mlp"):
+        return build_mlp(float(name[3:]))
+    if name == "resnet18":
+        import torchvision
+        model = torchvision.models.resnet18(num_classes=10)
+        model.conv1 = torch.nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
+        images = lambda idx: torch.randn(len(idx), 1, 28, 28, generator=seeded(idx))  # noqa: E731
+        return model, lambda idx: (images(idx), torch.as_tensor(idx) % 10)
+    if name == "gpt2":
+        return build_gpt(), lambda idx: tokens(idx)
+    raise ValueError(f"unknown model {name}")
+
+
+def seeded(idx):
+    import torch
+    return torch.Generator().manual_seed(int(idx[0]) if len(idx) else 0)
+
+
+def build_mlp(megabytes):
+    """256 -> h -> h -> 10 with h such that the parameters take `megabytes`; a fixed random
+    linear teacher labels Gaussian inputs (learnable: the loss falls)."""
+    import torch
+    floats = megabytes * (1 << 20) / 4
+    h = int((-(256 + 10 + 2) + math.sqrt((256 + 10 + 2) ** 2 + 4 * floats)) / 2)
+    model = torch.nn.Sequential(torch.nn.Linear(256, h), torch.nn.ReLU(), torch.nn.Linear(h, h), torch.nn.ReLU(),
+                                torch.nn.Linear(h, 10))
+    teacher = torch.randn(256, 10, generator=torch.Generator().manual_seed(1))
+
+    def batch(idx):
+        x = torch.stack([torch.randn(256, generator=torch.Generator().manual_seed(int(i))) for i in idx])
+        return x, (x @ teacher).argmax(dim=1)
+    return model, batch
+
+
+def build_gpt(vocab=256, dim=512, layers=8, heads=8, context=64):
+    """A GPT-2-style decoder (pre-norm blocks, causal attention, tied embeddings): 25M
+    parameters, about 100 MB."""
+    import torch
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+            self.register_buffer("mask", torch.triu(torch.ones(context, context, dtype=torch.bool), 1),
+                                 persistent=False)
+
+        def forward(self, x):
+            t = x.shape[1]
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, attn_mask=self.mask[:t, :t], need_weights=False)[0]
+            return x + self.mlp(self.ln2(x))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+            self.blocks = nn.Sequential(*[Block() for _ in range(layers)])
+            self.ln = nn.LayerNorm(dim)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+            return self.ln(self.blocks(x)) @ self.tok.weight.t()
+
+    return Gpt()
+
+
+def tokens(idx, length=16):
+    """Sequences of `length` tokens; the target is the next token."""
+    import torch
+    seq = torch.randint(0, 256, (len(idx), length + 1), generator=seeded(idx))
+    return seq[:, :-1], seq[:, 1:]
+
+
+def loss_of(model, x, y):
+    import torch
+    out = model(x)
+    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+
+def model_bytes(name):
+    model, _ = build(name)
+    return 4 * sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------------------ devices
+
+def level_at(args, iteration):
+    """The level in force at an iteration (the dynamic schedule moves every --step_iterations)."""
+    if args.level != "dynamic":
+        return args.level
+    return DYNAMIC[min(len(DYNAMIC) - 1, iteration // args.step_iterations)]
+
+
+def profile(args, level, rank):
+    cores = LEVELS[level][rank]
+    return f"{FIXED_MS:g}:{args.ms_per_sample_1core / cores:.6g}:{JITTER:g}"
+
+
+def device_text(args, rank):
+    """The rank's emulate_device text: one profile, or EPOCH@PROFILE with an epoch of
+    --step_iterations iterations."""
+    if args.level != "dynamic":
+        return profile(args, args.level, rank)
+    return ",".join(f"{i}@{profile(args, lvl, rank)}" for i, lvl in enumerate(DYNAMIC))
+
+
+def balanced_batches(level, global_batch):
+    """Batches proportional to the devices' speeds (cores), largest remainder to sum B."""
+    cores = LEVELS[level]
+    exact = [global_batch * c / sum(cores) for c in cores]
+    out = [int(e) for e in exact]
+    for k in sorted(range(len(out)), key=lambda k: exact[k] - out[k], reverse=True)[:global_batch - sum(out)]:
+        out[k] += 1
+    return out
+
+
+# ------------------------------------------------------------------ workers (inside a host)
+
+def real_indices(samples, batch, cap, offset):
+    idx = samples if samples is not None else list(range(offset, offset + batch))
+    return [int(i) for i in idx][:cap or batch]
+
+
+def ddp_main(args):
+    import torch
+    import torch.distributed as dist
+    from omnilearn.emulation import EmulatedDevice
+    torch.set_num_threads(1)
+    model, batch_of = build(args.model)
+    cap = MODELS[args.model][0]
+    dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{DDP_PORT}", rank=args.rank,
+                            world_size=WORKERS)
+    params = [p for p in model.parameters()]
+    opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    device = EmulatedDevice(device_text(args, args.rank), seed=args.rank)
+    flat = torch.zeros(sum(p.numel() for p in params) + 1)  # the gradient and the weighted loss
+    rows = []
+    for it in range(args.iterations):
+        level = level_at(args, it)
+        batches = balanced_batches(level, args.global_batch) if args.system == "ddp-balanced" else \
+            [args.global_batch // WORKERS] * WORKERS
+        b = batches[args.rank]
+        t0 = time.perf_counter()
+        first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
+        x, y = batch_of(real_indices(None, b, cap, first))
+        loss = loss_of(model, x, y)
+        loss.backward()
+        _, real = device.pace(t0, b, it / args.step_iterations)
+        scale = b / args.global_batch
+        torch.cat([p.grad.reshape(-1) for p in params], out=flat[:-1])
+        flat[:-1] *= scale
+        flat[-1] = loss.item() * scale
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        rows.append({"start": t0, "batch": b, "loss": float(flat[-1]), "real": real})
+    dist.destroy_process_group()
+    return rows, device.overruns
+
+
+def omnilearn_main(args):
+    import torch
+    from omnilearn.worker import Worker
+    torch.set_num_threads(1)
+    model, batch_of = build(args.model)
+    cap = MODELS[args.model][0]
+    rows = []
+    with Worker(args.server, model, name=f"w{args.rank}", max_iterations=args.iterations,
+                dataset_size=args.dataset, emulate_device=device_text(args, args.rank), rpc_timeout=300,
+                connect_timeout=120, log=lambda _: None) as w:
+        for step in w:
+            t0 = time.perf_counter()
+            samples = step.samples.tolist() if step.samples is not None else None
+            x, y = batch_of(real_indices(samples, step.batch_size, cap, 0))
+            loss = loss_of(model, x, y)
+            loss.backward()
+            w.push(loss)
+            rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item()})
+        overruns = w.emulation.overruns if w.emulation is not None else 0
+    return rows, overruns
+
+
+def worker_main(args):
+    rows, overruns = (ddp_main if args.system.startswith("ddp") else omnilearn_main)(args)
+    print(json.dumps({"rows": rows, "overruns": overruns}))
+
+
+# ------------------------------------------------------------------ one run
+
+def server_command(args, cluster, host, coordinator, extra):
+    return cluster.command(host, [
+        f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--metrics_port=0", "--quiet",
+        "--progress_every_s=0", f"--advertise={cluster.addr[host]}:{PORT}", *extra])
+
+
+def start_servers(args, cluster, system, log):
+    """The system's servers; returns (processes, the workers' server address)."""
+    job = ["--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={args.global_batch}", f"--lr={LR}",
+           f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done"]
+    if system == "omnilearn-1server":
+        return [subprocess.Popen(server_command(args, cluster, "ps", None, job), stdout=log("ps"),
+                                 stderr=subprocess.STDOUT)], f"{cluster.addr['ps']}:{PORT}"
+    coordinator = f"{cluster.addr['w0']}:{PORT}"
+    peer = os.path.join(args.work, "peer-token")  # the servers' own secret (they listen beyond loopback)
+    with open(peer, "w") as f:
+        f.write(secrets.token_hex(16))
+    sharded = [f"--shards={WORKERS}", f"--peer_token_file={peer}"]
+    procs = [subprocess.Popen(server_command(args, cluster, "w0", None, sharded + job), stdout=log("s0"),
+                              stderr=subprocess.STDOUT)]
+    for i in range(1, WORKERS):
+        procs.append(subprocess.Popen(server_command(args, cluster, f"w{i}", None, sharded + [
+            f"--coordinator={coordinator}"]), stdout=log(f"s{i}"), stderr=subprocess.STDOUT))
+    return procs, coordinator
+
+
+def one_run(args, model, level, system):
+    """Every rank's rows and overruns for one (model, level, system)."""
+    hosts = {f"w{i}": args.link for i in range(WORKERS)}
+    if system == "omnilearn-1server":
+        hosts["ps"] = args.link
+    cluster = Cluster(hosts)
+    servers, workers = [], []
+    tag = f"{model}.{level}.{system}"
+    log = lambda name: open(os.path.join(args.work, f"{tag}.{name}.log"), "w")  # noqa: E731
+    try:
+        target = None
+        if not system.startswith("ddp"):
+            servers, target = start_servers(args, cluster, system, log)
+        common = [f"--model={model}", f"--level={level}", f"--system={system}", f"--iterations={args.iterations}",
+                  f"--global_batch={args.global_batch}", f"--ms_per_sample_1core={args.ms_per_sample_1core}",
+                  f"--step_iterations={args.step_iterations}", f"--dataset={args.dataset}"]
+        for r in range(WORKERS):
+            where = [f"--master={cluster.addr['w0']}"] if target is None else [f"--server={target}"]
+            env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+            workers.append(subprocess.Popen(cluster.command(f"w{r}", [
+                sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common]),
+                stdout=subprocess.PIPE, stderr=log(f"w{r}"), text=True, env=env))
+        results = []
+        deadline = time.monotonic() + args.timeout
+        for r, p in enumerate(workers):
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if p.returncode != 0:
+                raise RuntimeError(f"{tag}: worker {r} failed ({p.returncode}); see {args.work}/{tag}.w{r}.log")
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for p in workers + servers:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in workers + servers:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        cluster.close()
+
+
+# ------------------------------------------------------------------ figures
+
+def summarize(args, model, level, system, results, mbytes):
+    starts = [r["start"] for r in results[0]["rows"]]
+    iterations = [b - a for a, b in zip(starts, starts[1:])][args.skip:]
+    # The job's loss per iteration: every rank's loss weighted by its batch (DDP's rows carry
+    # the all-reduced one already).
+    n = min(len(r["rows"]) for r in results)
+    if system.startswith("ddp"):
+        losses = [results[0]["rows"][i]["loss"] for i in range(n)]
+    else:
+        losses = [sum(r["rows"][i]["loss"] * r["rows"][i]["batch"] for r in results) /
+                  sum(r["rows"][i]["batch"] for r in results) for i in range(n)]
+    rate = rate_bytes(args.link)
+    # Ring: each host sends and receives 2(N-1)/N x M at once. One server: N gradients in,
+    # then N models out, on its one link (a sync round's phases cannot overlap). Servers on
+    # the worker hosts: (N-1)/N x M each way per phase, the ring's total.
+    wire = {"ddp": 2 * (WORKERS - 1) / WORKERS * mbytes / rate, "omnilearn-1server": 2 * WORKERS * mbytes / rate}
+    wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
+    return {"model": model, "level": level, "system": system, "iteration_s": statistics.median(iterations),
+            "wire_s": wire[system], "batches": [r["rows"][-1]["batch"] for r in results],
+            "overruns": sum(r["overruns"] for r in results), "elapsed": [b - starts[0] for b in starts[1:]],
+            "losses": losses}
+
+
+def smoothed(losses, window=5):
+    return [statistics.mean(losses[max(0, i - window + 1):i + 1]) for i in range(len(losses))]
+
+
+def add_time_to_target(rows):
+    """mlp4: seconds until the smoothed loss first reaches the highest final smoothed loss
+    among the systems of the same level (every system reaches it)."""
+    for level in {r["level"] for r in rows if r["model"] == "mlp4"}:
+        group = [r for r in rows if r["model"] == "mlp4" and r["level"] == level]
+        target = max(smoothed(r["losses"])[-1] for r in group)
+        for r in group:
+            s = smoothed(r["losses"])
+            i = next(i for i, v in enumerate(s) if v <= target)
+            r["target_loss"] = target
+            r["time_to_target_s"] = r["elapsed"][min(i, len(r["elapsed"]) - 1)]
+
+
+def table(rows):
+    lines = ["| model | level | system | iteration | x ddp | x ddp-balanced | wire bound | x its wire | "
+             "time to target | x ddp | batches at the end | overruns |", "|---" * 12 + "|"]
+    for r in rows:
+        peers = {p["system"]: p for p in rows if p["model"] == r["model"] and p["level"] == r["level"]}
+        ratio = lambda key, system: (f"{r[key] / peers[system][key]:.2f}"  # noqa: E731
+                                     if system in peers and key in r and key in peers[system] else "")
+        ttt = f"{r['time_to_target_s']:.1f} s" if "time_to_target_s" in r else ""
+        lines.append(f"| {r['model']} | {r['level']} | {r['system']} | {1000 * r['iteration_s']:.0f} ms | "
+                     f"{ratio('iteration_s', 'ddp')} | {ratio('iteration_s', 'ddp-balanced')} | "
+                     f"{1000 * r['wire_s']:.0f} ms | {r['iteration_s'] / r['wire_s']:.2f} | {ttt} | "
+                     f"{ratio('time_to_target_s', 'ddp')} | {','.join(map(str, r['batches']))} | {r['overruns']} |")
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cases = sorted({(r["model"], r["level"]) for r in rows}, key=lambda c: (list(MODELS).index(c[0]), c[1]))
+    fig, (bars, curves) = plt.subplots(1, 2, figsize=(14, 5))
+    width = 0.8 / len(SYSTEMS)
+    for k, system in enumerate(SYSTEMS):
+        ys = []
+        for case in cases:
+            base = next((r for r in rows if (r["model"], r["level"]) == case and r["system"] == "ddp-balanced"), None)
+            mine = next((r for r in rows if (r["model"], r["level"]) == case and r["system"] == system), None)
+            ys.append(mine["iteration_s"] / base["iteration_s"] if mine and base else 0)
+        bars.bar([i + k * width for i in range(len(cases))], ys, width, label=system)
+    bars.axhline(1.0, color="k", lw=0.5)
+    bars.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
+    bars.set_xticklabels([f"{m}\n{lvl}" for m, lvl in cases], fontsize=7)
+    bars.set_ylabel("iteration time / ddp-balanced's")
+    bars.legend(fontsize=7)
+    for r in rows:
+        if r["model"] == "mlp4" and r["level"] == "HL8":
+            curves.plot(r["elapsed"][:len(r["losses"])], smoothed(r["losses"])[:len(r["elapsed"])],
+                        label=r["system"])
+    curves.set_xlabel("seconds")
+    curves.set_ylabel("training loss (mlp4, HL8, smoothed)")
+    curves.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ------------------------------------------------------------------ main
+
+def parse():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for hidden in ("--worker", ):
+        ap.add_argument(hidden, action="store_true", help=argparse.SUPPRESS)
+    for hidden, kind in (("--rank", int), ("--master", str), ("--server", str), ("--model", str),
+                         ("--level", str), ("--system", str), ("--ms_per_sample_1core", float)):
+        ap.add_argument(hidden, type=kind, help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="mlp4 at HL8, every system, few iterations")
+    ap.add_argument("--models", default="mlp4,mlp40,resnet18,gpt2")
+    ap.add_argument("--levels", default="HL1,HL4,HL8,dynamic")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--link", default="1gbit")
+    ap.add_argument("--compute_ratio", type=float, default=1.0,
+                    help="balanced compute per iteration over the ring's wire time")
+    ap.add_argument("--global_batch", type=int, default=128)
+    ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--step_iterations", type=int, default=8, help="dynamic: iterations per level")
+    ap.add_argument("--dataset", type=int, default=1 << 16)
+    ap.add_argument("--skip", type=int, default=10, help="first iterations left out (joins, the controller's start)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    args = ap.parse_args()
+    if args.quick:
+        args.models, args.levels, args.iterations, args.skip = "mlp4", "HL8", 24, 10
+    return args
+
+
+def main():
+    args = parse()
+    if args.worker:
+        return worker_main(args)
+    os.makedirs(args.out, exist_ok=True)
+    args.work = os.path.join(args.out, "peers-logs")
+    os.makedirs(args.work, exist_ok=True)
+    rows = []
+    for model in args.models.split(","):
+        mbytes = model_bytes(model)
+        ring_s = 2 * (WORKERS - 1) / WORKERS * mbytes / rate_bytes(args.link)
+        # The balanced compute (B samples over the levels' 48 cores) equals the ring's time.
+        args.ms_per_sample_1core = args.compute_ratio * 1000 * ring_s * sum(LEVELS["HL1"]) / args.global_batch
+        for level in args.levels.split(","):
+            # Dynamic: every level of the schedule for --step_iterations, a global epoch each.
+            run = argparse.Namespace(**vars(args))
+            if level == "dynamic":
+                run.iterations = len(DYNAMIC) * args.step_iterations
+                run.dataset = args.global_batch * args.step_iterations
+            for system in args.systems.split(","):
+                t = time.monotonic()
+                r = summarize(run, model, level, system, one_run(run, model, level, system), mbytes)
+                rows.append(r)
+                print(f"{model:>8} {level:>7} {system:<20} iteration {1000 * r['iteration_s']:7.0f} ms "
+                      f"(wire bound {1000 * r['wire_s']:.0f} ms) batches {r['batches']} overruns {r['overruns']} "
+                      f"[{time.monotonic() - t:.0f} s]", flush=True)
+    add_time_to_target(rows)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump({"link": args.link, "global_batch": args.global_batch, "iterations": args.iterations,
+                   "compute_ratio": args.compute_ratio, "rows": rows}, f, indent=1)
+    text = table(rows)
+    with open(os.path.join(args.out, "peers.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    plot(rows, os.path.join(args.out, "peers.png"))
+    print(f"results: {args.out}/peers.json, peers.md, peers.png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
