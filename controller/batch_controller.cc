@@ -242,6 +242,7 @@ void BatchController::FoldWindow(Worker& w) {
       if (w.history.size() > kMaxObservations) w.history.erase(w.history.begin());
     }
   }
+  w.window_fresh = count > 0;
   if (count > 0) {
     w.last_window_seconds = total / count;
     w.last_window_batch = w.window.size() == 1 ? w.window.begin()->first : 0;
@@ -499,6 +500,7 @@ void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches,
     next.total += b;
   }
   next.adjustment = plan_.adjustment;
+  next.reverts = plan_.reverts;
   next.changes = plan_.changes + (changed ? 1 : 0);
   next.changed = changed;
   next.predicted_spread = Spread(models, batches);
@@ -506,6 +508,7 @@ void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches,
 }
 
 void BatchController::Replan() {
+  trial_.Reset();
   const auto models = Models();
   if (options_.policy == Policy::kOmniLearn) {
     SetPlan(SolveEqualTime(models), models);
@@ -543,6 +546,8 @@ void BatchController::Replan() {
 }
 
 const BatchPlan& BatchController::Adjust() {
+  std::map<WorkerId, std::vector<Observation>> before;
+  for (const auto& [id, w] : workers_) before[id] = w.history;
   for (auto& [id, w] : workers_) {
     w.remembered_batch = 0;  // from now on the measurements speak
     FoldWindow(w);
@@ -567,17 +572,66 @@ const BatchPlan& BatchController::Adjust() {
     case Policy::kPaper:
       SetPlan(PaperRule(), models);
       break;
-    case Policy::kOmniLearn: {
-      const auto candidate = SolveEqualTime(models);
-      const double now = Spread(models, current);
-      const double next = Spread(models, candidate);
-      const double band = EffectiveDeadband(models);
-      const bool adopt = now > 1 + band && now - next > band / 2;
-      SetPlan(adopt ? candidate : current, models);
+    case Policy::kOmniLearn:
+      AdjustOmniLearn(current, before);
       break;
-    }
   }
   return plan_;
+}
+
+std::optional<double> BatchController::WindowThroughput(const std::map<WorkerId, int64_t>& current) const {
+  const std::map<WorkerId, double> links = ChargedLinks();
+  double slowest = 0;
+  for (const auto& [id, w] : workers_) {
+    if (!w.window_fresh || w.last_window_batch != current.at(id)) return std::nullopt;
+    const double link = options_.balance == Balance::kIteration ? links.at(id) : 0;
+    slowest = std::max(slowest, w.last_window_seconds + link);
+  }
+  if (!(slowest > 0)) return std::nullopt;
+  return static_cast<double>(FeasibleTotal()) / slowest;
+}
+
+bool BatchController::TimesAsBefore(const std::map<WorkerId, std::vector<Observation>>& before) const {
+  for (const auto& [id, w] : workers_) {
+    auto it = before.find(id);
+    if (it == before.end() || it->second.empty() || !w.window_fresh) return false;
+    Worker then = w;
+    then.history = it->second;
+    const TimeModel m = FitModel(then);
+    const double predicted = m.a + m.c * w.last_window_batch;
+    if (std::abs(w.last_window_seconds - predicted) > options_.change_threshold * predicted) return false;
+  }
+  return true;
+}
+
+void BatchController::AdjustOmniLearn(const std::map<WorkerId, int64_t>& current,
+                                      const std::map<WorkerId, std::vector<Observation>>& before) {
+  auto models = Models();
+  const double band = EffectiveDeadband(models);
+  const std::optional<double> throughput = WindowThroughput(current);
+  if (options_.revert_worse_plans && throughput &&
+      trial_.Measured(*throughput, band) == PlanTrial::Verdict::kWorse) {
+    if (TimesAsBefore(trial_histories_)) {
+      // Noise: the models from before the change predict this window; what the change
+      // detector learnt from the burst goes, and so does the plan it made.
+      for (auto& [id, w] : workers_) w.history = trial_histories_.at(id);
+      trial_.Reverted();
+      SetPlan(trial_.previous(), Models());
+      plan_.reverted = true;
+      ++plan_.reverts;
+      return;
+    }
+    trial_.Kept();  // a real change: every plan is slower now
+  }
+  const auto candidate = SolveEqualTime(models);
+  const double now = Spread(models, current);
+  const double next = Spread(models, candidate);
+  const bool adopt = now > 1 + band && now - next > band / 2;
+  if (adopt && candidate != current && options_.revert_worse_plans) {
+    trial_.Replaced(current);
+    trial_histories_ = before;
+  }
+  SetPlan(adopt ? candidate : current, models);
 }
 
 }  // namespace controller

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/worker_id.h"
+#include "controller/plan_trial.h"
 
 namespace omnilearn {
 namespace controller {
@@ -77,6 +79,12 @@ struct ControllerOptions {
   // baseline. Queueing behind the others on a shared server link, or noise, is not a slower
   // link: equal links keep equal batches; a link truly slower still costs its worker samples.
   double link_band = 0.25;
+  // kOmniLearn: a new plan whose first window of rounds delivers less throughput than the
+  // plan before did (beyond the dead-band in force: PlanTrial) is reverted when the time
+  // models from before the change predict that window (the workers run as before: the
+  // change came from noise, a burst of slow steps), and the time histories from before the
+  // change come back. A worker that really changed speed keeps the new plan.
+  bool revert_worse_plans = true;
 };
 
 struct WorkerLimits {
@@ -106,6 +114,10 @@ struct BatchPlan {
   uint64_t adjustment = 0;           // how many times Adjust() ran
   uint64_t changes = 0;              // how many adjustments changed a batch
   bool changed = false;              // whether the last Adjust() changed a batch
+  // The last Adjust() went back to the plan before (a new plan measured worse: PlanTrial),
+  // and how many times that happened.
+  bool reverted = false;
+  uint64_t reverts = 0;
   double predicted_spread = 1.0;     // of the plan, by the controller's time model
 
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
@@ -182,8 +194,9 @@ class BatchController {
     int64_t remembered_batch = 0; // kPaper: its batch before a restart, until the next Adjust
     std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
     std::vector<Observation> history;        // newest last, distinct batches
-    double last_window_seconds = 0;          // mean time of the last window (kPaper)
+    double last_window_seconds = 0;          // mean time of the last window (kPaper, trials)
     int64_t last_window_batch = 0;
+    bool window_fresh = false;               // the last Adjust's window had reports
     double link_sum = 0;                     // link times reported since the last Adjust
     int link_count = 0;
     double link_seconds = 0;                 // smoothed link time; valid when link_count_total > 0
@@ -222,10 +235,25 @@ class BatchController {
   void SetPlan(const std::map<WorkerId, int64_t>& batches,
                const std::map<WorkerId, TimeModel>& models);
   void Replan();  // forced redistribution (membership or ceilings changed)
+  // kOmniLearn's step of Adjust: the trial's verdict on the window just folded, else the
+  // equal-time plan when it beats the current one by the dead-band. `before`: the workers'
+  // histories before this window was folded.
+  void AdjustOmniLearn(const std::map<WorkerId, int64_t>& current,
+                       const std::map<WorkerId, std::vector<Observation>>& before);
+  // Samples per second of the window just folded, when every worker reported in it at its
+  // batch of `current`: the global batch over the slowest worker's time (link included
+  // with Balance::kIteration).
+  std::optional<double> WindowThroughput(const std::map<WorkerId, int64_t>& current) const;
+  // Whether the time models fitted on `before` predict every worker's window just folded
+  // (within change_threshold): the workers run as they did before.
+  bool TimesAsBefore(const std::map<WorkerId, std::vector<Observation>>& before) const;
 
   ControllerOptions options_;
   std::map<WorkerId, Worker> workers_;
   BatchPlan plan_;
+  PlanTrial trial_;
+  // The workers' histories before the window that led to the plan on trial.
+  std::map<WorkerId, std::vector<Observation>> trial_histories_;
 };
 
 }  // namespace controller

@@ -14,6 +14,9 @@ ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
 ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
 ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
+ABSL_FLAG(bool, revert_worse_plans, true,
+          "omnilearn: go back to the plan before when a new plan's first rounds deliver less and the workers' "
+          "times are what they were before the change (the change came from noise)");
 
 namespace omnilearn {
 namespace controller {
@@ -41,6 +44,7 @@ absl::StatusOr<ControllerFlags> ControllerFromFlags() {
   f.options.min_batch = absl::GetFlag(FLAGS_min_batch);
   f.options.max_batch = absl::GetFlag(FLAGS_max_batch);
   f.options.deadband = absl::GetFlag(FLAGS_deadband);
+  f.options.revert_worse_plans = absl::GetFlag(FLAGS_revert_worse_plans);
   f.adjust_every = absl::GetFlag(FLAGS_adjust_every);
   return f;
 }

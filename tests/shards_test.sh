@@ -84,7 +84,7 @@ print('close' if abs(m1 - m3) <= 1.0 else 'apart', round(m1, 2), round(m3, 2))")
 done
 # bfloat16 on the wire, sharded: the coordinator's Join chooses it, every slice travels so.
 bf16=$(job sync-bf16-three sync 3 --wire_dtype=bf16)
-grep -q "wire=bf16" "$WORK/sync-bf16-three.server.log" || fail "bf16: the coordinator does not run bf16"
+grep -q "wire=bfloat16" "$WORK/sync-bf16-three.server.log" || fail "bf16: the coordinator does not run bf16"
 echo "sync, three shards, bfloat16 on the wire: ${bf16}% (float32: ${sync_three}%)"
 python3 -c "import sys; sys.exit(abs($bf16 - $sync_three) > 1.0)" ||
   fail "bf16: three shards reached ${bf16}%, ${sync_three}% in float32 (more than 1 point apart)"
