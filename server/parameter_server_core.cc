@@ -349,7 +349,7 @@ void ParameterServerCore::CountAdjustmentTick() {
       options_.adjust_every * (options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount()));
   if (ticks_since_adjust_ >= every) {
     ticks_since_adjust_ = 0;
-    controller_.Adjust();
+    if (controller_.Adjust().reverted) metrics_.plan_reverts.Increment();
     metrics_.adjustments.Increment();
   }
 }
@@ -850,6 +850,8 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.rounds = stats_.rounds();
   s.adjustments = controller_.plan().adjustment;
   s.plan_changes = controller_.plan().changes;
+  s.plan_reverts = controller_.plan().reverts;
+  s.plan_reverted = controller_.plan().reverted;
   s.predicted_spread = controller_.plan().predicted_spread;
   s.global_samples = stats_.global_samples();
   s.parameter_count = store_.initialized() ? store_.layout().total_elements() : 0;

@@ -169,6 +169,8 @@ struct ServerSnapshot {
   uint64_t rounds = 0;
   uint64_t adjustments = 0;
   uint64_t plan_changes = 0;     // adjustments that changed a batch (and membership re-plans)
+  uint64_t plan_reverts = 0;     // of them, plans taken back (noise made them: BatchPlan::reverted)
+  bool plan_reverted = false;    // the plan in force is one taken back
   double predicted_spread = 1;   // of the plan in force, by the controller's time model
   uint64_t global_samples = 0;
   uint64_t parameter_count = 0;

@@ -43,6 +43,10 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       adjustments(r.AddCounter("omnilearn_controller_adjustments_total",
                                "Times the batch controller ran (each may keep or change the plan).")
                       .Add({})),
+      plan_reverts(r.AddCounter("omnilearn_controller_plan_reverts_total",
+                                "Plans the controller took back: their first rounds delivered less than the plan "
+                                "before, and the workers' times were as before the change (noise).")
+                       .Add({})),
       workers(r.AddGauge("omnilearn_workers", "Workers by state (active, pending, dropped, left).", {"state"})),
       train_loss(r.AddGauge("omnilearn_train_loss", "Training loss in the last push.").Add({})),
       test_accuracy(r.AddGauge("omnilearn_test_accuracy", "Last test accuracy a worker reported (0..1).")),

@@ -29,6 +29,7 @@ struct ServerMetrics {
   metrics::Histogram& round_wait_seconds;
   metrics::Histogram& staleness;
   metrics::Counter& adjustments;
+  metrics::Counter& plan_reverts;
   metrics::Family<metrics::Gauge>& workers;  // {state}
   metrics::Gauge& train_loss;
   // Series of their own only once a figure exists: absent before, never a made-up 0.

@@ -73,8 +73,8 @@ int64_t PeakRssBytes() {
 }
 
 std::string AdjustmentLine(const ServerSnapshot& s) {
-  std::string out = absl::StrFormat("plan %d (adj %d) v=%-6d spread %.2f", s.plan_changes, s.adjustments, s.version,
-                                    s.predicted_spread);
+  std::string out = absl::StrFormat("plan %d (adj %d) v=%-6d spread %.2f%s", s.plan_changes, s.adjustments, s.version,
+                                    s.predicted_spread, s.plan_reverted ? " reverted (the plan before: noise)" : "");
   for (const WorkerSnapshot& w : s.workers) {
     if (w.state == WorkerState::kLeft) continue;
     // The new plan's batch with the time the controller predicts for it; the last measured

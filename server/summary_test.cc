@@ -50,6 +50,9 @@ TEST_CASE("the plan line shows each new batch with its predicted time, the last 
   REQUIRE(line.find("| w0 b=26 ~8.5ms (was 8.7ms) overruns=3 |") != std::string::npos);
   REQUIRE(line.find("| w1 b=6 (was 8.7ms) |") != std::string::npos);
   REQUIRE(ProgressLine(s, 0, absl::Seconds(1)).find("| 3 emulation overruns") != std::string::npos);
+  REQUIRE(line.find("reverted") == std::string::npos);
+  s.plan_reverted = true;  // the controller took a plan back: the line says so
+  REQUIRE(AdjustmentLine(s).find("spread 1.00 reverted (the plan before: noise) |") != std::string::npos);
 }
 
 }  // namespace
