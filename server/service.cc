@@ -308,7 +308,7 @@ void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::Joi
   if (wire_dtype_ != v1::WIRE_DTYPE_F32 && std::find(offered.begin(), offered.end(), wire_dtype_) != offered.end()) {
     response->set_wire_dtype(wire_dtype_);
   }
-  response->set_push_trailer(shards_ == nullptr);  // a sharded push goes whole, slice by slice
+  response->set_push_trailer(true);  // sharded too: each slice's stream carries its pieces, then a trailer
 }
 
 absl::Status ParameterServerService::CheckWireDtype(v1::WireDtype dtype) const {

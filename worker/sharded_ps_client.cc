@@ -1,6 +1,7 @@
 #include "worker/sharded_ps_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -62,6 +63,15 @@ absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, cons
   for (int s = 0; s < map_->shards(); ++s) {
     gradient_[s].resize(map_->slice_elements(s));
     weights_[s].resize(map_->slice_elements(s));
+  }
+  pieces_.assign(layout.tensors().size(), {});
+  for (int s = 0; s < map_->shards(); ++s) {
+    int64_t offset = 0;
+    const std::vector<ShardPiece>& slice = map_->slice(s);
+    for (int i = 0; i < static_cast<int>(slice.size()); ++i) {
+      pieces_[slice[i].tensor].push_back(PieceRef{s, i, offset, slice[i].flat, slice[i].size()});
+      offset += slice[i].size();
+    }
   }
   have_.assign(map_->shards(), kNoVersion);
   assembled_.reset();
@@ -149,6 +159,13 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
   });
   if (!s.ok()) return s;
   shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
+  return Assemble(push, reply, moved, model_version, weights);
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::Assemble(const PushedStep& push, const PushReply& reply,
+                                                    const std::vector<uint64_t>& moved, uint64_t* model_version,
+                                                    absl::Span<float> weights) {
+  const int n = map_->shards();
   if (reply.action != Action::kContinue || moved[0] == kNoVersion) return reply;  // the model did not move
   const uint64_t version = moved[0];
   if (std::all_of(moved.begin(), moved.end(), [version](uint64_t v) { return v == version; })) {
@@ -174,11 +191,114 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
   return reply;
 }
 
-absl::StatusOr<std::unique_ptr<PushStream>> ShardedPsClient::StartPushPull(const PushedStep& push,
+// One PushPull stream per slice (ShardedPsClient::StartPushPull). Used by one thread.
+class ShardedPushStream : public PushStream {
+ public:
+  ShardedPushStream(ShardedPsClient* client, PushedStep push, absl::Span<const float> gradient,
+                    std::vector<std::unique_ptr<PushStream>> slices)
+      : client_(client), push_(std::move(push)), gradient_(gradient), slices_(std::move(slices)) {}
+
+  void Send(const std::vector<int>& tensors) override {
+    std::vector<std::vector<int>> by_slice(slices_.size());
+    for (int t : tensors) {
+      for (const ShardedPsClient::PieceRef& p : client_->pieces_[t]) {
+        std::memcpy(client_->gradient_[p.slice].data() + p.slice_offset, gradient_.data() + p.flat,
+                    p.size * sizeof(float));
+        by_slice[p.slice].push_back(p.index);
+      }
+    }
+    for (size_t s = 0; s < slices_.size(); ++s) {
+      if (!by_slice[s].empty()) slices_[s]->Send(by_slice[s]);
+    }
+  }
+
+  absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
+                                        absl::Span<float> weights) override {
+    const int n = static_cast<int>(slices_.size());
+    std::vector<uint64_t> moved(n, kNoVersion);
+    std::vector<double> held(n, 0);
+    PushReply reply;
+    absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
+      uint64_t v = kNoVersion;
+      absl::StatusOr<PushReply> r = slices_[i]->FinishEarly(end, &v, absl::MakeSpan(client_->weights_[i]));
+      if (!r.ok()) return r.status();
+      moved[i] = v;
+      held[i] = r->held_seconds;
+      if (i == 0) reply = *r;
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
+    client_->shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
+    weights_ = weights;
+    if (reply.action != Action::kContinue || moved[0] == kNoVersion) return reply;  // nothing arrives
+    if (std::any_of(moved.begin(), moved.end(), [&](uint64_t v) { return v != moved[0]; })) {
+      // A slice came at another version (async: another worker's step reached it first):
+      // the whole model now, every slice at least at the coordinator's version.
+      if (absl::Status a = AwaitSlices(); !a.ok()) return a;
+      return client_->Assemble(push_, reply, moved, model_version, weights);
+    }
+    client_->have_.assign(n, moved[0]);  // the usual round: every slice at one version, arriving
+    client_->assembled_ = moved[0];
+    *model_version = moved[0];
+    arriving_ = true;
+    placed_.assign(n, {});
+    for (int i = 0; i < n; ++i) placed_[i].assign(client_->map_->slice(i).size(), false);
+    return reply;
+  }
+
+  bool AwaitTensor(int t) override {
+    if (!arriving_) return true;
+    for (const ShardedPsClient::PieceRef& p : client_->pieces_[t]) {
+      if (placed_[p.slice][p.index]) continue;
+      if (!slices_[p.slice]->AwaitTensor(p.index)) return false;
+      std::memcpy(weights_.data() + p.flat, client_->weights_[p.slice].data() + p.slice_offset, p.size * sizeof(float));
+      placed_[p.slice][p.index] = true;
+    }
+    return true;
+  }
+
+  absl::Status AwaitModel() override {
+    if (absl::Status s = AwaitSlices(); !s.ok()) return s;
+    if (arriving_) {
+      for (int i = 0; i < static_cast<int>(slices_.size()); ++i) {
+        client_->map_->Scatter(i, client_->weights_[i], weights_);
+      }
+      arriving_ = false;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status AwaitSlices() {
+    absl::Status first;
+    for (auto& s : slices_) {
+      absl::Status a = s->AwaitModel();
+      if (first.ok() && !a.ok()) first = a;
+    }
+    return first;
+  }
+
+  ShardedPsClient* client_;
+  const PushedStep push_;
+  absl::Span<const float> gradient_;
+  std::vector<std::unique_ptr<PushStream>> slices_;
+  absl::Span<float> weights_;  // the caller's model, after FinishEarly
+  bool arriving_ = false;      // the slices' models are on their way
+  std::vector<std::vector<bool>> placed_;  // pieces already in weights_
+};
+
+absl::StatusOr<std::unique_ptr<PushStream>> ShardedPsClient::StartPushPull(const PushedStep& step,
                                                                            const ModelLayout& layout,
                                                                            absl::Span<const float> gradient) {
-  if (!map_.has_value()) return coordinator_->StartPushPull(push, layout, gradient);
-  return absl::UnimplementedError("a sharded job's pushes go whole, slice by slice");
+  if (!map_.has_value()) return coordinator_->StartPushPull(step, layout, gradient);
+  const PushedStep push = WithShardHold(step);
+  std::vector<std::unique_ptr<PushStream>> slices;
+  for (int i = 0; i < map_->shards(); ++i) {
+    absl::StatusOr<std::unique_ptr<PushStream>> s = client(i)->StartPushPull(push, map_->slice_layout(i), gradient_[i]);
+    if (!s.ok()) return s.status();  // the streams opened so far cancel as they go
+    slices.push_back(*std::move(s));
+  }
+  return std::unique_ptr<PushStream>(new ShardedPushStream(this, push, gradient, std::move(slices)));
 }
 
 }  // namespace worker

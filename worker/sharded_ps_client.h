@@ -2,7 +2,10 @@
 // coordinator as the plain client does, and when the coordinator's Join answer names
 // shards, it cuts every gradient into slices (common/shard_map.h), pushes each slice to its
 // server in parallel (the coordinator's carries the step report and decides), and puts the
-// model back together from every slice. Without a shard map it passes every call through.
+// model back together from every slice. A streamed push (StartPushPull) opens one stream
+// per slice: each tensor's pieces leave for their slices as backward finishes it, and the
+// model's tensors are whole as soon as their pieces arrived. Without a shard map it passes
+// every call through.
 #ifndef OMNILEARN_WORKER_SHARDED_PS_CLIENT_H_
 #define OMNILEARN_WORKER_SHARDED_PS_CLIENT_H_
 
@@ -45,6 +48,19 @@ class ShardedPsClient : public PsClient {
   int shards() const { return map_.has_value() ? map_->shards() : 1; }
 
  private:
+  friend class ShardedPushStream;
+  // Where a model tensor's pieces lie: slice, the piece's index in the slice's layout, its
+  // offset in the slice's flat vector and in the model's, its size.
+  struct PieceRef {
+    int slice = 0;
+    int index = 0;
+    int64_t slice_offset = 0, flat = 0, size = 0;
+  };
+  // After a PushPull's replies: the model at the coordinator's version from every slice's
+  // reply (`moved`: the version each brought, kNoVersion for none), pulling the slices that
+  // came at another. Returns the reply to give.
+  absl::StatusOr<PushReply> Assemble(const PushedStep& push, const PushReply& reply, const std::vector<uint64_t>& moved,
+                                     uint64_t* model_version, absl::Span<float> weights);
   // `push` with the shards' hold of the previous push (StepReport::shard_held_seconds).
   PushedStep WithShardHold(const PushedStep& push) const;
   // The client of slice s (0: the coordinator).
@@ -58,10 +74,11 @@ class ShardedPsClient : public PsClient {
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<PsClient>> shard_clients_;
   std::vector<std::vector<float>> gradient_, weights_;  // per slice
+  std::vector<std::vector<PieceRef>> pieces_;           // by model tensor
   std::vector<uint64_t> have_;                          // the version of each slice in the model
-  std::optional<uint64_t> assembled_;
+  std::optional<uint64_t> assembled_;                   // the version the caller's model was put together at
   // The longest a shard held the last push (the next push reports it to the coordinator).
-  double shard_held_seconds_ = 0;                   // the version the caller's model was put together at
+  double shard_held_seconds_ = 0;
 };
 
 }  // namespace worker
