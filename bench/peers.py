@@ -151,6 +151,66 @@ def tokens(idx, length=16):
     return seq[:, :-1], seq[:, 1:]
 
 
+def stages_of(name, model):
+    """The modules whose outputs mark the emulated device's progress through a step (--timing=layers)."""
+    if name.startswith("mlp"):
+        return [m for m in model if hasattr(m, "weight")]
+    if name == "resnet18":
+        return [model.conv1, model.layer1, model.layer2, model.layer3, model.layer4, model.fc]
+    return list(model.blocks)
+
+
+class Pacer:
+    """--timing=layers: the emulated device's step spread over the model's stages. After stage
+    k's forward the step waits until k+1 of K shares of the forward time have passed since it
+    began, and in backward, before stage k's gradients are computed, until K-k shares of the
+    backward time have (forward a third of the step, backward two thirds): gradients become
+    final stage by stage, last first, as on a device, and the communication that can overlap
+    them does. Real compute is absorbed in the waits; so are waits for a model still arriving
+    (`arrival`: seconds waited so far), which move the deadlines."""
+
+    def __init__(self, model, stages, arrival=lambda: 0.0):
+        import torch
+        pacer = self
+
+        class Delay(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, k):
+                ctx.k = k
+                pacer.wait(pacer.t0 + (k + 1) / pacer.k * pacer.forward_s)
+                return x.view_as(x)
+
+            @staticmethod
+            def backward(ctx, g):
+                pacer.wait(pacer.tb + (pacer.k - ctx.k) / pacer.k * pacer.backward_s)
+                return g, None
+
+        self.k, self.arrival = len(stages), arrival
+        self.t0 = self.tb = self.forward_s = self.backward_s = self.waited0 = 0.0
+        for k, stage in enumerate(stages):
+            stage.register_forward_hook(lambda _m, _i, out, k=k: Delay.apply(out, k))
+
+    def wait(self, deadline):
+        late = deadline + self.arrival() - self.waited0 - time.perf_counter()
+        if late > 0:
+            time.sleep(late)
+
+    def forward(self, seconds):
+        """A step of `seconds` begins (its forward now)."""
+        self.t0, self.waited0 = time.perf_counter(), self.arrival()
+        self.forward_s, self.backward_s = seconds / 3, 2 * seconds / 3
+
+    def backward(self):
+        self.tb, self.waited0 = time.perf_counter(), self.arrival()
+
+
+def step_seconds(args, level, rank, batch, rng):
+    """The emulated device's time for a step of `batch` samples at `level`."""
+    ms_per_sample = args.ms_per_sample_1core / LEVELS[level][rank]
+    factor = min(1.5, max(0.5, rng.gauss(1.0, JITTER)))
+    return factor * (FIXED_MS + ms_per_sample * batch) / 1000
+
+
 def loss_of(model, x, y):
     import torch
     out = model(x)
@@ -201,15 +261,23 @@ def real_indices(samples, batch, cap, offset):
     return [int(i) for i in idx][:cap or batch]
 
 
+def ddp_batches(args, level):
+    if args.system == "ddp-balanced":
+        return balanced_batches(level, args.global_batch)
+    return [args.global_batch // WORKERS] * WORKERS
+
+
 def ddp_main(args):
     import torch
     import torch.distributed as dist
-    from omnilearn.emulation import EmulatedDevice
     torch.set_num_threads(1)
-    model, batch_of = build(args.model)
-    cap = MODELS[args.model][0]
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{DDP_PORT}", rank=args.rank,
                             world_size=WORKERS)
+    if args.timing == "layers":
+        return ddp_layers(args)
+    from omnilearn.emulation import EmulatedDevice
+    model, batch_of = build(args.model)
+    cap = MODELS[args.model][0]
     params = [p for p in model.parameters()]
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     device = EmulatedDevice(device_text(args, args.rank), seed=args.rank)
@@ -217,8 +285,7 @@ def ddp_main(args):
     rows = []
     for it in range(args.iterations):
         level = level_at(args, it)
-        batches = balanced_batches(level, args.global_batch) if args.system == "ddp-balanced" else \
-            [args.global_batch // WORKERS] * WORKERS
+        batches = ddp_batches(args, level)
         b = batches[args.rank]
         t0 = time.perf_counter()
         first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
@@ -242,6 +309,38 @@ def ddp_main(args):
     return rows, device.overruns
 
 
+def ddp_layers(args):
+    """DistributedDataParallel itself (its buckets all-reduced while backward runs), the
+    device's time paced over the model's stages; balanced batches weight each rank's loss by
+    b_k N / B, so that DDP's mean of the gradients is the global batch's."""
+    import random
+    import torch
+    import torch.distributed as dist
+    model, batch_of = build(args.model)
+    cap = MODELS[args.model][0]
+    pacer = Pacer(model, stages_of(args.model, model))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM)
+    rng = random.Random(args.rank)
+    rows = []
+    for it in range(args.iterations):
+        level = level_at(args, it)
+        batches = ddp_batches(args, level)
+        b = batches[args.rank]
+        t0 = time.perf_counter()
+        first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
+        x, y = batch_of(real_indices(None, b, cap, first))
+        pacer.forward(step_seconds(args, level, args.rank, b, rng))
+        loss = loss_of(ddp, x, y)
+        pacer.backward()
+        (loss * (b * WORKERS / args.global_batch)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        rows.append({"start": t0, "batch": b, "loss": loss.item()})
+    dist.destroy_process_group()
+    return rows, 0
+
+
 def omnilearn_main(args):
     import torch
     from omnilearn.worker import Worker
@@ -249,17 +348,29 @@ def omnilearn_main(args):
     model, batch_of = build(args.model)
     cap = MODELS[args.model][0]
     rows = []
+    layers = args.timing == "layers"
+    import random
+    rng = random.Random(args.rank)
     with Worker(args.server, model, name=f"w{args.rank}", max_iterations=args.iterations,
-                dataset_size=args.dataset, emulate_device=device_text(args, args.rank), rpc_timeout=300,
-                connect_timeout=120, log=lambda _: None) as w:
+                dataset_size=args.dataset, emulate_device=None if layers else device_text(args, args.rank),
+                rpc_timeout=300, connect_timeout=120, bucket_mb=args.bucket_mb, overlap_pull=bool(args.overlap_pull),
+                log=lambda _: None) as w:
+        pacer = Pacer(model, stages_of(args.model, model), lambda: w.arrival_wait_seconds) if layers else None
         for step in w:
             t0 = time.perf_counter()
             samples = step.samples.tolist() if step.samples is not None else None
             x, y = batch_of(real_indices(samples, step.batch_size, cap, 0))
+            if pacer is not None:
+                level = DYNAMIC[min(step.epoch, len(DYNAMIC) - 1)] if args.level == "dynamic" else args.level
+                pacer.forward(step_seconds(args, level, args.rank, step.batch_size, rng))
             loss = loss_of(model, x, y)
+            if pacer is not None:
+                pacer.backward()
             loss.backward()
+            t1 = time.perf_counter()
             w.push(loss)
-            rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item()})
+            rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item(),
+                         "push_s": time.perf_counter() - t1})
         overruns = w.emulation.overruns if w.emulation is not None else 0
     return rows, overruns
 
@@ -311,6 +422,8 @@ def one_run(args, model, level, system):
         if not system.startswith("ddp"):
             servers, target = start_servers(args, cluster, system, log)
         common = [f"--model={model}", f"--level={level}", f"--system={system}", f"--iterations={args.iterations}",
+                  f"--timing={args.timing}", f"--bucket_mb={args.bucket_mb}",
+                  f"--overlap_pull={args.overlap_pull}",
                   f"--global_batch={args.global_batch}", f"--ms_per_sample_1core={args.ms_per_sample_1core}",
                   f"--step_iterations={args.step_iterations}", f"--dataset={args.dataset}"]
         for r in range(WORKERS):
@@ -341,14 +454,20 @@ def one_run(args, model, level, system):
 
 # ------------------------------------------------------------------ figures
 
+def children_cpu():
+    import resource
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 def summarize(args, model, level, system, results, mbytes):
     starts = [r["start"] for r in results[0]["rows"]]
     iterations = [b - a for a, b in zip(starts, starts[1:])][args.skip:]
     # The job's loss per iteration: every rank's loss weighted by its batch (DDP's rows carry
     # the all-reduced one already).
     n = min(len(r["rows"]) for r in results)
-    if system.startswith("ddp"):
-        losses = [results[0]["rows"][i]["loss"] for i in range(n)]
+    if system.startswith("ddp") and args.timing == "step":
+        losses = [results[0]["rows"][i]["loss"] for i in range(n)]  # all-reduced with the gradient
     else:
         losses = [sum(r["rows"][i]["loss"] * r["rows"][i]["batch"] for r in results) /
                   sum(r["rows"][i]["batch"] for r in results) for i in range(n)]
@@ -358,7 +477,9 @@ def summarize(args, model, level, system, results, mbytes):
     # the worker hosts: (N-1)/N x M each way per phase, the ring's total.
     wire = {"ddp": 2 * (WORKERS - 1) / WORKERS * mbytes / rate, "omnilearn-1server": 2 * WORKERS * mbytes / rate}
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
+    pushes = [r.get("push_s") for r in results[0]["rows"][args.skip:]]
     return {"model": model, "level": level, "system": system, "iteration_s": statistics.median(iterations),
+            "push_s": statistics.median(pushes) if None not in pushes and pushes else None,
             "wire_s": wire[system], "batches": [r["rows"][-1]["batch"] for r in results],
             "overruns": sum(r["overruns"] for r in results), "elapsed": [b - starts[0] for b in starts[1:]],
             "losses": losses}
@@ -440,8 +561,15 @@ def parse():
     ap.add_argument("--levels", default="HL1,HL4,HL8,dynamic")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--link", default="1gbit")
+    ap.add_argument("--timing", choices=("step", "layers"), default="step",
+                    help="step: the device's time waited out after the real step, gradients sent whole "
+                         "after it (DDP: one all_reduce); layers: the time spread over the model's stages, "
+                         "so that DDP all-reduces its buckets during backward and OmniLearn pushes during "
+                         "backward and receives the model during the next forward")
     ap.add_argument("--compute_ratio", type=float, default=1.0,
                     help="balanced compute per iteration over the ring's wire time")
+    ap.add_argument("--bucket_mb", type=float, default=4.0, help="OmniLearn workers' push buckets (layers)")
+    ap.add_argument("--overlap_pull", type=int, default=1, help="OmniLearn workers: the model arrives during forward")
     ap.add_argument("--global_batch", type=int, default=128)
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--step_iterations", type=int, default=8, help="dynamic: iterations per level")
@@ -460,6 +588,7 @@ def main():
     args = parse()
     if args.worker:
         return worker_main(args)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runs' finally blocks stop what they started
     os.makedirs(args.out, exist_ok=True)
     args.work = os.path.join(args.out, "peers-logs")
     os.makedirs(args.work, exist_ok=True)
@@ -476,11 +605,14 @@ def main():
                 run.iterations = len(DYNAMIC) * args.step_iterations
                 run.dataset = args.global_batch * args.step_iterations
             for system in args.systems.split(","):
-                t = time.monotonic()
+                t, cpu = time.monotonic(), children_cpu()
                 r = summarize(run, model, level, system, one_run(run, model, level, system), mbytes)
+                # What the run's processes (servers and workers, all reaped) used of the machine's cores.
+                r["cpu_busy"] = (children_cpu() - cpu) / ((time.monotonic() - t) * os.cpu_count())
                 rows.append(r)
                 print(f"{model:>8} {level:>7} {system:<20} iteration {1000 * r['iteration_s']:7.0f} ms "
                       f"(wire bound {1000 * r['wire_s']:.0f} ms) batches {r['batches']} overruns {r['overruns']} "
+                      f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
     add_time_to_target(rows)
     with open(os.path.join(args.out, "peers.json"), "w") as f:

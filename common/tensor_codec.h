@@ -19,6 +19,10 @@ namespace omnilearn {
 inline constexpr int64_t kMaxChunkBytes = 4 << 20;
 // Receive limit for one gRPC message: a chunk plus its envelope.
 inline constexpr int kMaxMessageBytes = kMaxChunkBytes + (1 << 20);
+// HTTP/2 flow-control window of one call, both ways: a call opened after compute (each
+// push, each model) starts at full speed instead of waiting for gRPC to learn the link's
+// bandwidth-delay product.
+inline constexpr int kStreamWindowBytes = 16 << 20;
 
 absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto);
 v1::ModelLayout LayoutToProto(const ModelLayout& layout);

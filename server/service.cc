@@ -99,6 +99,7 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
   // against the link, and a few of them would close it.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 4000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   grpc::ResourceQuota quota("omnilearn_server");
   quota.SetMaxThreads(max_threads);
   builder.SetResourceQuota(quota);

@@ -575,6 +575,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakePlainClient(const std::string& tar
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   return MakeGrpcPsClient(grpc::CreateCustomChannel(target, *credentials, args), options);
 }
 
