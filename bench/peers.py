@@ -15,6 +15,7 @@ models, data, emulated devices and links:
   omnilearn-1server    one omnilearn_server on a host of its own, the controller on (sync)
   omnilearn-colocated  a server on every worker host: the coordinator on w0's, a shard on each
                        other (--shards=4), the workers' default deployment on several hosts
+  omnilearn-1server-fat  (only with --systems) one server whose link is 4 x a worker's
 
 Devices at the paper's levels (core counts 12,12,12,12 / 9,9,6,24 / 6,6,4,32 for HL1/4/8) and
 the dynamic schedule HL1 -> HL2 -> HL4 -> HL8 -> HL4 -> HL1, emulated (omnilearn.emulation:
@@ -60,6 +61,8 @@ WORKERS = 4
 PORT = 50051
 DDP_PORT = 29500
 SYSTEMS = ("ddp", "ddp-balanced", "omnilearn-1server", "omnilearn-colocated")
+# Not in the default matrix (--systems=...): one server whose link is N times a worker's.
+EXTRA_SYSTEMS = ("omnilearn-1server-fat",)
 DYNAMIC = ("HL1", "HL2", "HL4", "HL8", "HL4", "HL1")
 # name: (real samples per step, 0 = the whole batch; description)
 MODELS = {"mlp4": (0, "MLP, 4 MB"), "mlp40": (16, "MLP, 40 MB"), "resnet18": (2, "ResNet-18, 45 MB"),
@@ -392,7 +395,7 @@ def start_servers(args, cluster, system, log):
     """The system's servers; returns (processes, the workers' server address)."""
     job = ["--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={args.global_batch}", f"--lr={LR}",
            f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done"]
-    if system == "omnilearn-1server":
+    if system.startswith("omnilearn-1server"):
         return [subprocess.Popen(server_command(args, cluster, "ps", None, job), stdout=log("ps"),
                                  stderr=subprocess.STDOUT)], f"{cluster.addr['ps']}:{PORT}"
     coordinator = f"{cluster.addr['w0']}:{PORT}"
@@ -413,6 +416,8 @@ def one_run(args, model, level, system):
     hosts = {f"w{i}": args.link for i in range(WORKERS)}
     if system == "omnilearn-1server":
         hosts["ps"] = args.link
+    elif system == "omnilearn-1server-fat":
+        hosts["ps"] = f"{float(args.link[:-4]) * WORKERS:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
     servers, workers = [], []
     tag = f"{model}.{level}.{system}"
@@ -477,6 +482,7 @@ def summarize(args, model, level, system, results, mbytes):
     # the worker hosts: (N-1)/N x M each way per phase, the ring's total.
     wire = {"ddp": 2 * (WORKERS - 1) / WORKERS * mbytes / rate, "omnilearn-1server": 2 * WORKERS * mbytes / rate}
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
+    wire["omnilearn-1server-fat"] = 2 * mbytes / rate  # each worker's gradient up, then the model down
     pushes = [r.get("push_s") for r in results[0]["rows"][args.skip:]]
     return {"model": model, "level": level, "system": system, "iteration_s": statistics.median(iterations),
             "push_s": statistics.median(pushes) if None not in pushes and pushes else None,
@@ -523,8 +529,9 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
     cases = sorted({(r["model"], r["level"]) for r in rows}, key=lambda c: (list(MODELS).index(c[0]), c[1]))
     fig, (bars, curves) = plt.subplots(1, 2, figsize=(14, 5))
-    width = 0.8 / len(SYSTEMS)
-    for k, system in enumerate(SYSTEMS):
+    systems = [s for s in SYSTEMS + EXTRA_SYSTEMS if any(r["system"] == s for r in rows)]
+    width = 0.8 / len(systems)
+    for k, system in enumerate(systems):
         ys = []
         for case in cases:
             base = next((r for r in rows if (r["model"], r["level"]) == case and r["system"] == "ddp-balanced"), None)

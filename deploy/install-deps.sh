@@ -27,6 +27,7 @@ PACKAGES=(
   systemd                    # systemd-analyze verify of the units
   python3-yaml               # the offline check of the Kubernetes manifests
   clang-14 libfuzzer-14-dev  # the thread-safety build and the fuzzers (tests/fuzz_test.sh)
+  clang-format               # tests/format_check.sh
   python3 curl ca-certificates openssl
 )
 

@@ -116,6 +116,7 @@ print("%.1f" % (8 * n / (time.monotonic() - t0) / 1e6), flush=True)
 ' "$to_addr" > "$out" &
   local receiver=$!
   for _ in $(seq 100); do grep -q ready "$out" && break; sleep 0.05; done
+  grep -q ready "$out" || { kill "$receiver" 2>/dev/null; die "probe: the receiver in $to did not listen within 5 s"; }
   timeout 60 ip netns exec "$prefix-$from" python3 -c '
 import socket, sys
 s = socket.create_connection((sys.argv[1], 5201)); block = b"\0" * (1 << 20)

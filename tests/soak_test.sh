@@ -43,7 +43,7 @@ phase() {  # phase MODE
   wait_for_line "$WORK/soak-$mode.server.log" "joined: training starts\|training starts with [0-9]" 1500 ||
     { tail -n 5 "$WORK/soak-$mode.server.log" >&2; fail "$mode: training did not start within 150 s"; }
   # The first round waits for 64 processes' first LibTorch step on 2 shared cores: about 13 s
-  # after "training starts" here (the same at this test's older commits), so a 15 s window
+  # after "training starts" here (the same at this test's older commits), so a progress window
   # that began with the barrier could close before it. It gets its own bound: the round
   # timeout (20 s) and more.
   local version_of='import json, sys; print(json.load(sys.stdin)["model_version"])'
@@ -53,16 +53,17 @@ phase() {  # phase MODE
     now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
   done
   [ "$now" != 0 ] || { keep_logs "$mode"; fail "$mode: no round closed within 90 s of the start"; }
-  # Progress all along, for the phase: the model version (GetStatus) moves again within
-  # 15 s each time it is looked at.
+  # Progress all along, for the phase: the model version (GetStatus) moves again each time it
+  # is looked at. Not a speed: a round that cannot close within --round_timeout_s (20 s) goes
+  # on without its late workers, so only a deadlock keeps the version still for two timeouts.
   local last=$now phase_end=$((SECONDS + SECONDS_PER_PHASE))
   while [ "$SECONDS" -lt "$phase_end" ]; do
-    local window_end=$((SECONDS + 15))
+    local window_end=$((SECONDS + 40))
     while [ "$now" = "$last" ] && [ "$SECONDS" -lt "$window_end" ]; do
       sleep 1
       now=$("$RUNFILES/tools/omnilearn_ctl" status --server="127.0.0.1:$PORT" --json | python3 -c "$version_of")
     done
-    [ "$now" != "$last" ] || { keep_logs "$mode"; fail "$mode: no progress in 15 s (version $now): a deadlock?"; }
+    [ "$now" != "$last" ] || { keep_logs "$mode"; fail "$mode: no progress in 40 s, two round timeouts (version $now): a deadlock?"; }
     echo "soak $mode: model version $now"
     last=$now
   done
