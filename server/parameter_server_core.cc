@@ -345,9 +345,12 @@ void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
 void ParameterServerCore::CountAdjustmentTick() {
   // sync: one tick per round; async: one per push, adjust_every * n per adjustment.
   ++ticks_since_adjust_;
-  const uint64_t every =
-      options_.adjust_every * (options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount()));
-  if (ticks_since_adjust_ >= every) {
+  const uint64_t per_round = options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount());
+  // The first plan once every worker measured two iterations: equal batches cost the most
+  // while nothing is known of the devices (at HL8 a round of them takes twice a balanced one).
+  const uint64_t rounds = controller_.plan().adjustment == 0 ? std::min<uint64_t>(2, options_.adjust_every)
+                                                             : options_.adjust_every;
+  if (ticks_since_adjust_ >= rounds * per_round) {
     ticks_since_adjust_ = 0;
     if (controller_.Adjust().reverted) metrics_.plan_reverts.Increment();
     metrics_.adjustments.Increment();

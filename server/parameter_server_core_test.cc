@@ -345,6 +345,37 @@ TEST_CASE("a crashed worker's name is free again once its lease expired", "[core
   REQUIRE(core->Join(Info("a", false), clock.Now() + absl::Seconds(1)).ok());
 }
 
+TEST_CASE("the first plan comes after two rounds, the later ones every adjust_every", "[core][controller]") {
+  ServerOptions o = Options(Mode::kSync, 2);
+  o.controller.global_batch = 30;
+  o.controller.policy = controller::Policy::kOmniLearn;
+  o.adjust_every = 10;
+  auto core = *ParameterServerCore::Create(o);
+  JoinResult a, b;
+  std::thread joiner([&] { a = *core->Join(Info("a", true), Soon()); });  // both wait for the start
+  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+  b = *core->Join(Info("b", false), Soon());
+  joiner.join();
+  auto round = [&] {
+    const uint64_t version = core->Snapshot().version;
+    std::thread first([&] {
+      REQUIRE(core->Push(Grad(a.id, 15, version), std::vector<float>(kParams, 0.0f), Soon()).ok());
+    });
+    AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") > 0 &&
+                            core->Snapshot().pushes_by_result.at("applied") % 2 == 1; });
+    REQUIRE(core->Push(Grad(b.id, 15, version), std::vector<float>(kParams, 0.0f), Soon()).ok());
+    first.join();
+  };
+  round();
+  REQUIRE(core->Snapshot().adjustments == 0);
+  round();
+  REQUIRE(core->Snapshot().adjustments == 1);  // two measured iterations of every worker
+  for (int i = 0; i < 9; ++i) round();
+  REQUIRE(core->Snapshot().adjustments == 1);
+  round();
+  REQUIRE(core->Snapshot().adjustments == 2);  // then every 10 rounds
+}
+
 // Three sync workers of different speeds push exactly the samples they were assigned,
 // while the controller moves their batches.
 TEST_CASE("sync: every sample of an epoch is trained exactly once, whatever the batches", "[core][samples]") {
