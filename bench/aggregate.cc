@@ -1,7 +1,7 @@
 // aggregate: one sync round of N pushes (N = 1, 4, 16) of an M MB gradient, server-side
 // work only: reading the chunks in place and assembling them as they come off the wire
-// (gRPC byte buffers built beforehand, as the service receives them), the checks, the accumulation, the optimizer step and the new snapshot.
-// Baseline: memcpy of the same bytes (one copy of every pushed byte), in the same run.
+// (gRPC byte buffers built beforehand, as the service receives them), the checks, the accumulation, the optimizer step
+// and the new snapshot. Baseline: memcpy of the same bytes (one copy of every pushed byte), in the same run.
 //   bazel run -c opt //bench:aggregate -- [--megabytes=64] [--pushes=1,4,16] [--rounds=9]
 #include <atomic>
 #include <cstdio>
@@ -44,8 +44,7 @@ double MemcpySeconds(int64_t bytes, int copies, int reps) {
 }
 
 // A sync core with `n` workers joined (w0 brings the model); their ids in `ids`.
-std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layout, int n,
-                                                       std::vector<WorkerId>* ids) {
+std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layout, int n, std::vector<WorkerId>* ids) {
   server::ServerOptions o;
   o.mode = server::Mode::kSync;
   o.num_workers = n;
@@ -139,8 +138,9 @@ nlohmann::json Measure(double megabytes, int n, int rounds) {
 int main(int argc, char** argv) {
   using namespace omnilearn::bench;
   return BenchMain(argc, argv, "aggregate", []() -> absl::StatusOr<nlohmann::json> {
-    std::printf("aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
-                "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
+    std::printf(
+        "aggregate: one sync round of N pushes, server-side work only (chunk assembly, checks, accumulation,\n"
+        "optimizer step, snapshot); the baseline is memcpy of the same bytes.\n");
     return RowsFor("pushes", absl::GetFlag(FLAGS_pushes), 1, [](double n) -> absl::StatusOr<nlohmann::json> {
       return Measure(absl::GetFlag(FLAGS_megabytes), static_cast<int>(n), absl::GetFlag(FLAGS_rounds));
     });

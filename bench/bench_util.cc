@@ -206,7 +206,8 @@ int BenchMain(int argc, char** argv, const std::string& name,
     std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(rows.status().message()).c_str());
     return 2;
   }
-  const std::string path = WriteResults(name, {{"benchmark", name}, {"machine", MachineDescription()}, {"rows", *rows}});
+  const std::string path =
+      WriteResults(name, {{"benchmark", name}, {"machine", MachineDescription()}, {"rows", *rows}});
   std::printf("results: %s\n", path.c_str());
   for (const nlohmann::json& row : *rows) {
     if (row.value("errors", int64_t{0}) > 0) return 1;

@@ -56,7 +56,7 @@ std::unique_ptr<worker::PsClient> ClientTo(int port);
 // Joins `name` with `layout` (the first worker brings `weights`); retries while the
 // server has no model yet.
 absl::StatusOr<worker::JoinReply> JoinAs(worker::PsClient& client, const std::string& name, const ModelLayout& layout,
-                                        bool first, const std::vector<float>& weights);
+                                         bool first, const std::vector<float>& weights);
 // A push of `batch` samples by session `worker_id` on model `version`.
 worker::PushedStep StepOf(uint64_t worker_id, int64_t batch, uint64_t version, double compute_seconds);
 

@@ -53,17 +53,15 @@ absl::StatusOr<nlohmann::json> Measure(double megabytes, int reps) {
   const double copy_s = MedianSeconds(reps, [&]() {
     for (const auto& [name, values] : state.optimizer_state) std::vector<float> copy(*values);
   });
-  std::printf("%5.0f MB | capture %8.3f ms | state copy %7.2f ms (%.0fx) | step %7.2f ms, with a capture held %7.2f ms "
-              "(+%.2f ms)\n",
-              megabytes, 1000 * capture_s, 1000 * copy_s, copy_s / capture_s, 1000 * step_s, 1000 * step_held_s,
-              1000 * (step_held_s - step_s));
+  std::printf(
+      "%5.0f MB | capture %8.3f ms | state copy %7.2f ms (%.0fx) | step %7.2f ms, with a capture held %7.2f ms "
+      "(+%.2f ms)\n",
+      megabytes, 1000 * capture_s, 1000 * copy_s, copy_s / capture_s, 1000 * step_s, 1000 * step_held_s,
+      1000 * (step_held_s - step_s));
   std::fflush(stdout);
-  return nlohmann::json{{"megabytes", megabytes},
-                        {"capture_ms", 1000 * capture_s},
-                        {"state_copy_ms", 1000 * copy_s},
-                        {"copy_over_capture", copy_s / capture_s},
-                        {"step_ms", 1000 * step_s},
-                        {"step_with_capture_held_ms", 1000 * step_held_s}};
+  return nlohmann::json{{"megabytes", megabytes},         {"capture_ms", 1000 * capture_s},
+                        {"state_copy_ms", 1000 * copy_s}, {"copy_over_capture", copy_s / capture_s},
+                        {"step_ms", 1000 * step_s},       {"step_with_capture_held_ms", 1000 * step_held_s}};
 }
 
 }  // namespace
@@ -73,9 +71,10 @@ absl::StatusOr<nlohmann::json> Measure(double megabytes, int reps) {
 int main(int argc, char** argv) {
   using namespace omnilearn::bench;
   return BenchMain(argc, argv, "capture", []() -> absl::StatusOr<nlohmann::json> {
-    std::printf("capture: a checkpoint's capture under the core's lock (pushes wait for it) against a copy of the\n"
-                "optimizer state (what it cost when it copied); the step while a capture is held writes the state\n"
-                "into other buffers.\n");
+    std::printf(
+        "capture: a checkpoint's capture under the core's lock (pushes wait for it) against a copy of the\n"
+        "optimizer state (what it cost when it copied); the step while a capture is held writes the state\n"
+        "into other buffers.\n");
     const int reps = std::max(1, absl::GetFlag(FLAGS_reps));
     return RowsFor("megabytes", absl::GetFlag(FLAGS_megabytes), 0.001, [reps](double mb) { return Measure(mb, reps); });
   });

@@ -457,69 +457,6 @@ def one_run(args, model, level, system):
         cluster.close()
 
 
-# ------------------------------------------------------------------ the links alone
-
-RAW_PEER = r"""
-import socket, sys, threading, time
-me, addrs, sizes, start = int(sys.argv[1]), sys.argv[2].split(","), [int(x) for x in sys.argv[3].split(",")], float(sys.argv[4])
-expect = int(sys.argv[5])
-srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); srv.bind((addrs[me], 40000)); srv.listen(16)
-got, lock, all_in = [0], threading.Lock(), threading.Event()
-def drain(c):
-    while True:
-        b = c.recv(1 << 20)
-        if not b: return
-        with lock:
-            got[0] += len(b)
-            if got[0] >= expect: all_in.set()
-def accept():
-    while True:
-        c, _ = srv.accept(); threading.Thread(target=drain, args=(c,), daemon=True).start()
-threading.Thread(target=accept, daemon=True).start()
-conns = {}
-time.sleep(max(0.0, start - time.time()))
-for j, n in enumerate(sizes):
-    if n: conns[j] = socket.create_connection((addrs[j], 40000))
-def send(j):
-    conns[j].sendall(b"x" * sizes[j])
-t0 = time.time()
-threads = [threading.Thread(target=send, args=(j,)) for j in conns]
-[t.start() for t in threads]; [t.join() for t in threads]
-all_in.wait(120)
-print(time.time() - t0, flush=True)  # this host's bytes all out and all in
-for c in conns.values(): c.close()
-time.sleep(1)  # the others may still be sending to this host
-"""
-
-
-def raw_links(args, mbytes):
-    """Seconds the emulated links take for each layout's bytes alone, TCP from Python, no
-    framework: the ring's (every host streams 2(N-1)/N x M to the next, all at once) and one
-    phase of servers on the worker hosts (every host sends M/N to each other host, all at
-    once; a sync round has two such phases, the gradients and the models)."""
-    cluster = Cluster({f"w{i}": args.link for i in range(WORKERS)})
-    try:
-        addrs = ",".join(cluster.addr[f"w{i}"] for i in range(WORKERS))
-        out = {}
-        ring_bytes, share = int(2 * (WORKERS - 1) / WORKERS * mbytes), int(mbytes / WORKERS)
-        for name, sizes, expect in (
-                ("ring", lambda r: [ring_bytes if j == (r + 1) % WORKERS else 0 for j in range(WORKERS)], ring_bytes),
-                ("all-to-all phase", lambda r: [0 if j == r else share for j in range(WORKERS)],
-                 (WORKERS - 1) * share)):
-            start = time.time() + 3
-            procs = [subprocess.Popen(cluster.command(f"w{r}", [
-                sys.executable, "-c", RAW_PEER, str(r), addrs, ",".join(map(str, sizes(r))), str(start), str(expect)]),
-                stdout=subprocess.PIPE, text=True) for r in range(WORKERS)]
-            times = []
-            for p in procs:
-                line, _ = p.communicate(timeout=120)
-                times.append(float(line.split()[-1]))
-            out[name] = max(times)
-        return out
-    finally:
-        cluster.close()
-
-
 # ------------------------------------------------------------------ figures
 
 def children_cpu():
@@ -627,7 +564,6 @@ def parse():
                          ("--level", str), ("--system", str), ("--ms_per_sample_1core", float)):
         ap.add_argument(hidden, type=kind, help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="mlp4 at HL8, every system, few iterations")
-    ap.add_argument("--raw", action="store_true", help="only the links' time for each layout's bytes, per model")
     ap.add_argument("--models", default="mlp4,mlp40,resnet18,gpt2")
     ap.add_argument("--levels", default="HL1,HL4,HL8,dynamic")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
@@ -664,14 +600,6 @@ def main():
     args.work = os.path.join(args.out, "peers-logs")
     os.makedirs(args.work, exist_ok=True)
     rows = []
-    if args.raw:
-        for model in args.models.split(","):
-            mbytes = model_bytes(model)
-            ring = 2 * (WORKERS - 1) / WORKERS * mbytes / rate_bytes(args.link)
-            for name, seconds in raw_links(args, mbytes).items():
-                print(f"{model:>8} {name:<17} {1000 * seconds:6.0f} ms  ({seconds / (ring if name == 'ring' else ring / 2):.2f} "
-                      f"of its wire time at {args.link})", flush=True)
-        return 0
     for model in args.models.split(","):
         mbytes = model_bytes(model)
         ring_s = 2 * (WORKERS - 1) / WORKERS * mbytes / rate_bytes(args.link)

@@ -159,8 +159,9 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
     relay = std::make_unique<DelayRelay>(port, std::chrono::microseconds(static_cast<int64_t>(latency_ms * 1000)));
     port = relay->port();
   }
-  const int rounds = std::max(5, std::min(200, static_cast<int>(seconds / (0.002 + megabytes * workers * 2 / 1000.0 +
-                                                                         2 * latency_ms / 1000.0))));
+  const int rounds = std::max(
+      5,
+      std::min(200, static_cast<int>(seconds / (0.002 + megabytes * workers * 2 / 1000.0 + 2 * latency_ms / 1000.0))));
   std::vector<double> times;
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -175,8 +176,9 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
       for (int r = 0; r < rounds; ++r) {
         const worker::PushedStep ph = StepOf(joined->worker_id, batch, version, 0.001);
         const auto start = std::chrono::steady_clock::now();
-        absl::StatusOr<worker::PushReply> reply = one_call ? client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights))
-                                                           : client->Push(ph, layout, gradient);
+        absl::StatusOr<worker::PushReply> reply =
+            one_call ? client->PushPull(ph, layout, gradient, &version, absl::MakeSpan(weights))
+                     : client->Push(ph, layout, gradient);
         if (!reply.ok()) return (void)++failures;
         if (reply->next_batch_size > 0) batch = reply->next_batch_size;
         if (!one_call) {
@@ -196,10 +198,11 @@ double RoundSeconds(double megabytes, int workers, double latency_ms, bool one_c
 absl::StatusOr<nlohmann::json> MeasureAll() {
   const int workers = absl::GetFlag(FLAGS_workers);
   const double seconds = absl::GetFlag(FLAGS_seconds);
-  std::printf("round: %d workers, sync, zero compute; a round = every worker pushes and gets the new model.\n"
-              "pure transfer = the round's bytes (2 x workers x model) at the TCP rate measured just before; the median of\n"
-              "the trials (by overhead) is shown, with the range.\n",
-              workers);
+  std::printf(
+      "round: %d workers, sync, zero compute; a round = every worker pushes and gets the new model.\n"
+      "pure transfer = the round's bytes (2 x workers x model) at the TCP rate measured just before; the median of\n"
+      "the trials (by overhead) is shown, with the range.\n",
+      workers);
   nlohmann::json rows = nlohmann::json::array();
   auto sizes = ParseNumbers("sizes", absl::GetFlag(FLAGS_sizes), 0.001);
   if (!sizes.ok()) return sizes.status();
@@ -232,12 +235,13 @@ absl::StatusOr<nlohmann::json> MeasureAll() {
       row["trials"] = trials.size();
       row["overhead_seconds_min"] = trials.front()["overhead_seconds"];
       row["overhead_seconds_max"] = trials.back()["overhead_seconds"];
-      std::printf("%5.0f MB  latency %4.0f ms | Push+Pull %8.2f ms | PushPull %8.2f ms | pure transfer %7.2f ms | "
-                  "overhead %7.2f ms (%zu trials: %.2f-%.2f)\n",
-                  mb, latency, 1000 * row["push_then_pull_seconds"].get<double>(),
-                  1000 * row["push_pull_seconds"].get<double>(), 1000 * row["pure_transfer_seconds"].get<double>(),
-                  1000 * row["overhead_seconds"].get<double>(), trials.size(),
-                  1000 * row["overhead_seconds_min"].get<double>(), 1000 * row["overhead_seconds_max"].get<double>());
+      std::printf(
+          "%5.0f MB  latency %4.0f ms | Push+Pull %8.2f ms | PushPull %8.2f ms | pure transfer %7.2f ms | "
+          "overhead %7.2f ms (%zu trials: %.2f-%.2f)\n",
+          mb, latency, 1000 * row["push_then_pull_seconds"].get<double>(),
+          1000 * row["push_pull_seconds"].get<double>(), 1000 * row["pure_transfer_seconds"].get<double>(),
+          1000 * row["overhead_seconds"].get<double>(), trials.size(), 1000 * row["overhead_seconds_min"].get<double>(),
+          1000 * row["overhead_seconds_max"].get<double>());
       std::fflush(stdout);
       rows.push_back(row);
     }
@@ -249,4 +253,6 @@ absl::StatusOr<nlohmann::json> MeasureAll() {
 }  // namespace bench
 }  // namespace omnilearn
 
-int main(int argc, char** argv) { return omnilearn::bench::BenchMain(argc, argv, "round", omnilearn::bench::MeasureAll); }
+int main(int argc, char** argv) {
+  return omnilearn::bench::BenchMain(argc, argv, "round", omnilearn::bench::MeasureAll);
+}

@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::array();
     for (omnilearn::Mode mode : {omnilearn::Mode::kSync, omnilearn::Mode::kAsync}) {
       for (double n : *counts) {
-        rows.push_back(Measure(mode, static_cast<int>(n), absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
+        rows.push_back(
+            Measure(mode, static_cast<int>(n), absl::GetFlag(FLAGS_megabytes), absl::GetFlag(FLAGS_seconds)));
       }
     }
     return rows;

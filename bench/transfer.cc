@@ -66,11 +66,16 @@ nlohmann::json Measure(double megabytes) {
   std::printf("%8.0f MB | TCP %6.2f GB/s | pull %6.2f GB/s  %.2fx | push %6.2f GB/s  %.2fx | %d reps\n", megabytes,
               tcp_gbps, pull_gbps, pull_gbps / tcp_gbps, push_gbps, push_gbps / tcp_gbps, reps);
   std::fflush(stdout);
-  return {{"megabytes", megabytes},        {"bytes", bytes},
-          {"repetitions", reps},           {"tcp_gbps", tcp_gbps},
-          {"pull_gbps", pull_gbps},        {"push_gbps", push_gbps},
-          {"pull_ratio", pull_gbps / tcp_gbps}, {"push_ratio", push_gbps / tcp_gbps},
-          {"pull_seconds_median", Median(pull)}, {"push_seconds_median", Median(push)}};
+  return {{"megabytes", megabytes},
+          {"bytes", bytes},
+          {"repetitions", reps},
+          {"tcp_gbps", tcp_gbps},
+          {"pull_gbps", pull_gbps},
+          {"push_gbps", push_gbps},
+          {"pull_ratio", pull_gbps / tcp_gbps},
+          {"push_ratio", push_gbps / tcp_gbps},
+          {"pull_seconds_median", Median(pull)},
+          {"push_seconds_median", Median(push)}};
 }
 
 }  // namespace
@@ -80,8 +85,9 @@ nlohmann::json Measure(double megabytes) {
 int main(int argc, char** argv) {
   using namespace omnilearn::bench;
   return BenchMain(argc, argv, "transfer", []() -> absl::StatusOr<nlohmann::json> {
-    std::printf("transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
-                "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
+    std::printf(
+        "transfer: one worker pulls and pushes the whole model through the server (async: a push is\n"
+        "applied on arrival); the baseline is one raw TCP stream of the same bytes on 127.0.0.1.\n");
     return RowsFor("sizes", absl::GetFlag(FLAGS_sizes), 0.001,
                    [](double mb) -> absl::StatusOr<nlohmann::json> { return Measure(mb); });
   });

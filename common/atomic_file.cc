@@ -33,8 +33,7 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::function<absl::Status(const ByteSink&)>& fill) {
+absl::Status WriteFileAtomically(const std::string& path, const std::function<absl::Status(const ByteSink&)>& fill) {
   const std::string tmp = absl::StrCat(path, ".", getpid(), kPartialSuffix);
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);

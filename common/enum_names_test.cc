@@ -18,7 +18,8 @@ TEST_CASE("enum names come from the proto's descriptors", "[enum]") {
   REQUIRE(ParseEnumName<v1::WireDtype>("f32") == v1::WIRE_DTYPE_F32);
   REQUIRE_FALSE(ParseEnumName<v1::Mode>("lockstep").has_value());
   REQUIRE_FALSE(ParseEnumName<v1::WireDtype>("BF16").has_value());  // the names as written, only
-  REQUIRE(ShortEnumNames(*v1::Mode_descriptor(), /*skip_zero=*/true) == std::vector<std::string>{"sync", "async", "ssp"});
+  REQUIRE(ShortEnumNames(*v1::Mode_descriptor(), /*skip_zero=*/true) ==
+          std::vector<std::string>{"sync", "async", "ssp"});
 }
 
 }  // namespace

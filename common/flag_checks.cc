@@ -9,8 +9,8 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace omnilearn {
 
@@ -30,8 +30,8 @@ void ShowOwnFlagsInHelp(std::vector<std::string> files) {
 absl::Status CheckFlagRanges(const std::vector<FlagRange>& ranges) {
   for (const FlagRange& r : ranges) {
     if (!(r.value >= r.lo && r.value <= r.hi)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", r.name, " must be in [", r.lo, ", ", r.hi, "], got ",
-                                                     r.value));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", r.name, " must be in [", r.lo, ", ", r.hi, "], got ", r.value));
     }
   }
   return absl::OkStatus();
@@ -127,8 +127,8 @@ absl::Status FlagsFromEnvironment(int argc, char** argv, const std::vector<FlagF
     if (flag == nullptr) return absl::InternalError(absl::StrCat("no flag --", p.flag));
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      return absl::InvalidArgumentError(absl::StrCat(p.variable, "='", value, "' is no value for --", p.flag, ": ",
-                                                     error));
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.variable, "='", value, "' is no value for --", p.flag, ": ", error));
     }
   }
   return absl::OkStatus();

@@ -42,8 +42,8 @@ TEST_CASE("flags left out of the command line come from the environment", "[flag
   char prog[] = "prog", given[] = "--epochs=1";
   char* argv[] = {prog, given};
   absl::SetFlag(&FLAGS_epochs, 1);
-  REQUIRE(FlagsFromEnvironment(2, argv, {{"server", "OMNILEARN_TEST_SERVER"}, {"epochs", "OMNILEARN_TEST_EPOCHS"}})
-              .ok());
+  REQUIRE(
+      FlagsFromEnvironment(2, argv, {{"server", "OMNILEARN_TEST_SERVER"}, {"epochs", "OMNILEARN_TEST_EPOCHS"}}).ok());
   REQUIRE(absl::GetFlag(FLAGS_server) == "ps:7");  // from the environment
   REQUIRE(absl::GetFlag(FLAGS_epochs) == 1);       // the command line wins
   setenv("OMNILEARN_TEST_EPOCHS", "many", 1);

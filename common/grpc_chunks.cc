@@ -12,10 +12,10 @@ grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, 
   if (owner != nullptr) {
     // The slice holds a reference to the owner; gRPC drops it when it is done.
     auto* ref = new std::shared_ptr<const void>(owner);
-    slices[1] = grpc::Slice(
-        grpc_slice_new_with_user_data(const_cast<void*>(data), static_cast<size_t>(bytes),
-                                      [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref),
-        grpc::Slice::STEAL_REF);
+    slices[1] = grpc::Slice(grpc_slice_new_with_user_data(
+                                const_cast<void*>(data), static_cast<size_t>(bytes),
+                                [](void* p) { delete static_cast<std::shared_ptr<const void>*>(p); }, ref),
+                            grpc::Slice::STEAL_REF);
   } else {
     slices[1] = grpc::Slice(data, static_cast<size_t>(bytes), grpc::Slice::STATIC_SLICE);
   }

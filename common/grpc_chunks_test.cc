@@ -29,11 +29,11 @@ TEST_CASE("chunk buffers are the proto's messages and keep their owner alive", "
   auto values = std::make_shared<std::vector<float>>(layout->total_elements());
   std::iota(values->begin(), values->end(), 1.0f);
   std::vector<grpc::ByteBuffer> buffers;
-  REQUIRE(ForEachChunkBuffer(kPushPullResponseChunkField, *layout, values->data(), values,
-                             [&](const grpc::ByteBuffer& b) {
-                               buffers.push_back(b);
-                               return true;
-                             }));
+  REQUIRE(
+      ForEachChunkBuffer(kPushPullResponseChunkField, *layout, values->data(), values, [&](const grpc::ByteBuffer& b) {
+        buffers.push_back(b);
+        return true;
+      }));
   REQUIRE(buffers.size() == 2);
   CHECK(values.use_count() == 3);  // each payload slice holds the owner
   std::vector<float> back;
@@ -54,7 +54,8 @@ TEST_CASE("a received message is a chunk read in place, or parsed by protobuf", 
   auto layout = ModelLayout::Create({{"w", {5}}});
   REQUIRE(layout.ok());
   const std::vector<float> values = {1, 2, 3, 4, 5};
-  const grpc::ByteBuffer chunk = ChunkBuffer(kPushRequestChunkField, layout->tensors()[0], 0, values.data(), 5, 4, nullptr);
+  const grpc::ByteBuffer chunk =
+      ChunkBuffer(kPushRequestChunkField, layout->tensors()[0], 0, values.data(), 5, 4, nullptr);
   ReceivedMessage<v1::PushRequest> m;
   REQUIRE(m.Parse(chunk, kPushRequestChunkField).ok());
   REQUIRE(m.is_chunk());

@@ -34,13 +34,13 @@ class Method {
   // A client-streamed call: buffers out, one typed `Response` back (Finish fills it).
   template <typename Response>
   std::unique_ptr<grpc::ClientWriter<Buffer>> OpenUpload(grpc::Channel* channel, grpc::ClientContext* ctx,
-                                                          Response* response) const {
+                                                         Response* response) const {
     return std::unique_ptr<grpc::ClientWriter<Buffer>>(
         grpc::internal::ClientWriterFactory<Buffer>::Create(channel, method_, ctx, response));
   }
   // A server-streamed call: one buffer out, buffers back.
   std::unique_ptr<grpc::ClientReader<Buffer>> OpenDownload(grpc::Channel* channel, grpc::ClientContext* ctx,
-                                                            const Buffer& request) const {
+                                                           const Buffer& request) const {
     return std::unique_ptr<grpc::ClientReader<Buffer>>(
         grpc::internal::ClientReaderFactory<Buffer>::Create(channel, method_, ctx, request));
   }

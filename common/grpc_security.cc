@@ -28,7 +28,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' is empty"));
   for (char c : token) {
     if (!absl::ascii_isgraph(c)) {
-      return absl::InvalidArgumentError(absl::StrCat("token file '", path, "' holds white space or control characters"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("token file '", path, "' holds white space or control characters"));
     }
   }
   return token;

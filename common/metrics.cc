@@ -36,7 +36,8 @@ bool ValidName(const std::string& s, bool allow_colon) {
   if (s.empty()) return false;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
-    const bool ok = absl::ascii_isalpha(c) || c == '_' || (allow_colon && c == ':') || (i > 0 && absl::ascii_isdigit(c));
+    const bool ok =
+        absl::ascii_isalpha(c) || c == '_' || (allow_colon && c == ':') || (i > 0 && absl::ascii_isdigit(c));
     if (!ok) return false;
   }
   return true;
@@ -299,10 +300,12 @@ double Field(const std::vector<std::string>& f, size_t field_number) {
 }  // namespace
 
 void AddProcessMetrics(Registry& registry) {
-  Counter& cpu = registry.AddCounter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.").Add({});
+  Counter& cpu =
+      registry.AddCounter("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.").Add({});
   Gauge& rss = registry.AddGauge("process_resident_memory_bytes", "Resident memory size in bytes.").Add({});
   Gauge& vsize = registry.AddGauge("process_virtual_memory_bytes", "Virtual memory size in bytes.").Add({});
-  Gauge& start = registry.AddGauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.").Add({});
+  Gauge& start =
+      registry.AddGauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.").Add({});
   Gauge& fds = registry.AddGauge("process_open_fds", "Number of open file descriptors.").Add({});
   Gauge& max_fds = registry.AddGauge("process_max_fds", "Maximum number of open file descriptors.").Add({});
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));

@@ -125,8 +125,8 @@ class Registry {
   Family<Counter>& AddCounter(const std::string& name, const std::string& help,
                               std::vector<std::string> label_names = {});
   Family<Gauge>& AddGauge(const std::string& name, const std::string& help, std::vector<std::string> label_names = {});
-  Family<Histogram>& AddHistogram(const std::string& name, const std::string& help, std::vector<std::string> label_names,
-                                  std::vector<double> bounds);
+  Family<Histogram>& AddHistogram(const std::string& name, const std::string& help,
+                                  std::vector<std::string> label_names, std::vector<double> bounds);
 
   // Called before each Serialize, in order, to bring values up to date (gauges read
   // from a snapshot, process figures read from /proc). Hooks must not call Serialize.

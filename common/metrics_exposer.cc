@@ -49,8 +49,8 @@ absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(const std:
   // civetweb writes IPv6 listening addresses in brackets.
   const bool v6 = bind_address.find(':') != std::string::npos && bind_address.front() != '[';
   const std::string listen = absl::StrCat(v6 ? "[" : "", bind_address, v6 ? "]" : "", ":", port);
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads", "2", "request_timeout_ms", "10000",
-                           "enable_keep_alive", "yes", nullptr};
+  const char* options[] = {"listening_ports", listen.c_str(),      "num_threads", "2",    "request_timeout_ms",
+                           "10000",           "enable_keep_alive", "yes",         nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   mg_init_data init{&callbacks, nullptr, options};

@@ -70,8 +70,8 @@ std::string ModelLayout::DescribeDifference(const ModelLayout& server, int limit
     if (i < 0) {
       out.push_back(absl::StrCat("'", t.name, "' ", Describe(t), " is not in the server's model"));
     } else if (!(server.tensors_[i] == t)) {
-      out.push_back(absl::StrCat("'", t.name, "' is ", Describe(t), " here, ", Describe(server.tensors_[i]),
-                                 " on the server"));
+      out.push_back(
+          absl::StrCat("'", t.name, "' is ", Describe(t), " here, ", Describe(server.tensors_[i]), " on the server"));
     }
   }
   for (const TensorSpec& t : server.tensors_) {

@@ -27,7 +27,8 @@ class Pool {
     }
     fn(range(0).first, range(0).second);
     absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](int* left) { return *left == 0; }, &pending));
+    mu_.Await(absl::Condition(
+        +[](int* left) { return *left == 0; }, &pending));
   }
 
  private:
@@ -42,7 +43,8 @@ class Pool {
       Task t;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(+[](std::deque<Task>* q) { return !q->empty(); }, &queue_));
+        mu_.Await(absl::Condition(
+            +[](std::deque<Task>* q) { return !q->empty(); }, &queue_));
         t = queue_.front();
         queue_.pop_front();
       }

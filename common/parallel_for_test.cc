@@ -29,7 +29,8 @@ TEST_CASE("ParallelFor covers the range once, in ranges of at least the grain", 
     for (int64_t grain : {1, 10, 1000, 1 << 20}) CheckCovers(n, grain);
   }
   CHECK(ParallelParts(100, 1000) == 1);  // below two grains: inline
-  CHECK(ParallelParts(1 << 20, 1) == static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency()))));
+  CHECK(ParallelParts(1 << 20, 1) ==
+        static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency()))));
 }
 
 TEST_CASE("ParallelFor from several threads at once", "[parallel_for]") {

@@ -34,9 +34,7 @@ uint32_t Crc32(const void* data, size_t bytes) {
 
 std::string Hex32(uint32_t v) { return absl::StrFormat("%08x", v); }
 
-absl::Status Corrupt(absl::string_view what) {
-  return absl::DataLossError(absl::StrCat("safetensors: ", what));
-}
+absl::Status Corrupt(absl::string_view what) { return absl::DataLossError(absl::StrCat("safetensors: ", what)); }
 
 // Product of dimensions, or -1 on a negative dimension or overflow past 2^62.
 int64_t Elements(const std::vector<int64_t>& shape) {
@@ -73,7 +71,7 @@ struct Span {
 // One tensor's entry (dtype, shape, elements) and its byte range, checked against a data
 // section of `data_bytes` bytes. F32 only unless `any_dtype`.
 absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& name, const nlohmann::json& v,
-                                                              uint64_t data_bytes, bool any_dtype) {
+                                                             uint64_t data_bytes, bool any_dtype) {
   if (!v.is_object()) return Corrupt(absl::StrCat("tensor '", name, "' is not an object"));
   auto dtype = v.find("dtype");
   auto shape = v.find("shape");
@@ -101,14 +99,13 @@ absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& 
   e.dtype = dtype->get<std::string>();
   const int width = SafetensorsDtypeBytes(e.dtype);
   if ((!any_dtype && e.dtype != "F32") || width == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
-                                                   any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are"
-                                                             : "F32 is",
-                                                   " supported"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
+                     any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are" : "F32 is", " supported"));
   }
   if (end - begin != static_cast<uint64_t>(elements) * width) {
-    return Corrupt(absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " ", e.dtype,
-                                " values"));
+    return Corrupt(
+        absl::StrCat("tensor '", name, "' has ", end - begin, " bytes for ", elements, " ", e.dtype, " values"));
   }
   e.elements = elements;
   return std::make_pair(std::move(e), Span{begin, end, 0});
@@ -117,9 +114,8 @@ absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& 
 // The entries in data order, their offsets set; the spans must tile [0, data_bytes).
 absl::StatusOr<std::vector<SafetensorsEntry>> InDataOrder(std::vector<SafetensorsEntry> entries,
                                                           std::vector<Span> spans, uint64_t data_bytes) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   uint64_t at = 0;
   std::vector<SafetensorsEntry> ordered;
   for (const Span& s : spans) {
@@ -186,9 +182,9 @@ const SafetensorsEntry* FindEntry(const std::vector<SafetensorsEntry>& tensors, 
 }  // namespace
 
 int SafetensorsDtypeBytes(const std::string& dtype) {
-  static const std::map<std::string, int>* const kBytes = new std::map<std::string, int>{
-      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-      {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
+  static const std::map<std::string, int>* const kBytes =
+      new std::map<std::string, int>{{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+                                     {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
   auto it = kBytes->find(dtype);
   return it == kBytes->end() ? 0 : it->second;
 }

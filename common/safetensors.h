@@ -40,7 +40,7 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
 struct SafetensorsEntry {
   std::string name;
   std::vector<int64_t> shape;
-  int64_t offset = 0;    // in floats, into SafetensorsFile::data
+  int64_t offset = 0;  // in floats, into SafetensorsFile::data
   int64_t elements = 0;
   std::string dtype = "F32";
   int64_t byte_offset = 0;  // into the data section

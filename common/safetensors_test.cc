@@ -188,11 +188,9 @@ TEST_CASE("a write that fails before the rename leaves the previous file intact"
 TEST_CASE("bad tensors are refused before anything is written", "[safetensors]") {
   const std::string path = TempPath("refused.safetensors");
   const float v = 1;
-  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}, {"a", {1}, &v}}, {}).code() ==
-          absl::StatusCode::kInvalidArgument);
+  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}, {"a", {1}, &v}}, {}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(WriteSafetensors(path, {{"a", {-1}, &v}}, {}).code() == absl::StatusCode::kInvalidArgument);
-  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}}, {{kChecksumKey, "x"}}).code() ==
-          absl::StatusCode::kInvalidArgument);
+  REQUIRE(WriteSafetensors(path, {{"a", {1}, &v}}, {{kChecksumKey, "x"}}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(access(path.c_str(), F_OK) != 0);
 }
 

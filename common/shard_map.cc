@@ -122,12 +122,11 @@ absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, i
         absl::StrFormat("a partition of %d bytes holds no parameter: want at least 4", partition_bytes));
   }
   if (layout.total_elements() < shards) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the model has %d parameters, fewer than the %d shards: a shard would hold nothing", layout.total_elements(),
-        shards));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the model has %d parameters, fewer than the %d shards: a shard would hold nothing",
+                        layout.total_elements(), shards));
   }
-  const std::vector<Partition> parts =
-      Cut(layout, PartitionCount(layout.total_elements(), shards, partition_bytes));
+  const std::vector<Partition> parts = Cut(layout, PartitionCount(layout.total_elements(), shards, partition_bytes));
   ShardMap map;
   map.slices_ = Assign(parts, shards);
   map.partitions_ = static_cast<int>(parts.size());

@@ -124,8 +124,7 @@ TEST_CASE("gathering every shard's slice and scattering them back rebuilds the m
   REQUIRE(rebuilt == model);
 }
 
-TEST_CASE("the plan and its fingerprint depend on the layout, the shards and the partition size only",
-          "[shard_map]") {
+TEST_CASE("the plan and its fingerprint depend on the layout, the shards and the partition size only", "[shard_map]") {
   const ShardMap a = *ShardMap::Plan(Mixed(), 4, 64 << 10);
   const ShardMap b = *ShardMap::Plan(Mixed(), 4, 64 << 10);
   REQUIRE(a.fingerprint() == b.fingerprint());

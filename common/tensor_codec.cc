@@ -225,8 +225,8 @@ bool Tag(PieceReader& r, uint32_t* field, uint32_t* wire_type) {
   if (!r.Short(&tag) || tag > 0xffffffffu) return false;
   *field = static_cast<uint32_t>(tag >> 3);
   *wire_type = static_cast<uint32_t>(tag & 7);
-  return *field != 0 && (*wire_type == kVarint || *wire_type == kFixed64 || *wire_type == kLen ||
-                         *wire_type == kFixed32);
+  return *field != 0 &&
+         (*wire_type == kVarint || *wire_type == kFixed64 || *wire_type == kLen || *wire_type == kFixed32);
 }
 
 bool SkipField(PieceReader& r, uint32_t wire_type) {
@@ -348,8 +348,8 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
   }
   const int64_t n = chunk.data_bytes / vb;
   if (chunk.offset != filled_[i] || filled_[i] + n > layout_->size(i)) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk of '", spec.name, "' at offset ", chunk.offset, " with ",
-                                                   n, " values does not continue at ", filled_[i], " of ",
+    return absl::InvalidArgumentError(absl::StrCat("chunk of '", spec.name, "' at offset ", chunk.offset, " with ", n,
+                                                   " values does not continue at ", filled_[i], " of ",
                                                    layout_->size(i)));
   }
   // The pieces may split a value anywhere and sit at any alignment: whole values are
@@ -388,8 +388,8 @@ absl::Status ChunkAssembler::Add(const ChunkView& chunk) {
 absl::Status ChunkAssembler::CheckComplete() const {
   for (size_t i = 0; i < filled_.size(); ++i) {
     if (filled_[i] != layout_->size(i)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", layout_->tensors()[i].name, "' incomplete: ",
-                                                     filled_[i], " of ", layout_->size(i), " values"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", layout_->tensors()[i].name, "' incomplete: ", filled_[i], " of ", layout_->size(i), " values"));
     }
   }
   return absl::OkStatus();

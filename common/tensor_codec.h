@@ -130,7 +130,7 @@ class ChunkAssembler {
   const ModelLayout* layout_;
   v1::WireDtype dtype_;
   std::vector<float> flat_;
-  float* out_;  // where values go: flat_.data() or the caller's target
+  float* out_;                   // where values go: flat_.data() or the caller's target
   std::vector<int64_t> filled_;  // per tensor: elements received so far
   int64_t bytes_ = 0;
   int64_t received_ = 0;  // values

@@ -283,8 +283,7 @@ TEST_CASE("bfloat16 keeps a float32's upper half, rounded to nearest even", "[co
   // 1 + 2^-8 lies halfway between 1 and 1 + 2^-7: ties go to the even one (1). Just above
   // halfway goes up; 1 + 3 * 2^-8 is halfway to an even neighbour above.
   REQUIRE(FromBfloat16(ToBfloat16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
-  REQUIRE(FromBfloat16(ToBfloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) ==
-          1.0f + std::ldexp(1.0f, -7));
+  REQUIRE(FromBfloat16(ToBfloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20))) == 1.0f + std::ldexp(1.0f, -7));
   REQUIRE(FromBfloat16(ToBfloat16(1.0f + 3 * std::ldexp(1.0f, -8))) == 1.0f + std::ldexp(1.0f, -6));
   // The largest finite float rounds up to Inf, as IEEE rounding says.
   REQUIRE(ToBfloat16(std::numeric_limits<float>::max()) == 0x7f80);
@@ -333,7 +332,7 @@ TEST_CASE("an in-place assembler writes straight into the caller's buffer", "[co
   const std::string bytes(reinterpret_cast<const char*>(b.data()), 16);
   REQUIRE(a.Add(ChunkView{"b", {4}, 0, {bytes}, 16}).ok());
   REQUIRE(std::vector<float>(target.begin() + 12, target.end()) == b);  // already there
-  REQUIRE(target[0] == -1.0f);  // "w" not yet received: left as it was
+  REQUIRE(target[0] == -1.0f);                                          // "w" not yet received: left as it was
   absl::Status incomplete = a.CheckComplete();
   REQUIRE(absl::IsInvalidArgument(incomplete));
   REQUIRE(absl::StrContains(incomplete.message(), "tensor 'w' incomplete: 0 of 12"));
@@ -350,12 +349,14 @@ TEST_CASE("bfloat16 chunks are decoded to float32, split anywhere, NaN seen", "[
   std::vector<uint16_t> wire(flat.size());
   EncodeBfloat16(flat.data(), static_cast<int64_t>(flat.size()), wire.data());
   std::vector<std::string> payloads;
-  REQUIRE(ForEachChunkOf(layout, wire.data(), 2, 10, [&](const TensorSpec& spec, int64_t off, const void* d, int64_t k) {
-    payloads.emplace_back(static_cast<const char*>(d), 2 * k);
-    return true;
-  }));
+  REQUIRE(
+      ForEachChunkOf(layout, wire.data(), 2, 10, [&](const TensorSpec& spec, int64_t off, const void* d, int64_t k) {
+        payloads.emplace_back(static_cast<const char*>(d), 2 * k);
+        return true;
+      }));
   REQUIRE(payloads.size() == 4);  // 12 values in 5 + 5 + 2, then 4
-  const std::string w(reinterpret_cast<const char*>(wire.data()), 24), b(reinterpret_cast<const char*>(wire.data() + 12), 8);
+  const std::string w(reinterpret_cast<const char*>(wire.data()), 24),
+      b(reinterpret_cast<const char*>(wire.data() + 12), 8);
   for (size_t c1 = 0; c1 <= w.size(); ++c1) {
     ChunkAssembler a(&layout, {}, v1::WIRE_DTYPE_BF16);
     REQUIRE(a.Add(ChunkView{"w", {3, 4}, 0, Cut(w, {c1, c1 + 1, c1 + 3}), 24}).ok());

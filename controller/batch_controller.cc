@@ -86,14 +86,13 @@ absl::StatusOr<BatchController> BatchController::Create(const ControllerOptions&
   }
   if (o.max_batch == 0) o.max_batch = o.global_batch;
   if (o.min_batch < 1 || o.max_batch < o.min_batch) {
-    return absl::InvalidArgumentError(absl::StrCat("batch bounds must satisfy 1 <= min <= max, got [",
-                                                   o.min_batch, ", ", o.max_batch, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch bounds must satisfy 1 <= min <= max, got [", o.min_batch, ", ", o.max_batch, "]"));
   }
   auto bad_fraction = [](double v) { return !(v >= 0 && v < 1); };
-  if (bad_fraction(o.deadband) || bad_fraction(o.paper_deadband) || !(o.change_threshold > 0) ||
-      !(o.confidence >= 0) ||
-      bad_fraction(o.throughput_drop) || !(o.oom_backoff > 0 && o.oom_backoff < 1) ||
-      !(o.history_samples >= 1) || !(o.link_band >= 0 && std::isfinite(o.link_band))) {
+  if (bad_fraction(o.deadband) || bad_fraction(o.paper_deadband) || !(o.change_threshold > 0) || !(o.confidence >= 0) ||
+      bad_fraction(o.throughput_drop) || !(o.oom_backoff > 0 && o.oom_backoff < 1) || !(o.history_samples >= 1) ||
+      !(o.link_band >= 0 && std::isfinite(o.link_band))) {
     return absl::InvalidArgumentError("controller fractions out of range");
   }
   return BatchController(o);
@@ -191,9 +190,9 @@ absl::Status BatchController::ReportOutOfMemory(WorkerId id, int64_t batch) {
                                       std::max(known_good, (known_good + batch) / 2)}));
   if (w.guard_max == 0 || cap < w.guard_max) w.guard_max = cap;
   // Measurements at or above the failing batch describe a state that no longer exists.
-  w.history.erase(std::remove_if(w.history.begin(), w.history.end(),
-                                 [&](const Observation& o) { return o.batch > cap; }),
-                  w.history.end());
+  w.history.erase(
+      std::remove_if(w.history.begin(), w.history.end(), [&](const Observation& o) { return o.batch > cap; }),
+      w.history.end());
   Replan();
   return absl::OkStatus();
 }
@@ -205,8 +204,8 @@ void BatchController::FoldWindow(Worker& w) {
     const Observation fresh = win.ToObservation(batch);
     total += win.sum;
     count += win.count;
-    auto it = std::find_if(w.history.begin(), w.history.end(),
-                           [b = batch](const Observation& o) { return o.batch == b; });
+    auto it =
+        std::find_if(w.history.begin(), w.history.end(), [b = batch](const Observation& o) { return o.batch == b; });
     if (it != w.history.end()) {
       if (std::abs(fresh.mean_seconds - it->mean_seconds) > options_.change_threshold * it->mean_seconds) {
         // Same batch, different time: the worker's speed changed. Start over.
@@ -486,8 +485,7 @@ bool BatchController::PlanIsValid() const {
   return sum == FeasibleTotal();
 }
 
-void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches,
-                              const std::map<WorkerId, TimeModel>& models) {
+void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches, const std::map<WorkerId, TimeModel>& models) {
   bool changed = batches.size() != plan_.workers.size();
   BatchPlan next;
   for (const auto& [id, b] : batches) {
@@ -609,8 +607,7 @@ void BatchController::AdjustOmniLearn(const std::map<WorkerId, int64_t>& current
   auto models = Models();
   const double band = EffectiveDeadband(models);
   const std::optional<double> throughput = WindowThroughput(current);
-  if (options_.revert_worse_plans && throughput &&
-      trial_.Measured(*throughput, band) == PlanTrial::Verdict::kWorse) {
+  if (options_.revert_worse_plans && throughput && trial_.Measured(*throughput, band) == PlanTrial::Verdict::kWorse) {
     if (TimesAsBefore(trial_histories_)) {
       // Noise: the models from before the change predict this window; what the change
       // detector learnt from the burst goes, and so does the plan it made.

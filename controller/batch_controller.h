@@ -103,22 +103,22 @@ struct ComputeReport {
 
 struct WorkerPlan {
   int64_t batch = 0;
-  int64_t max_batch = 0;             // the current ceiling (memory guard included)
-  double predicted_seconds = 0;      // 0 when the worker has no measurements yet (link included
-                                     // with Balance::kIteration)
+  int64_t max_batch = 0;         // the current ceiling (memory guard included)
+  double predicted_seconds = 0;  // 0 when the worker has no measurements yet (link included
+                                 // with Balance::kIteration)
 };
 
 struct BatchPlan {
   std::map<WorkerId, WorkerPlan> workers;
-  int64_t total = 0;                 // sum of batches (== global batch when feasible)
-  uint64_t adjustment = 0;           // how many times Adjust() ran
-  uint64_t changes = 0;              // how many adjustments changed a batch
-  bool changed = false;              // whether the last Adjust() changed a batch
+  int64_t total = 0;        // sum of batches (== global batch when feasible)
+  uint64_t adjustment = 0;  // how many times Adjust() ran
+  uint64_t changes = 0;     // how many adjustments changed a batch
+  bool changed = false;     // whether the last Adjust() changed a batch
   // The last Adjust() went back to the plan before (a new plan measured worse: PlanTrial),
   // and how many times that happened.
   bool reverted = false;
   uint64_t reverts = 0;
-  double predicted_spread = 1.0;     // of the plan, by the controller's time model
+  double predicted_spread = 1.0;  // of the plan, by the controller's time model
 
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };
@@ -178,7 +178,7 @@ class BatchController {
     int64_t batch = 0;
     double mean_seconds = 0;
     double samples = 0;
-    double m2 = 0;  // sum of squared deviations from the mean (Welford)
+    double m2 = 0;                 // sum of squared deviations from the mean (Welford)
     double RelativeError() const;  // of mean_seconds
   };
   struct Window {
@@ -189,21 +189,19 @@ class BatchController {
   };
   struct Worker {
     int64_t min_batch = 1;
-    int64_t max_batch = 1;        // configured ceiling
-    int64_t guard_max = 0;        // memory-guard ceiling, 0 = none
-    int64_t remembered_batch = 0; // kPaper: its batch before a restart, until the next Adjust
-    std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
-    std::vector<Observation> history;        // newest last, distinct batches
-    double last_window_seconds = 0;          // mean time of the last window (kPaper, trials)
+    int64_t max_batch = 1;             // configured ceiling
+    int64_t guard_max = 0;             // memory-guard ceiling, 0 = none
+    int64_t remembered_batch = 0;      // kPaper: its batch before a restart, until the next Adjust
+    std::map<int64_t, Window> window;  // reports since the last Adjust, by batch
+    std::vector<Observation> history;  // newest last, distinct batches
+    double last_window_seconds = 0;    // mean time of the last window (kPaper, trials)
     int64_t last_window_batch = 0;
-    bool window_fresh = false;               // the last Adjust's window had reports
-    double link_sum = 0;                     // link times reported since the last Adjust
+    bool window_fresh = false;  // the last Adjust's window had reports
+    double link_sum = 0;        // link times reported since the last Adjust
     int link_count = 0;
-    double link_seconds = 0;                 // smoothed link time; valid when link_count_total > 0
+    double link_seconds = 0;  // smoothed link time; valid when link_count_total > 0
     int64_t link_count_total = 0;
-    int64_t ceiling() const {
-      return guard_max > 0 && guard_max < max_batch ? guard_max : max_batch;
-    }
+    int64_t ceiling() const { return guard_max > 0 && guard_max < max_batch ? guard_max : max_batch; }
   };
   struct TimeModel {
     double a = 0;  // fixed seconds per iteration
@@ -227,13 +225,11 @@ class BatchController {
   // Largest-remainder rounding of real targets within bounds to an exact total.
   std::map<WorkerId, int64_t> RoundToTotal(const std::map<WorkerId, double>& targets) const;
   int64_t FeasibleTotal() const;
-  double Spread(const std::map<WorkerId, TimeModel>& models,
-                const std::map<WorkerId, int64_t>& batches) const;
+  double Spread(const std::map<WorkerId, TimeModel>& models, const std::map<WorkerId, int64_t>& batches) const;
   // The dead-band in force: wider while the measurements are noisy or few.
   double EffectiveDeadband(const std::map<WorkerId, TimeModel>& models) const;
   bool PlanIsValid() const;
-  void SetPlan(const std::map<WorkerId, int64_t>& batches,
-               const std::map<WorkerId, TimeModel>& models);
+  void SetPlan(const std::map<WorkerId, int64_t>& batches, const std::map<WorkerId, TimeModel>& models);
   void Replan();  // forced redistribution (membership or ceilings changed)
   // kOmniLearn's step of Adjust: the trial's verdict on the window just folded, else the
   // equal-time plan when it beats the current one by the dead-band. `before`: the workers'

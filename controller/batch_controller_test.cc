@@ -1,7 +1,7 @@
 #include "controller/batch_controller.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -314,8 +314,8 @@ TEST_CASE("simulated: HL8 with the fastest worker behind a slow link", "[control
     REQUIRE(iteration.back().batches[3] < compute.back().batches[3]);
     const double slowest_iteration = *std::max_element(iteration.back().true_iteration_seconds.begin(),
                                                        iteration.back().true_iteration_seconds.end());
-    const double slowest_compute = *std::max_element(compute.back().true_iteration_seconds.begin(),
-                                                     compute.back().true_iteration_seconds.end());
+    const double slowest_compute =
+        *std::max_element(compute.back().true_iteration_seconds.begin(), compute.back().true_iteration_seconds.end());
     // The round is shorter: 23.7 ms against 25.9 ms without noise.
     REQUIRE(slowest_iteration < 0.95 * slowest_compute);
   }
@@ -336,7 +336,8 @@ TEST_CASE("links that differ by queueing, not by rate, leave equal devices equal
     for (const auto& round : Run(o)) {
       CAPTURE(round.batches);
       REQUIRE(*std::max_element(round.batches.begin(), round.batches.end()) -
-                  *std::min_element(round.batches.begin(), round.batches.end()) <= 1);
+                  *std::min_element(round.batches.begin(), round.batches.end()) <=
+              1);
     }
     // A link 50% slower than the others' still costs its worker samples.
     o.link_seconds = {0.010, 0.015, 0.010, 0.010};
@@ -396,10 +397,8 @@ TEST_CASE("bad options and reports are rejected", "[controller]") {
   REQUIRE(c->AddWorker(2, {50, 10}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(c->Report(1, {0, 0.1}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(c->Report(1, {10, -1}).code() == absl::StatusCode::kInvalidArgument);
-  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::quiet_NaN()}).code() ==
-          absl::StatusCode::kInvalidArgument);
-  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::infinity()}).code() ==
-          absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::quiet_NaN()}).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(c->Report(1, {10, std::numeric_limits<double>::infinity()}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(c->Report(5, {10, 0.1}).code() == absl::StatusCode::kNotFound);
   REQUIRE(c->Report(1, {10, 0.1, -0.001}).code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(c->Report(1, {10, 0.1, std::numeric_limits<double>::quiet_NaN()}).code() ==

@@ -107,8 +107,7 @@ absl::StatusOr<std::vector<SpeedChange>> ParseSchedule(absl::string_view text) {
     SpeedChange c;
     if (f.size() != 3 || !absl::SimpleAtoi(f[0], &c.round) || !absl::SimpleAtoi(f[1], &c.worker) ||
         !absl::SimpleAtod(f[2], &c.speed) || c.round < 0 || c.worker < 0 || !(c.speed > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad schedule entry '", entry, "' (want round:worker:speed)"));
+      return absl::InvalidArgumentError(absl::StrCat("bad schedule entry '", entry, "' (want round:worker:speed)"));
     }
     out.push_back(c);
   }

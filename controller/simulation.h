@@ -22,16 +22,16 @@ struct SpeedChange {
 };
 
 struct SimulationOptions {
-  std::vector<double> speeds;          // relative speeds; speed 1 = `samples_per_second`
-  double samples_per_second = 1000;    // of a speed-1 worker
-  double noise = 0.05;                 // relative standard deviation of each measured time
-  double overhead_seconds = 0;         // fixed per-iteration cost of every worker
+  std::vector<double> speeds;        // relative speeds; speed 1 = `samples_per_second`
+  double samples_per_second = 1000;  // of a speed-1 worker
+  double noise = 0.05;               // relative standard deviation of each measured time
+  double overhead_seconds = 0;       // fixed per-iteration cost of every worker
   // Per worker: seconds on its link per iteration (its gradient out, the model back),
   // whatever the batch; reported to the controller with the same relative noise. Empty =
   // none.
   std::vector<double> link_seconds;
-  int rounds = 20;                     // adjustments to run
-  int iterations_per_adjustment = 5;   // reports each worker sends between adjustments
+  int rounds = 20;                    // adjustments to run
+  int iterations_per_adjustment = 5;  // reports each worker sends between adjustments
   std::vector<SpeedChange> schedule;
   // Per worker: batches above this run out of memory (0 = no limit).
   std::vector<int64_t> oom_batches;
@@ -45,12 +45,12 @@ struct SimulationOptions {
 struct SimulationRound {
   int round = 0;
   std::vector<int64_t> batches;
-  std::vector<double> measured_seconds;  // mean over the round's iterations, noise included
-  std::vector<double> true_seconds;      // noise-free compute time at the batch
+  std::vector<double> measured_seconds;        // mean over the round's iterations, noise included
+  std::vector<double> true_seconds;            // noise-free compute time at the batch
   std::vector<double> true_iteration_seconds;  // true_seconds plus the link time
-  double measured_spread = 1;            // max/min of measured_seconds
-  double true_spread = 1;                // max/min of true_seconds
-  double true_iteration_spread = 1;      // max/min of true_iteration_seconds
+  double measured_spread = 1;                  // max/min of measured_seconds
+  double true_spread = 1;                      // max/min of true_seconds
+  double true_iteration_spread = 1;            // max/min of true_iteration_seconds
   bool changed = false;
 };
 

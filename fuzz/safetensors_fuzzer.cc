@@ -1,9 +1,10 @@
 // The safetensors reader (checkpoints, exports, --init_from, tensor data sets) on hostile
 // bytes: the model reader (F32) and the data-set reader (any dtype). No crash, no leak, no
 // undefined behaviour, and whatever parses gives offsets inside its data.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
-#include <unistd.h>
 
 #include "common/safetensors.h"
 

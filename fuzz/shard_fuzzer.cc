@@ -150,7 +150,8 @@ class Harness {
     if (!c.ParseFromString(in.Bytes())) return;
     if (c.has_init()) {
       v1::ShardOptimizer* o = c.mutable_init()->mutable_optimizer();
-      if (o->round_timeout_seconds() > 0.005 && o->round_timeout_seconds() <= 86400) o->set_round_timeout_seconds(0.005);
+      if (o->round_timeout_seconds() > 0.005 && o->round_timeout_seconds() <= 86400)
+        o->set_round_timeout_seconds(0.005);
     }
     if (c.has_step() && in.Byte() & 1) c.mutable_step()->set_version(shard_.version());  // reach the sum
     const uint64_t before = shard_.version();

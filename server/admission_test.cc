@@ -72,7 +72,7 @@ TEST_CASE("a stream idle for the timeout is cancelled once; touched or unwatched
   const Admission::StreamId s_gone = a.Watch([&] { ++gone; });
   clock.Advance(absl::Seconds(40));
   a.Touch(s_busy);
-  a.Unwatch(s_gone);  // handed to the core: no longer idle, however long it takes
+  a.Unwatch(s_gone);                 // handed to the core: no longer idle, however long it takes
   clock.Advance(absl::Seconds(30));  // 70 s since s_idle's last message, 30 s since s_busy's
   REQUIRE(AwaitState([&] { return idle.load() == 1; }));
   clock.Advance(absl::Seconds(40));  // 70 s since s_busy's

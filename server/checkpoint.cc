@@ -3,9 +3,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,8 +89,8 @@ absl::StatusOr<ModelLayout> MarkBuffers(const ModelLayout& layout, const std::st
 std::string ShardedJobJson(const ShardedJob& job) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorSpec& t : job.layout.tensors()) tensors.push_back({t.name, t.shape, t.buffer});
-  return nlohmann::json{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Empty text: not a sharded job's coordinator.
@@ -114,7 +114,8 @@ absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string&
     specs.push_back(std::move(spec));
   }
   absl::StatusOr<ModelLayout> layout = ModelLayout::Create(std::move(specs));
-  if (!layout.ok()) return absl::InvalidArgumentError(absl::StrCat("checkpoint: sharded job: ", layout.status().message()));
+  if (!layout.ok())
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint: sharded job: ", layout.status().message()));
   ShardedJob job;
   job.layout = *std::move(layout);
   job.shards = j["shards"].get<int>();
@@ -126,8 +127,11 @@ absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string&
 std::string SamplerJson(const SamplerState& s) {
   nlohmann::json pending = nlohmann::json::array();
   for (const auto& [epoch, id] : s.pending) pending.push_back({epoch, id});
-  return nlohmann::json{{"dataset_size", s.dataset_size}, {"seed", s.seed},     {"epoch", s.epoch},
-                        {"cursor", s.cursor},             {"pending", pending}}
+  return nlohmann::json{{"dataset_size", s.dataset_size},
+                        {"seed", s.seed},
+                        {"epoch", s.epoch},
+                        {"cursor", s.cursor},
+                        {"pending", pending}}
       .dump();
 }
 
@@ -307,10 +311,10 @@ class CheckpointDir::Lock {
       char holder[256] = {0};
       const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
       close(fd);
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint directory ", dir, " is in use by another server (",
-          n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(holder, n))) : "unknown holder",
-          "): give every server a directory of its own"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint directory ", dir, " is in use by another server (",
+                       n > 0 ? std::string(absl::StripAsciiWhitespace(absl::string_view(holder, n))) : "unknown holder",
+                       "): give every server a directory of its own"));
     }
     char host[128] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -394,7 +398,8 @@ absl::Status CheckpointDir::DropNewerThan(uint64_t version) const {
   bool dropped = false;
   for (const auto& [v, path] : Found()) {
     if (v <= version) break;
-    if (unlink(path.c_str()) != 0) return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", strerror(errno)));
+    if (unlink(path.c_str()) != 0)
+      return absl::InternalError(absl::StrCat("cannot delete ", path, ": ", strerror(errno)));
     dropped = true;
   }
   return dropped ? SyncDirectory(dir_) : absl::OkStatus();

@@ -50,14 +50,14 @@ struct CheckpointState {
   // with the store that was captured (it steps into other buffers while these are held).
   OptimizerBuffers optimizer_state;
   std::string optimizer = "sgd";
-  std::string mode;              // "sync", "async", "ssp"
-  uint64_t version = 0;          // also the learning-rate schedule's position
-  uint64_t global_samples = 0;   // the epoch position
+  std::string mode;             // "sync", "async", "ssp"
+  uint64_t version = 0;         // also the learning-rate schedule's position
+  uint64_t global_samples = 0;  // the epoch position
   uint64_t rounds = 0;
   uint64_t adjustments = 0;
   std::map<std::string, controller::WorkerMemory> controller;  // by worker name
-  SamplerState sampler;          // the epoch's permutation position and samples still to train
-  uint64_t job = 1;              // the daemon's job counter (not restored: a new process starts at 1)
+  SamplerState sampler;               // the epoch's permutation position and samples still to train
+  uint64_t job = 1;                   // the daemon's job counter (not restored: a new process starts at 1)
   std::optional<ShardedJob> sharded;  // a sharded job's coordinator (nullopt: one server, or a shard)
   absl::Time created = absl::UnixEpoch();
 };

@@ -1,12 +1,11 @@
 #include "server/checkpoint.h"
 
-#include <memory>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -200,8 +199,7 @@ TEST_CASE("a crash mid-write leaves only a partial file that is ignored and clea
   REQUIRE(access((dir + "/ckpt-000000000020.safetensors.123.partial").c_str(), F_OK) != 0);
 }
 
-TEST_CASE("one server a directory: a second is refused, naming the holder, until the first lets go",
-          "[checkpoint]") {
+TEST_CASE("one server a directory: a second is refused, naming the holder, until the first lets go", "[checkpoint]") {
   const std::string dir = FreshDir("locked");
   std::ofstream(dir + "/ckpt-000000000020.safetensors.9.partial") << "the first server's write in progress";
   auto first = std::make_unique<CheckpointDir>(dir, 3);
@@ -445,7 +443,8 @@ TEST_CASE("the checkpointer adds what its caller knows of the job", "[checkpoint
   auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
   const std::string dir = FreshDir("annotated");
   const ShardedJob job{*ModelLayout::Create({{"w", {4096}}}), 2, 4096};
-  Checkpointer cp(core.get(), CheckpointDir(dir, 2), absl::Seconds(60), [&job](CheckpointState* s) { s->sharded = job; });
+  Checkpointer cp(core.get(), CheckpointDir(dir, 2), absl::Seconds(60),
+                  [&job](CheckpointState* s) { s->sharded = job; });
   const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
   REQUIRE(core->Push(Grad(j.id, 8, 0), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
   REQUIRE(cp.CheckpointNow().ok());

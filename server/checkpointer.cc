@@ -10,11 +10,7 @@ namespace server {
 
 Checkpointer::Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every,
                            std::function<void(CheckpointState*)> complete)
-    : core_(core),
-      dir_(std::move(dir)),
-      every_(every),
-      complete_(std::move(complete)),
-      last_(core->clock().Now()) {}
+    : core_(core), dir_(std::move(dir)), every_(every), complete_(std::move(complete)), last_(core->clock().Now()) {}
 
 absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
   {
@@ -49,9 +45,10 @@ absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint
   std::string holders = absl::StrCat("the coordinator holds [", absl::StrJoin(common, ", "), "]");
   for (size_t i = 1; i < held.size(); ++i) {
     absl::StrAppend(&holders, ", shard ", i, " [", absl::StrJoin(held[i], ", "), "]");
-    common.erase(std::remove_if(common.begin(), common.end(),
-                                [&](uint64_t v) { return std::find(held[i].begin(), held[i].end(), v) == held[i].end(); }),
-                 common.end());
+    common.erase(
+        std::remove_if(common.begin(), common.end(),
+                       [&](uint64_t v) { return std::find(held[i].begin(), held[i].end(), v) == held[i].end(); }),
+        common.end());
   }
   for (uint64_t v : common) {
     absl::StatusOr<CheckpointState> state = dir_.Load(v);

@@ -43,8 +43,8 @@ absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) co
     return absl::FailedPreconditionError("every slice of this job has its shard already");
   }
   if (asked >= slots_.size()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("there is no slice %u: this job has slices 1 to %d", asked, static_cast<int>(slots_.size()) - 1));
+    return absl::FailedPreconditionError(absl::StrFormat("there is no slice %u: this job has slices 1 to %d", asked,
+                                                         static_cast<int>(slots_.size()) - 1));
   }
   const int index = static_cast<int>(asked);
   if (slots_[index].connected) {
@@ -136,8 +136,8 @@ absl::Status CoordinatorShards::Return(int index) {
     absl::MutexLock lock(&mu_);
     if (!recovering_) {
       if (options_.log) {
-        options_.log(absl::StrFormat("shard %d is back: every server goes back to the shards' newest common checkpoint",
-                                     index));
+        options_.log(
+            absl::StrFormat("shard %d is back: every server goes back to the shards' newest common checkpoint", index));
       }
       BeginRecovery(index);
     }
@@ -159,13 +159,13 @@ absl::Status CoordinatorShards::Return(int index) {
     // recovery waits for a shard that holds a checkpoint common to every server.
     slots_[index].connected = false;
     ++slots_[index].generation;
-    const absl::Status refused = absl::FailedPreconditionError(absl::StrCat(
-        "slice ", index, "'s checkpoints leave the job no checkpoint common to every server (",
-        version.status().message(), "): the job waits for a shard that holds one"));
+    const absl::Status refused = absl::FailedPreconditionError(
+        absl::StrCat("slice ", index, "'s checkpoints leave the job no checkpoint common to every server (",
+                     version.status().message(), "): the job waits for a shard that holds one"));
     if (options_.log) options_.log(std::string(refused.message()));
     return refused;
   }
-  sessions_.clear();  // the core ended every session: the workers join again
+  sessions_.clear();            // the core ended every session: the workers join again
   told_checkpoint_ = *version;  // every server holds it
   for (size_t i = 1; i < slots_.size(); ++i) {
     slots_[i].queue.clear();
@@ -197,8 +197,9 @@ absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout&
   absl::StatusOr<ShardMap> map = ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes);
   if (!map.ok()) return map.status();
   if (!(map->slice_layout(0) == slice0)) {
-    return absl::FailedPreconditionError("the checkpoint's slice 0 is not its job's: the file was not written by this "
-                                         "release's coordinator");
+    return absl::FailedPreconditionError(
+        "the checkpoint's slice 0 is not its job's: the file was not written by this "
+        "release's coordinator");
   }
   absl::MutexLock lock(&mu_);
   if (!recover_) return absl::FailedPreconditionError("a sharded job resumes only with --checkpoint_dir");
@@ -207,9 +208,10 @@ absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout&
   stepped_ = true;
   BeginRecovery(/*returned=*/0);
   if (options_.log) {
-    options_.log(absl::StrFormat("a sharded job (%s): waiting for its %d shard servers to register with the "
-                                 "checkpoints they hold",
-                                 map_->DebugString(), options_.shards - 1));
+    options_.log(
+        absl::StrFormat("a sharded job (%s): waiting for its %d shard servers to register with the "
+                        "checkpoints they hold",
+                        map_->DebugString(), options_.shards - 1));
   }
   return absl::OkStatus();
 }

@@ -171,7 +171,7 @@ class CoordinatorShards {
   Recover recover_ ABSL_GUARDED_BY(mu_);
   uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
-  bool restoring_ ABSL_GUARDED_BY(mu_) = false;  // a registration runs the Recover hook
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;                   // a registration runs the Recover hook
   std::optional<uint64_t> told_checkpoint_ ABSL_GUARDED_BY(mu_);  // the last checkpoint version queued
   struct Stashed {
     ModelLayout layout;

@@ -35,7 +35,8 @@ std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) 
   std::vector<CoordinatorShards::Outgoing> out;
   CoordinatorShards::Outgoing o;
   const uint64_t current = c.generation(index);
-  while (c.Next(index, current, &o, absl::InfinitePast()).ok() && o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
+  while (c.Next(index, current, &o, absl::InfinitePast()).ok() &&
+         o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
     out.push_back(o);
   }
   return out;
@@ -59,8 +60,8 @@ TEST_CASE("shard registration: the job's shape, free slices, and no slice after 
   REQUIRE(absl::StrContains(wrong.status().message(), "--shards"));
   REQUIRE(absl::IsInvalidArgument(c.Register(Hello("", 0)).status()));
   REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
-  REQUIRE(*c.Register(Hello("s:1", 0)) == 1);  // the free one
-  REQUIRE(absl::IsUnavailable(c.Register(Hello("s:x", 1)).status()));  // its holder is connected
+  REQUIRE(*c.Register(Hello("s:1", 0)) == 1);                                 // the free one
+  REQUIRE(absl::IsUnavailable(c.Register(Hello("s:x", 1)).status()));         // its holder is connected
   REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:x", 3)).status()));  // no such slice
   REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:y", 0)).status()));  // every slice taken
   REQUIRE(c.AwaitShards(absl::InfinitePast()).ok());
@@ -132,7 +133,7 @@ TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
   REQUIRE(*c.Register(Hello("s:1b", 1, 2), &now) == 1);
   CoordinatorShards::Outgoing o;
   REQUIRE(absl::IsCancelled(c.Next(1, old, &o, absl::InfinitePast())));  // the old stream ends
-  REQUIRE(c.Next(1, now, &o, absl::InfinitePast()).ok());  // the new stream: nothing queued yet
+  REQUIRE(c.Next(1, now, &o, absl::InfinitePast()).ok());                // the new stream: nothing queued yet
   c.Shutdown();
   REQUIRE(absl::IsCancelled(c.Next(1, now, &o, absl::InfinitePast())));
 }
@@ -165,11 +166,11 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   (void)Drain(c, 2);
 
   c.Disconnect(2);
-  REQUIRE(absl::IsUnavailable(c.Serving()));  // pushes wait for the slice
+  REQUIRE(absl::IsUnavailable(c.Serving()));                   // pushes wait for the slice
   REQUIRE(*c.Register(HelloHolding("s:2b", 2, {4, 1})) == 2);  // back: a recovery begins
   CoordinatorShards::Outgoing o;
   REQUIRE(absl::IsAborted(c.Next(1, first, &o, absl::InfinitePast())));  // shard 1 must say what it holds
-  c.Disconnect(1);  // its stream's end: not a loss
+  c.Disconnect(1);                                                       // its stream's end: not a loss
   REQUIRE(c.Shards()[0].connected == false);
   c.Hooks().step(ReplicatedStep{});  // a round closing meanwhile: undone by the restore, not sent
   REQUIRE(absl::IsUnavailable(c.Serving()));

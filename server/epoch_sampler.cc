@@ -37,8 +37,7 @@ std::vector<uint64_t> EpochSampler::Permutation(uint64_t n, uint64_t seed, uint6
 absl::Status EpochSampler::SetDatasetSize(uint64_t n) {
   if (n == 0) return absl::InvalidArgumentError("the training set is empty");
   if (n_ != 0 && n_ != n) {
-    return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", n,
-                                                   " samples, the job's has ", n_,
+    return absl::InvalidArgumentError(absl::StrCat("this worker's training set has ", n, " samples, the job's has ", n_,
                                                    ": every worker of a job must train on the same data set"));
   }
   n_ = n;
@@ -110,7 +109,8 @@ absl::Status EpochSampler::Restore(const SamplerState& s) {
   }
   if (s.cursor > s.dataset_size) return absl::InvalidArgumentError("sampler: cursor beyond the data set");
   for (const auto& [epoch, id] : s.pending) {
-    if (id >= s.dataset_size || epoch > s.epoch) return absl::InvalidArgumentError("sampler: pending sample out of range");
+    if (id >= s.dataset_size || epoch > s.epoch)
+      return absl::InvalidArgumentError("sampler: pending sample out of range");
   }
   seed_ = s.seed;
   n_ = s.dataset_size;

@@ -68,8 +68,8 @@ class EpochSampler {
   uint64_t n_ = 0;
   uint64_t epoch_ = 0;
   uint64_t cursor_ = 0;
-  uint64_t job_samples_ = 0;  // 0: no end
-  std::vector<uint64_t> order_;      // epoch_'s permutation (built lazily)
+  uint64_t job_samples_ = 0;     // 0: no end
+  std::vector<uint64_t> order_;  // epoch_'s permutation (built lazily)
   uint64_t order_epoch_ = ~0ull;
   std::deque<std::pair<uint64_t, uint64_t>> pending_;  // (epoch, id)
 };

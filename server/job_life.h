@@ -1,6 +1,6 @@
 // The job's life on a daemon: the start barrier (how many workers it waits for, until
-// when), whether training has started, the finish (every worker left, one at least having completed its training) and the job
-// counter across --reset_when_done. Thread-compatible: the core calls it under its mutex.
+// when), whether training has started, the finish (every worker left, one at least having completed its training) and
+// the job counter across --reset_when_done. Thread-compatible: the core calls it under its mutex.
 #ifndef OMNILEARN_SERVER_JOB_LIFE_H_
 #define OMNILEARN_SERVER_JOB_LIFE_H_
 
@@ -16,7 +16,9 @@ class JobLife {
  public:
   // A job starting at `start` whose barrier waits for `num_workers`, for `start_timeout`.
   JobLife(absl::Time start, int num_workers, absl::Duration start_timeout)
-      : num_workers_(num_workers), start_timeout_(start_timeout), expected_(num_workers),
+      : num_workers_(num_workers),
+        start_timeout_(start_timeout),
+        expected_(num_workers),
         start_by_(start + start_timeout) {}
 
   uint64_t number() const { return number_; }  // 1 for the daemon's first job

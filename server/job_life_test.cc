@@ -17,7 +17,7 @@ TEST_CASE("a job finishes when all left and one completed; a finished job refuse
   REQUIRE_FALSE(job.started());
   job.Start();
   REQUIRE(job.started());
-  job.NoteLeft(/*completed=*/false);   // a crash or a Ctrl-C does not finish the job...
+  job.NoteLeft(/*completed=*/false);  // a crash or a Ctrl-C does not finish the job...
   REQUIRE_FALSE(job.MaybeFinish(/*all_left=*/true));
   job.NoteLeft(/*completed=*/true);
   REQUIRE_FALSE(job.MaybeFinish(/*all_left=*/false));  // ...nor does a completion while others train

@@ -10,7 +10,8 @@ namespace omnilearn {
 namespace server {
 
 bool IsPrintableWord(absl::string_view word, size_t max_bytes) {
-  return word.size() <= max_bytes && std::all_of(word.begin(), word.end(), [](char c) { return absl::ascii_isgraph(c); });
+  return word.size() <= max_bytes &&
+         std::all_of(word.begin(), word.end(), [](char c) { return absl::ascii_isgraph(c); });
 }
 
 absl::Status CheckJoinHeader(const std::string& name, const std::string& host, const ModelLayout& layout,
@@ -21,9 +22,8 @@ absl::Status CheckJoinHeader(const std::string& name, const std::string& host, c
                          return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-' || c == ':' || c == '@';
                        });
   if (!name_ok) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
-                     "' is not 1-128 characters of letters, digits and . _ - : @"));
+    return absl::InvalidArgumentError(absl::StrCat("worker name '", absl::CEscape(name.substr(0, kMaxName)),
+                                                   "' is not 1-128 characters of letters, digits and . _ - : @"));
   }
   if (!IsPrintableWord(host, kMaxHost)) {
     return absl::InvalidArgumentError("the host name must be at most 255 printable characters without spaces");
@@ -31,8 +31,10 @@ absl::Status CheckJoinHeader(const std::string& name, const std::string& host, c
   if (layout.empty()) return absl::InvalidArgumentError("join without a model layout");
   const int64_t bytes = layout.total_elements() * static_cast<int64_t>(sizeof(float));
   if (layout.total_elements() > max_model_bytes / static_cast<int64_t>(sizeof(float))) {
-    return absl::ResourceExhaustedError(absl::StrCat("the model has ", bytes, " bytes of float32 values; this server "
-                                                     "takes at most --max_model_bytes=", max_model_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat("the model has ", bytes,
+                                                     " bytes of float32 values; this server "
+                                                     "takes at most --max_model_bytes=",
+                                                     max_model_bytes));
   }
   return absl::OkStatus();
 }
@@ -68,9 +70,9 @@ absl::Status CheckJoinJobSamples(uint64_t job_samples, uint64_t dataset_size, ui
     return absl::InvalidArgumentError(absl::StrCat("a job of ", job_samples, " samples is more than 2^48"));
   }
   if (jobs_count != 0 && job_samples != jobs_count) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "this worker would train ", job_samples, " samples in all, the job trains ", jobs_count,
-        ": give every worker of a job the same --epochs (Python: Worker(..., epochs=))"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("this worker would train ", job_samples, " samples in all, the job trains ", jobs_count,
+                     ": give every worker of a job the same --epochs (Python: Worker(..., epochs=))"));
   }
   return absl::OkStatus();
 }
@@ -85,7 +87,8 @@ absl::Status CheckJoinModel(const ModelLayout& layout, bool brings_parameters, c
   if (replaceable && brings_parameters) return absl::OkStatus();
   const std::string what =
       absl::StrCat("model layout differs from the server's: ", layout.DescribeDifference(*job_layout));
-  if (replaceable) return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
+  if (replaceable)
+    return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
   return absl::InvalidArgumentError(what);
 }
 

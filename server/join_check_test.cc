@@ -35,7 +35,7 @@ TEST_CASE("a join's data set: bounded, and the job's once it assigns samples", "
 }
 
 TEST_CASE("a join's sample count: with a data set, bounded, the job's once one was given", "[join_check]") {
-  REQUIRE(CheckJoinJobSamples(0, 0, 0).ok());          // stops by its iterations
+  REQUIRE(CheckJoinJobSamples(0, 0, 0).ok());           // stops by its iterations
   REQUIRE(CheckJoinJobSamples(0, 60000, 120000).ok());  // ...in a job that ends on a count
   REQUIRE(CheckJoinJobSamples(120000, 60000, 0).ok());  // the first to give one sets the job's
   REQUIRE(CheckJoinJobSamples(120000, 60000, 120000).ok());
@@ -46,7 +46,8 @@ TEST_CASE("a join's sample count: with a data set, bounded, the job's once one w
   REQUIRE(absl::StrContains(other.message(), "would train 60000 samples in all, the job trains 120000"));
 }
 
-TEST_CASE("a join's model: the first brings it, later ones the same, an untrained one may be replaced", "[join_check]") {
+TEST_CASE("a join's model: the first brings it, later ones the same, an untrained one may be replaced",
+          "[join_check]") {
   const ModelLayout a = Layout(4), b = Layout(6);
   REQUIRE(CheckJoinModel(a, /*brings_parameters=*/true, nullptr, false).ok());
   REQUIRE(CheckJoinModel(a, false, nullptr, false).code() == absl::StatusCode::kFailedPrecondition);

@@ -2,14 +2,14 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <thread>
-#include <unistd.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,10 +20,11 @@
 #include "common/atomic_file.h"
 #include "common/enum_names.h"
 #include "common/flag_checks.h"
-#include "common/large_buffers.h"
 #include "common/grpc_security.h"
+#include "common/large_buffers.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
+#include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "controller/controller_flags.h"
 #include "server/checkpoint.h"
@@ -33,7 +34,6 @@
 #include "server/service.h"
 #include "server/shard_link.h"
 #include "server/shard_wire.h"
-#include "common/shard_map.h"
 #include "server/summary.h"
 
 ABSL_FLAG(int, port, 50051, "gRPC port");
@@ -65,7 +65,8 @@ ABSL_FLAG(double, beta1, 0.9, "adam, adamw: first-moment decay");
 ABSL_FLAG(double, beta2, 0.999, "adam, adamw: second-moment decay");
 ABSL_FLAG(double, eps, 1e-8, "adam, adamw: denominator epsilon");
 ABSL_FLAG(std::string, lr_schedule, "",
-          "constant | step (x --lr_decay every --lr_decay_steps versions or --lr_decay_epochs epochs) | cosine (to --lr_min over "
+          "constant | step (x --lr_decay every --lr_decay_steps versions or --lr_decay_epochs epochs) | cosine (to "
+          "--lr_min over "
           "--cosine_steps); default: step when --lr_decay_steps or --lr_decay_epochs > 0, else constant");
 ABSL_FLAG(uint64_t, warmup_steps, 0, "versions of linear learning-rate warm-up before the schedule (0 = none)");
 ABSL_FLAG(uint64_t, lr_decay_steps, 0, "step schedule: versions between decays");
@@ -78,7 +79,8 @@ ABSL_FLAG(double, lr_min, 0, "cosine schedule: the final learning rate");
 ABSL_FLAG(double, clip_grad_norm, 0, "clip the global gradient norm of each step to this (0 = off)");
 ABSL_FLAG(int64_t, max_model_bytes, int64_t{4} << 30,
           "the largest model (float32 bytes) a worker may bring; larger joins are refused before any allocation");
-ABSL_FLAG(uint64_t, data_seed, 1, "seed of the epochs' sample permutations (the server assigns every worker's samples)");
+ABSL_FLAG(uint64_t, data_seed, 1,
+          "seed of the epochs' sample permutations (the server assigns every worker's samples)");
 ABSL_FLAG(std::string, wire_dtype, "f32",
           "values of gradients and models on the wire for workers that can use it: f32 | bf16 (half the bytes; the "
           "server keeps float32 master weights and optimizer state; workers keep the rounding error and send it "
@@ -213,14 +215,13 @@ absl::Status CheckSameKind(const CheckpointState& state) {
 // coordinator (`shards`) then waits for its shards to go back with it to the newest
 // checkpoint every server holds (docs/SHARDING.md).
 absl::Status ResumeFrom(const CheckpointDir& dir, ParameterServerCore* core, CoordinatorShards* shards) {
-  auto loaded = dir.LoadNewest([](const std::string& warning) {
-    std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
-  });
+  auto loaded = dir.LoadNewest(
+      [](const std::string& warning) { std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str()); });
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) {
     if (dir.List().empty()) return absl::OkStatus();
-    return absl::DataLossError(absl::StrCat("no checkpoint in ", dir.dir(),
-                                            " could be read: fix or move them, or start over with --fresh"));
+    return absl::DataLossError(
+        absl::StrCat("no checkpoint in ", dir.dir(), " could be read: fix or move them, or start over with --fresh"));
   }
   const auto& [file, state] = **loaded;
   absl::Status s = CheckSameKind(state);
@@ -289,7 +290,7 @@ absl::Status ParseChoices(ServerOptions* o) {
   if (!optimizer.ok()) return optimizer.status();
   const bool step_by_default = absl::GetFlag(FLAGS_lr_decay_steps) > 0 || absl::GetFlag(FLAGS_lr_decay_epochs) > 0;
   auto schedule = ParseLrSchedule(absl::GetFlag(FLAGS_lr_schedule).empty() ? (step_by_default ? "step" : "constant")
-                                                                          : absl::GetFlag(FLAGS_lr_schedule));
+                                                                           : absl::GetFlag(FLAGS_lr_schedule));
   if (!schedule.ok()) return schedule.status();
   auto lr_scaling = OnOff("lr_scaling", absl::GetFlag(FLAGS_lr_scaling));
   if (!lr_scaling.ok()) return lr_scaling.status();
@@ -366,14 +367,13 @@ absl::StatusOr<std::string> TokenFromFlags() {
 void PrintListening(const ServerOptions& o, int port, v1::WireDtype wire_dtype, bool token,
                     const metrics::MetricsExposer* exposer) {
   const bool tls = !absl::GetFlag(FLAGS_tls_cert).empty();
-  std::printf("omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s wire=%s global_batch=%ld "
-              "workers=%d tls=%s token=%s metrics=%s\n",
-              absl::GetFlag(FLAGS_bind).c_str(), port, ModeName(o.mode),
-              controller::PolicyName(o.controller.policy).c_str(), controller::BalanceName(o.controller.balance).c_str(),
-              WireDtypeName(wire_dtype), o.controller.global_batch, o.num_workers,
-              tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token ? "on" : "off",
-              exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str()
-                      : "off");
+  std::printf(
+      "omnilearn_server listening on %s:%d mode=%s controller=%s balance=%s wire=%s global_batch=%ld "
+      "workers=%d tls=%s token=%s metrics=%s\n",
+      absl::GetFlag(FLAGS_bind).c_str(), port, ModeName(o.mode), controller::PolicyName(o.controller.policy).c_str(),
+      controller::BalanceName(o.controller.balance).c_str(), WireDtypeName(wire_dtype), o.controller.global_batch,
+      o.num_workers, tls ? (absl::GetFlag(FLAGS_tls_client_ca).empty() ? "on" : "mutual") : "off", token ? "on" : "off",
+      exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", exposer->port(), "/metrics").c_str() : "off");
   std::fflush(stdout);
 }
 
@@ -445,7 +445,9 @@ absl::StatusOr<std::string> PeerTokenFromFlags(const std::string& worker_token) 
   if (peer.empty() && !IsLoopbackAddress(absl::GetFlag(FLAGS_bind))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a sharded job's servers must prove to each other that they are servers of the job, and this one listens "
-        "on ", absl::GetFlag(FLAGS_bind), ": give every server of the job --peer_token_file (one secret, not the "
+        "on ",
+        absl::GetFlag(FLAGS_bind),
+        ": give every server of the job --peer_token_file (one secret, not the "
         "workers' token), or listen on loopback only (--bind=127.0.0.1)"));
   }
   if (!peer.empty() && peer == worker_token) {
@@ -690,10 +692,10 @@ int RunShard(const sigset_t& signals) {
   auto exposer = ExposeMetrics(shard.registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
   const ShardLinkOptions lo = LinkOptionsFromFlags(bound_port, *peer_token, *peer_credentials, log);
-  std::printf("omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n",
-              absl::GetFlag(FLAGS_bind).c_str(), absl::GetFlag(FLAGS_port), lo.address.c_str(), lo.coordinator.c_str(),
-              *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str()
-                       : "off");
+  std::printf(
+      "omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n",
+      absl::GetFlag(FLAGS_bind).c_str(), absl::GetFlag(FLAGS_port), lo.address.c_str(), lo.coordinator.c_str(),
+      *exposer ? absl::StrCat(absl::GetFlag(FLAGS_metrics_bind), ":", (*exposer)->port(), "/metrics").c_str() : "off");
   std::fflush(stdout);
   ShardLink link(lo, &shard);
   if (absl::Status s = link.Prepare(); !s.ok()) return Fail(s, 2);

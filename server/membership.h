@@ -35,16 +35,16 @@ struct WorkerRecord {
   // reply: the round's barrier, the step): what of the worker's communication time is not
   // its link's. Negative before its first push.
   double last_wait_seconds = -1;
-  int64_t last_batch = 0;     // the batch of its last accepted push
-  int64_t told_batch = 0;     // the batch the server last told it to train (join, reply)
+  int64_t last_batch = 0;           // the batch of its last accepted push
+  int64_t told_batch = 0;           // the batch the server last told it to train (join, reply)
   uint64_t emulation_overruns = 0;  // as it last reported (its emulated device's unfaithful steps)
-  double last_loss = 0;       // ...its loss
-  uint64_t last_version = 0;  // ...and the version it was computed on
-  uint64_t clock = 0;         // ssp: iterations pushed, lifted to the slowest's on (re)admission
-  bool expired = false;       // its lease ran out
-  bool uses_samples = false;  // joined with a data set size: trains what it is assigned
-  SampleBatch assigned;       // samples assigned and not yet trained
-  std::string secret;         // the session's secret (JoinResponse.session_secret)
+  double last_loss = 0;             // ...its loss
+  uint64_t last_version = 0;        // ...and the version it was computed on
+  uint64_t clock = 0;               // ssp: iterations pushed, lifted to the slowest's on (re)admission
+  bool expired = false;             // its lease ran out
+  bool uses_samples = false;        // joined with a data set size: trains what it is assigned
+  SampleBatch assigned;             // samples assigned and not yet trained
+  std::string secret;               // the session's secret (JoinResponse.session_secret)
 
   // Takes part in rounds (active or pending).
   bool live() const { return state == WorkerState::kActive || state == WorkerState::kPending; }

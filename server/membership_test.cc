@@ -76,8 +76,8 @@ TEST_CASE("left records are pruned: one per name, and a bounded number in all", 
   size_t left = 0;
   for (const auto& [id, w] : m) left += w.state == WorkerState::kLeft ? 1 : 0;
   REQUIRE(left == 10);
-  REQUIRE(dropped == 303 - 10);  // 303 left records (c0..c2 too), 10 kept: every other name is gone
-  REQUIRE(m.Find(a2) != nullptr);           // live records are never pruned
+  REQUIRE(dropped == 303 - 10);    // 303 left records (c0..c2 too), 10 kept: every other name is gone
+  REQUIRE(m.Find(a2) != nullptr);  // live records are never pruned
 }
 
 TEST_CASE("ssp: a worker waits while a live one is more than the bound behind, and knows who", "[membership]") {
@@ -87,7 +87,7 @@ TEST_CASE("ssp: a worker waits while a live one is more than the bound behind, a
   const WorkerId slow = m.Add(Named("slow", WorkerState::kActive, 4, t0)).id;
   const WorkerId pending = m.Add(Named("pending", WorkerState::kPending, 5, t0)).id;
   m.Add(Named("dropped", WorkerState::kDropped, 0, t0));  // not live: holds nobody back
-  REQUIRE(m.WithinSspBound(fast, 3));   // 7 <= 4 + 3
+  REQUIRE(m.WithinSspBound(fast, 3));                     // 7 <= 4 + 3
   REQUIRE_FALSE(m.WithinSspBound(fast, 2));
   REQUIRE(m.HoldingBack(fast, 3).empty());
   std::vector<WorkerRecord*> behind = m.HoldingBack(fast, 1);  // 4 + 1 < 7, 5 + 1 < 7

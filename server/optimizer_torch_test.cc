@@ -16,7 +16,8 @@ constexpr int kSteps = 6;
 
 // Two parameter tensors (and a buffer, which neither optimizer may touch).
 ModelLayout Layout() {
-  return *ModelLayout::Create({TensorSpec{"a", {3, 4}}, TensorSpec{"bn.running_mean", {2}, true}, TensorSpec{"b", {5}}});
+  return *ModelLayout::Create(
+      {TensorSpec{"a", {3, 4}}, TensorSpec{"bn.running_mean", {2}, true}, TensorSpec{"b", {5}}});
 }
 
 std::vector<float> Random(size_t n, std::mt19937& rng, float scale) {

@@ -84,8 +84,7 @@ void ParameterServerCore::MaybeFinishJob() {
   // A dropped worker may still come back and finish: AllLeft counts it as not gone.
   if (!job_.MaybeFinish(workers_.AllLeft())) return;
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
-                        stats_.global_samples(), Epoch(),
-                        stats_.rounds()));
+                        stats_.global_samples(), Epoch(), stats_.rounds()));
 }
 
 void ParameterServerCore::ResetJob() {
@@ -142,7 +141,9 @@ namespace {
 // The session a rejoining process may replace: its previous one, proven by its secret.
 WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
   const WorkerRecord* old = workers.Find(info.resume_id);
-  return old != nullptr && old->name == info.name && ConstantTimeEquals(info.resume_secret, old->secret) ? info.resume_id : 0;
+  return old != nullptr && old->name == info.name && ConstantTimeEquals(info.resume_secret, old->secret)
+             ? info.resume_id
+             : 0;
 }
 
 }  // namespace
@@ -232,7 +233,7 @@ absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {
 
 absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, absl::Time now) {
   if (info.dataset_size > 0) (void)sampler_.SetDatasetSize(info.dataset_size);  // checked in CheckJoin
-  (void)sampler_.SetJobSamples(info.job_samples);  // checked in CheckJoin
+  (void)sampler_.SetJobSamples(info.job_samples);                               // checked in CheckJoin
   if (Worker* old = workers_.FindCurrent(Resumable(workers_, info)); old != nullptr) {
     Retire(*old, WorkerState::kLeft);  // this process's previous session
   }
@@ -252,15 +253,17 @@ absl::StatusOr<WorkerId> ParameterServerCore::AddWorker(const JoinInfo& info, ab
   const WorkerRecord& added = workers_.Add(std::move(w));
   const WorkerId id = added.id;
   if (options_.replication.session_opened) options_.replication.session_opened(id, added.secret);
-  if (absl::Status s = controller_.AddWorker(id, {0, info.max_batch}, known ? remembered->second : controller::WorkerMemory{});
+  if (absl::Status s =
+          controller_.AddWorker(id, {0, info.max_batch}, known ? remembered->second : controller::WorkerMemory{});
       !s.ok()) {
     workers_.Find(id)->state = WorkerState::kLeft;  // cannot happen (fresh id, valid limits); never half-added
     return s;
   }
   if (known) remembered_.erase(remembered);
-  Event(absl::StrFormat("worker %s joined as id %d (host %s, %s)%s; %d live", info.name, id, info.host,
-                        info.device == Device::kCuda ? "cuda" : (info.device == Device::kCpu ? "cpu" : "device unknown"),
-                        known ? ", its controller memory restored" : "", LiveCount()));
+  Event(
+      absl::StrFormat("worker %s joined as id %d (host %s, %s)%s; %d live", info.name, id, info.host,
+                      info.device == Device::kCuda ? "cuda" : (info.device == Device::kCpu ? "cpu" : "device unknown"),
+                      known ? ", its controller memory restored" : "", LiveCount()));
   MaybeCompleteRound();  // a worker that retired above may have been the last one awaited
   PruneLeft();           // this name's earlier sessions
   return id;
@@ -348,8 +351,8 @@ void ParameterServerCore::CountAdjustmentTick() {
   const uint64_t per_round = options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount());
   // The first plan once every worker measured two iterations: equal batches cost the most
   // while nothing is known of the devices (at HL8 a round of them takes twice a balanced one).
-  const uint64_t rounds = controller_.plan().adjustment == 0 ? std::min<uint64_t>(2, options_.adjust_every)
-                                                             : options_.adjust_every;
+  const uint64_t rounds =
+      controller_.plan().adjustment == 0 ? std::min<uint64_t>(2, options_.adjust_every) : options_.adjust_every;
   if (ticks_since_adjust_ >= rounds * per_round) {
     ticks_since_adjust_ = 0;
     if (controller_.Adjust().reverted) metrics_.plan_reverts.Increment();
@@ -409,8 +412,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
   ExpireLeases(now);
   Worker* current = workers_.FindCurrent(info.id);
   if (current == nullptr) {
-    return reject("unknown_worker", absl::NotFoundError(absl::StrCat("unknown or expired worker ", info.id,
-                                                                     ": join again")));
+    return reject("unknown_worker",
+                  absl::NotFoundError(absl::StrCat("unknown or expired worker ", info.id, ": join again")));
   }
   if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
   if (absl::Status s = CheckPushReport(info); !s.ok()) return reject("invalid", s);
@@ -495,11 +498,12 @@ absl::StatusOr<PushResult> ParameterServerCore::AwaitRoundClose(const PushInfo& 
     const absl::Time until = std::min(deadline, round_.deadline());
     if (!options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), until)) {
       if (options_.clock->Now() >= round_.deadline() && round_.open() && store_.version() == version) {
-        AwaitRoundIdle();  // a push still adding is in the round
+        AwaitRoundIdle();                                                   // a push still adding is in the round
         if (round_.open() && store_.version() == version) CompleteRound();  // timed out: go on without the missing
       } else if (options_.clock->Now() >= deadline) {
         // The gradient is in the round (applied when it closes): never an error now.
-        return Reply(info.id, !info.idle, "the round had not closed by the call's deadline; the gradient is in it: pull");
+        return Reply(info.id, !info.idle,
+                     "the round had not closed by the call's deadline; the gradient is in it: pull");
       }
     }
   }
@@ -517,8 +521,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushIdle(const PushInfo& info, a
     refused = absl::FailedPreconditionError(absl::StrCat("an idle push from worker ", info.id, ", assigned ",
                                                          CountSamples(w.assigned), " samples: train them"));
   } else if (info.version > version) {
-    refused = absl::InvalidArgumentError(absl::StrCat("model version ", info.version, " is newer than the server's ",
-                                                      version));
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("model version ", info.version, " is newer than the server's ", version));
   }
   CountPush(info.id, refused.ok() ? "idle" : "invalid");
   if (!refused.ok()) return refused;
@@ -617,9 +621,8 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
-  const AsyncStep step =
-      AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, options_.optimizer.momentum,
-                   options_.async_rule);
+  const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s,
+                                      options_.optimizer.momentum, options_.async_rule);
   store_.SetEpoch(Epoch());
   Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0);
   workers_.Find(info.id)->assigned.clear();  // trained
@@ -805,15 +808,18 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   round_.Reset();
   ++rollbacks_;
   PruneLeft();
-  Event(absl::StrFormat("the job went back to its checkpoint of version %d (%d samples trained): every worker joins "
-                        "again",
-                        state.version, state.global_samples));
+  Event(
+      absl::StrFormat("the job went back to its checkpoint of version %d (%d samples trained): every worker joins "
+                      "again",
+                      state.version, state.global_samples));
   return absl::OkStatus();
 }
 
 absl::Status ParameterServerCore::RolledBack(const PushInfo& info) const {
-  return absl::NotFoundError(absl::StrCat("worker ", info.id, "'s session ended: the job went back to its checkpoint "
-                                          "of version ", store_.version(), "; join again"));
+  return absl::NotFoundError(absl::StrCat("worker ", info.id,
+                                          "'s session ended: the job went back to its checkpoint "
+                                          "of version ",
+                                          store_.version(), "; join again"));
 }
 
 uint64_t ParameterServerCore::version() const {
@@ -833,9 +839,8 @@ void ParameterServerCore::CountPullBytes(int64_t bytes) { metrics_.pull_bytes.In
 void ParameterServerCore::UpdateGauges() {
   absl::MutexLock lock(&mu_);
   metrics_.CollectModel(store_.version(), stats_.last_loss(), stats_.test_accuracy());
-  metrics_.CollectWorkers(workers_, [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return controller_.plan().batch(id);
-  });
+  metrics_.CollectWorkers(
+      workers_, [this](WorkerId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return controller_.plan().batch(id); });
 }
 
 void ParameterServerCore::Shutdown() {

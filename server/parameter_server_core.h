@@ -36,11 +36,11 @@
 #include "common/model_layout.h"
 #include "common/training_mode.h"
 #include "controller/batch_controller.h"
+#include "server/async_rule.h"
+#include "server/buffer_pool.h"
 #include "server/checkpoint.h"
 #include "server/data_plane.h"
 #include "server/epoch_sampler.h"
-#include "server/async_rule.h"
-#include "server/buffer_pool.h"
 #include "server/job_life.h"
 #include "server/join_check.h"
 #include "server/membership.h"
@@ -67,7 +67,7 @@ struct ReplicatedStep {
   double update_scale = 1;   // update = sum(weight * gradient) * update_scale
   double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
   double buffer_blend = 1;
-  double momentum = -1;      // < 0: the optimizer's own
+  double momentum = -1;  // < 0: the optimizer's own
 };
 
 // A sharded job's coordinator is told of what its shards must replay: sessions and steps.
@@ -84,12 +84,12 @@ struct Replication {
 
 struct ServerOptions {
   Mode mode = Mode::kSync;
-  int num_workers = 1;                            // the first round waits for this many joins
-  absl::Duration start_timeout = absl::Minutes(5);  // ...or starts with who is there after this
+  int num_workers = 1;                               // the first round waits for this many joins
+  absl::Duration start_timeout = absl::Minutes(5);   // ...or starts with who is there after this
   absl::Duration round_timeout = absl::Seconds(30);  // sync/ssp: workers waited for longer are dropped
-  int staleness_bound = 4;                        // ssp: iterations ahead of the slowest (>= 0)
-  absl::Duration lease = absl::Seconds(60);       // silent this long = gone
-  int adjust_every = 10;                          // rounds (sync) or n-worker pushes (async)
+  int staleness_bound = 4;                           // ssp: iterations ahead of the slowest (>= 0)
+  absl::Duration lease = absl::Seconds(60);          // silent this long = gone
+  int adjust_every = 10;                             // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
   uint64_t data_seed = 1;  // the epochs' sample permutations
@@ -122,7 +122,7 @@ struct JoinInfo {
   Device device = Device::kUnknown;
   ModelLayout layout;
   std::optional<std::vector<float>> initial_parameters;
-  int64_t max_batch = 0;  // 0 = none
+  int64_t max_batch = 0;      // 0 = none
   uint64_t dataset_size = 0;  // > 0: the server assigns the samples this worker trains on
   uint64_t job_samples = 0;   // > 0: the samples the job trains in all (the worker's epochs)
   WorkerId resume_id = 0;     // the id of this process's previous session, when rejoining
@@ -154,9 +154,9 @@ struct WorkerSnapshot {
   double mean_compute_seconds = 0;
   uint64_t iterations = 0;
   uint64_t samples = 0;
-  double last_loss = 0;       // of its last accepted push
-  uint64_t last_version = 0;  // the version that push was computed on
-  bool expired = false;  // left because its lease ran out (not by Leave)
+  double last_loss = 0;             // of its last accepted push
+  uint64_t last_version = 0;        // the version that push was computed on
+  bool expired = false;             // left because its lease ran out (not by Leave)
   uint64_t emulation_overruns = 0;  // its emulated device's steps that outlasted their time
   double predicted_seconds = 0;     // the controller's time for it at `batch` (0: unmeasured)
 };
@@ -168,15 +168,15 @@ struct ServerSnapshot {
   int64_t global_batch = 0;
   uint64_t rounds = 0;
   uint64_t adjustments = 0;
-  uint64_t plan_changes = 0;     // adjustments that changed a batch (and membership re-plans)
-  uint64_t plan_reverts = 0;     // of them, plans taken back (noise made them: BatchPlan::reverted)
-  bool plan_reverted = false;    // the plan in force is one taken back
-  double predicted_spread = 1;   // of the plan in force, by the controller's time model
+  uint64_t plan_changes = 0;    // adjustments that changed a batch (and membership re-plans)
+  uint64_t plan_reverts = 0;    // of them, plans taken back (noise made them: BatchPlan::reverted)
+  bool plan_reverted = false;   // the plan in force is one taken back
+  double predicted_spread = 1;  // of the plan in force, by the controller's time model
   uint64_t global_samples = 0;
   uint64_t parameter_count = 0;
   uint64_t dataset_size = 0;
-  uint64_t job_samples = 0;    // the samples the job trains in all (0: the workers stop it)
-  uint64_t job = 1;            // counts jobs run on this daemon (--reset_when_done)
+  uint64_t job_samples = 0;  // the samples the job trains in all (0: the workers stop it)
+  uint64_t job = 1;          // counts jobs run on this daemon (--reset_when_done)
   bool job_finished = false;
   double last_train_loss = 0;
   std::optional<double> test_accuracy;

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 #include "common/clock.h"
@@ -89,7 +88,6 @@ void AwaitState(Pred pred) {
   REQUIRE(omnilearn::AwaitState(pred));
 }
 
-
 // Joins "a" (with the model) and "b" on a fake clock: the first round starts with both.
 std::pair<JoinResult, JoinResult> JoinTwoOnClock(ParameterServerCore& core, const FakeClock& clock) {
   JoinResult a, b;
@@ -143,7 +141,7 @@ TEST_CASE("a push must carry the batch it was assigned, a finite loss, a sane ti
     REQUIRE(absl::StrContains(s.message(), says));
   };
   refused(Grad(a.id, int64_t{1} << 30, 0), "out of range");  // the async step would scale by b/B
-  refused(Grad(a.id, 7, 0), "the server assigned 8");     // not the assigned batch
+  refused(Grad(a.id, 7, 0), "the server assigned 8");        // not the assigned batch
   PushInfo nan_loss = Grad(a.id, 8, 0);
   nan_loss.train_loss = NAN;
   refused(nan_loss, "train loss must be finite");
@@ -173,7 +171,7 @@ TEST_CASE("a worker that misses the round deadline is dropped and rejoins", "[co
   std::thread p1([&] { r1 = *core->Push(Grad(j[1].id, 3, 0), std::vector<float>(kParams, 2.0f), Soon()); });
   AwaitState([&] { return AppliedPushes(*core) == 2; });  // both wait in the round for w2
   clock.Advance(absl::Seconds(29));
-  REQUIRE(core->version() == 0);  // not yet
+  REQUIRE(core->version() == 0);    // not yet
   clock.Advance(absl::Seconds(2));  // past the round's deadline: w2 is dropped, the round closes
   p0.join();
   p1.join();
@@ -358,11 +356,12 @@ TEST_CASE("the first plan comes after two rounds, the later ones every adjust_ev
   joiner.join();
   auto round = [&] {
     const uint64_t version = core->Snapshot().version;
-    std::thread first([&] {
-      REQUIRE(core->Push(Grad(a.id, 15, version), std::vector<float>(kParams, 0.0f), Soon()).ok());
+    std::thread first(
+        [&] { REQUIRE(core->Push(Grad(a.id, 15, version), std::vector<float>(kParams, 0.0f), Soon()).ok()); });
+    AwaitState([&] {
+      return core->Snapshot().pushes_by_result.count("applied") > 0 &&
+             core->Snapshot().pushes_by_result.at("applied") % 2 == 1;
     });
-    AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") > 0 &&
-                            core->Snapshot().pushes_by_result.at("applied") % 2 == 1; });
     REQUIRE(core->Push(Grad(b.id, 15, version), std::vector<float>(kParams, 0.0f), Soon()).ok());
     first.join();
   };
@@ -429,8 +428,7 @@ TEST_CASE("sync: every sample of an epoch is trained exactly once, whatever the 
   REQUIRE(trained[3].size() == 300 - 3 * 97);
 }
 
-TEST_CASE("a worker dropped from a round comes back: readmitted with a fresh batch, never refused",
-          "[core][samples]") {
+TEST_CASE("a worker dropped from a round comes back: readmitted with a fresh batch, never refused", "[core][samples]") {
   for (Mode mode : {Mode::kSync, Mode::kSsp}) {
     FakeClock clock;
     ServerOptions o = FakeTimed(mode, 2, &clock);
@@ -564,7 +562,8 @@ TEST_CASE("async: no sample past the job's count; an idle worker is answered onc
   for (int i = 0; i < 20 && idler == 0; ++i) {
     for (WorkerId id : {a.id, b.id}) {
       if (held[id].empty()) continue;
-      const PushResult r = *core->Push(Trained(id, held[id], core->version()), std::vector<float>(kParams, 0.0f), Soon());
+      const PushResult r =
+          *core->Push(Trained(id, held[id], core->version()), std::vector<float>(kParams, 0.0f), Soon());
       REQUIRE(r.applied);
       held[id] = r.samples;
       handed += CountSamples(r.samples);
@@ -581,7 +580,8 @@ TEST_CASE("async: no sample past the job's count; an idle worker is answered onc
   absl::StatusOr<PushResult> idle;
   std::thread t([&] { idle = core->Push(IdleOf(idler, core->version()), {}, Soon()); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.count("idle") == 1; });
-  const PushResult last = *core->Push(Trained(other, held[other], core->version()), std::vector<float>(kParams, 0.0f), Soon());
+  const PushResult last =
+      *core->Push(Trained(other, held[other], core->version()), std::vector<float>(kParams, 0.0f), Soon());
   t.join();
   REQUIRE(last.idle);
   REQUIRE(idle.ok());
@@ -595,8 +595,7 @@ TEST_CASE("async: no sample past the job's count; an idle worker is answered onc
   REQUIRE(core->Join(ic, Soon()).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("samples of a push that was not applied, or of a worker that left, are handed out again",
-          "[core][samples]") {
+TEST_CASE("samples of a push that was not applied, or of a worker that left, are handed out again", "[core][samples]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   JoinInfo ia = Info("a", true), ib = Info("b", false);
   ia.dataset_size = ib.dataset_size = 50;
@@ -649,13 +648,12 @@ TEST_CASE("buffers are the batch-weighted mean of the round's values, never opti
   REQUIRE(core->Push(pb, {1, 1, 1, 1, 5, 6}, Soon()).ok());
   push_a.join();
   const std::vector<float> w = Weights(*core, a.id);
-  REQUIRE(w[0] == Approx(-1.0));                    // parameters: w -= lr * mean gradient
+  REQUIRE(w[0] == Approx(-1.0));                      // parameters: w -= lr * mean gradient
   REQUIRE(w[4] == Approx((10 * 1 + 30 * 5) / 40.0));  // buffers: the weighted mean of the values
   REQUIRE(w[5] == Approx((10 * 2 + 30 * 6) / 40.0));
 }
 
-TEST_CASE("the job finishes when every worker left and one finished; then joins are told so, or reset",
-          "[core][job]") {
+TEST_CASE("the job finishes when every worker left and one finished; then joins are told so, or reset", "[core][job]") {
   std::vector<std::string> events;
   ServerOptions o = Options(Mode::kAsync, 1);
   o.log = [&](const std::string& line) { events.push_back(line); };
@@ -727,8 +725,7 @@ TEST_CASE("a worker told to stop at the start barrier counts as gone", "[core][j
   REQUIRE(core->AwaitWorkersStopped(absl::Now()));  // no session to leave with: not waited for
 }
 
-TEST_CASE("a join without a data set size into a job that assigns samples is refused, saying what to pass",
-          "[core]") {
+TEST_CASE("a join without a data set size into a job that assigns samples is refused, saying what to pass", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   JoinInfo first = Info("a", true);
   first.dataset_size = 1347;
@@ -884,7 +881,8 @@ TEST_CASE("a restarted coordinator's rollback, before anyone joined, keeps the s
   const auto joined = JoinAll(*first, 2);
   auto round = [&](float g) {
     const uint64_t v = first->Snapshot().version;
-    std::thread ta([&] { REQUIRE(first->Push(Grad(joined[0].id, 4, v), std::vector<float>(kParams, g), Soon()).ok()); });
+    std::thread ta(
+        [&] { REQUIRE(first->Push(Grad(joined[0].id, 4, v), std::vector<float>(kParams, g), Soon()).ok()); });
     REQUIRE(first->Push(Grad(joined[1].id, 4, v), std::vector<float>(kParams, g), Soon()).ok());
     ta.join();
   };
@@ -933,7 +931,7 @@ TEST_CASE("ssp: a worker runs at most S iterations ahead of the slowest, then wa
     answered = true;
   });
   AwaitState([&] { return core->Snapshot().version == 2; });  // applied on arrival all the same...
-  REQUIRE_FALSE(answered);                                      // ...and its reply waits
+  REQUIRE_FALSE(answered);                                    // ...and its reply waits
   PushResult slow = *core->Push(Grad(j[1].id, 4, 0), g, Soon());
   fast.join();
   REQUIRE(answered);
@@ -994,13 +992,13 @@ TEST_CASE("the core's Prometheus series follow rounds, pushes and workers", "[co
   (void)core->Push(Grad(j[1].id, 4, 1), std::vector<float>(kParams, NAN), Soon());
   core->CountPushBytes(96);
   const std::string text = core->registry().Serialize();
-  for (const char* line : {"omnilearn_worker_batch_size{worker=\"w0\"} 4\n", "omnilearn_worker_batch_size{worker=\"w1\"} 4\n",
-                           "omnilearn_rounds_total 1\n", "omnilearn_model_version 1\n",
-                           "omnilearn_pushes_total{worker=\"w0\",result=\"applied\"} 1\n",
-                           "omnilearn_pushes_total{worker=\"w1\",result=\"invalid\"} 1\n",
-                           "omnilearn_workers{state=\"active\"} 2\n", "omnilearn_workers{state=\"dropped\"} 0\n",
-                           "omnilearn_round_wait_seconds_count 1\n", "omnilearn_push_bytes_total 96\n",
-                           "omnilearn_worker_compute_seconds_count{worker=\"w1\"} 1\n"}) {
+  for (const char* line :
+       {"omnilearn_worker_batch_size{worker=\"w0\"} 4\n", "omnilearn_worker_batch_size{worker=\"w1\"} 4\n",
+        "omnilearn_rounds_total 1\n", "omnilearn_model_version 1\n",
+        "omnilearn_pushes_total{worker=\"w0\",result=\"applied\"} 1\n",
+        "omnilearn_pushes_total{worker=\"w1\",result=\"invalid\"} 1\n", "omnilearn_workers{state=\"active\"} 2\n",
+        "omnilearn_workers{state=\"dropped\"} 0\n", "omnilearn_round_wait_seconds_count 1\n",
+        "omnilearn_push_bytes_total 96\n", "omnilearn_worker_compute_seconds_count{worker=\"w1\"} 1\n"}) {
     INFO(line);
     CHECK(text.find(line) != std::string::npos);
   }
@@ -1028,7 +1026,7 @@ TEST_CASE("a silent worker's lease expires on the clock, a heartbeat keeps it", 
   const JoinResult b = *core->Join(Info("b", false), clock.Now() + absl::Seconds(1));
   clock.Advance(absl::Seconds(50));
   REQUIRE(core->Heartbeat(b.id) == Action::kContinue);  // b: seen at t=50
-  clock.Advance(absl::Seconds(11));  // t=61: a silent for 61 s, b for 11 s
+  clock.Advance(absl::Seconds(11));                     // t=61: a silent for 61 s, b for 11 s
   REQUIRE(core->Heartbeat(b.id) == Action::kContinue);
   REQUIRE(core->Heartbeat(a.id) == Action::kRejoin);
   const ServerSnapshot s = core->Snapshot();
@@ -1085,7 +1083,8 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   const auto joined = JoinTwoOnClock(*core, clock);
   const JoinResult &a = joined.first, &b = joined.second;
   absl::StatusOr<PushResult> r;
-  std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
+  std::thread pusher(
+      [&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });  // a waits in the round
   clock.Advance(absl::Seconds(9));
   REQUIRE(core->Snapshot().version == 0);  // not yet
@@ -1097,7 +1096,6 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   REQUIRE(r->next_batch == 8);  // b's share moved to a
   REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
 }
-
 
 // The value of the Prometheus sample `name` (with its labels) in the core's registry.
 double Sample(ParameterServerCore& core, const std::string& name) {
@@ -1115,7 +1113,8 @@ TEST_CASE("a worker's link time is its reported communication less the longest s
   const JoinResult &a = joined.first, &b = joined.second;
   // Round 1: a waits 30 ms in the barrier for b; b's push closes the round at once.
   absl::StatusOr<PushResult> ra;
-  std::thread pusher([&] { ra = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
+  std::thread pusher(
+      [&] { ra = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });
   clock.Advance(absl::Milliseconds(30));
   REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).ok());
@@ -1153,7 +1152,8 @@ TEST_CASE("a push whose gradient is summed never fails: the call's deadline answ
   const JoinResult &a = joined.first, &b = joined.second;
   absl::StatusOr<PushResult> r;
   // The call's deadline (2 s) comes before the round's (10 s).
-  std::thread pusher([&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Seconds(2)); });
+  std::thread pusher(
+      [&] { r = core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Seconds(2)); });
   AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });
   clock.Advance(absl::Seconds(3));
   pusher.join();
@@ -1165,7 +1165,6 @@ TEST_CASE("a push whose gradient is summed never fails: the call's deadline answ
   REQUIRE(core->Push(Grad(b.id, 4, 0), std::vector<float>(6, 3.0f), clock.Now() + absl::Seconds(5))->version == 1);
   REQUIRE(Weights(*core, a.id) == std::vector<float>(6, -2.0f));
 }
-
 
 // Holds every sync push where it starts adding to the round (ServerOptions::
 // before_accumulate) until Release: counts those inside.

@@ -20,8 +20,8 @@ constexpr int64_t kStepGrain = 1 << 18;
 // The step's kernels over [lo, hi) of one tensor. Free functions with restrict
 // parameters and scalars by value, so that GCC vectorizes them (inside a lambda that
 // captures the scalars by reference it cannot: a store might change them).
-void BlendRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo,
-                int64_t hi, float blend, float us) {
+void BlendRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
+                float blend, float us) {
   for (int64_t i = lo; i < hi; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
 }
 
@@ -36,8 +36,8 @@ void SgdRange(float* __restrict out, float* __restrict v, const float* __restric
 
 // SGD without momentum (mu = 0 on every step of the job): the velocity would be written
 // and never read, so it is not kept: 3 model-sized streams instead of 5.
-void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo,
-                   int64_t hi, float scale, float wd, float lr) {
+void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
+                   float scale, float wd, float lr) {
   for (int64_t i = lo; i < hi; ++i) out[i] = w[i] - lr * (scale * u[i] + wd * w[i]);
 }
 
@@ -89,8 +89,8 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
   if (n == "constant") return LrSchedule::kConstant;
   if (n == "step") return LrSchedule::kStep;
   if (n == "cosine") return LrSchedule::kCosine;
-  return absl::InvalidArgumentError(absl::StrCat("unknown learning-rate schedule '", name,
-                                                 "' (want constant, step or cosine)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown learning-rate schedule '", name, "' (want constant, step or cosine)"));
 }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
@@ -109,8 +109,7 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
       ((o.lr_decay_steps == 0 && o.lr_decay_epochs == 0) || !(o.lr_decay > 0 && o.lr_decay <= 1))) {
     return bad("the step schedule needs lr_decay_steps > 0 or lr_decay_epochs > 0, and 0 < lr_decay <= 1");
   }
-  if (o.schedule == LrSchedule::kCosine &&
-      (o.cosine_steps == 0 || !(o.lr_min >= 0 && o.lr_min <= o.learning_rate))) {
+  if (o.schedule == LrSchedule::kCosine && (o.cosine_steps == 0 || !(o.lr_min >= 0 && o.lr_min <= o.learning_rate))) {
     return bad("the cosine schedule needs cosine_steps > 0 and 0 <= lr_min <= lr");
   }
   return absl::OkStatus();
@@ -124,13 +123,14 @@ std::vector<std::string> ParameterStore::StateNames() const {
 absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> values, uint64_t version) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
   if (static_cast<int64_t>(values.size()) != layout.total_elements()) {
-    return absl::InvalidArgumentError(absl::StrCat("initial parameters have ", values.size(),
-                                                   " values, the layout needs ", layout.total_elements()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial parameters have ", values.size(), " values, the layout needs ", layout.total_elements()));
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
   layout_ = std::move(layout);
   state_.clear();
-  for (size_t i = 0; i < StateNames().size(); ++i) state_.push_back(std::make_shared<std::vector<float>>(values.size()));
+  for (size_t i = 0; i < StateNames().size(); ++i)
+    state_.push_back(std::make_shared<std::vector<float>>(values.size()));
   spare_state_.assign(state_.size(), nullptr);
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
   spare_.reset();

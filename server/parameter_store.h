@@ -27,10 +27,10 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
-  double learning_rate = 0.05;   // for one step on a gradient averaged over the global batch
-  double momentum = 0.9;         // sgd
-  double weight_decay = 1e-4;    // sgd, adam: L2 added to the gradient; adamw: decoupled
-  double beta1 = 0.9;            // adam, adamw
+  double learning_rate = 0.05;  // for one step on a gradient averaged over the global batch
+  double momentum = 0.9;        // sgd
+  double weight_decay = 1e-4;   // sgd, adam: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;           // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;
   // The rate at step t (t = the model version before the step):
@@ -98,8 +98,7 @@ class ParameterStore {
   // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
   // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
   // optimizer does not have (or lacks).
-  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
-                       uint64_t version);
+  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state, uint64_t version);
 
  private:
   std::vector<std::string> StateNames() const;
@@ -110,8 +109,8 @@ class ParameterStore {
 
   OptimizerOptions options_;
   ModelLayout layout_;
-  std::shared_ptr<const std::vector<float>> weights_;  // a new snapshot per step
-  std::shared_ptr<std::vector<float>> spare_;          // the one before: reused once no reader holds it
+  std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
+  std::shared_ptr<std::vector<float>> spare_;               // the one before: reused once no reader holds it
   std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
   // State buffers a checkpoint held when a step replaced them: reused by a later
   // replacement once nobody holds them (no allocation, no page faults).

@@ -31,14 +31,14 @@ TEST_CASE("Warm-up rises linearly, then step, cosine or constant") {
   o.schedule = LrSchedule::kStep;
   o.lr_decay_steps = 10;
   o.lr_decay = 0.5;
-  REQUIRE(RateAt(o, 13) == Approx(1.0));   // s = 9
-  REQUIRE(RateAt(o, 14) == Approx(0.5));   // s = 10
-  REQUIRE(RateAt(o, 34) == Approx(0.125)); // s = 30
+  REQUIRE(RateAt(o, 13) == Approx(1.0));    // s = 9
+  REQUIRE(RateAt(o, 14) == Approx(0.5));    // s = 10
+  REQUIRE(RateAt(o, 34) == Approx(0.125));  // s = 30
   o.schedule = LrSchedule::kCosine;
   o.cosine_steps = 100;
   o.lr_min = 0.1;
   REQUIRE(RateAt(o, 4) == Approx(1.0));
-  REQUIRE(RateAt(o, 54) == Approx(0.55));   // half way: the mean of lr and lr_min
+  REQUIRE(RateAt(o, 54) == Approx(0.55));  // half way: the mean of lr and lr_min
   REQUIRE(RateAt(o, 104) == Approx(0.1));
   REQUIRE(RateAt(o, 1000) == Approx(0.1));  // stays at lr_min
 }
@@ -127,7 +127,7 @@ TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)"
   REQUIRE(s.Initialize(TwoTensors(true), {1, 1, 2, 4}).ok());
   s.Apply({0, 0, 6, 8}, 1.0, /*buffer_blend=*/0.25);
   const std::vector<float>& w = *s.weights();
-  REQUIRE(w[0] == 1);  // zero gradient
+  REQUIRE(w[0] == 1);            // zero gradient
   REQUIRE(w[2] == Approx(3.0));  // 2 + 0.25 * (6 - 2)
   REQUIRE(w[3] == Approx(5.0));
   REQUIRE((*s.OptimizerState()[0].second)[2] == 0);  // no optimizer state moves for a buffer

@@ -37,8 +37,8 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
                                                    "], got ", info.communication_seconds));
   }
   if (!(info.shard_held_seconds >= 0 && info.shard_held_seconds <= kMaxComputeSeconds)) {
-    return absl::InvalidArgumentError(absl::StrCat("shard held seconds must be in [0, ", kMaxComputeSeconds,
-                                                   "], got ", info.shard_held_seconds));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard held seconds must be in [0, ", kMaxComputeSeconds, "], got ", info.shard_held_seconds));
   }
   if (static_cast<int64_t>(gradient.size()) != model_elements) {
     return absl::InvalidArgumentError(

@@ -12,7 +12,7 @@ TEST_CASE("a refusal is logged once per cause and peer in its window", "[refusal
   const std::string token = "UNAUTHENTICATED: wrong bearer token";
   REQUIRE(log.ShouldLog("10.0.0.5", token, t0));
   REQUIRE_FALSE(log.ShouldLog("10.0.0.5", token, t0 + absl::Seconds(30)));
-  REQUIRE(log.ShouldLog("10.0.0.6", token, t0 + absl::Seconds(20)));  // another peer
+  REQUIRE(log.ShouldLog("10.0.0.6", token, t0 + absl::Seconds(20)));                                     // another peer
   REQUIRE(log.ShouldLog("10.0.0.5", "INVALID_ARGUMENT: model layout differs", t0 + absl::Seconds(40)));  // cause
   REQUIRE(log.ShouldLog("10.0.0.5", token, t0 + absl::Seconds(61)));  // its window is over
   // Bounded: a fourth key evicts the oldest (10.0.0.6's, at 20 s): the map never grows past 3.

@@ -23,10 +23,11 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
                                            "compute outlasted their emulated time, as the worker last reported: "
                                            "times the controller got that are not the device's.",
                                            {"worker"})),
-      pushes(r.AddCounter("omnilearn_pushes_total",
-                          "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, idle, dropped, report, "
-                          "unknown_worker, shutdown).",
-                          {"worker", "result"})),
+      pushes(r.AddCounter(
+          "omnilearn_pushes_total",
+          "Gradient pushes by worker and result (applied, stale, invalid, out_of_memory, idle, dropped, report, "
+          "unknown_worker, shutdown).",
+          {"worker", "result"})),
       rounds(r.AddCounter("omnilearn_rounds_total", "Optimizer steps taken (sync rounds or applied pushes).").Add({})),
       push_bytes(r.AddCounter("omnilearn_push_bytes_total", "Gradient payload bytes received.").Add({})),
       pull_bytes(r.AddCounter("omnilearn_pull_bytes_total", "Model payload bytes sent.").Add({})),
@@ -36,8 +37,9 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
                                         "push waited for the slowest worker.",
                                         {}, ExponentialBuckets(0.001, 2, 16))
                              .Add({})),
-      staleness(r.AddHistogram("omnilearn_staleness", "Async and SSP: versions the model moved between a worker's "
-                                                      "pull and its push.",
+      staleness(r.AddHistogram("omnilearn_staleness",
+                               "Async and SSP: versions the model moved between a worker's "
+                               "pull and its push.",
                                {}, {0, 1, 2, 4, 8, 16, 32, 64, 128})
                     .Add({})),
       adjustments(r.AddCounter("omnilearn_controller_adjustments_total",
@@ -50,9 +52,9 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       workers(r.AddGauge("omnilearn_workers", "Workers by state (active, pending, dropped, left).", {"state"})),
       train_loss(r.AddGauge("omnilearn_train_loss", "Training loss in the last push.").Add({})),
       test_accuracy(r.AddGauge("omnilearn_test_accuracy", "Last test accuracy a worker reported (0..1).")),
-      unauthenticated(r.AddCounter("omnilearn_unauthenticated_total",
-                                   "Calls refused for a missing or wrong bearer token.")
-                          .Add({})) {}
+      unauthenticated(
+          r.AddCounter("omnilearn_unauthenticated_total", "Calls refused for a missing or wrong bearer token.")
+              .Add({})) {}
 
 void ServerMetrics::CollectModel(uint64_t version, double last_loss, std::optional<double> accuracy) {
   model_version.Set(static_cast<double>(version));

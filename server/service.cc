@@ -380,8 +380,8 @@ grpc::Status ParameterServerService::PullRaw(grpc::ServerContext* ctx, RawStream
 // complete. A Push's stream is read to its end.
 template <typename Stream>
 absl::StatusOr<std::vector<float>> ParameterServerService::ReadGradient(Stream* stream, StreamWatch* watch,
-                                                                         const v1::PushHeader& header,
-                                                                         bool until_complete, PushInfo* info) {
+                                                                        const v1::PushHeader& header,
+                                                                        bool until_complete, PushInfo* info) {
   absl::StatusOr<ModelLayout> layout = data_->Layout();
   if (!layout.ok()) return layout.status();
   ChunkAssembler assembler(&*layout, data_->buffers().Take(), header.wire_dtype());

@@ -10,14 +10,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-
 #include "common/grpc_raw.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/admission.h"
 #include "server/coordinator_shards.h"
 #include "server/parameter_server_core.h"
-#include "server/shard_core.h"
 #include "server/refusal_log.h"
+#include "server/shard_core.h"
 
 namespace omnilearn {
 namespace server {
@@ -113,8 +112,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // The reply to a join the core answered: the session, or only the stop.
   void FillJoinResponse(const JoinResult& r, const v1::JoinHeader& header, v1::JoinResponse* response) const;
   template <typename Stream>
-  absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete,
-                                         PushInfo* info, v1::WireDtype* dtype);
+  absl::StatusOr<PushResult> ReadAndPush(grpc::ServerContext* ctx, Stream* stream, bool until_complete, PushInfo* info,
+                                         v1::WireDtype* dtype);
   // A push's gradient (its chunks, and its trailer: info's time and loss); InvalidArgument
   // for a bad chunk or trailer, an incomplete gradient.
   template <typename Stream>

@@ -52,7 +52,7 @@ struct Fixture {
   explicit Fixture(std::string server_token = "", std::string client_token = "", ServiceLimits limits = {},
                    int num_workers = 1, v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32) {
     ServerOptions o;
-    o.clock = &clock;  // leases, rounds, waits and idle streams move only when a test says
+    o.clock = &clock;          // leases, rounds, waits and idle streams move only when a test says
     o.lease = absl::Hours(1);  // outlives the idle timeouts the tests advance past
     o.mode = Mode::kAsync;
     o.num_workers = num_workers;
@@ -61,8 +61,7 @@ struct Fixture {
     o.optimizer.momentum = 0;
     o.optimizer.weight_decay = 0;
     core = std::move(*ParameterServerCore::Create(o));
-    service =
-        std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits, wire_dtype);
+    service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits, wire_dtype);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
     server = builder.BuildAndStart();
@@ -90,7 +89,6 @@ struct Fixture {
   std::unique_ptr<worker::PsClient> client;
   ModelLayout layout;
 };
-
 
 TEST_CASE("join, pull, push and status over gRPC", "[service]") {
   Fixture f;
@@ -177,7 +175,7 @@ TEST_CASE("a streamed push's model arrives tensor by tensor after the reply", "[
   auto reply = stream->FinishEarly(worker::StepEnd{0.01, 0, std::nullopt}, &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
   REQUIRE(reply->applied);
-  REQUIRE(version == 1);  // the version the weights will hold, known with the reply
+  REQUIRE(version == 1);            // the version the weights will hold, known with the reply
   REQUIRE(stream->AwaitTensor(0));  // "w": 6 values, in place
   for (int i = 0; i < 6; ++i) REQUIRE(weights[i] == 0.5f - 1.0f);
   REQUIRE(stream->AwaitModel().ok());
@@ -267,8 +265,7 @@ TEST_CASE("bad pushes get clear statuses and leave the model unchanged", "[servi
   nan[4] = NAN;
   REQUIRE(f.client->Push(push, f.layout, nan).status().code() == absl::StatusCode::kInvalidArgument);
   push.worker_id = 77;
-  REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
-          absl::StatusCode::kNotFound);
+  REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() == absl::StatusCode::kNotFound);
 
   std::vector<float> weights(9);
   REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
@@ -311,8 +308,7 @@ TEST_CASE("samples, buffers, finished leaves and stop travel over gRPC", "[servi
   REQUIRE(stopped->action == worker::Action::kStop);
 }
 
-TEST_CASE("PushPull: the reply and the new model in one call; a server without it is named as too old",
-          "[service]") {
+TEST_CASE("PushPull: the reply and the new model in one call; a server without it is named as too old", "[service]") {
   Fixture f;
   const std::vector<float> init(9, 1.0f);
   auto joined = f.JoinSigned(init);
@@ -330,9 +326,8 @@ TEST_CASE("PushPull: the reply and the new model in one call; a server without i
   struct OldService : v1::ParameterServer::Service {
     explicit OldService(ParameterServerService* s) {  // Pull (1) and Push (2) served by `s`
       using S = ParameterServerService;
-      MarkMethodStreamed(1, raw::BidiHandler(s, [](S* s, grpc::ServerContext* c, S::RawStream* r) {
-                              return s->PullRaw(c, r);
-                            }));
+      MarkMethodStreamed(
+          1, raw::BidiHandler(s, [](S* s, grpc::ServerContext* c, S::RawStream* r) { return s->PullRaw(c, r); }));
       MarkMethodStreamed(2, raw::UploadHandler<v1::PushResponse>(
                                 s, [](S* s, grpc::ServerContext* c, grpc::ServerReader<grpc::ByteBuffer>* r,
                                       v1::PushResponse* o) { return s->PushRaw(c, r, o); }));
@@ -364,11 +359,13 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   uint64_t version = 0;
   for (const std::string& secret : {std::string(), std::string(16, 'x'), joined->session_secret.substr(1)}) {
     f.client->SetSessionSecret(secret);  // none, a guess, almost right
-    REQUIRE(f.client->Pull(id, ~0ull, f.layout, absl::MakeSpan(weights)).status().code() == absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->Pull(id, ~0ull, f.layout, absl::MakeSpan(weights)).status().code() ==
+            absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Push(push, f.layout, std::vector<float>(9, 1.0f)).status().code() ==
             absl::StatusCode::kPermissionDenied);
-    REQUIRE(f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights)).status().code() ==
-            absl::StatusCode::kPermissionDenied);
+    REQUIRE(f.client->PushPull(push, f.layout, std::vector<float>(9, 1.0f), &version, absl::MakeSpan(weights))
+                .status()
+                .code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Heartbeat(id).status().code() == absl::StatusCode::kPermissionDenied);
     REQUIRE(f.client->Leave(id, true).code() == absl::StatusCode::kPermissionDenied);
   }
@@ -400,7 +397,8 @@ TEST_CASE("a join declaring a huge model or a bad name is refused before anythin
   auto r = f.client->Join(h, huge, {});
   REQUIRE(r.status().code() == absl::StatusCode::kResourceExhausted);
   REQUIRE(absl::StrContains(r.status().message(), "--max_model_bytes"));
-  for (const std::string& bad : std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"", "has space", std::string(129, 'a'), "new\nline", "quote\""}) {
     worker::JoinRequest named = Request();
     named.worker.name = bad;
     const std::vector<float> init(9, 1.0f);
@@ -426,7 +424,6 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
   REQUIRE(f.client->Pull(joined->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
   REQUIRE(f.core->registry().Serialize().find("omnilearn_unauthenticated_total 0\n") != std::string::npos);
 }
-
 
 // A Shard registration for slice 1 of a 2-slice job, under `peer` and `token` (each
 // left out when empty). Returns the call's status once it ended or, registered, once the
@@ -569,7 +566,7 @@ TEST_CASE("a stalled push stream is cancelled by the server and frees its slot",
 
 TEST_CASE("bfloat16 on the wire: half the bytes, float32 master weights on the server", "[service][bf16]") {
   Fixture f("", "", {}, 1, v1::WIRE_DTYPE_BF16);
-  const std::vector<float> init(9, 1.001f);  // not a bfloat16 value: it rounds to 1
+  const std::vector<float> init(9, 1.001f);                 // not a bfloat16 value: it rounds to 1
   auto joined = f.client->Join(Request(), f.layout, init);  // the client offers bfloat16
   REQUIRE(joined.ok());
   f.client->SetSessionSecret(joined->session_secret);

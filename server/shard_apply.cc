@@ -122,8 +122,9 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
   absl::StatusOr<CheckpointState> state = shard_->Capture();
   if (!state.ok()) return state.status();
   if (state->version != checkpoint.version()) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(), state->version));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
+                        state->version));
   }
   absl::StatusOr<std::string> path = checkpoints_->Write(*state);
   if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));

@@ -89,7 +89,7 @@ TEST_CASE("commands out of order are refused", "[shard_apply]") {
   REQUIRE(absl::IsInvalidArgument(a.Apply(Values()[0])));  // a chunk without an init
   REQUIRE(a.Apply(Init()).ok());
   REQUIRE(absl::IsInvalidArgument(a.Apply(Session(7, "s"))));  // the values ended early
-  a.Restart();  // a new stream: the half-received init is forgotten
+  a.Restart();                                                 // a new stream: the half-received init is forgotten
   REQUIRE(absl::IsInvalidArgument(a.Apply(Values()[0])));
   v1::ShardCommand unknown;
   REQUIRE(absl::IsInvalidArgument(a.Apply(unknown)));
@@ -152,7 +152,8 @@ TEST_CASE("every field of a step and a session is range-checked before use", "[s
            {"momentum", [](v1::ShardStep* s) { s->set_momentum(-2); }},
            {"members.weight", [](v1::ShardStep* s) { s->add_members()->set_weight(-1); }},
            {"members.weight", [inf](v1::ShardStep* s) { s->add_members()->set_weight(inf); }},
-           {"members", [](v1::ShardStep* s) {
+           {"members",
+            [](v1::ShardStep* s) {
               for (int i = 0; i <= kMaxStepMembers; ++i) s->add_members()->set_weight(1);
             }},
        }) {

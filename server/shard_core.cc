@@ -12,7 +12,8 @@ namespace server {
 
 ShardCore::ShardCore(ShardCoreOptions options)
     : options_(std::move(options)),
-      push_bytes_(registry_.AddCounter("omnilearn_shard_push_bytes_total", "gradient bytes pushed to this shard").Add({})),
+      push_bytes_(
+          registry_.AddCounter("omnilearn_shard_push_bytes_total", "gradient bytes pushed to this shard").Add({})),
       pull_bytes_(registry_.AddCounter("omnilearn_shard_pull_bytes_total", "model bytes this shard sent").Add({})),
       slice_bytes_(registry_.AddGauge("omnilearn_shard_slice_bytes", "float32 bytes of this shard's slice").Add({})),
       version_gauge_(registry_.AddGauge("omnilearn_shard_model_version", "the version of this shard's slice").Add({})),
@@ -41,16 +42,16 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> SliceStore(OptimizerOptions opti
 
 }  // namespace
 
-absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version,
-                             OptimizerOptions optimizer, absl::Duration member_wait, bool sync) {
+absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version, OptimizerOptions optimizer,
+                             absl::Duration member_wait, bool sync) {
   absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
   if (!store.ok()) return store.status();
   if (absl::Status s = (*store)->Initialize(std::move(slice), std::move(values), version); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (store_ != nullptr && store_->version() != version) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "this shard's slice is at version %d and the coordinator sends version %d: restart the shard", store_->version(),
-        version));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("this shard's slice is at version %d and the coordinator sends version %d: restart the shard",
+                        store_->version(), version));
   }
   Install(*std::move(store), member_wait, sync);
   return absl::OkStatus();
@@ -59,9 +60,9 @@ absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint6
 absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
                                 absl::Duration member_wait, bool sync) {
   if (!(checkpoint.layout == slice)) {
-    return absl::InvalidArgumentError(absl::StrCat("the checkpoint of version ", checkpoint.version,
-                                                   " holds another slice than this shard's: ",
-                                                   checkpoint.layout.DescribeDifference(slice)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint of version ", checkpoint.version,
+                     " holds another slice than this shard's: ", checkpoint.layout.DescribeDifference(slice)));
   }
   if (checkpoint.optimizer != OptimizerName(optimizer.kind)) {
     return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer is ", checkpoint.optimizer,
@@ -226,9 +227,9 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     absl::MutexLock lock(&mu_);
     if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
     if (store_->version() != step.version) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "the coordinator's step from version %d, and this slice is at %d: a step was missed", step.version,
-          store_->version()));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("the coordinator's step from version %d, and this slice is at %d: a step was missed",
+                          step.version, store_->version()));
     }
     auto all_here = [this, &step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (shutdown_) return true;
@@ -249,7 +250,8 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
         // waits for it and its next call is told to join again.
         slices_left_out_.Increment();
         if (sessions_.erase(m.id) > 0) {
-          Log(absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
+          Log(
+              absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
                               "its session ends here (it joins again)",
                               m.id, m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
         }

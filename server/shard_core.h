@@ -24,7 +24,7 @@ namespace omnilearn {
 namespace server {
 
 struct ShardCoreOptions {
-  const Clock* clock = Clock::Real();  // not owned
+  const Clock* clock = Clock::Real();           // not owned
   std::function<void(const std::string&)> log;  // null = silent
 };
 

@@ -131,7 +131,7 @@ TEST_CASE("a worker's first call may come before the coordinator's announcement 
   absl::Status early;
   std::thread call([&] { early = shard.Authenticate(7, "s"); });
   REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));  // it waits for the announcement...
-  shard.OpenSession(7, "s");  // ...which comes
+  shard.OpenSession(7, "s");                                 // ...which comes
   call.join();
   REQUIRE(early.ok());
   std::thread wrong([&] { early = shard.Authenticate(8, "t"); });
@@ -190,11 +190,14 @@ TEST_CASE("a shard's slice goes back to its checkpoint: weights, optimizer state
   CheckpointState other = at1;
   other.layout = *ModelLayout::Create({{"w@0", {4}}});
   REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), other, momentum, absl::Seconds(5), true)));
-  REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), at1, [] {
-    OptimizerOptions adam;
-    adam.kind = OptimizerKind::kAdam;
-    return adam;
-  }(), absl::Seconds(5), true)));
+  REQUIRE(absl::IsInvalidArgument(shard.Restore(
+      Slice(), at1,
+      [] {
+        OptimizerOptions adam;
+        adam.kind = OptimizerKind::kAdam;
+        return adam;
+      }(),
+      absl::Seconds(5), true)));
 }
 
 }  // namespace

@@ -65,8 +65,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
   grpc::ClientContext ctx;
   AddPeerToken(ctx, options_.peer_token);
   {
@@ -94,8 +93,8 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     return absl::AbortedError(finished.error_message());
   }
   if (*registered) {
-    return absl::UnavailableError(absl::StrCat("lost the link to the coordinator ", options_.coordinator, ": ",
-                                               finished.error_message()));
+    return absl::UnavailableError(
+        absl::StrCat("lost the link to the coordinator ", options_.coordinator, ": ", finished.error_message()));
   }
   return absl::Status(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
 }
@@ -119,10 +118,11 @@ absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
   absl::Status s;
   if (reader->Read(&r)) {
     if (!r.has_header() || r.header().model_version() != version) {
-      s = absl::FailedPreconditionError(absl::StrFormat("the shard at %s sent version %d, not %d", address,
-                                                        r.header().model_version(), version));
+      s = absl::FailedPreconditionError(
+          absl::StrFormat("the shard at %s sent version %d, not %d", address, r.header().model_version(), version));
     }
-    while (s.ok() && reader->Read(&r)) s = r.has_chunk() ? assembler.Add(r.chunk()) : absl::InvalidArgumentError("a second header");
+    while (s.ok() && reader->Read(&r))
+      s = r.has_chunk() ? assembler.Add(r.chunk()) : absl::InvalidArgumentError("a second header");
   }
   if (!s.ok()) ctx.TryCancel();
   grpc::Status finished = reader->Finish();

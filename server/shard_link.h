@@ -28,7 +28,7 @@ struct ShardLinkOptions {
   std::string address;      // where workers reach this shard
   int shards = 2;
   int64_t partition_bytes = 0;
-  int index = 0;            // 0 = any free slice
+  int index = 0;  // 0 = any free slice
   // The job's peer secret (--peer_token_file): the Shard call carries it, never the
   // workers' bearer token. Empty: a job whose servers all listen on loopback.
   std::string peer_token;

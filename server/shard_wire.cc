@@ -50,7 +50,8 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
 ReplicatedStep StepFromProto(const v1::ShardStep& p) {
   ReplicatedStep step;
   step.version = p.version();
-  for (const v1::ShardStepMember& m : p.members()) step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
+  for (const v1::ShardStepMember& m : p.members())
+    step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
   step.update_scale = p.update_scale();
   step.learning_rate = p.learning_rate();
   step.buffer_blend = p.buffer_blend();
@@ -63,18 +64,17 @@ namespace {
 // OK when `value` is finite and within [lo, hi]; else InvalidArgument naming `field`.
 absl::Status InRange(const char* field, double value, double lo, double hi) {
   if (std::isfinite(value) && value >= lo && value <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrFormat("the coordinator's %s is %g, outside [%g, %g]: a coordinator of another release?", field, value,
-                      lo, hi));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the coordinator's %s is %g, outside [%g, %g]: a coordinator of another release?", field, value, lo, hi));
 }
 
 absl::Status CheckOptimizer(const v1::ShardOptimizer& o) {
-  for (const absl::Status& s : {InRange("optimizer.momentum", o.momentum(), 0, 0.999999),
-                                InRange("optimizer.weight_decay", o.weight_decay(), 0, 10),
-                                InRange("optimizer.beta1", o.beta1(), 0, 0.999999999),
-                                InRange("optimizer.beta2", o.beta2(), 0, 0.999999999),
-                                InRange("optimizer.eps", o.eps(), 1e-15, 1),
-                                InRange("optimizer.round_timeout_seconds", o.round_timeout_seconds(), 0.001, 86400)}) {
+  for (const absl::Status& s :
+       {InRange("optimizer.momentum", o.momentum(), 0, 0.999999),
+        InRange("optimizer.weight_decay", o.weight_decay(), 0, 10),
+        InRange("optimizer.beta1", o.beta1(), 0, 0.999999999), InRange("optimizer.beta2", o.beta2(), 0, 0.999999999),
+        InRange("optimizer.eps", o.eps(), 1e-15, 1),
+        InRange("optimizer.round_timeout_seconds", o.round_timeout_seconds(), 0.001, 86400)}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -108,9 +108,8 @@ absl::Status CheckShardCommand(const v1::ShardCommand& command) {
       const v1::ShardSession& session = command.session();
       if (session.session_secret().size() > kMaxSessionSecretBytes ||
           (!session.closed() && session.session_secret().empty())) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "the coordinator's session secret holds %d bytes: 1 to %d", session.session_secret().size(),
-            kMaxSessionSecretBytes));
+        return absl::InvalidArgumentError(absl::StrFormat("the coordinator's session secret holds %d bytes: 1 to %d",
+                                                          session.session_secret().size(), kMaxSessionSecretBytes));
       }
       return absl::OkStatus();
     }

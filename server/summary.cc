@@ -6,8 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace omnilearn {
 namespace server {
@@ -38,15 +38,17 @@ std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
       "  \"last_train_loss\": %.6f,\n  \"test_accuracy\": %s,\n  \"test_accuracy_version\": %d,\n"
       "  \"workers\": [",
       ModeName(s.mode), s.controller, wall_seconds, s.version, s.rounds, s.global_batch, s.global_samples,
-      s.dataset_size, s.job_samples, s.adjustments, s.last_train_loss, s.test_accuracy ? absl::StrFormat("%.6f", *s.test_accuracy) : "null", s.test_accuracy_version);
+      s.dataset_size, s.job_samples, s.adjustments, s.last_train_loss,
+      s.test_accuracy ? absl::StrFormat("%.6f", *s.test_accuracy) : "null", s.test_accuracy_version);
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerSnapshot& w = s.workers[i];
     absl::StrAppend(
         &out, i ? "," : "", "\n    ",
-        absl::StrFormat("{\"id\": %d, \"name\": %s, \"host\": %s, \"state\": \"%s\", \"final_batch\": %d, "
-                        "\"max_batch\": %d, \"mean_compute_seconds\": %.6f, \"iterations\": %d, \"samples\": %d, \"expired\": %s}",
-                        w.id, JsonString(w.name), JsonString(w.host), WorkerStateName(w.state), w.batch,
-                        w.max_batch, w.mean_compute_seconds, w.iterations, w.samples, w.expired ? "true" : "false"));
+        absl::StrFormat(
+            "{\"id\": %d, \"name\": %s, \"host\": %s, \"state\": \"%s\", \"final_batch\": %d, "
+            "\"max_batch\": %d, \"mean_compute_seconds\": %.6f, \"iterations\": %d, \"samples\": %d, \"expired\": %s}",
+            w.id, JsonString(w.name), JsonString(w.host), WorkerStateName(w.state), w.batch, w.max_batch,
+            w.mean_compute_seconds, w.iterations, w.samples, w.expired ? "true" : "false"));
   }
   absl::StrAppend(&out, "\n  ],\n  \"pushes_by_result\": {");
   bool first = true;
@@ -63,9 +65,8 @@ int64_t PeakRssBytes() {
   std::string line;
   while (std::getline(status, line)) {
     int64_t kb = 0;
-    if (absl::StartsWith(line, "VmHWM:") && absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(
-                                                                  line.substr(6), "kB")),
-                                                              &kb)) {
+    if (absl::StartsWith(line, "VmHWM:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(line.substr(6), "kB")), &kb)) {
       return kb * 1024;
     }
   }
@@ -81,12 +82,11 @@ std::string AdjustmentLine(const ServerSnapshot& s) {
     // time was at the batch before.
     const std::string predicted =
         w.predicted_seconds > 0 ? absl::StrFormat(" ~%.1fms", 1000 * w.predicted_seconds) : std::string();
-    absl::StrAppend(&out, absl::StrFormat(" | %s b=%d%s (was %.1fms)%s%s", w.name, w.batch, predicted,
-                                          1000 * w.last_compute_seconds,
-                                          w.emulation_overruns > 0
-                                              ? absl::StrFormat(" overruns=%d", w.emulation_overruns)
-                                              : std::string(),
-                                          w.state == WorkerState::kDropped ? " (dropped)" : ""));
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  " | %s b=%d%s (was %.1fms)%s%s", w.name, w.batch, predicted, 1000 * w.last_compute_seconds,
+                  w.emulation_overruns > 0 ? absl::StrFormat(" overruns=%d", w.emulation_overruns) : std::string(),
+                  w.state == WorkerState::kDropped ? " (dropped)" : ""));
   }
   absl::StrAppend(&out, absl::StrFormat(" | loss %.3f", s.last_train_loss));
   if (s.test_accuracy) absl::StrAppend(&out, absl::StrFormat(" acc %.2f%%", 100 * *s.test_accuracy));

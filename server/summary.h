@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/time/time.h"
-
 #include "server/parameter_server_core.h"
 
 namespace omnilearn {

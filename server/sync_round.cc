@@ -15,7 +15,8 @@ void SyncRound::Open(absl::Time now, absl::Duration timeout, int64_t elements) {
 RoundSum* SyncRound::Reserve(WorkerId id, SampleBatch samples) {
   pushed_.insert(id);
   ++in_flight_;
-  sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()), std::make_move_iterator(samples.end()));
+  sample_ids_.insert(sample_ids_.end(), std::make_move_iterator(samples.begin()),
+                     std::make_move_iterator(samples.end()));
   return &sum_;
 }
 

@@ -35,8 +35,8 @@ class SyncRound {
   // Reserve marks the worker pushed and the push in flight (the round must be open), takes
   // the push's samples (trained when the round closes: a checkpoint meanwhile hands them
   // out again) and returns where to add; Accumulate adds weight * gradient there
-  // (thread-safe, no lock needed; several pushes at once); Commit counts the batch. `weight` is what the push counts for in the mean: its
-  // batch (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
+  // (thread-safe, no lock needed; several pushes at once); Commit counts the batch. `weight` is what the push counts
+  // for in the mean: its batch (weighted aggregation) or 1 (a plain mean over pushes, --aggregation=mean).
   RoundSum* Reserve(WorkerId id, SampleBatch samples);
   static void Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient);
   void Commit(WorkerId id, int64_t batch, double weight);

@@ -46,8 +46,8 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   AsyncStep stale = AsyncStepFor(16, 64, 4, 7, 0.9);
   REQUIRE(stale.lr_scale == Approx(0.25 * 4 / 8.0));
   REQUIRE(AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
-  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);    // a share above B: capped
-  REQUIRE(AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);         // never negative
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);     // a share above B: capped
+  REQUIRE(AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);          // never negative
   // The ablation's switches: equal shares instead of b/B; no damping, plain momentum.
   AsyncRuleOptions equal_share;
   equal_share.lr_scaling = false;

@@ -29,7 +29,9 @@ class TrainingStats {
     test_accuracy_version_ = version;
   }
   void CountPush(const std::string& result) { ++pushes_by_result_[result]; }
-  void CountStaleness(uint64_t versions) { ++staleness_counts_[versions < kStalenessBuckets ? versions : kStalenessBuckets - 1]; }
+  void CountStaleness(uint64_t versions) {
+    ++staleness_counts_[versions < kStalenessBuckets ? versions : kStalenessBuckets - 1];
+  }
   // From a checkpoint.
   void Restore(uint64_t global_samples, uint64_t rounds) {
     global_samples_ = global_samples;

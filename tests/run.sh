@@ -50,6 +50,8 @@ if [ $# -eq 0 ]; then
   echo "asan+ubsan: $run_passed passed, $run_failed failed"
   # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
   step cmake_build_test ./tests/cmake_build_test.sh
+  # The C++ sources as .clang-format lays them out.
+  step format_check ./tests/format_check.sh
   # clang-14 with -Werror=thread-safety, ASan, UBSan; each libFuzzer target for 60 s.
   step fuzz_test ./tests/fuzz_test.sh
 fi

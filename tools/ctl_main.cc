@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -49,14 +48,13 @@ std::string Table(const v1::GetStatusResponse& s) {
   }
   absl::StrAppend(&out, absl::StrFormat("global batch %d  loss %.4f  accuracy %s  plan spread %.2f (%d changes)\n",
                                         s.global_batch_size(), s.last_train_loss(),
-                                        s.has_test_accuracy()
-                                            ? absl::StrFormat("%.2f%% (v%d)", 100 * s.test_accuracy(),
-                                                              s.test_accuracy_version())
-                                            : std::string("-"),
+                                        s.has_test_accuracy() ? absl::StrFormat("%.2f%% (v%d)", 100 * s.test_accuracy(),
+                                                                                s.test_accuracy_version())
+                                                              : std::string("-"),
                                         s.predicted_spread(), s.plan_changes()));
-  absl::StrAppend(&out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s %8s\n", "WORKER", "HOST",
-                                        "DEVICE", "STATE", "BATCH", "MEAN COMPUTE", "ITERATIONS", "SAMPLES", "VERSION",
-                                        "LOSS", "OVERRUNS"));
+  absl::StrAppend(
+      &out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s %8s\n", "WORKER", "HOST", "DEVICE",
+                            "STATE", "BATCH", "MEAN COMPUTE", "ITERATIONS", "SAMPLES", "VERSION", "LOSS", "OVERRUNS"));
   std::vector<const v1::WorkerStatus*> rows;
   for (const v1::WorkerStatus& w : s.workers()) rows.push_back(&w);
   std::stable_sort(rows.begin(), rows.end(), [](const v1::WorkerStatus* a, const v1::WorkerStatus* b) {
@@ -69,12 +67,12 @@ std::string Table(const v1::GetStatusResponse& s) {
                                           w->last_model_version(), w->last_train_loss(), w->emulation_overruns()));
   }
   if (s.shards_size() > 0) {
-    absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s\n", "SHARD", "ADDRESS", "STATE",
-                                          "SLICE MB", "STEPS SENT", "QUEUED"));
+    absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s\n", "SHARD", "ADDRESS", "STATE", "SLICE MB",
+                                          "STEPS SENT", "QUEUED"));
     for (const v1::ShardStatus& sh : s.shards()) {
       absl::StrAppend(&out, absl::StrFormat("%-6d %-24s %-13s %10.2f %10d %7d\n", sh.index(), sh.address(),
-                                            sh.connected() ? "connected" : "DISCONNECTED",
-                                            sh.slice_bytes() / 1048576.0, sh.steps_sent(), sh.queued_commands()));
+                                            sh.connected() ? "connected" : "DISCONNECTED", sh.slice_bytes() / 1048576.0,
+                                            sh.steps_sent(), sh.queued_commands()));
     }
   }
   return out;
@@ -85,8 +83,8 @@ int Run(const std::vector<char*>& args) {
     std::fprintf(stderr, "usage: omnilearn_ctl status [--server=HOST:PORT] [--watch=S] [--json] (see --help)\n");
     return 2;
   }
-  if (absl::Status s = CheckFlagRanges({{"watch", absl::GetFlag(FLAGS_watch), 0, 86400},
-                                        {"timeout", absl::GetFlag(FLAGS_timeout), 0.001, 3600}});
+  if (absl::Status s = CheckFlagRanges(
+          {{"watch", absl::GetFlag(FLAGS_watch), 0, 86400}, {"timeout", absl::GetFlag(FLAGS_timeout), 0.001, 3600}});
       !s.ok()) {
     std::fprintf(stderr, "omnilearn_ctl: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -107,9 +105,10 @@ int Run(const std::vector<char*>& args) {
     token = *t;
   }
   grpc::ChannelArguments channel_args;
-  if (!absl::GetFlag(FLAGS_tls_server_name).empty()) channel_args.SetSslTargetNameOverride(absl::GetFlag(FLAGS_tls_server_name));
-  auto stub = v1::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, channel_args));
+  if (!absl::GetFlag(FLAGS_tls_server_name).empty())
+    channel_args.SetSslTargetNameOverride(absl::GetFlag(FLAGS_tls_server_name));
+  auto stub =
+      v1::ParameterServer::NewStub(grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, channel_args));
   const double watch = absl::GetFlag(FLAGS_watch);
   while (true) {
     grpc::ClientContext ctx;

@@ -38,7 +38,7 @@ absl::StatusOr<torch::Tensor> TensorOf(const RawSafetensorsFile& file, const std
   const SafetensorsEntry* e = file.Find(name);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat(path, " has no tensor '", name, "'"));
   static const std::map<std::string, torch::ScalarType>* const kTypes = new std::map<std::string, torch::ScalarType>{
-      {"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf}, {"BF16", torch::kBFloat16},
+      {"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf},  {"BF16", torch::kBFloat16},
       {"I64", torch::kLong},   {"I32", torch::kInt},   {"I16", torch::kShort}, {"I8", torch::kChar},
       {"U8", torch::kByte},    {"BOOL", torch::kBool}};
   torch::Tensor t = torch::empty(e->shape, kTypes->at(e->dtype));
@@ -59,7 +59,8 @@ absl::StatusOr<Dataset> SplitOf(const RawSafetensorsFile& file, const std::strin
                                                    absl::StrJoin(y->sizes(), ","), "]"));
   }
   if (!torch::isIntegralType(y->scalar_type(), /*includeBool=*/false)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, y_name, " must hold integer class indices (I64, I32, I16, "
+    return absl::InvalidArgumentError(absl::StrCat(where, y_name,
+                                                   " must hold integer class indices (I64, I32, I16, "
                                                    "I8 or U8), it is ",
                                                    file.Find(y_name)->dtype));
   }
@@ -123,8 +124,8 @@ absl::Status LoadTensorFile(const std::string& path, Dataset* train, Dataset* te
   *train = std::move(*tr);
   const bool has_x = file->Find("test_x") != nullptr, has_y = file->Find("test_y") != nullptr;
   if (has_x != has_y) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": test_x and test_y go together (only ",
-                                                   has_x ? "test_x" : "test_y", " is there)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": test_x and test_y go together (only ", has_x ? "test_x" : "test_y", " is there)"));
   }
   *test = Dataset();
   if (!has_x) return absl::OkStatus();

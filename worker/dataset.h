@@ -3,9 +3,9 @@
 #ifndef OMNILEARN_WORKER_DATASET_H_
 #define OMNILEARN_WORKER_DATASET_H_
 
-#include <string>
-
 #include <torch/torch.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 

@@ -70,8 +70,8 @@ bool IsOutOfMemory(const std::exception& e) {
 
 std::string ErrorCause(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::vector<std::string> lines =
-      absl::StrSplit(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what(), '\n', absl::SkipWhitespace());
+  std::vector<std::string> lines = absl::StrSplit(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what(),
+                                                  '\n', absl::SkipWhitespace());
   if (lines.empty()) return "(no message)";
   return absl::StrContains(e.what(), "TorchScript interpreter") ? lines.back() : lines.front();
 }

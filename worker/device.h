@@ -5,10 +5,10 @@
 #ifndef OMNILEARN_WORKER_DEVICE_H_
 #define OMNILEARN_WORKER_DEVICE_H_
 
+#include <torch/torch.h>
+
 #include <exception>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 

@@ -43,15 +43,15 @@ TEST_CASE("this process's LibTorch is probed, and the CPU needs no waiting", "[d
 
 TEST_CASE("out-of-memory failures are told from others, however they are thrown", "[device]") {
   // The allocator's own error type.
-  REQUIRE(IsOutOfMemory(c10::OutOfMemoryError({"f", "file.cc", 1},
-                                              "CUDA out of memory. Tried to allocate 2.00 GiB")));
+  REQUIRE(IsOutOfMemory(c10::OutOfMemoryError({"f", "file.cc", 1}, "CUDA out of memory. Tried to allocate 2.00 GiB")));
   // The same, rethrown by the TorchScript interpreter as a plain runtime_error.
   REQUIRE(IsOutOfMemory(std::runtime_error(
       "The following operation failed in the TorchScript interpreter.\nTraceback of TorchScript code:\n"
       "  File \"<string>\", line 3\nRuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB")));
   // cuBLAS and cuDNN, whose messages do not say "out of memory".
-  REQUIRE(IsOutOfMemory(c10::Error({"f", "CUDABlas.cpp", 1}, "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
-                                                            "`cublasCreate(handle)`")));
+  REQUIRE(IsOutOfMemory(c10::Error({"f", "CUDABlas.cpp", 1},
+                                   "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                                   "`cublasCreate(handle)`")));
   REQUIRE(IsOutOfMemory(std::runtime_error("cuDNN error: CUDNN_STATUS_ALLOC_FAILED")));
   // Anything else is a real error, not a smaller batch.
   REQUIRE_FALSE(IsOutOfMemory(c10::Error({"f", "f.cc", 1}, "mat1 and mat2 shapes cannot be multiplied")));

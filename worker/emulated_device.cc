@@ -11,7 +11,8 @@ namespace omnilearn {
 namespace worker {
 namespace {
 
-constexpr char kFormat[] = "FIXED_MS:MS_PER_SAMPLE[:JITTER] (e.g. 2:0.5:0.05), or EPOCH@PROFILE,... (e.g. 0@2:0.5,1@2:4)";
+constexpr char kFormat[] =
+    "FIXED_MS:MS_PER_SAMPLE[:JITTER] (e.g. 2:0.5:0.05), or EPOCH@PROFILE,... (e.g. 0@2:0.5,1@2:4)";
 
 absl::StatusOr<DeviceProfile> ParseProfile(absl::string_view text) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
@@ -20,8 +21,8 @@ absl::StatusOr<DeviceProfile> ParseProfile(absl::string_view text) {
                       absl::SimpleAtod(parts[1], &p.ms_per_sample) &&
                       (parts.size() == 2 || absl::SimpleAtod(parts[2], &p.jitter));
   if (!parsed) return absl::InvalidArgumentError(absl::StrCat("emulate_device: '", text, "' is not ", kFormat));
-  if (!(p.fixed_ms >= 0) || !(p.ms_per_sample >= 0) || !std::isfinite(p.fixed_ms) ||
-      !std::isfinite(p.ms_per_sample) || p.fixed_ms + p.ms_per_sample <= 0) {
+  if (!(p.fixed_ms >= 0) || !(p.ms_per_sample >= 0) || !std::isfinite(p.fixed_ms) || !std::isfinite(p.ms_per_sample) ||
+      p.fixed_ms + p.ms_per_sample <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("emulate_device: '", text, "': times must be finite, >= 0 and not both 0"));
   }
@@ -49,8 +50,8 @@ absl::StatusOr<EmulatedDevice> EmulatedDevice::Parse(const std::string& text, ui
       return absl::InvalidArgumentError(absl::StrCat("emulate_device: '", entry, "' is not EPOCH@PROFILE"));
     }
     if (d.steps_.empty() ? epoch != 0 : !(epoch > d.steps_.back().first)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "emulate_device: the schedule starts at epoch 0 and its epochs increase (at '", entry, "')"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("emulate_device: the schedule starts at epoch 0 and its epochs increase (at '", entry, "')"));
     }
     absl::StatusOr<DeviceProfile> p = ParseProfile(parts[1]);
     if (!p.ok()) return p.status();

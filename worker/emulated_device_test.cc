@@ -66,8 +66,8 @@ TEST_CASE("a schedule changes the profile with the global epoch", "[emulated_dev
 }
 
 TEST_CASE("malformed emulated devices are refused with the expected form", "[emulated_device]") {
-  for (const char* bad : {"", "2", "2:x", "2:0.5:0.05:1", "-1:0.5", "0:0", "1:1:0.5", "1:1:-0.1", "inf:1",
-                          "1@2:0.5", "0@2:0.5,0@2:1", "0@2:0.5,1@", "0@2:0.5,x@1:1", "0@2:0.5,", "nan:1"}) {
+  for (const char* bad : {"", "2", "2:x", "2:0.5:0.05:1", "-1:0.5", "0:0", "1:1:0.5", "1:1:-0.1", "inf:1", "1@2:0.5",
+                          "0@2:0.5,0@2:1", "0@2:0.5,1@", "0@2:0.5,x@1:1", "0@2:0.5,", "nan:1"}) {
     INFO(bad);
     auto d = EmulatedDevice::Parse(bad, 1);
     REQUIRE(d.status().code() == absl::StatusCode::kInvalidArgument);

@@ -14,8 +14,8 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "worker/ps_client.h"
-#include "worker/sharded_ps_client.h"
 #include "worker/ps_proto.h"
+#include "worker/sharded_ps_client.h"
 
 namespace omnilearn {
 namespace worker {
@@ -80,8 +80,8 @@ class ModelReceiver {
     got_header_ = true;
     if (h.up_to_date()) return;
     if (static_cast<int64_t>(weights_.size()) != layout_->total_elements()) {
-      Fail(absl::InvalidArgumentError(absl::StrCat("a model of ", layout_->total_elements(),
-                                                   " values into a buffer of ", weights_.size())));
+      Fail(absl::InvalidArgumentError(
+          absl::StrCat("a model of ", layout_->total_elements(), " values into a buffer of ", weights_.size())));
       return;
     }
     assembler_.emplace(layout_, ChunkAssembler::InPlace(weights_.data()), h.wire_dtype());
@@ -121,8 +121,9 @@ class ModelReceiver {
 // `other` gets every message that is neither a chunk nor the model's header (PushPull's
 // reply).
 template <typename Envelope, typename Reader, typename Other>
-void ReadModel(Reader* reader, int chunk_field, ModelReceiver* model, Other other,
-               const std::function<bool()>& enough = [] { return false; }) {
+void ReadModel(
+    Reader* reader, int chunk_field, ModelReceiver* model, Other other,
+    const std::function<bool()>& enough = [] { return false; }) {
   grpc::ByteBuffer buffer;
   ReceivedMessage<Envelope> msg;
   while (!enough() && reader->Read(&buffer)) {
@@ -335,8 +336,8 @@ class GrpcPsClient : public PsClient {
   // A client-streamed call (Join, Push) over raw buffers: the header, then `values` (when
   // given) as chunks, then the server's one response.
   template <typename Request, typename Response, typename Header>
-  absl::StatusOr<Response> Upload(const char* call, const raw::Method& method, const Header& header,
-                                  int chunk_field, const ModelLayout& layout, Payload values) const {
+  absl::StatusOr<Response> Upload(const char* call, const raw::Method& method, const Header& header, int chunk_field,
+                                  const ModelLayout& layout, Payload values) const {
     grpc::ClientContext ctx;
     Prepare(&ctx);
     Response response;
@@ -541,7 +542,7 @@ class GrpcPushStream : public PushStream {
   bool finished_ = false;
   std::thread writer_;
   std::optional<ModelReceiver> receiver_ ABSL_GUARDED_BY(mu_);  // the model, after FinishEarly
-  bool done_ ABSL_GUARDED_BY(mu_) = false;                        // its stream has ended
+  bool done_ ABSL_GUARDED_BY(mu_) = false;                      // its stream has ended
   absl::Status result_ ABSL_GUARDED_BY(mu_);
   std::thread reader_;
 };

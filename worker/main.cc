@@ -13,26 +13,30 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/flag_checks.h"
-#include "common/large_buffers.h"
 #include "common/grpc_security.h"
+#include "common/large_buffers.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
+#include "worker/device.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
-#include "worker/device.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
 ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default: <hostname>-<pid>)");
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
-ABSL_FLAG(std::string, device, "auto", "cpu | cuda | cuda:N | auto (cuda:0 if LibTorch has CUDA and sees a GPU, else cpu)");
+ABSL_FLAG(std::string, device, "auto",
+          "cpu | cuda | cuda:N | auto (cuda:0 if LibTorch has CUDA and sees a GPU, else cpu)");
 ABSL_FLAG(std::string, check_device, "",
           "print whether this worker can use the device (cpu, cuda, cuda:N) and exit: 0 yes, 1 no (job scripts)");
 ABSL_FLAG(std::string, warmup, "auto",
           "an untimed step after joining and after each batch change: on | off | auto (on for CUDA devices)");
 ABSL_FLAG(std::string, model, "cnn", "mlp | cnn | cnn_bn (the CNN with BatchNorm)");
-ABSL_FLAG(std::string, model_file, "", "TorchScript module (a batch of the data's samples [B,...] -> [B,classes] logits) instead of --model");
-ABSL_FLAG(std::string, dataset, "fashion-mnist", "fashion-mnist | synthetic | tensors:PATH (a safetensors file with train_x, train_y, optional test_x, test_y)");
+ABSL_FLAG(std::string, model_file, "",
+          "TorchScript module (a batch of the data's samples [B,...] -> [B,classes] logits) instead of --model");
+ABSL_FLAG(
+    std::string, dataset, "fashion-mnist",
+    "fashion-mnist | synthetic | tensors:PATH (a safetensors file with train_x, train_y, optional test_x, test_y)");
 ABSL_FLAG(int64_t, synthetic_samples, 20000,
           "--dataset=synthetic: training samples (the test split has a tenth); every worker of a job the same");
 ABSL_FLAG(std::string, data_dir, "", "folder with the Fashion-MNIST .gz IDX files (default: Debian's)");
@@ -108,13 +112,14 @@ absl::Status CheckFlags() {
 
 // torchrun-style configuration: what the command line leaves out, the environment gives.
 absl::Status ApplyEnvironment(int argc, char** argv) {
-  return omnilearn::FlagsFromEnvironment(argc, argv, {{"server", "OMNILEARN_SERVER"},
-                                                      {"name", "OMNILEARN_NAME"},
-                                                      {"auth_token_file", "OMNILEARN_AUTH_TOKEN_FILE"},
-                                                      {"tls_ca", "OMNILEARN_TLS_CA"},
-                                                      {"tls_cert", "OMNILEARN_TLS_CERT"},
-                                                      {"tls_key", "OMNILEARN_TLS_KEY"},
-                                                      {"tls_server_name", "OMNILEARN_TLS_SERVER_NAME"}});
+  return omnilearn::FlagsFromEnvironment(argc, argv,
+                                         {{"server", "OMNILEARN_SERVER"},
+                                          {"name", "OMNILEARN_NAME"},
+                                          {"auth_token_file", "OMNILEARN_AUTH_TOKEN_FILE"},
+                                          {"tls_ca", "OMNILEARN_TLS_CA"},
+                                          {"tls_cert", "OMNILEARN_TLS_CERT"},
+                                          {"tls_key", "OMNILEARN_TLS_KEY"},
+                                          {"tls_server_name", "OMNILEARN_TLS_SERVER_NAME"}});
 }
 
 // --check_device: says whether LibTorch can use the device; the exit status.
@@ -122,8 +127,7 @@ int CheckDevice(const std::string& check) {
   const omnilearn::worker::CudaInfo cuda = omnilearn::worker::ProbeCuda();
   std::string note;
   absl::StatusOr<torch::Device> d = omnilearn::worker::PickDevice(check, cuda, &note);
-  std::printf("LibTorch with CUDA: %s; CUDA devices visible: %d\n", cuda.built_with_cuda ? "yes" : "no",
-              cuda.devices);
+  std::printf("LibTorch with CUDA: %s; CUDA devices visible: %d\n", cuda.built_with_cuda ? "yes" : "no", cuda.devices);
   if (!d.ok()) {
     std::fprintf(stderr, "cannot use %s: %s\n", check.c_str(), std::string(d.status().message()).c_str());
     return 1;

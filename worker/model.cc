@@ -1,8 +1,8 @@
 #include "worker/model.h"
 
-#include <set>
-
 #include <torch/script.h>
+
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -99,8 +99,9 @@ class NativeModel : public Model {
   void SetTraining(bool on) override { module_->train(on); }
   void To(const torch::Device& device) override { module_->to(device); }
   absl::Status Save(const std::string&) override {
-    return absl::InvalidArgumentError("save_model needs a TorchScript model (model_file); built-in models "
-                                      "are exported by the server (its --export)");
+    return absl::InvalidArgumentError(
+        "save_model needs a TorchScript model (model_file); built-in models "
+        "are exported by the server (its --export)");
   }
 
  private:
@@ -155,8 +156,8 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(const std::string& name, uint64
   if (name == "mlp") return std::unique_ptr<Model>(new NativeModel<Mlp>());
   if (name == "cnn") return std::unique_ptr<Model>(new NativeModel<Cnn>());
   if (name == "cnn_bn") return std::unique_ptr<Model>(new NativeModel<CnnBn>());
-  return absl::InvalidArgumentError(absl::StrCat("unknown model '", name, "' (want ", absl::StrJoin(kModelNames, ", "),
-                                                 ", or model_file)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model '", name, "' (want ", absl::StrJoin(kModelNames, ", "), ", or model_file)"));
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path) {
@@ -180,7 +181,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadScriptedModel(const std::string& path
     }
     return std::unique_ptr<Model>(std::move(model));
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot load TorchScript module ", path, ": ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot load TorchScript module ", path, ": ", e.what_without_backtrace()));
   }
 }
 

@@ -2,12 +2,12 @@
 #ifndef OMNILEARN_WORKER_MODEL_H_
 #define OMNILEARN_WORKER_MODEL_H_
 
+#include <torch/torch.h>
+
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 

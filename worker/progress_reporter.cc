@@ -25,8 +25,8 @@ void ProgressReporter::Note(const std::string& text) const {
 void ProgressReporter::Iteration(int64_t it, int64_t batch, double loss, double compute_seconds,
                                  uint64_t version) const {
   if (log_every_ <= 0 || it % log_every_ != 0) return;
-  Note(absl::StrFormat("it=%d batch=%d loss=%.4f compute=%.1fms version=%d", it, batch, loss,
-                       1000 * compute_seconds, version));
+  Note(absl::StrFormat("it=%d batch=%d loss=%.4f compute=%.1fms version=%d", it, batch, loss, 1000 * compute_seconds,
+                       version));
 }
 
 void ProgressReporter::Evaluation(double epoch, double every_epochs, double accuracy, uint64_t version) const {

@@ -87,8 +87,7 @@ class PsClient {
   // unchanged once sent, until Finish returns); the step's end (push.step.end) comes with
   // Finish. For a server that said JoinReply::push_trailer only. Unimplemented when this
   // client cannot (the caller then pushes the whole gradient at the end).
-  virtual absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& push,
-                                                                    const ModelLayout& layout,
+  virtual absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& push, const ModelLayout& layout,
                                                                     absl::Span<const float> gradient) {
     return absl::UnimplementedError("this client pushes whole gradients only");
   }
@@ -106,10 +105,10 @@ class PsClient {
 
 struct ClientOptions {
   absl::Duration rpc_timeout = absl::Minutes(10);  // bounds every call
-  std::string auth_token;       // sent as "authorization: Bearer <token>" when set
-  std::string tls_ca;           // PEM file of the CA that signed the server's certificate: TLS on
-  std::string tls_cert;         // PEM client certificate and key, for servers that require
-  std::string tls_key;          //   mutual TLS
+  std::string auth_token;                          // sent as "authorization: Bearer <token>" when set
+  std::string tls_ca;                              // PEM file of the CA that signed the server's certificate: TLS on
+  std::string tls_cert;                            // PEM client certificate and key, for servers that require
+  std::string tls_key;                             //   mutual TLS
   std::string tls_server_name;  // the name to check the server's certificate against (default: the target's host)
   // Offer bfloat16 on the wire (taken when the server runs --wire_dtype=bf16); false:
   // float32 whatever the server runs, as workers of releases before bfloat16.

@@ -66,12 +66,12 @@ struct JoinReply {
   bool job_finished = false;          // with kStop: the job is complete (global_samples trained)
   uint64_t finished_version = 0;      // ...its model's version
   uint64_t worker_id = 0;
-  std::string session_secret;  // sent with every later call of the session
-  double lease_seconds = 0;    // heartbeat or push at least this often
-  std::optional<Mode> mode;  // none: a server that did not say
-  int64_t batch_size = 0;  // the first mini-batch's
-  Assignment samples;      // the first mini-batch's samples
-  bool idle = false;       // the job's samples are all handed out: none for this worker now
+  std::string session_secret;   // sent with every later call of the session
+  double lease_seconds = 0;     // heartbeat or push at least this often
+  std::optional<Mode> mode;     // none: a server that did not say
+  int64_t batch_size = 0;       // the first mini-batch's
+  Assignment samples;           // the first mini-batch's samples
+  bool idle = false;            // the job's samples are all handed out: none for this worker now
   uint64_t global_samples = 0;  // trained by all workers so far (the global epoch)
   bool push_trailer = false;    // the server reads streamed pushes (a header, buckets, a trailer)
   bool bfloat16 = false;        // the session's gradients and models travel as bfloat16
@@ -84,8 +84,8 @@ struct JoinReply {
 
 // What a step came to, known only once its backward is done: a streamed push's trailer.
 struct StepEnd {
-  double compute_seconds = 0;  // forward + loss + backward, device synchronized
-  double train_loss = 0;       // the mini-batch's mean loss
+  double compute_seconds = 0;           // forward + loss + backward, device synchronized
+  double train_loss = 0;                // the mini-batch's mean loss
   std::optional<double> test_accuracy;  // in [0, 1], measured on the model this step trained on
 };
 
@@ -115,8 +115,8 @@ struct PushedStep {
 
 struct PushReply {
   Action action = Action::kContinue;
-  bool applied = false;   // false when the push was left out (a late round, an out-of-memory report)
-  std::string message;    // why, when not applied
+  bool applied = false;         // false when the push was left out (a late round, an out-of-memory report)
+  std::string message;          // why, when not applied
   uint64_t model_version = 0;   // the server's after this push
   int64_t next_batch_size = 0;  // 0: unchanged
   Assignment samples;           // the next mini-batch's; empty: unchanged, unless `idle`

@@ -6,9 +6,7 @@ namespace omnilearn {
 namespace worker {
 namespace {
 
-ModelLayout Layout() {
-  return *ModelLayout::Create({{"a", {1024}}, {"b", {256}}, {"c", {256}}, {"d", {512}}});
-}
+ModelLayout Layout() { return *ModelLayout::Create({{"a", {1024}}, {"b", {256}}, {"c", {256}}, {"d", {512}}}); }
 
 TEST_CASE("buckets are cut last tensor first, about bucket_bytes each", "[buckets]") {
   // Bytes: a 4096, b 1024, c 1024, d 2048. Buckets of 3 KiB: {d, c} (3072), {b} ({b, a}
@@ -30,8 +28,8 @@ TEST_CASE("a bucket leaves once all its tensors are final, each tensor once", "[
   REQUIRE(buckets.Ready(3).empty());  // repeated: harmless
   REQUIRE(buckets.Ready(2) == std::vector<int>{3, 2});
   REQUIRE(buckets.Ready(0) == std::vector<int>{0});  // out of order: its own bucket is whole
-  REQUIRE(buckets.Ready(7).empty());                  // not a tensor
-  REQUIRE(buckets.Ready(0).empty());                  // its bucket left already
+  REQUIRE(buckets.Ready(7).empty());                 // not a tensor
+  REQUIRE(buckets.Ready(0).empty());                 // its bucket left already
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
     stop_.store(true);
     global_samples_ = r->global_samples;
     if (r->job_finished) {
-      Log(absl::StrFormat("the job on this server is finished (model version %d, %d samples trained): nothing to "
+      Log(
+          absl::StrFormat("the job on this server is finished (model version %d, %d samples trained): nothing to "
                           "train (a new job needs a new server, or one run with --reset_when_done)",
                           r->finished_version, r->global_samples));
     }
@@ -113,9 +114,9 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
       if (now - start >= window) {
         if (never_reached) return NeverReached(last, window, options_.server_hint);
         if (absl::IsAlreadyExists(last)) {
-          return absl::AlreadyExistsError(absl::StrFormat(
-              "our name stayed another live session's for %.0f s (%s): two workers share a --name?",
-              absl::ToDoubleSeconds(window), last.message()));
+          return absl::AlreadyExistsError(
+              absl::StrFormat("our name stayed another live session's for %.0f s (%s): two workers share a --name?",
+                              absl::ToDoubleSeconds(window), last.message()));
         }
         return absl::UnavailableError(absl::StrFormat("the server did not come back within %.0f s (last error: %s)",
                                                       absl::ToDoubleSeconds(window), last.ToString()));
@@ -264,7 +265,7 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   const uint64_t arriving = version_;
   if (absl::Status m = AwaitModel(); !m.ok()) return m;
   if (id_.load() != session) return PushOutcome::kRejoined;  // its stream broke; the pull joined again
-  if (version_ != arriving) *changed = true;  // its stream broke; pulled whole instead
+  if (version_ != arriving) *changed = true;                 // its stream broke; pulled whole instead
   return outcome;
 }
 
@@ -283,8 +284,8 @@ absl::Status Session::AwaitModel() {
 }
 
 template <typename Call>
-absl::StatusOr<PushOutcome> Session::Send(const StepReport& step, absl::Span<const float> weights,
-                                          PushReply* reply, Call call) {
+absl::StatusOr<PushOutcome> Session::Send(const StepReport& step, absl::Span<const float> weights, PushReply* reply,
+                                          Call call) {
   if (stop_.load()) return PushOutcome::kStop;
   if (rejoin_.load()) {  // the heartbeat learnt the session is gone
     if (absl::Status s = JoinUntilBack(weights, absl::NotFoundError("the server asked to rejoin")); !s.ok()) return s;
@@ -322,7 +323,7 @@ absl::StatusOr<PushOutcome> Session::Settle(absl::StatusOr<PushReply> r, absl::S
 
 void Session::Leave(bool finished) {
   arriving_.reset();  // a model still arriving is of no use now
-  StopHeartbeats();  // a departed session sends nothing more
+  StopHeartbeats();   // a departed session sends nothing more
   if (id_.load() != 0) (void)client_->Leave(id_.load(), finished);
 }
 

@@ -40,7 +40,7 @@ namespace omnilearn {
 namespace worker {
 
 struct SessionOptions {
-  WorkerInfo worker;  // who joins (the layout is the session's)
+  WorkerInfo worker;                                      // who joins (the layout is the session's)
   absl::Duration reconnect_timeout = absl::Seconds(300);  // per outage, once joined
   // A server never reached yet (a wrong address, or not started): the first join gives up
   // after this (at most reconnect_timeout), and at once when the address does not resolve.
@@ -50,7 +50,7 @@ struct SessionOptions {
   std::string server_hint;
   absl::Duration backoff_initial = absl::Milliseconds(200);
   absl::Duration backoff_max = absl::Seconds(2);
-  bool heartbeats = true;  // a background thread calls Heartbeat every lease / 3
+  bool heartbeats = true;              // a background thread calls Heartbeat every lease / 3
   const Clock* clock = Clock::Real();  // backoff and outage times (the caller's thread)
   // The heartbeat thread's clock; null: `clock`. (Python workers back off on a clock of
   // Python's, which only threads holding the interpreter may call.)
@@ -65,9 +65,9 @@ struct SessionOptions {
 
 // What a push came to.
 enum class PushOutcome {
-  kReplied,    // the server answered; see the reply
-  kRejoined,   // the session was re-established: pull and train the iteration again
-  kStop,       // the server said stop (training over or server shutting down)
+  kReplied,   // the server answered; see the reply
+  kRejoined,  // the session was re-established: pull and train the iteration again
+  kStop,      // the server said stop (training over or server shutting down)
 };
 
 // A PushPull begun before its gradient is complete (Session::BeginPushPull): backward
@@ -187,8 +187,7 @@ class Session {
   absl::StatusOr<PushOutcome> Send(const StepReport& step, absl::Span<const float> weights, PushReply* reply,
                                    Call call);
   // A push's answer (or failure) acted upon: rejoin, stop, the next batch and samples.
-  absl::StatusOr<PushOutcome> Settle(absl::StatusOr<PushReply> r, absl::Span<const float> weights,
-                                     PushReply* reply);
+  absl::StatusOr<PushOutcome> Settle(absl::StatusOr<PushReply> r, absl::Span<const float> weights, PushReply* reply);
   // After a PushPull: the version the weights now hold.
   void Received(const absl::StatusOr<PushOutcome>& outcome, uint64_t version, bool* changed);
   void Log(const std::string& line) const;
@@ -209,7 +208,7 @@ class Session {
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
-  bool push_trailer_ = false;  // the server reads PushTrailers (streamed pushes)
+  bool push_trailer_ = false;             // the server reads PushTrailers (streamed pushes)
   std::unique_ptr<PushStream> arriving_;  // a PushPull whose model is still arriving
   absl::Span<float> arriving_into_;       // ...into these weights
   std::atomic<bool> stop_{false};

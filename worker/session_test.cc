@@ -73,9 +73,8 @@ class FakeServer : public PsClient {
     return r;
   }
   // Push, then Pull: the fake's round trip.
-  absl::StatusOr<PushReply> PushPull(const PushedStep& p, const ModelLayout& layout,
-                                     absl::Span<const float> gradient, uint64_t* model_version,
-                                     absl::Span<float> weights) override {
+  absl::StatusOr<PushReply> PushPull(const PushedStep& p, const ModelLayout& layout, absl::Span<const float> gradient,
+                                     uint64_t* model_version, absl::Span<float> weights) override {
     absl::StatusOr<PushReply> r = Push(p, layout, gradient);
     if (!r.ok() || r->action != Action::kContinue) return r;
     absl::StatusOr<uint64_t> v = Pull(p.worker_id, p.model_version, layout, weights);
@@ -338,7 +337,7 @@ TEST_CASE("NOT_FOUND and ACTION_REJOIN rejoin at once; ACTION_STOP stops", "[ses
   REQUIRE(server.pushed.back().step.batch_size == 16);
   server.next_action = Action::kRejoin;
   REQUIRE(*s.Push(h, w, w, &reply) == PushOutcome::kRejoined);
-  REQUIRE(server.resume_ids.back() == 100);  // the rejoin names the session it replaces...
+  REQUIRE(server.resume_ids.back() == 100);               // the rejoin names the session it replaces...
   REQUIRE(server.resume_secrets.back() == "secret-100");  // ...and proves it is its own
   REQUIRE(server.client_secret == "secret-101");          // then sends the new session's secret
   server.next_action = Action::kStop;
@@ -396,8 +395,7 @@ TEST_CASE("a worker without samples idles: an idle push, then the model; samples
   REQUIRE(CountSamples(s.samples()) == 24);
 }
 
-TEST_CASE("a server shutting down answers a join with stop; an interrupt ends the wait for a server",
-          "[session]") {
+TEST_CASE("a server shutting down answers a join with stop; an interrupt ends the wait for a server", "[session]") {
   FakeClock clock;
   FakeServer server;
   std::vector<std::string> log;
@@ -469,7 +467,6 @@ TEST_CASE("heartbeats run every lease/3 and bring a rejoin request to the next p
   s.Leave(/*finished=*/true);
   REQUIRE_FALSE(s.heartbeats_running());
 }
-
 
 // A joined session with the model pulled, against a server that reads push trailers, and
 // a push's header and trailer (16 samples, 0.25 s).

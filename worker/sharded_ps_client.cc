@@ -23,8 +23,8 @@ absl::Status ForEachSlice(int n, const std::function<absl::Status(int)>& fn) {
   for (std::thread& t : threads) t.join();
   for (int s = 0; s < n; ++s) {
     if (!status[s].ok()) {
-      return absl::Status(status[s].code(), absl::StrCat(s == 0 ? "coordinator" : absl::StrCat("shard ", s), ": ",
-                                                         status[s].message()));
+      return absl::Status(status[s].code(),
+                          absl::StrCat(s == 0 ? "coordinator" : absl::StrCat("shard ", s), ": ", status[s].message()));
     }
   }
   return absl::OkStatus();
@@ -83,8 +83,7 @@ void ShardedPsClient::SetSessionSecret(const std::string& secret) {
   for (auto& c : shard_clients_) c->SetSessionSecret(secret);
 }
 
-absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights,
-                                         bool whole) {
+absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights, bool whole) {
   return ForEachSlice(map_->shards(), [&](int s) -> absl::Status {
     if (s == 0) return absl::OkStatus();  // the caller has slice 0
     const uint64_t have = whole ? kNoVersion : have_[s];
@@ -101,8 +100,8 @@ absl::StatusOr<uint64_t> ShardedPsClient::Pull(uint64_t worker_id, uint64_t have
                                                absl::Span<float> weights) {
   if (!map_.has_value()) return coordinator_->Pull(worker_id, have_version, layout, weights);
   const bool whole = !assembled_.has_value() || *assembled_ != have_version;  // the caller's model is another
-  absl::StatusOr<uint64_t> v0 = coordinator_->Pull(worker_id, whole ? kNoVersion : have_[0], map_->slice_layout(0),
-                                                   absl::MakeSpan(weights_[0]));
+  absl::StatusOr<uint64_t> v0 =
+      coordinator_->Pull(worker_id, whole ? kNoVersion : have_[0], map_->slice_layout(0), absl::MakeSpan(weights_[0]));
   if (!v0.ok()) return v0.status();
   if (whole || *v0 != have_[0]) map_->Scatter(0, weights_[0], weights);
   have_[0] = *v0;
@@ -282,8 +281,8 @@ class ShardedPushStream : public PushStream {
   const PushedStep push_;
   absl::Span<const float> gradient_;
   std::vector<std::unique_ptr<PushStream>> slices_;
-  absl::Span<float> weights_;  // the caller's model, after FinishEarly
-  bool arriving_ = false;      // the slices' models are on their way
+  absl::Span<float> weights_;              // the caller's model, after FinishEarly
+  bool arriving_ = false;                  // the slices' models are on their way
   std::vector<std::vector<bool>> placed_;  // pieces already in weights_
 };
 

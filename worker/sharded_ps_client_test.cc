@@ -137,7 +137,8 @@ TEST_CASE("a streamed push sends each tensor's pieces to their slices, and the m
   (*stream)->Send({0});
   std::vector<float> weights(10, -1.0f);
   uint64_t version = 0;
-  absl::StatusOr<PushReply> reply = (*stream)->FinishEarly(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights));
+  absl::StatusOr<PushReply> reply =
+      (*stream)->FinishEarly(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
   REQUIRE(version == 1);
   // Every piece went to its own slice, once: the slices' streams got their layouts' indices.

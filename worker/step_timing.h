@@ -20,10 +20,10 @@ namespace omnilearn {
 namespace worker {
 
 struct StepTimingOptions {
-  double slowdown = 1.0;           // constant factor >= 1 (before the schedule's first entry)
-  std::string slowdown_schedule;   // EPOCH:FACTOR,... (slowdown.h)
-  std::string emulate_device;      // empty = real compute; else emulated_device.h's form
-  uint64_t seed = 1;               // the emulated jitter's
+  double slowdown = 1.0;          // constant factor >= 1 (before the schedule's first entry)
+  std::string slowdown_schedule;  // EPOCH:FACTOR,... (slowdown.h)
+  std::string emulate_device;     // empty = real compute; else emulated_device.h's form
+  uint64_t seed = 1;              // the emulated jitter's
 };
 
 // Thread-compatible: one training loop owns it.

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,13 +13,11 @@
 #include <thread>
 #include <tuple>
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/torch.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/safetensors.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
 #include "worker/evaluation_schedule.h"
@@ -25,7 +25,6 @@
 #include "worker/progress_reporter.h"
 #include "worker/session.h"
 #include "worker/step_timing.h"
-#include "common/safetensors.h"
 
 namespace omnilearn {
 namespace worker {
@@ -141,9 +140,9 @@ class TrainerMetrics {
     batch_ = &r->AddGauge("omnilearn_trainer_batch_size", "Mini-batch size in use.", {"worker"}).Add({name});
     iterations_ = &r->AddCounter("omnilearn_trainer_iterations_total", "Iterations pushed.", {"worker"}).Add({name});
     samples_ = &r->AddCounter("omnilearn_trainer_samples_total", "Samples trained on.", {"worker"}).Add({name});
-    oom_ = &r->AddCounter("omnilearn_trainer_out_of_memory_total", "Iterations that ran out of device memory.",
-                          {"worker"})
-                .Add({name});
+    oom_ =
+        &r->AddCounter("omnilearn_trainer_out_of_memory_total", "Iterations that ran out of device memory.", {"worker"})
+             .Add({name});
     overruns_ = &r->AddCounter("omnilearn_trainer_emulation_overruns_total",
                                "Emulated steps whose real compute took longer than their emulated time.", {"worker"})
                      .Add({name});
@@ -186,8 +185,8 @@ absl::Status LoadInitialWeights(const std::string& path, const ModelLayout& layo
   if (!file.ok()) return file.status();
   absl::StatusOr<std::vector<float>> values = file->Gather(layout);
   if (!values.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("init_from ", path, " does not fit this model: ",
-                                                   values.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_from ", path, " does not fit this model: ", values.status().message()));
   }
   *weights = std::move(*values);
   return absl::OkStatus();
@@ -202,7 +201,8 @@ std::string Hostname() {
 absl::Status LoadData(const TrainerOptions& o, bool need_train, bool need_test, Dataset* train, Dataset* test) {
   if (o.dataset == "fashion-mnist") {
     const std::string dir = o.data_dir.empty() ? kDefaultFashionMnistDir : o.data_dir;
-    for (auto [need, is_train, out] : {std::make_tuple(need_train, true, train), std::make_tuple(need_test, false, test)}) {
+    for (auto [need, is_train, out] :
+         {std::make_tuple(need_train, true, train), std::make_tuple(need_test, false, test)}) {
       if (!need) continue;
       absl::StatusOr<Dataset> d = LoadFashionMnist(dir, is_train);
       if (!d.ok()) return d.status();
@@ -251,8 +251,10 @@ absl::Status CheckModelFitsData(Model* model, const Dataset& data, const torch::
   const int64_t classes = data.labels.max().item<int64_t>() + 1;
   if (out.dim() != 2 || out.size(0) != n || out.size(1) < classes) {
     return absl::InvalidArgumentError(absl::StrCat("the model maps [B,", sample_shape, "] to [",
-                                                   absl::StrJoin(out.sizes(), ","), "]; the data needs [B,C] logits "
-                                                   "with C >= ", classes, " (its labels go up to ", classes - 1, ")"));
+                                                   absl::StrJoin(out.sizes(), ","),
+                                                   "]; the data needs [B,C] logits "
+                                                   "with C >= ",
+                                                   classes, " (its labels go up to ", classes - 1, ")"));
   }
   return absl::OkStatus();
 }
@@ -267,7 +269,6 @@ absl::StatusOr<std::unique_ptr<Model>> BuildModel(const TrainerOptions& o, const
   model->SetTraining(true);
   return model;
 }
-
 
 // ---------------------------------------------------------------- Train's parts
 
@@ -312,8 +313,8 @@ absl::StatusOr<Setup> Prepare(const TrainerOptions& o, const ProgressReporter& p
 }
 
 // The model's values to join with: its own, or --init_from's (loaded into it too).
-absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const ModelLayout& layout,
-                                                  FlatModel* params, const ProgressReporter& progress) {
+absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const ModelLayout& layout, FlatModel* params,
+                                                  const ProgressReporter& progress) {
   std::vector<float> weights = params->Values();
   if (o.init_from.empty()) return weights;
   if (absl::Status s = LoadInitialWeights(o.init_from, layout, &weights); !s.ok()) return s;
@@ -328,7 +329,7 @@ SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dat
   so.worker.host = o.host.empty() ? Hostname() : o.host;
   so.worker.device = cuda ? DeviceKind::kCuda : DeviceKind::kCpu;
   so.worker.max_batch_size = o.max_batch;
-  so.worker.dataset_size = static_cast<uint64_t>(dataset_size);  // the server assigns the samples
+  so.worker.dataset_size = static_cast<uint64_t>(dataset_size);          // the server assigns the samples
   so.worker.job_samples = JobSamples(o.epochs, so.worker.dataset_size);  // and ends the job on its count
   so.reconnect_timeout = o.reconnect_timeout;
   so.connect_timeout = o.connect_timeout;
@@ -630,15 +631,14 @@ class TrainingLoop {
 
   // Schedules follow the global epoch the server reports (the same for every worker).
   void FollowSchedules() {
-    const std::string change =
-        timing_->Follow(static_cast<double>(session_->global_samples()) / setup_->train.size());
+    const std::string change = timing_->Follow(static_cast<double>(session_->global_samples()) / setup_->train.size());
     if (!change.empty()) progress_->Note(change);
   }
 
   // The step's push ended (its time, loss and any accuracy in the trailer) and the new
   // model received; or, out of memory, the push given up and the report sent instead.
-  absl::StatusOr<PushOutcome> Exchange(int64_t batch, const StepResult& step,
-                                       std::unique_ptr<StreamedPush> push, PushReply* reply, bool* changed) {
+  absl::StatusOr<PushOutcome> Exchange(int64_t batch, const StepResult& step, std::unique_ptr<StreamedPush> push,
+                                       PushReply* reply, bool* changed) {
     if (step.out_of_memory) {
       push.reset();  // cancelled: the server changes nothing
       StepReport report = PushFor(batch);

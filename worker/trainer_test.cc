@@ -2,8 +2,8 @@
 // synthetic data on the CPU, a few steps each.
 #include "worker/trainer.h"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <set>
@@ -151,7 +151,8 @@ TEST_CASE("the trainer trains the server's batch and samples, reports each step 
   uint64_t epoch = 0, id = 0;
   while (log >> epoch >> id) trained.push_back(id);
   std::vector<uint64_t> want;
-  for (size_t i = 0; i < 3; ++i) want.insert(want.end(), server.assigned[i][0].ids.begin(), server.assigned[i][0].ids.end());
+  for (size_t i = 0; i < 3; ++i)
+    want.insert(want.end(), server.assigned[i][0].ids.begin(), server.assigned[i][0].ids.end());
   REQUIRE(trained == want);
   REQUIRE(r->pushes_sent == 3);
   REQUIRE(r->pushes_answered == 3);

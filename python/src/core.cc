@@ -97,8 +97,8 @@ py::buffer_info Request(const py::object& o, bool writable, const char* what) {
 class Core {
  public:
   Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
-       worker::WorkerInfo info, worker::ClientOptions client_options, double reconnect_timeout,
-       double connect_timeout, std::string server_hint, py::function now, py::function sleep, py::function log)
+       worker::WorkerInfo info, worker::ClientOptions client_options, double reconnect_timeout, double connect_timeout,
+       std::string server_hint, py::function now, py::function sleep, py::function log)
       : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
     std::vector<TensorSpec> specs;
     for (const auto& [name, shape, buffer] : tensors) specs.push_back(TensorSpec{name, shape, buffer});
@@ -407,8 +407,9 @@ void BindTypes(py::module_& m) {
 worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host, const std::string& device,
                                 int64_t max_batch_size, uint64_t dataset_size, double epochs) {
   if (device != "cpu" && device != "cuda") throw py::value_error("device must be 'cpu' or 'cuda'");
-  return worker::WorkerInfo{name, host, device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
-                            max_batch_size, dataset_size, worker::JobSamples(epochs, dataset_size)};
+  return worker::WorkerInfo{
+      name,           host,         device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
+      max_batch_size, dataset_size, worker::JobSamples(epochs, dataset_size)};
 }
 
 }  // namespace
@@ -436,10 +437,9 @@ PYBIND11_MODULE(_core, m) {
              o.tls_cert = tls_cert;
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
-             return std::make_unique<Core>(target, tensors,
-                                           omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs),
-                                           o, reconnect_timeout, connect_timeout, server_hint, std::move(now),
-                                           std::move(sleep), std::move(log));
+             return std::make_unique<Core>(
+                 target, tensors, omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs), o,
+                 reconnect_timeout, connect_timeout, server_hint, std::move(now), std::move(sleep), std::move(log));
            }),
            py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
            py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
