@@ -270,6 +270,17 @@ def ddp_batches(args, level):
     return [args.global_batch // WORKERS] * WORKERS
 
 
+def ddp_step_data(args, it, batch_of):
+    """A DDP rank's iteration: the level in force, its batch, its samples (the ranks' batches
+    tile the global one)."""
+    level = level_at(args, it)
+    batches = ddp_batches(args, level)
+    b = batches[args.rank]
+    first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
+    x, y = batch_of(real_indices(None, b, MODELS[args.model][0], first))
+    return level, b, x, y
+
+
 def ddp_main(args):
     import torch
     import torch.distributed as dist
@@ -280,19 +291,14 @@ def ddp_main(args):
         return ddp_layers(args)
     from omnilearn.emulation import EmulatedDevice
     model, batch_of = build(args.model)
-    cap = MODELS[args.model][0]
     params = [p for p in model.parameters()]
     opt = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
     device = EmulatedDevice(device_text(args, args.rank), seed=args.rank)
     flat = torch.zeros(sum(p.numel() for p in params) + 1)  # the gradient and the weighted loss
     rows = []
     for it in range(args.iterations):
-        level = level_at(args, it)
-        batches = ddp_batches(args, level)
-        b = batches[args.rank]
         t0 = time.perf_counter()
-        first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
-        x, y = batch_of(real_indices(None, b, cap, first))
+        _, b, x, y = ddp_step_data(args, it, batch_of)
         loss = loss_of(model, x, y)
         loss.backward()
         _, real = device.pace(t0, b, it / args.step_iterations)
@@ -320,19 +326,14 @@ def ddp_layers(args):
     import torch
     import torch.distributed as dist
     model, batch_of = build(args.model)
-    cap = MODELS[args.model][0]
     pacer = Pacer(model, stages_of(args.model, model))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM)
     rng = random.Random(args.rank)
     rows = []
     for it in range(args.iterations):
-        level = level_at(args, it)
-        batches = ddp_batches(args, level)
-        b = batches[args.rank]
         t0 = time.perf_counter()
-        first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
-        x, y = batch_of(real_indices(None, b, cap, first))
+        level, b, x, y = ddp_step_data(args, it, batch_of)
         pacer.forward(step_seconds(args, level, args.rank, b, rng))
         loss = loss_of(ddp, x, y)
         pacer.backward()

@@ -121,11 +121,22 @@ absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& step, const Mo
   if (!map_.has_value()) return coordinator_->Push(step, layout, gradient);
   const PushedStep push = WithShardHold(step);
   if (gradient.empty()) return coordinator_->Push(push, map_->slice_layout(0), gradient);  // a report, an OOM
+  std::vector<uint64_t> moved;
+  return ReplyOfEverySlice(
+      [&](int i, uint64_t*) {
+        map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
+        return client(i)->Push(push, map_->slice_layout(i), gradient_[i]);
+      },
+      &moved);
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const SliceCall& call, std::vector<uint64_t>* moved) {
+  const int n = map_->shards();
+  moved->assign(n, kNoVersion);
+  std::vector<double> held(n, 0);
   PushReply reply;
-  std::vector<double> held(map_->shards(), 0);
-  absl::Status s = ForEachSlice(map_->shards(), [&](int i) -> absl::Status {
-    map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
-    absl::StatusOr<PushReply> r = client(i)->Push(push, map_->slice_layout(i), gradient_[i]);
+  absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
+    absl::StatusOr<PushReply> r = call(i, &(*moved)[i]);
     if (!r.ok()) return r.status();
     held[i] = r->held_seconds;
     if (i == 0) reply = *r;
@@ -141,24 +152,15 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
                                                     absl::Span<float> weights) {
   if (!map_.has_value()) return coordinator_->PushPull(step, layout, gradient, model_version, weights);
   const PushedStep push = WithShardHold(step);
-  const int n = map_->shards();
-  std::vector<uint64_t> moved(n, kNoVersion);  // the version a slice's reply brought, if any
-  std::vector<double> held(n, 0);
-  PushReply reply;
-  absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
-    map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
-    uint64_t v = kNoVersion;
-    absl::StatusOr<PushReply> r =
-        client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], &v, absl::MakeSpan(weights_[i]));
-    if (!r.ok()) return r.status();
-    moved[i] = v;
-    held[i] = r->held_seconds;
-    if (i == 0) reply = *r;
-    return absl::OkStatus();
-  });
-  if (!s.ok()) return s;
-  shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
-  return Assemble(push, reply, moved, model_version, weights);
+  std::vector<uint64_t> moved;  // the version a slice's reply brought, if any
+  absl::StatusOr<PushReply> reply = ReplyOfEverySlice(
+      [&](int i, uint64_t* v) {
+        map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
+        return client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], v, absl::MakeSpan(weights_[i]));
+      },
+      &moved);
+  if (!reply.ok()) return reply.status();
+  return Assemble(push, *reply, moved, model_version, weights);
 }
 
 absl::StatusOr<PushReply> ShardedPsClient::Assemble(const PushedStep& push, const PushReply& reply,
@@ -214,20 +216,12 @@ class ShardedPushStream : public PushStream {
   absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
                                         absl::Span<float> weights) override {
     const int n = static_cast<int>(slices_.size());
-    std::vector<uint64_t> moved(n, kNoVersion);
-    std::vector<double> held(n, 0);
-    PushReply reply;
-    absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
-      uint64_t v = kNoVersion;
-      absl::StatusOr<PushReply> r = slices_[i]->FinishEarly(end, &v, absl::MakeSpan(client_->weights_[i]));
-      if (!r.ok()) return r.status();
-      moved[i] = v;
-      held[i] = r->held_seconds;
-      if (i == 0) reply = *r;
-      return absl::OkStatus();
-    });
-    if (!s.ok()) return s;
-    client_->shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
+    std::vector<uint64_t> moved;
+    absl::StatusOr<PushReply> r = client_->ReplyOfEverySlice(
+        [&](int i, uint64_t* v) { return slices_[i]->FinishEarly(end, v, absl::MakeSpan(client_->weights_[i])); },
+        &moved);
+    if (!r.ok()) return r.status();
+    const PushReply& reply = *r;
     weights_ = weights;
     if (reply.action != Action::kContinue || moved[0] == kNoVersion) return reply;  // nothing arrives
     if (std::any_of(moved.begin(), moved.end(), [&](uint64_t v) { return v != moved[0]; })) {

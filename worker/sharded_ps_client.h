@@ -56,6 +56,12 @@ class ShardedPsClient : public PsClient {
     int index = 0;
     int64_t slice_offset = 0, flat = 0, size = 0;
   };
+  // One call per slice, in parallel: `call(s, &version)` returns slice s's reply and sets the
+  // version its model came at (left at kNoVersion when none came). Returns the coordinator's
+  // reply, every slice's version in *moved, and keeps the shards' longest hold for the next
+  // push.
+  using SliceCall = std::function<absl::StatusOr<PushReply>(int slice, uint64_t* version)>;
+  absl::StatusOr<PushReply> ReplyOfEverySlice(const SliceCall& call, std::vector<uint64_t>* moved);
   // After a PushPull's replies: the model at the coordinator's version from every slice's
   // reply (`moved`: the version each brought, kNoVersion for none), pulling the slices that
   // came at another. Returns the reply to give.
