@@ -40,11 +40,15 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
     return absl::InvalidArgumentError(
         absl::StrCat("shard held seconds must be in [0, ", kMaxComputeSeconds, "], got ", info.shard_held_seconds));
   }
+  return CheckGradientValues(gradient, model_elements, info.finite_checked);
+}
+
+absl::Status CheckGradientValues(const std::vector<float>& gradient, int64_t model_elements, bool finite_checked) {
   if (static_cast<int64_t>(gradient.size()) != model_elements) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient has ", gradient.size(), " values, the model has ", model_elements));
   }
-  if (!info.finite_checked && !AllFinite(gradient)) {
+  if (!finite_checked && !AllFinite(gradient)) {
     return absl::InvalidArgumentError("gradient contains NaN or Inf: not applied");
   }
   return absl::OkStatus();

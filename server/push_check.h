@@ -54,6 +54,11 @@ absl::Status CheckPushReport(const PushInfo& info);
 absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& gradient, uint64_t model_version,
                                int64_t model_elements);
 
+// A gradient's values: `model_elements` of them (the whole model's, or a shard's slice's),
+// all finite unless the caller checked them while copying (`finite_checked`). The one
+// gradient check of both data planes. InvalidArgument naming the counts otherwise.
+absl::Status CheckGradientValues(const std::vector<float>& gradient, int64_t model_elements, bool finite_checked);
+
 // A push trains the batch it was assigned, so that a worker cannot scale its own weight
 // in the round or its async step by claiming another: with samples (`uses_samples`),
 // their count (`assigned`); without, the batch the server last told it (`assigned`) or

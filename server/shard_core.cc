@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/constant_time.h"
+#include "server/push_check.h"
 
 namespace omnilearn {
 namespace server {
@@ -152,17 +153,11 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
     r.version = version();
     return r;
   }
-  if (!info.finite_checked) {
-    for (float v : gradient) {
-      if (!std::isfinite(v)) return absl::InvalidArgumentError("the gradient holds NaN or Inf");
-    }
-  }
   absl::MutexLock lock(&mu_);
   if (sessions_.count(info.id) == 0) return NoSession(info.id);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
-  if (static_cast<int64_t>(gradient.size()) != store_->layout().total_elements()) {
-    return absl::InvalidArgumentError(absl::StrFormat("a gradient of %d values for a slice of %d", gradient.size(),
-                                                      store_->layout().total_elements()));
+  if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
+    return s;
   }
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
