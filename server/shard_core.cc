@@ -1,6 +1,5 @@
 #include "server/shard_core.h"
 
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
