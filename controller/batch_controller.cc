@@ -625,7 +625,7 @@ void BatchController::AdjustOmniLearn(const std::map<WorkerId, int64_t>& current
   const double next = Spread(models, candidate);
   const bool adopt = now > 1 + band && now - next > band / 2;
   if (adopt && candidate != current && options_.revert_worse_plans) {
-    trial_.Replaced(current);
+    trial_.Replaced(current, candidate);
     trial_histories_ = before;
   }
   SetPlan(adopt ? candidate : current, models);

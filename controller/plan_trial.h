@@ -30,12 +30,19 @@ class PlanTrial {
     kWorse,  // the new plan's first window delivered less than previous() did
   };
 
+  // A change is on trial only when it moves some worker's batch by at least kMinSamples and
+  // more than kMinFraction of it: smaller ones are corrections within the noise.
+  static constexpr int64_t kMinSamples = 2;
+  static constexpr double kMinFraction = 0.1;
+
   // A window of rounds under the plan in force delivered `throughput` samples per second;
-  // `margin` is the relative difference that noise explains (e.g. 0.05).
+  // `margin` is the relative difference that noise explains (e.g. 0.05), widened to three
+  // times the spread of the old plan's own windows (robust: a burst among them does not
+  // widen it).
   Verdict Measured(double throughput, double margin);
-  // The plan in force was replaced by one the solver chose: a trial starts against it,
-  // when it has a measured throughput.
-  void Replaced(const Plan& previous);
+  // The plan in force, `previous`, was replaced by `next`, which the solver chose: a trial
+  // starts when `previous` has a measured throughput and the change is not a small one.
+  void Replaced(const Plan& previous, const Plan& next);
   // After kWorse: previous() is back in force (its record is what it measured before), or
   // the new plan stays (its record starts with the window just judged).
   void Reverted();
@@ -53,6 +60,7 @@ class PlanTrial {
   std::vector<double> current_;  // throughputs of the plan in force, newest last
   Plan previous_;
   double previous_throughput_ = 0;  // its median window
+  double previous_noise_ = 0;       // 3 x the relative spread of its windows
   double new_throughput_ = 0;       // the new plan's first window
 };
 
