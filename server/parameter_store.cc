@@ -62,6 +62,54 @@ void AdamRange(float* __restrict out, float* __restrict m, float* __restrict v, 
   }
 }
 
+// A step's scalars: the rate, decay, momentum and blend it runs with, and Adam's.
+struct StepScalars {
+  float lr = 0, wd = 0, scale = 0, us = 0, mu = 0, blend = 0;
+  bool velocity = false;  // SGD keeps a velocity (momentum configured, or this step's)
+  AdamScalars adam{};
+};
+
+// `lr`: the rate after the schedule and the step's scale; `step`: Adam's count (1 first);
+// `scale`: the update's scale after clipping.
+StepScalars ScalarsOf(const OptimizerOptions& o, double lr, uint64_t step, double buffer_blend, double momentum,
+                      double update_scale, float scale) {
+  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2), eps = static_cast<float>(o.eps);
+  const float bias1 = static_cast<float>(1 - std::pow(o.beta1, static_cast<double>(step)));
+  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, static_cast<double>(step))));
+  StepScalars k;
+  k.lr = static_cast<float>(lr);
+  k.wd = static_cast<float>(o.weight_decay);
+  k.scale = scale;
+  k.us = static_cast<float>(update_scale);
+  k.mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
+  k.blend = static_cast<float>(buffer_blend);
+  // A step's momentum is at most the configured one (the async rule only damps it).
+  k.velocity = o.momentum != 0 || k.mu != 0;
+  k.adam = AdamScalars{scale, k.lr, k.wd, b1, b2, eps, bias2_sqrt, k.lr / bias1, o.kind == OptimizerKind::kAdamW};
+  return k;
+}
+
+// Tensor t's elements within the flat range [begin, end): the optimizer's step (a buffer's
+// blend) from the snapshot `weights` into `next`; `m` and `v` the optimizer's state.
+void StepRange(const ModelLayout& layout, OptimizerKind kind, int t, int64_t begin, int64_t end, const StepScalars& k,
+               const float* weights, const float* update, float* next, float* m, float* v) {
+  const int64_t off = layout.offset(t);
+  const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout.size(t)) - off;
+  if (lo >= hi) return;
+  const float* w = weights + off;
+  float* out = next + off;
+  const float* u = update + off;
+  if (layout.is_buffer(t)) {
+    BlendRange(out, w, u, lo, hi, k.blend, k.us);
+  } else if (kind == OptimizerKind::kSgd && !k.velocity) {
+    PlainSgdRange(out, w, u, lo, hi, k.scale, k.wd, k.lr);
+  } else if (kind == OptimizerKind::kSgd) {
+    SgdRange(out, m + off, w, u, lo, hi, k.mu, k.scale, k.wd, k.lr);
+  } else {
+    AdamRange(out, m + off, v + off, w, u, lo, hi, k.adam);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
@@ -158,27 +206,23 @@ double ParameterStore::LearningRate() const {
   return o.learning_rate;
 }
 
-void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
-                           double update_scale) {
-  const OptimizerOptions& o = options_;
-  const float lr = static_cast<float>(LearningRate() * lr_scale);
-  const float wd = static_cast<float>(o.weight_decay);
-  const int tensors = static_cast<int>(layout_.tensors().size());
+float ParameterStore::ClippedScale(const std::vector<float>& update, double update_scale) const {
   const float us = static_cast<float>(update_scale);
+  if (options_.clip_grad_norm <= 0) return us;
   // Global-norm clipping over the parameters (buffers carry values, not gradients).
-  float scale = us;
-  if (o.clip_grad_norm > 0) {
-    double sum = 0;
-    for (int t = 0; t < tensors; ++t) {
-      if (layout_.is_buffer(t)) continue;
-      const float* g = update.data() + layout_.offset(t);
-      float part = 0;
-      for (int64_t i = 0; i < layout_.size(t); ++i) part += g[i] * g[i];
-      sum += part;
-    }
-    const double coef = o.clip_grad_norm / (update_scale * std::sqrt(sum) + 1e-6);
-    if (coef < 1) scale = static_cast<float>(update_scale * coef);
+  double sum = 0;
+  for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
+    if (layout_.is_buffer(t)) continue;
+    const float* g = update.data() + layout_.offset(t);
+    float part = 0;
+    for (int64_t i = 0; i < layout_.size(t); ++i) part += g[i] * g[i];
+    sum += part;
   }
+  const double coef = options_.clip_grad_norm / (update_scale * std::sqrt(sum) + 1e-6);
+  return coef < 1 ? static_cast<float>(update_scale * coef) : us;
+}
+
+std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
   // The new snapshot is written straight from the old one (no copy first), into the
   // snapshot before it when no reader holds that any more (no allocation, no page faults).
   std::shared_ptr<std::vector<float>> next;
@@ -188,16 +232,15 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
     next = std::make_shared<std::vector<float>>(weights_->size());
   }
   spare_.reset();
-  const uint64_t step = version_ + 1;  // Adam's step count: 1 on the first step
-  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2), eps = static_cast<float>(o.eps);
-  const float bias1 = static_cast<float>(1 - std::pow(o.beta1, static_cast<double>(step)));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, static_cast<double>(step))));
-  const float step_size = lr / bias1;
-  const float mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
-  const float blend = static_cast<float>(buffer_blend);
-  // A step's momentum is at most the configured one (the async rule only damps it).
-  const bool velocity = o.momentum != 0 || mu != 0;
-  const AdamScalars adam{scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
+  return next;
+}
+
+void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
+                           double update_scale) {
+  const int tensors = static_cast<int>(layout_.tensors().size());
+  const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, version_ + 1, buffer_blend, momentum,
+                                  update_scale, ClippedScale(update, update_scale));
+  std::shared_ptr<std::vector<float>> next = NextSnapshot();
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);
   float* const m = state_.empty() ? nullptr : state_[0]->data();
@@ -210,21 +253,7 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
       }
     }
     for (int t = 0; t < tensors; ++t) {
-      const int64_t off = layout_.offset(t);
-      const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout_.size(t)) - off;
-      if (lo >= hi) continue;
-      const float* w = weights_->data() + off;
-      float* out = next->data() + off;
-      const float* u = update.data() + off;
-      if (layout_.is_buffer(t)) {
-        BlendRange(out, w, u, lo, hi, blend, us);
-      } else if (o.kind == OptimizerKind::kSgd && !velocity) {
-        PlainSgdRange(out, w, u, lo, hi, scale, wd, lr);
-      } else if (o.kind == OptimizerKind::kSgd) {
-        SgdRange(out, m + off, w, u, lo, hi, mu, scale, wd, lr);
-      } else {
-        AdamRange(out, m + off, v + off, w, u, lo, hi, adam);
-      }
+      StepRange(layout_, options_.kind, t, begin, end, k, weights_->data(), update.data(), next->data(), m, v);
     }
   });
   spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));

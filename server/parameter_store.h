@@ -102,6 +102,11 @@ class ParameterStore {
 
  private:
   std::vector<std::string> StateNames() const;
+  // The update's scale after global-norm clipping (update_scale when there is none).
+  float ClippedScale(const std::vector<float>& update, double update_scale) const;
+  // The buffer the step writes the new snapshot into: the one before when no reader holds it.
+  std::shared_ptr<std::vector<float>> NextSnapshot();
+
   // Before a step: each state buffer held outside (OptimizerState) is replaced by a
   // free one, and its old values' address goes in `copy_from` (else null) for the step
   // to copy range by range.
