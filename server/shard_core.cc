@@ -212,66 +212,48 @@ void ShardCore::CountPushBytes(int64_t bytes) { push_bytes_.Increment(static_cas
 
 void ShardCore::CountPullBytes(int64_t bytes) { pull_bytes_.Increment(static_cast<double>(bytes)); }
 
-absl::Status ShardCore::Step(const ReplicatedStep& step) {
-  std::vector<std::pair<std::vector<float>, double>> taken;  // (slice of gradient, weight)
-  double all_weight = 0, taken_weight = 0;
-  int64_t elements = 0;
-  const absl::Time start = options_.clock->Now();
-  {
-    absl::MutexLock lock(&mu_);
-    if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
-    if (store_->version() != step.version) {
-      return absl::FailedPreconditionError(
-          absl::StrFormat("the coordinator's step from version %d, and this slice is at %d: a step was missed",
-                          step.version, store_->version()));
-    }
-    auto all_here = [this, &step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (shutdown_) return true;
-      for (const ReplicatedStep::Member& m : step.members) {
-        if (sessions_.count(m.id) == 0) continue;  // closed here: its slice is not awaited
-        auto it = pending_.find(m.id);
-        if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) return false;
-      }
-      return true;
-    };
-    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_here), options_.clock->Now() + member_wait_);
-    if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& step) {
+  if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
+  if (store_->version() != step.version) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the coordinator's step from version %d, and this slice is at %d: a step was missed",
+                        step.version, store_->version()));
+  }
+  auto all_here = [this, &step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutdown_) return true;
     for (const ReplicatedStep::Member& m : step.members) {
-      all_weight += m.weight;
+      if (sessions_.count(m.id) == 0) continue;  // closed here: its slice is not awaited
       auto it = pending_.find(m.id);
-      if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
-        // Like a worker late for a round: dropped. Its session ends here, so no later step
-        // waits for it and its next call is told to join again.
-        slices_left_out_.Increment();
-        if (sessions_.erase(m.id) > 0) {
-          Log(
-              absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
-                              "its session ends here (it joins again)",
-                              m.id, m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
-        }
-        continue;
-      }
-      taken_weight += m.weight;
-      taken.emplace_back(std::move(it->second.gradient), m.weight);
-      it->second.gradient.clear();
+      if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) return false;
     }
-    elements = store_->layout().total_elements();
-    update_.assign(elements, 0.0f);
+    return true;
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_here), options_.clock->Now() + member_wait_);
+  if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  Taken taken;
+  for (const ReplicatedStep::Member& m : step.members) {
+    taken.all_weight += m.weight;
+    auto it = pending_.find(m.id);
+    if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+      // Like a worker late for a round: dropped. Its session ends here, so no later step
+      // waits for it and its next call is told to join again.
+      slices_left_out_.Increment();
+      if (sessions_.erase(m.id) > 0) {
+        Log(
+            absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
+                            "its session ends here (it joins again)",
+                            m.id, m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
+      }
+      continue;
+    }
+    taken.taken_weight += m.weight;
+    taken.slices.emplace_back(std::move(it->second.gradient), m.weight);
+    it->second.gradient.clear();
   }
-  // The weighted sum, outside the lock (pushes and pulls go on); only this thread steps.
-  // A member whose slice never came leaves its weight out of the mean (async: a step of
-  // rate 0, which keeps the version in step with the coordinator's).
-  const double scale = taken_weight > 0 ? step.update_scale * all_weight / taken_weight : 0;
-  for (auto& [gradient, weight] : taken) {
-    const float w = static_cast<float>(weight * scale);
-    float* out = update_.data();
-    const float* in = gradient.data();
-    for (int64_t i = 0; i < elements; ++i) out[i] += w * in[i];
-    buffers_.Return(std::move(gradient));
-  }
-  absl::MutexLock lock(&mu_);
-  store_->Apply(update_, taken.empty() ? 0.0 : step.learning_rate, taken.empty() ? 0.0 : step.buffer_blend,
-                step.momentum, 1.0);
+  return taken;
+}
+
+void ShardCore::MarkTaken(const ReplicatedStep& step) {
   for (auto& [id, p] : pending_) {
     for (const ReplicatedStep::Member& m : step.members) {
       if (m.id == id && m.model_version == p.version) p.taken = true;
@@ -279,6 +261,34 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     // Sync: a slice of this version or older the round did not take never will be.
     if (sync_ && !p.taken && p.version <= step.version) p.released = true;
   }
+}
+
+absl::Status ShardCore::Step(const ReplicatedStep& step) {
+  const absl::Time start = options_.clock->Now();
+  absl::StatusOr<Taken> taken;
+  int64_t elements = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    taken = TakeMembers(step);
+    if (!taken.ok()) return taken.status();
+    elements = store_->layout().total_elements();
+    update_.assign(elements, 0.0f);
+  }
+  // The weighted sum, outside the lock (pushes and pulls go on); only this thread steps.
+  // A member whose slice never came leaves its weight out of the mean (async: a step of
+  // rate 0, which keeps the version in step with the coordinator's).
+  const double scale = taken->taken_weight > 0 ? step.update_scale * taken->all_weight / taken->taken_weight : 0;
+  for (auto& [gradient, weight] : taken->slices) {
+    const float w = static_cast<float>(weight * scale);
+    float* out = update_.data();
+    const float* in = gradient.data();
+    for (int64_t i = 0; i < elements; ++i) out[i] += w * in[i];
+    buffers_.Return(std::move(gradient));
+  }
+  const bool none = taken->slices.empty();
+  absl::MutexLock lock(&mu_);
+  store_->Apply(update_, none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend, step.momentum, 1.0);
+  MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   return absl::OkStatus();

@@ -99,6 +99,17 @@ class ShardCore : public DataPlane {
   // The store an Init or a Restore built, in place of the slice held so far.
   void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step's members' slices, as it takes them: each with its weight, and the weights of all
+  // members and of those whose slice came.
+  struct Taken {
+    std::vector<std::pair<std::vector<float>, double>> slices;
+    double all_weight = 0, taken_weight = 0;
+  };
+  // Waits (bounded) for the step's members' slices and takes those that came; a member
+  // whose slice did not come is left out and its session ends here.
+  absl::StatusOr<Taken> TakeMembers(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the step: the pushes it took are answered, a sync round's others released.
+  void MarkTaken(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Pending {
     uint64_t version = 0;
