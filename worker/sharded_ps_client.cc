@@ -253,9 +253,8 @@ class ShardedPushStream : public PushStream {
   absl::Status AwaitModel() override {
     if (absl::Status s = AwaitSlices(); !s.ok()) return s;
     if (arriving_) {
-      for (int i = 0; i < static_cast<int>(slices_.size()); ++i) {
-        client_->map_->Scatter(i, client_->weights_[i], weights_);
-      }
+      // Every piece AwaitTensor has not placed yet (the others are in already).
+      for (int t = 0; t < static_cast<int>(client_->pieces_.size()); ++t) (void)AwaitTensor(t);
       arriving_ = false;
     }
     return absl::OkStatus();
