@@ -207,13 +207,6 @@ class Pacer:
         self.tb, self.waited0 = time.perf_counter(), self.arrival()
 
 
-def step_seconds(args, level, rank, batch, rng):
-    """The emulated device's time for a step of `batch` samples at `level`."""
-    ms_per_sample = args.ms_per_sample_1core / LEVELS[level][rank]
-    factor = min(1.5, max(0.5, rng.gauss(1.0, JITTER)))
-    return factor * (FIXED_MS + ms_per_sample * batch) / 1000
-
-
 def loss_of(model, x, y):
     import torch
     out = model(x)
@@ -271,14 +264,14 @@ def ddp_batches(args, level):
 
 
 def ddp_step_data(args, it, batch_of):
-    """A DDP rank's iteration: the level in force, its batch, its samples (the ranks' batches
-    tile the global one)."""
+    """A DDP rank's iteration: its batch at the level in force, its samples (the ranks'
+    batches tile the global one)."""
     level = level_at(args, it)
     batches = ddp_batches(args, level)
     b = batches[args.rank]
     first = (it * args.global_batch + sum(batches[:args.rank])) % args.dataset
     x, y = batch_of(real_indices(None, b, MODELS[args.model][0], first))
-    return level, b, x, y
+    return b, x, y
 
 
 def ddp_main(args):
@@ -298,7 +291,7 @@ def ddp_main(args):
     rows = []
     for it in range(args.iterations):
         t0 = time.perf_counter()
-        _, b, x, y = ddp_step_data(args, it, batch_of)
+        b, x, y = ddp_step_data(args, it, batch_of)
         loss = loss_of(model, x, y)
         loss.backward()
         _, real = device.pace(t0, b, it / args.step_iterations)
@@ -322,19 +315,19 @@ def ddp_layers(args):
     """DistributedDataParallel itself (its buckets all-reduced while backward runs), the
     device's time paced over the model's stages; balanced batches weight each rank's loss by
     b_k N / B, so that DDP's mean of the gradients is the global batch's."""
-    import random
     import torch
     import torch.distributed as dist
+    from omnilearn.emulation import EmulatedDevice
     model, batch_of = build(args.model)
     pacer = Pacer(model, stages_of(args.model, model))
+    device = EmulatedDevice(device_text(args, args.rank), seed=args.rank)  # the step timing's devices
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM)
-    rng = random.Random(args.rank)
     rows = []
     for it in range(args.iterations):
         t0 = time.perf_counter()
-        level, b, x, y = ddp_step_data(args, it, batch_of)
-        pacer.forward(step_seconds(args, level, args.rank, b, rng))
+        b, x, y = ddp_step_data(args, it, batch_of)
+        pacer.forward(device.step_seconds(b, it / args.step_iterations))
         loss = loss_of(ddp, x, y)
         pacer.backward()
         (loss * (b * WORKERS / args.global_batch)).backward()
@@ -353,8 +346,8 @@ def omnilearn_main(args):
     cap = MODELS[args.model][0]
     rows = []
     layers = args.timing == "layers"
-    import random
-    rng = random.Random(args.rank)
+    from omnilearn.emulation import EmulatedDevice
+    device = EmulatedDevice(device_text(args, args.rank), seed=args.rank) if layers else None
     with Worker(args.server, model, name=f"w{args.rank}", max_iterations=args.iterations,
                 dataset_size=args.dataset, emulate_device=None if layers else device_text(args, args.rank),
                 rpc_timeout=300, connect_timeout=120, bucket_mb=args.bucket_mb, overlap_pull=bool(args.overlap_pull),
@@ -365,8 +358,7 @@ def omnilearn_main(args):
             samples = step.samples.tolist() if step.samples is not None else None
             x, y = batch_of(real_indices(samples, step.batch_size, cap, 0))
             if pacer is not None:
-                level = DYNAMIC[min(step.epoch, len(DYNAMIC) - 1)] if args.level == "dynamic" else args.level
-                pacer.forward(step_seconds(args, level, args.rank, step.batch_size, rng))
+                pacer.forward(device.step_seconds(step.batch_size, step.epoch))
             loss = loss_of(model, x, y)
             if pacer is not None:
                 pacer.backward()
