@@ -13,6 +13,9 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors)
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& t = tensors[i];
     if (t.name.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor ", i, " has no name"));
+    if (!IsTensorDtype(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has an unknown dtype '", t.dtype, "'"));
+    }
     int64_t n = 1;
     for (int64_t d : t.shape) {
       if (d < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has a negative dimension"));

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/tensor_dtype.h"
 
 namespace omnilearn {
 
@@ -17,6 +18,10 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   // A non-trainable buffer (BatchNorm running statistics): averaged, never optimized.
   bool buffer = false;
+  // The type the model holds it in, as safetensors names it ("F32", "I64", "BOOL", ...):
+  // what an export writes. The server computes in float32 whatever it is; not part of
+  // the tensor's identity (==, SameTensors).
+  std::string dtype = "F32";
   bool operator==(const TensorSpec& o) const { return name == o.name && shape == o.shape && buffer == o.buffer; }
 };
 

@@ -69,9 +69,9 @@ struct Span {
 };
 
 // One tensor's entry (dtype, shape, elements) and its byte range, checked against a data
-// section of `data_bytes` bytes. F32 only unless `any_dtype`.
+// section of `data_bytes` bytes.
 absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& name, const nlohmann::json& v,
-                                                             uint64_t data_bytes, bool any_dtype) {
+                                                             uint64_t data_bytes) {
   if (!v.is_object()) return Corrupt(absl::StrCat("tensor '", name, "' is not an object"));
   auto dtype = v.find("dtype");
   auto shape = v.find("shape");
@@ -97,11 +97,10 @@ absl::StatusOr<std::pair<SafetensorsEntry, Span>> ParseEntry(const std::string& 
     return Corrupt(absl::StrCat("tensor '", name, "' lies outside the data"));
   }
   e.dtype = dtype->get<std::string>();
-  const int width = SafetensorsDtypeBytes(e.dtype);
-  if ((!any_dtype && e.dtype != "F32") || width == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype, "; only ",
-                     any_dtype ? "F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are" : "F32 is", " supported"));
+  const int width = TensorDtypeBytes(e.dtype);
+  if (width == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("safetensors: tensor '", name, "' is ", e.dtype,
+                                                   "; only F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL are read"));
   }
   if (end - begin != static_cast<uint64_t>(elements) * width) {
     return Corrupt(
@@ -122,7 +121,6 @@ absl::StatusOr<std::vector<SafetensorsEntry>> InDataOrder(std::vector<Safetensor
     if (s.begin != at) return Corrupt("tensors overlap or leave a hole in the data");
     at = s.end;
     SafetensorsEntry e = std::move(entries[s.index]);
-    e.offset = static_cast<int64_t>(s.begin / sizeof(float));  // meaningful for F32 files
     e.byte_offset = static_cast<int64_t>(s.begin);
     ordered.push_back(std::move(e));
   }
@@ -130,9 +128,8 @@ absl::StatusOr<std::vector<SafetensorsEntry>> InDataOrder(std::vector<Safetensor
   return ordered;
 }
 
-// Validates the JSON header against a data section of `data_bytes` bytes. F32 only
-// unless `any_dtype` (then every dtype SafetensorsDtypeBytes knows).
-absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, bool any_dtype) {
+// Validates the JSON header against a data section of `data_bytes` bytes.
+absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes) {
   const nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt("the header is not a JSON object");
   Header h;
@@ -143,7 +140,7 @@ absl::StatusOr<Header> ParseHeader(absl::string_view text, uint64_t data_bytes, 
       if (absl::Status s = ParseMetadata(it.value(), &h.metadata); !s.ok()) return s;
       continue;
     }
-    absl::StatusOr<std::pair<SafetensorsEntry, Span>> entry = ParseEntry(it.key(), it.value(), data_bytes, any_dtype);
+    absl::StatusOr<std::pair<SafetensorsEntry, Span>> entry = ParseEntry(it.key(), it.value(), data_bytes);
     if (!entry.ok()) return entry.status();
     entry->second.index = entries.size();
     spans.push_back(entry->second);
@@ -179,15 +176,33 @@ const SafetensorsEntry* FindEntry(const std::vector<SafetensorsEntry>& tensors, 
   return nullptr;
 }
 
-}  // namespace
-
-int SafetensorsDtypeBytes(const std::string& dtype) {
-  static const std::map<std::string, int>* const kBytes =
-      new std::map<std::string, int>{{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-                                     {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1}};
-  auto it = kBytes->find(dtype);
-  return it == kBytes->end() ? 0 : it->second;
+bool AllF32(const std::vector<SafetensorsEntry>& tensors) {
+  return std::all_of(tensors.begin(), tensors.end(), [](const SafetensorsEntry& e) { return e.dtype == "F32"; });
 }
+
+// A file of F32 tensors read straight into floats: each entry's offset in floats.
+void SetFloatOffsets(SafetensorsFile* f) {
+  for (SafetensorsEntry& e : f->tensors) e.offset = e.byte_offset / static_cast<int64_t>(sizeof(float));
+}
+
+// Every tensor of `raw` converted to float32, in data order.
+SafetensorsFile AsFloats(RawSafetensorsFile raw) {
+  SafetensorsFile f;
+  f.metadata = std::move(raw.metadata);
+  int64_t total = 0;
+  for (const SafetensorsEntry& e : raw.tensors) total += e.elements;
+  f.data.resize(static_cast<size_t>(total));
+  int64_t at = 0;
+  for (SafetensorsEntry& e : raw.tensors) {
+    DecodeTensorValues(e.dtype, raw.data.data() + e.byte_offset, e.elements, f.data.data() + at);
+    e.offset = at;
+    at += e.elements;
+  }
+  f.tensors = std::move(raw.tensors);
+  return f;
+}
+
+}  // namespace
 
 const SafetensorsEntry* SafetensorsFile::Find(const std::string& name) const { return FindEntry(tensors, name); }
 const SafetensorsEntry* RawSafetensorsFile::Find(const std::string& name) const { return FindEntry(tensors, name); }
@@ -213,7 +228,7 @@ absl::StatusOr<ModelLayout> SafetensorsFile::Layout(const std::vector<std::strin
   for (const SafetensorsEntry& e : tensors) {
     bool skip = false;
     for (const std::string& p : skip_prefixes) skip = skip || absl::StartsWith(e.name, p);
-    if (!skip) specs.push_back({e.name, e.shape});
+    if (!skip) specs.push_back({e.name, e.shape, /*buffer=*/false, e.dtype});
   }
   return ModelLayout::Create(std::move(specs));
 }
@@ -225,16 +240,24 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
   std::set<std::string> names;
   uint64_t offset = 0;
   uLong crc = crc32_z(0L, Z_NULL, 0);
+  std::vector<std::string> encoded;
+  encoded.reserve(tensors.size());
   for (const TensorView& t : tensors) {
     if (t.name.empty() || t.name == kMetadataKey || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("bad or repeated tensor name '", t.name, "'"));
     }
     const int64_t n = Elements(t.shape);
     if (n < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has a bad shape"));
-    const uint64_t bytes = static_cast<uint64_t>(n) * sizeof(float);
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    if (!IsTensorDtype(t.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has an unknown dtype '", t.dtype, "'"));
+    }
+    // F32 is written from the caller's floats; any other type from its bytes, made once.
+    encoded.push_back(t.dtype == "F32" ? std::string() : EncodeTensorValues(t.dtype, t.values, n));
+    const uint64_t bytes = static_cast<uint64_t>(n) * TensorDtypeBytes(t.dtype);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(t.values), bytes);
+    const void* data = t.dtype == "F32" ? static_cast<const void*>(t.values) : encoded.back().data();
+    crc = crc32_z(crc, static_cast<const Bytef*>(data), bytes);
   }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
@@ -246,8 +269,11 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
   return WriteFileAtomically(path, [&](const ByteSink& write) {
     if (!write(length, 8) || !write(text.data(), text.size())) return absl::OkStatus();  // reported by the caller
-    for (const TensorView& t : tensors) {
-      if (!write(t.values, static_cast<size_t>(Elements(t.shape)) * sizeof(float))) break;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const TensorView& t = tensors[i];
+      const bool ok = t.dtype == "F32" ? write(t.values, static_cast<size_t>(Elements(t.shape)) * sizeof(float))
+                                       : write(encoded[i].data(), encoded[i].size());
+      if (!ok) break;
     }
     return absl::OkStatus();
   });
@@ -257,38 +283,31 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(const std::string& bytes) {
   if (bytes.size() < 8) return Corrupt("shorter than its 8-byte header length");
   const uint64_t n = ReadLe64(reinterpret_cast<const unsigned char*>(bytes.data()));
   if (n > kMaxHeaderBytes || n > bytes.size() - 8) return Corrupt("header length past the end of the file");
-  const uint64_t data_bytes = bytes.size() - 8 - n;
-  absl::StatusOr<Header> h = ParseHeader(absl::string_view(bytes).substr(8, n), data_bytes, /*any_dtype=*/false);
+  absl::StatusOr<Header> h = ParseHeader(absl::string_view(bytes).substr(8, n), bytes.size() - 8 - n);
   if (!h.ok()) return h.status();
-  SafetensorsFile f;
-  f.metadata = std::move(h->metadata);
-  f.tensors = std::move(h->tensors);
-  if (data_bytes % sizeof(float) != 0) return Corrupt("data is not whole floats");
-  f.data.resize(data_bytes / sizeof(float));
-  if (data_bytes > 0) memcpy(f.data.data(), bytes.data() + 8 + n, data_bytes);
-  if (absl::Status s = VerifyChecksum(f); !s.ok()) return s;
-  return f;
+  RawSafetensorsFile raw;
+  raw.metadata = std::move(h->metadata);
+  raw.tensors = std::move(h->tensors);
+  raw.data = bytes.substr(8 + n);
+  if (absl::Status s = VerifyChecksum(raw); !s.ok()) return s;
+  return AsFloats(std::move(raw));
 }
 
 namespace {
 
-// Reads and validates a whole file into a SafetensorsFile (F32, as floats) or a
-// RawSafetensorsFile (any dtype, as bytes).
-template <typename File>
-absl::StatusOr<File> ReadFileOf(const std::string& path, int64_t max_bytes, bool any_dtype) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
-    return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+// A file open for reading, closed with the object.
+class OpenFile {
+ public:
+  explicit OpenFile(const std::string& path) : fd_(open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
+  ~OpenFile() {
+    if (fd_ >= 0) close(fd_);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  auto read_all = [fd](void* dst, uint64_t size, uint64_t at) {
+  int fd() const { return fd_; }
+  // `size` bytes at `at` into `dst`; false on an error or the end of the file.
+  bool Read(void* dst, uint64_t size, uint64_t at) const {
     char* p = static_cast<char*>(dst);
     while (size > 0) {
-      const ssize_t r = pread(fd, p, size, static_cast<off_t>(at));
+      const ssize_t r = pread(fd_, p, size, static_cast<off_t>(at));
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return false;
       p += r;
@@ -296,27 +315,49 @@ absl::StatusOr<File> ReadFileOf(const std::string& path, int64_t max_bytes, bool
       size -= static_cast<uint64_t>(r);
     }
     return true;
-  };
+  }
+
+ private:
+  const int fd_;
+};
+
+// A file's validated header, and where its data section lies.
+struct FileHeader {
+  Header header;
+  uint64_t data_at = 0, data_bytes = 0;
+};
+
+absl::StatusOr<FileHeader> ReadHeader(const OpenFile& file, const std::string& path, int64_t max_bytes) {
   struct stat st;
-  if (fstat(fd, &st) != 0) return absl::InternalError(absl::StrCat("cannot stat ", path));
+  if (fstat(file.fd(), &st) != 0) return absl::InternalError(absl::StrCat("cannot stat ", path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (static_cast<int64_t>(size) > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(path, " holds ", size, " bytes, more than the limit ", max_bytes));
   }
   unsigned char length[8];
-  if (size < 8 || !read_all(length, 8, 0)) return Corrupt(absl::StrCat(path, " is shorter than 8 bytes"));
+  if (size < 8 || !file.Read(length, 8, 0)) return Corrupt(absl::StrCat(path, " is shorter than 8 bytes"));
   const uint64_t n = ReadLe64(length);
   if (n > kMaxHeaderBytes || n > size - 8) return Corrupt(absl::StrCat(path, ": header length past the end"));
   std::string text(n, '\0');
-  if (!read_all(text.data(), n, 8)) return Corrupt(absl::StrCat(path, ": cannot read the header"));
-  const uint64_t data_bytes = size - 8 - n;
-  absl::StatusOr<Header> h = ParseHeader(text, data_bytes, any_dtype);
+  if (!file.Read(text.data(), n, 8)) return Corrupt(absl::StrCat(path, ": cannot read the header"));
+  FileHeader out;
+  out.data_at = 8 + n;
+  out.data_bytes = size - 8 - n;
+  absl::StatusOr<Header> h = ParseHeader(text, out.data_bytes);
   if (!h.ok()) return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
+  out.header = *std::move(h);
+  return out;
+}
+
+// The data section into a SafetensorsFile (floats: F32 files only) or a
+// RawSafetensorsFile (bytes), checksum verified.
+template <typename File>
+absl::StatusOr<File> ReadData(const OpenFile& file, const std::string& path, FileHeader h) {
   File f;
-  f.metadata = std::move(h->metadata);
-  f.tensors = std::move(h->tensors);
-  f.data.resize(data_bytes / sizeof(f.data[0]));  // F32 only: whole floats
-  if (data_bytes > 0 && !read_all(f.data.data(), data_bytes, 8 + n)) {
+  f.metadata = std::move(h.header.metadata);
+  f.tensors = std::move(h.header.tensors);
+  f.data.resize(h.data_bytes / sizeof(f.data[0]));
+  if (h.data_bytes > 0 && !file.Read(f.data.data(), h.data_bytes, h.data_at)) {
     return Corrupt(absl::StrCat(path, ": cannot read the data"));
   }
   if (absl::Status s = VerifyChecksum(f); !s.ok()) {
@@ -325,14 +366,35 @@ absl::StatusOr<File> ReadFileOf(const std::string& path, int64_t max_bytes, bool
   return f;
 }
 
+// Why `path` did not open (errno of the open that failed).
+absl::Status OpenError(const std::string& path) {
+  if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no file ", path));
+  return absl::PermissionDeniedError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+}
+
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path, int64_t max_bytes) {
-  return ReadFileOf<SafetensorsFile>(path, max_bytes, /*any_dtype=*/false);
+  const OpenFile file(path);
+  if (file.fd() < 0) return OpenError(path);
+  absl::StatusOr<FileHeader> h = ReadHeader(file, path, max_bytes);
+  if (!h.ok()) return h.status();
+  if (AllF32(h->header.tensors)) {  // straight into floats: no second copy of a large file
+    absl::StatusOr<SafetensorsFile> f = ReadData<SafetensorsFile>(file, path, *std::move(h));
+    if (f.ok()) SetFloatOffsets(&*f);
+    return f;
+  }
+  absl::StatusOr<RawSafetensorsFile> raw = ReadData<RawSafetensorsFile>(file, path, *std::move(h));
+  if (!raw.ok()) return raw.status();
+  return AsFloats(*std::move(raw));
 }
 
 absl::StatusOr<RawSafetensorsFile> ReadRawSafetensors(const std::string& path, int64_t max_bytes) {
-  return ReadFileOf<RawSafetensorsFile>(path, max_bytes, /*any_dtype=*/true);
+  const OpenFile file(path);
+  if (file.fd() < 0) return OpenError(path);
+  absl::StatusOr<FileHeader> h = ReadHeader(file, path, max_bytes);
+  if (!h.ok()) return h.status();
+  return ReadData<RawSafetensorsFile>(file, path, *std::move(h));
 }
 
 }  // namespace omnilearn

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "catch2/catch.hpp"
@@ -112,13 +113,13 @@ TEST_CASE("corrupt and truncated files are refused with DataLoss", "[safetensors
     REQUIRE(ParseSafetensors(bad).status().code() == absl::StatusCode::kDataLoss);
   }
   SECTION("another dtype is a clear InvalidArgument") {
-    const std::string json = R"({"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})";
+    const std::string json = R"({"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})";
     std::string bytes(8, '\0');
     bytes[0] = static_cast<char>(json.size());
-    bytes += json + "abcd";
+    bytes += json + "abcdefgh";
     absl::Status s = ParseSafetensors(bytes).status();
     REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
-    REQUIRE(s.message().find("F16") != absl::string_view::npos);
+    REQUIRE(s.message().find("C64") != absl::string_view::npos);
   }
   SECTION("overlapping tensors") {
     const std::string json =
@@ -145,7 +146,7 @@ std::string MixedDtypeFile(const std::string& x_dtype = "U8") {
   return bytes;
 }
 
-TEST_CASE("the raw reader takes every numeric dtype as bytes; the model reader still wants F32", "[safetensors]") {
+TEST_CASE("the raw reader takes every numeric dtype as bytes; the model reader as float32", "[safetensors]") {
   const std::string path = TempPath("mixed.safetensors");
   Spit(path, MixedDtypeFile());
   absl::StatusOr<RawSafetensorsFile> raw = ReadRawSafetensors(path);
@@ -159,7 +160,12 @@ TEST_CASE("the raw reader takes every numeric dtype as bytes; the model reader s
   memcpy(y_values, raw->data.data() + y->byte_offset, sizeof(y_values));
   REQUIRE((y_values[0] == 7 && y_values[1] == -1));
   REQUIRE(raw->data.substr(16) == "\x01\x02\x03");
-  REQUIRE(ReadSafetensors(path).status().code() == absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<SafetensorsFile> floats = ReadSafetensors(path);
+  REQUIRE(floats.ok());
+  REQUIRE(floats->data == std::vector<float>{7, -1, 1, 2, 3});
+  REQUIRE((floats->Find("x")->offset == 2 && floats->Find("x")->dtype == "U8"));
+  REQUIRE(floats->Layout()->tensors()[0].dtype == "I64");
+  REQUIRE(ParseSafetensors(MixedDtypeFile())->data == floats->data);
   // A dtype nobody reads, and a byte count that does not fit the dtype.
   Spit(path, MixedDtypeFile("C64"));
   absl::Status s = ReadRawSafetensors(path).status();
@@ -167,7 +173,23 @@ TEST_CASE("the raw reader takes every numeric dtype as bytes; the model reader s
   REQUIRE(s.message().find("C64") != absl::string_view::npos);
   Spit(path, MixedDtypeFile("I16"));
   REQUIRE(ReadRawSafetensors(path).status().code() == absl::StatusCode::kDataLoss);
-  REQUIRE(SafetensorsDtypeBytes("BF16") == 2);
+  REQUIRE(TensorDtypeBytes("BF16") == 2);
+}
+
+TEST_CASE("tensors are written in their own dtype and read back as float32", "[safetensors]") {
+  const std::string path = TempPath("typed.safetensors");
+  const std::vector<float> w = {0.5f, -2.0f}, steps = {6.6f}, half = {1.5f, 65520.0f};
+  REQUIRE(WriteSafetensors(
+              path, {{"w", {2}, w.data()}, {"steps", {}, steps.data(), "I64"}, {"h", {2}, half.data(), "F16"}}, {})
+              .ok());
+  absl::StatusOr<RawSafetensorsFile> raw = ReadRawSafetensors(path);
+  REQUIRE(raw.ok());
+  REQUIRE(raw->data.size() == 2 * 4 + 8 + 2 * 2);
+  REQUIRE(raw->Find("steps")->dtype == "I64");
+  absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);  // checksum over the bytes written
+  REQUIRE(f.ok());
+  REQUIRE(f->data == std::vector<float>{0.5f, -2.0f, 7, 1.5f, std::numeric_limits<float>::infinity()});
+  REQUIRE(absl::IsInvalidArgument(WriteSafetensors(path, {{"w", {2}, w.data(), "C64"}}, {})));
 }
 
 TEST_CASE("a write that fails before the rename leaves the previous file intact", "[safetensors]") {

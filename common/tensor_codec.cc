@@ -1,19 +1,27 @@
 #include "common/tensor_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the wire format is little-endian float32");
+static_assert(std::size(omnilearn::kTensorDtypes) == omnilearn::v1::TensorDtype_ARRAYSIZE, "one name per TensorDtype");
 
 namespace omnilearn {
 
 absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto) {
   std::vector<TensorSpec> specs;
   for (const v1::TensorSpec& t : proto.tensors()) {
-    specs.push_back(TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.buffer()});
+    const int dtype = static_cast<int>(t.dtype());
+    if (dtype < 0 || dtype >= static_cast<int>(std::size(kTensorDtypes))) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' has an unknown dtype ", dtype));
+    }
+    specs.push_back(
+        TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.buffer(), std::string(kTensorDtypes[dtype])});
   }
   return ModelLayout::Create(std::move(specs));
 }
@@ -25,6 +33,8 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout) {
     s->set_name(t.name);
     for (int64_t d : t.shape) s->add_shape(d);
     s->set_buffer(t.buffer);
+    const auto dtype = std::find(std::begin(kTensorDtypes), std::end(kTensorDtypes), t.dtype);
+    s->set_dtype(static_cast<v1::TensorDtype>(dtype - std::begin(kTensorDtypes)));  // Create checked it
   }
   return out;
 }
@@ -32,21 +42,6 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout) {
 int WireValueBytes(v1::WireDtype dtype) { return dtype == v1::WIRE_DTYPE_BF16 ? 2 : 4; }
 
 const char* WireDtypeName(v1::WireDtype dtype) { return dtype == v1::WIRE_DTYPE_BF16 ? "bfloat16" : "float32"; }
-
-uint16_t ToBfloat16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);  // a quiet NaN
-  // Round to nearest, ties to even: add 0x7fff plus the bit that would become the last.
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float FromBfloat16(uint16_t value) {
-  const uint32_t bits = static_cast<uint32_t>(value) << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
 
 void EncodeBfloat16(const float* __restrict src, int64_t n, uint16_t* __restrict dst, float* __restrict residual) {
   if (residual == nullptr) {

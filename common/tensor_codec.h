@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_layout.h"
+#include "common/tensor_dtype.h"  // ToBfloat16, FromBfloat16
 #include "proto/omnilearn.pb.h"
 
 namespace omnilearn {
@@ -31,9 +32,6 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout);
 int WireValueBytes(v1::WireDtype dtype);
 const char* WireDtypeName(v1::WireDtype dtype);  // "float32", "bfloat16"
 
-// bfloat16: a float32's upper 16 bits, rounded to nearest even; NaN stays NaN, Inf Inf.
-uint16_t ToBfloat16(float value);
-float FromBfloat16(uint16_t value);
 // Encodes n floats as bfloat16. With `residual` (n floats, kept by the caller from call to
 // call): encodes src + residual and leaves in residual what the rounding lost (error
 // feedback: over many steps the values sent add up to the values given).

@@ -112,6 +112,18 @@ TEST_CASE("layouts are validated", "[codec]") {
   auto back = ParseLayout(LayoutToProto(l));
   REQUIRE(back.ok());
   REQUIRE(*back == l);
+  // The model's types travel with the layout; one the proto does not know is refused.
+  const ModelLayout typed = *ModelLayout::Create({{"w", {2}}, {"steps", {}, true, "I64"}, {"mask", {3}, true, "BOOL"}});
+  v1::ModelLayout proto = LayoutToProto(typed);
+  REQUIRE(proto.tensors(0).dtype() == v1::TENSOR_DTYPE_F32);
+  REQUIRE(proto.tensors(1).dtype() == v1::TENSOR_DTYPE_I64);
+  REQUIRE(proto.tensors(2).dtype() == v1::TENSOR_DTYPE_BOOL);
+  auto typed_back = ParseLayout(proto);
+  REQUIRE(typed_back.ok());
+  REQUIRE((typed_back->tensors()[1].dtype == "I64" && typed_back->tensors()[2].dtype == "BOOL"));
+  proto.mutable_tensors(1)->set_dtype(static_cast<v1::TensorDtype>(42));  // from a later release
+  REQUIRE(absl::StrContains(ParseLayout(proto).status().message(), "unknown dtype 42"));
+  REQUIRE(absl::StrContains(ModelLayout::Create({{"w", {2}, false, "C64"}}).status().message(), "unknown dtype"));
 }
 
 // Splits `bytes` into pieces at the given cut points (gRPC's slices can end anywhere).

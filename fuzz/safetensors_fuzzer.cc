@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<omnilearn::RawSafetensorsFile> raw = omnilearn::ReadRawSafetensors(path);
     if (raw.ok()) {
       for (const omnilearn::SafetensorsEntry& e : raw->tensors) {
-        const int64_t width = omnilearn::SafetensorsDtypeBytes(e.dtype);
+        const int64_t width = omnilearn::TensorDtypeBytes(e.dtype);
         if (width == 0 || e.byte_offset < 0 ||
             e.byte_offset + e.elements * width > static_cast<int64_t>(raw->data.size())) {
           __builtin_trap();

@@ -5,7 +5,9 @@
 // pushes are. Asynchrony itself acts like momentum of about 1 - 1/n (Mitliagkas et al.,
 // 2016, "Asynchrony begets momentum"), so the explicit momentum per push is lowered by
 // that much and the total stays near the configured one. Buffers (BatchNorm statistics)
-// move toward the push's by its batch share.
+// move toward the push's by its batch share. Adam and AdamW take the push as its share
+// b/B of a global batch (sample_share; ParameterStore::Apply's square-root rule), so the
+// sync learning rate works in async too.
 #ifndef OMNILEARN_SERVER_ASYNC_RULE_H_
 #define OMNILEARN_SERVER_ASYNC_RULE_H_
 
@@ -19,6 +21,7 @@ struct AsyncStep {
   double lr_scale = 1;      // (b / B) * damping
   double buffer_blend = 1;  // min(1, b / B)
   double momentum = 0;      // max(0, momentum - (1 - 1/n))
+  double sample_share = 1;  // b / B (1/n without lr_scaling; 1 without adam_sqrt_scaling)
 };
 
 // The ablation's switches (the defaults are the rule above). Without `lr_scaling` every
@@ -28,6 +31,9 @@ struct AsyncStep {
 struct AsyncRuleOptions {
   bool lr_scaling = true;
   bool staleness_damping = true;
+  // Adam/AdamW: the square-root rule for a push's share (off: each push is a full Adam
+  // step at lr * lr_scale, what earlier releases did).
+  bool adam_sqrt_scaling = true;
 };
 
 // `live` >= 1 (the pushing worker is live), `global_batch` >= 1.

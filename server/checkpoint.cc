@@ -72,23 +72,49 @@ std::string BufferNamesJson(const ModelLayout& layout) {
   return names.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// The layout read back from a file, with the tensors named in `json` marked as buffers.
-absl::StatusOr<ModelLayout> MarkBuffers(const ModelLayout& layout, const std::string& json) {
-  if (json.empty()) return layout;  // written before buffers existed
-  const nlohmann::json names = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (names.is_discarded() || !names.is_array()) return absl::InvalidArgumentError("checkpoint: malformed buffer list");
-  std::vector<TensorSpec> specs = layout.tensors();
-  for (const nlohmann::json& n : names) {
-    const int i = n.is_string() ? layout.Find(n.get<std::string>()) : -1;
-    if (i < 0) return absl::InvalidArgumentError("checkpoint: the buffer list names a tensor it does not hold");
-    specs[i].buffer = true;
+// {"name": "I64", ...} for the tensors the model holds in another type than float32 (a
+// checkpoint keeps the server's float32 values; an export writes the model's types).
+std::string DtypesJson(const ModelLayout& layout) {
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.dtype != "F32") dtypes[t.name] = t.dtype;
   }
-  return ModelLayout::Create(std::move(specs));
+  return dtypes.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// The layout read back from a file, with the tensors named in `buffers_json` marked as
+// buffers and those in `dtypes_json` given their model's type.
+absl::StatusOr<ModelLayout> MarkKinds(const ModelLayout& layout, const std::string& buffers_json,
+                                      const std::string& dtypes_json) {
+  std::vector<TensorSpec> specs = layout.tensors();
+  if (!buffers_json.empty()) {  // empty: written before buffers existed
+    const nlohmann::json names = nlohmann::json::parse(buffers_json, nullptr, /*allow_exceptions=*/false);
+    if (names.is_discarded() || !names.is_array()) {
+      return absl::InvalidArgumentError("checkpoint: malformed buffer list");
+    }
+    for (const nlohmann::json& n : names) {
+      const int i = n.is_string() ? layout.Find(n.get<std::string>()) : -1;
+      if (i < 0) return absl::InvalidArgumentError("checkpoint: the buffer list names a tensor it does not hold");
+      specs[i].buffer = true;
+    }
+  }
+  if (!dtypes_json.empty()) {  // empty: written before dtypes were kept
+    const nlohmann::json dtypes = nlohmann::json::parse(dtypes_json, nullptr, /*allow_exceptions=*/false);
+    if (dtypes.is_discarded() || !dtypes.is_object()) return absl::InvalidArgumentError("checkpoint: malformed dtypes");
+    for (auto it = dtypes.begin(); it != dtypes.end(); ++it) {
+      const int i = layout.Find(it.key());
+      if (i < 0 || !it.value().is_string()) {
+        return absl::InvalidArgumentError("checkpoint: the dtype list names a tensor it does not hold");
+      }
+      specs[i].dtype = it.value().get<std::string>();
+    }
+  }
+  return ModelLayout::Create(std::move(specs));  // checks each dtype
 }
 
 std::string ShardedJobJson(const ShardedJob& job) {
   nlohmann::json tensors = nlohmann::json::array();
-  for (const TensorSpec& t : job.layout.tensors()) tensors.push_back({t.name, t.shape, t.buffer});
+  for (const TensorSpec& t : job.layout.tensors()) tensors.push_back({t.name, t.shape, t.buffer, t.dtype});
   return nlohmann::json{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}}.dump(
       -1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -105,8 +131,13 @@ absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string&
   }
   std::vector<TensorSpec> specs;
   for (const nlohmann::json& t : j["tensors"]) {
-    if (!t.is_array() || t.size() != 3 || !t[0].is_string() || !t[1].is_array() || !t[2].is_boolean()) return bad();
+    // [name, shape, buffer, dtype]; the dtype was added later.
+    if (!t.is_array() || t.size() < 3 || t.size() > 4 || !t[0].is_string() || !t[1].is_array() || !t[2].is_boolean() ||
+        (t.size() == 4 && !t[3].is_string())) {
+      return bad();
+    }
     TensorSpec spec{t[0].get<std::string>(), {}, t[2].get<bool>()};
+    if (t.size() == 4) spec.dtype = t[3].get<std::string>();
     for (const nlohmann::json& d : t[1]) {
       if (!d.is_number_unsigned()) return bad();
       spec.shape.push_back(d.get<int64_t>());
@@ -183,12 +214,15 @@ std::vector<std::string> Entries(const std::string& dir) {
   return names;
 }
 
-// Views of the tensors of `layout` in `flat`, named prefix + the layout's names.
-std::vector<TensorView> Views(const ModelLayout& layout, const float* flat, const std::string& prefix = "") {
+// Views of the tensors of `layout` in `flat`, named prefix + the layout's names: float32,
+// or in the model's own types where `model_dtypes`.
+std::vector<TensorView> Views(const ModelLayout& layout, const float* flat, const std::string& prefix = "",
+                              bool model_dtypes = false) {
   std::vector<TensorView> views;
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const TensorSpec& t = layout.tensors()[i];
-    views.push_back({prefix + t.name, t.shape, flat + layout.offset(static_cast<int>(i))});
+    views.push_back(
+        {prefix + t.name, t.shape, flat + layout.offset(static_cast<int>(i)), model_dtypes ? t.dtype : "F32"});
   }
   return views;
 }
@@ -223,9 +257,11 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
       {"omnilearn.created_unix", absl::StrCat(absl::ToUnixSeconds(s.created))},
       {"omnilearn.controller", ControllerJson(s.controller)},
       {"omnilearn.model_buffers", BufferNamesJson(s.layout)},
+      {"omnilearn.model_dtypes", DtypesJson(s.layout)},
       {"omnilearn.sampler", SamplerJson(s.sampler)},
   };
   if (s.sharded.has_value()) meta["omnilearn.sharded_job"] = ShardedJobJson(*s.sharded);
+  if (s.adam_time >= 0) meta["omnilearn.adam_time"] = absl::StrFormat("%.17g", s.adam_time);
   return WriteSafetensors(path, tensors, meta);
 }
 
@@ -240,7 +276,7 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   CheckpointState s;
   absl::StatusOr<ModelLayout> layout = f->Layout({kOptimizerPrefix});
   if (!layout.ok()) return layout.status();
-  layout = MarkBuffers(*layout, f->metadata["omnilearn.model_buffers"]);
+  layout = MarkKinds(*layout, f->metadata["omnilearn.model_buffers"], f->metadata["omnilearn.model_dtypes"]);
   if (!layout.ok()) return layout.status();
   s.layout = std::move(*layout);
   absl::StatusOr<std::vector<float>> weights = f->Gather(s.layout);
@@ -253,6 +289,11 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
     s.optimizer_state.emplace_back(std::string(b), std::make_shared<const std::vector<float>>(std::move(*v)));
   }
   s.mode = f->metadata["omnilearn.mode"];
+  if (auto t = f->metadata.find("omnilearn.adam_time"); t != f->metadata.end()) {  // absent before adam_time
+    if (!absl::SimpleAtod(t->second, &s.adam_time) || !(s.adam_time >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: malformed omnilearn.adam_time '", t->second, "'"));
+    }
+  }
   s.optimizer = f->metadata["omnilearn.optimizer"];
   for (auto [key, field] : {std::pair<const char*, uint64_t*>{"omnilearn.version", &s.version},
                             {"omnilearn.global_samples", &s.global_samples},
@@ -283,7 +324,7 @@ absl::Status ExportModel(const std::string& path, const ModelLayout& layout, con
   if (static_cast<int64_t>(weights.size()) != layout.total_elements()) {
     return absl::InvalidArgumentError("export: weights do not match the layout");
   }
-  return WriteSafetensors(path, Views(layout, weights.data()),
+  return WriteSafetensors(path, Views(layout, weights.data(), "", /*model_dtypes=*/true),
                           {{"format", kExportFormat},
                            {"omnilearn.version", absl::StrCat(version)},
                            {"omnilearn.model_buffers", BufferNamesJson(layout)}});
@@ -296,6 +337,7 @@ CheckpointState CaptureStore(const ParameterStore& store) {
   s.optimizer_state = store.OptimizerState();
   s.optimizer = OptimizerName(store.options().kind);
   s.version = store.version();
+  s.adam_time = store.adam_time();
   return s;
 }
 

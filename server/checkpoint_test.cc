@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -70,6 +71,7 @@ void RequireSame(const CheckpointState& a, const CheckpointState& b) {
   }
   REQUIRE(a.optimizer == b.optimizer);
   REQUIRE(a.mode == b.mode);
+  REQUIRE(a.adam_time == b.adam_time);
   REQUIRE(a.version == b.version);
   REQUIRE(a.global_samples == b.global_samples);
   REQUIRE(a.rounds == b.rounds);
@@ -127,6 +129,41 @@ TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cu
   absl::StatusOr<CheckpointState> bad = ReadCheckpoint(dir + "/bad.safetensors");
   REQUIRE(absl::IsInvalidArgument(bad.status()));
   REQUIRE(absl::StrContains(bad.status().message(), "sharded job"));
+}
+
+// The model's own types: the export writes them, a checkpoint keeps float32 and names them.
+TEST_CASE("an export writes each tensor in the model's type; a checkpoint keeps float32 and the types",
+          "[checkpoint]") {
+  const std::string dir = FreshDir("dtypes");
+  CheckpointState s = Sample(9);
+  s.layout = *ModelLayout::Create(
+      {{"fc.weight", {2}}, {"steps", {}, /*buffer=*/true, "I64"}, {"flags", {2}, /*buffer=*/true, "BOOL"}});
+  s.weights = std::make_shared<const std::vector<float>>(std::vector<float>{0.5f, -1.0f, 6.6f, 0.0f, 0.9f});
+  s.optimizer_state.clear();
+  REQUIRE(ExportModel(dir + "/m.safetensors", s.layout, *s.weights, 9).ok());
+  absl::StatusOr<RawSafetensorsFile> raw = ReadRawSafetensors(dir + "/m.safetensors");
+  REQUIRE(raw.ok());
+  REQUIRE((raw->Find("steps")->dtype == "I64" && raw->Find("flags")->dtype == "BOOL"));
+  int64_t steps = 0;
+  memcpy(&steps, raw->data.data() + raw->Find("steps")->byte_offset, sizeof(steps));
+  REQUIRE(steps == 7);  // an average of counts, rounded
+  REQUIRE(raw->data.substr(raw->Find("flags")->byte_offset, 2) == std::string("\0\1", 2));
+  REQUIRE(*ReadSafetensors(dir + "/m.safetensors")->Gather(s.layout) == std::vector<float>{0.5f, -1.0f, 7, 0, 1});
+
+  REQUIRE(WriteCheckpoint(dir + "/c.safetensors", s).ok());
+  REQUIRE(ReadRawSafetensors(dir + "/c.safetensors")->Find("steps")->dtype == "F32");  // the exact state
+  absl::StatusOr<CheckpointState> r = ReadCheckpoint(dir + "/c.safetensors");
+  REQUIRE(r.ok());
+  REQUIRE(*r->weights == *s.weights);
+  REQUIRE(r->layout.tensors()[1].dtype == "I64");
+  REQUIRE(r->layout.tensors()[2].dtype == "BOOL");
+  REQUIRE(r->layout.tensors()[0].dtype == "F32");
+
+  s.sharded = ShardedJob{s.layout, 2, 1 << 18};  // a coordinator keeps them in the job's layout too
+  REQUIRE(WriteCheckpoint(dir + "/s.safetensors", s).ok());
+  r = ReadCheckpoint(dir + "/s.safetensors");
+  REQUIRE(r.ok());
+  REQUIRE(r->sharded->layout.tensors()[1].dtype == "I64");
 }
 
 TEST_CASE("an export is not taken for a checkpoint", "[checkpoint]") {

@@ -58,6 +58,9 @@ ABSL_FLAG(std::string, aggregation, "weighted",
 ABSL_FLAG(std::string, lr_scaling, "on", "async/ssp: on (a push's step scales with b/B) | off (1/n each: ablation)");
 ABSL_FLAG(std::string, staleness_damping, "on",
           "async/ssp: on (stale pushes damped, momentum lowered) | off (plain async: ablation)");
+ABSL_FLAG(std::string, adam_sqrt_scaling, "on",
+          "async/ssp with adam or adamw: on (a push of b samples is its b/B share of a global-batch step: "
+          "the square-root rule, the sync --lr works) | off (each push a full Adam step at lr * b/B: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
 ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
 ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");
@@ -296,6 +299,8 @@ absl::Status ParseChoices(ServerOptions* o) {
   if (!lr_scaling.ok()) return lr_scaling.status();
   auto damping = OnOff("staleness_damping", absl::GetFlag(FLAGS_staleness_damping));
   if (!damping.ok()) return damping.status();
+  auto adam_sqrt = OnOff("adam_sqrt_scaling", absl::GetFlag(FLAGS_adam_sqrt_scaling));
+  if (!adam_sqrt.ok()) return adam_sqrt.status();
   const std::string aggregation = absl::GetFlag(FLAGS_aggregation);
   if (aggregation != "weighted" && aggregation != "mean") {
     return absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean"));
@@ -307,6 +312,7 @@ absl::Status ParseChoices(ServerOptions* o) {
   o->optimizer.schedule = *schedule;
   o->async_rule.lr_scaling = *lr_scaling;
   o->async_rule.staleness_damping = *damping;
+  o->async_rule.adam_sqrt_scaling = *adam_sqrt;
   o->aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
   return absl::OkStatus();
 }

@@ -605,7 +605,8 @@ void ParameterServerCore::CompleteRound() {
 }
 
 void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,
-                               double lr_scale, double buffer_blend, double momentum, double update_scale) {
+                               double lr_scale, double buffer_blend, double momentum, double update_scale,
+                               double sample_share) {
   if (options_.replication.step) {
     ReplicatedStep step;
     step.version = store_.version();
@@ -614,9 +615,10 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
     step.learning_rate = store_.LearningRate() * lr_scale;
     step.buffer_blend = buffer_blend;
     step.momentum = momentum;
+    step.sample_share = sample_share;
     options_.replication.step(step);
   }
-  store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale);
+  store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale, sample_share);
 }
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
@@ -624,7 +626,8 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s,
                                       options_.optimizer.momentum, options_.async_rule);
   store_.SetEpoch(Epoch());
-  Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0);
+  Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0,
+       step.sample_share);
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
@@ -763,7 +766,7 @@ absl::Status ParameterServerCore::LoadCheckpoint(const CheckpointState& state, E
   }
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
   if (absl::Status s = sampler->Restore(state.sampler); !s.ok()) return s;
-  return store->Restore(state.layout, *state.weights, state.optimizer_state, state.version);
+  return store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
 }
 
 absl::Status ParameterServerCore::Restore(const CheckpointState& state) {

@@ -67,7 +67,8 @@ struct ReplicatedStep {
   double update_scale = 1;   // update = sum(weight * gradient) * update_scale
   double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
   double buffer_blend = 1;
-  double momentum = -1;  // < 0: the optimizer's own
+  double momentum = -1;     // < 0: the optimizer's own
+  double sample_share = 1;  // ParameterStore::Apply's
 };
 
 // A sharded job's coordinator is told of what its shards must replay: sessions and steps.
@@ -355,7 +356,8 @@ class ParameterServerCore : public DataPlane {
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The store's step, told to the shards first (options_.replication).
   void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, double lr_scale,
-            double buffer_blend, double momentum, double update_scale) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+            double buffer_blend, double momentum, double update_scale, double sample_share = 1.0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
   // the worker gets its next samples (unless the server stops: action kStop).

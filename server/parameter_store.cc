@@ -69,13 +69,15 @@ struct StepScalars {
   AdamScalars adam{};
 };
 
-// `lr`: the rate after the schedule and the step's scale; `step`: Adam's count (1 first);
-// `scale`: the update's scale after clipping.
-StepScalars ScalarsOf(const OptimizerOptions& o, double lr, uint64_t step, double buffer_blend, double momentum,
-                      double update_scale, float scale) {
-  const float b1 = static_cast<float>(o.beta1), b2 = static_cast<float>(o.beta2), eps = static_cast<float>(o.eps);
-  const float bias1 = static_cast<float>(1 - std::pow(o.beta1, static_cast<double>(step)));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, static_cast<double>(step))));
+// `lr`: the rate after the schedule and the step's scale; `time`: Adam's count after this
+// step, in global batches (1 first in sync); `share`: the step's part of a global batch
+// (Apply's square-root rule); `scale`: the update's scale after clipping.
+StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double share, double buffer_blend,
+                      double momentum, double update_scale, float scale) {
+  const float b1 = static_cast<float>(std::pow(o.beta1, share)), b2 = static_cast<float>(std::pow(o.beta2, share));
+  const float eps = static_cast<float>(o.eps / std::sqrt(share));
+  const float bias1 = static_cast<float>(1 - std::pow(o.beta1, time));
+  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, time)));
   StepScalars k;
   k.lr = static_cast<float>(lr);
   k.wd = static_cast<float>(o.weight_decay);
@@ -85,7 +87,8 @@ StepScalars ScalarsOf(const OptimizerOptions& o, double lr, uint64_t step, doubl
   k.blend = static_cast<float>(buffer_blend);
   // A step's momentum is at most the configured one (the async rule only damps it).
   k.velocity = o.momentum != 0 || k.mu != 0;
-  k.adam = AdamScalars{scale, k.lr, k.wd, b1, b2, eps, bias2_sqrt, k.lr / bias1, o.kind == OptimizerKind::kAdamW};
+  const float step_size = static_cast<float>(lr / std::sqrt(share)) / bias1;
+  k.adam = AdamScalars{scale, k.lr, k.wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
   return k;
 }
 
@@ -183,6 +186,7 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
   spare_.reset();
   version_ = version;
+  adam_time_ = static_cast<double>(version);
   return absl::OkStatus();
 }
 
@@ -236,10 +240,11 @@ std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
 }
 
 void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
-                           double update_scale) {
+                           double update_scale, double sample_share) {
   const int tensors = static_cast<int>(layout_.tensors().size());
-  const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, version_ + 1, buffer_blend, momentum,
-                                  update_scale, ClippedScale(update, update_scale));
+  const double share = sample_share > 0 ? std::min(sample_share, 1.0) : 1.0;
+  const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, adam_time_ + share, share, buffer_blend,
+                                  momentum, update_scale, ClippedScale(update, update_scale));
   std::shared_ptr<std::vector<float>> next = NextSnapshot();
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);
@@ -259,6 +264,7 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
   weights_ = std::move(next);
   ++version_;
+  adam_time_ += share;
 }
 
 void ParameterStore::DetachHeldState(std::vector<const float*>* copy_from) {
@@ -282,7 +288,7 @@ OptimizerBuffers ParameterStore::OptimizerState() const {
 }
 
 absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
-                                     uint64_t version) {
+                                     uint64_t version, double adam_time) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
   const std::vector<std::string> names = StateNames();
   std::vector<std::string> got;
@@ -300,6 +306,7 @@ absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weig
   }
   if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
   for (size_t i = 0; i < state.size(); ++i) *state_[i] = *state[i].second;
+  if (adam_time >= 0) adam_time_ = adam_time;
   return absl::OkStatus();
 }
 

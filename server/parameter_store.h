@@ -80,13 +80,26 @@ class ParameterStore {
   // taken times `update_scale` (a sum of b_k * g_k times 1 / sum b_k is the weighted
   // mean). Bumps the version. `update` must have layout().total_elements() finite values
   // (checked by callers).
+  //
+  // `sample_share` is the part of a global batch the step stands for: 1 in sync, b/B for
+  // an async push (AsyncStep::sample_share). Adam and AdamW follow the square-root
+  // scaling rule for adaptive methods (Malladi et al., NeurIPS 2022, "On the SDEs and
+  // Scaling Rules for Adaptive Gradient Algorithms"): a step on share f of the batch
+  // moves by lr * lr_scale / sqrt(f) (lr_scale carries f itself, as for SGD: so sqrt(f)
+  // of a full step), with moments decaying by beta^f, epsilon / sqrt(f), and the bias
+  // correction counting shares; the decoupled decay stays lr * lr_scale * wd (linear in
+  // the samples). So n pushes of B/n samples follow the trajectory of one global-batch
+  // step at the sync rate. SGD ignores it.
   void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
-             double update_scale = 1.0);
+             double update_scale = 1.0, double sample_share = 1.0);
 
   double LearningRate() const;
   // Where training stands in epochs (the step schedule in epochs reads it).
   void SetEpoch(double epoch) { epoch_ = epoch; }
   uint64_t version() const { return version_; }
+  // Adam's step count in global batches: the sum of the steps' sample shares (= version
+  // in sync). Kept in checkpoints (CheckpointState::adam_time).
+  double adam_time() const { return adam_time_; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
   const OptimizerOptions& options() const { return options_; }
@@ -97,8 +110,10 @@ class ParameterStore {
   OptimizerBuffers OptimizerState() const;
   // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
   // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
-  // optimizer does not have (or lacks).
-  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state, uint64_t version);
+  // optimizer does not have (or lacks). `adam_time` < 0 (a checkpoint of an earlier
+  // release): the version.
+  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state, uint64_t version,
+                       double adam_time = -1);
 
  private:
   std::vector<std::string> StateNames() const;
@@ -121,7 +136,8 @@ class ParameterStore {
   // replacement once nobody holds them (no allocation, no page faults).
   std::vector<std::shared_ptr<std::vector<float>>> spare_state_;
   uint64_t version_ = 0;
-  double epoch_ = 0;  // SetEpoch
+  double adam_time_ = 0;  // adam_time()
+  double epoch_ = 0;      // SetEpoch
 };
 
 }  // namespace server

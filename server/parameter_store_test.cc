@@ -3,6 +3,7 @@
 #include "server/parameter_store.h"
 
 #include <cmath>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -149,6 +150,70 @@ TEST_CASE("Each optimizer names its state, and a checkpoint of another is refuse
   ParameterStore adam2(o);
   REQUIRE(adam2.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3).ok());
   REQUIRE(adam2.version() == 3);
+  REQUIRE(adam2.adam_time() == 3.0);  // a checkpoint without it: the version
+  ParameterStore adam3(o);
+  REQUIRE(adam3.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3, 1.75).ok());
+  REQUIRE(adam3.adam_time() == 1.75);
+}
+
+// One weight, Adam or AdamW, lr 0.1; `pushes` steps of share f with lr_scale f (what an
+// async push of b = f * B takes), gradient `g` every time. The weight after them.
+double AdamPushes(OptimizerKind kind, double weight_decay, double f, int pushes, float g, double* adam_time = nullptr) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.learning_rate = 0.1;
+  o.weight_decay = weight_decay;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  for (int i = 0; i < pushes; ++i) s.Apply({g}, f, 1.0, -1, 1.0, f);
+  if (adam_time != nullptr) *adam_time = s.adam_time();
+  return (*s.weights())[0];
+}
+
+TEST_CASE("Adam's square-root rule: a push of share f steps sqrt(f) of a full step, moments by shares", "[store]") {
+  // From zero moments the bias-corrected moments are g and g^2 at any share, so the step is
+  // lr * f / sqrt(f) = lr * sqrt(f): 0.1 * 0.5 = 0.05 at f = 1/4.
+  REQUIRE(AdamPushes(OptimizerKind::kAdam, 0, 0.25, 1, 2.0f) == Approx(0.95).epsilon(1e-6));
+  double time = 0;
+  AdamPushes(OptimizerKind::kAdam, 0, 0.25, 4, 2.0f, &time);
+  REQUIRE(time == 1.0);  // four quarters are one global batch for the bias correction
+  // A share of 1 is the plain Adam step (the sync path, checked against LibTorch).
+  REQUIRE(AdamPushes(OptimizerKind::kAdam, 0, 1.0, 1, 2.0f) == Approx(0.9).epsilon(1e-6));
+  // Noise dominates Adam's second moment in minibatch training: a quarter batch's gradient
+  // has 4x the variance, so its normalized step is 2x smaller, which sqrt(f) makes up for.
+  // Gradients of mean zero (pure noise), standard deviation 1 for a full batch and 2 for a
+  // quarter: four quarter pushes spread the weight as far as one full step does (root
+  // mean square over 300 seeded walks of 25 global batches); at lr_scale f alone, half.
+  auto spread = [](double f, double sqrt_share) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> noise(0.0f, static_cast<float>(1 / std::sqrt(f)));
+    OptimizerOptions o;
+    o.kind = OptimizerKind::kAdam;
+    o.learning_rate = 0.1;
+    double sum = 0;
+    for (int walk = 0; walk < 300; ++walk) {
+      ParameterStore s(o);
+      REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {0.0f}).ok());
+      for (int i = 0; i < static_cast<int>(25 / f); ++i) s.Apply({noise(rng)}, f, 1.0, -1, 1.0, sqrt_share);
+      sum += (*s.weights())[0] * (*s.weights())[0];
+    }
+    return std::sqrt(sum / 300);
+  };
+  const double full = spread(1.0, 1.0);
+  REQUIRE(spread(0.25, 0.25) == Approx(full).epsilon(0.15));
+  REQUIRE(spread(0.25, 1.0) < 0.65 * full);  // each push a full Adam step at lr * f: what async did before
+  // The decoupled decay stays linear in the samples: four quarter pushes decay as one step.
+  const double decayed = AdamPushes(OptimizerKind::kAdamW, 0.5, 0.25, 4, 0.0f);
+  REQUIRE(decayed == Approx(std::pow(1 - 0.1 * 0.25 * 0.5, 4)).epsilon(1e-6));
+  // SGD takes lr_scale as it is, whatever the share.
+  OptimizerOptions sgd;
+  sgd.learning_rate = 0.1;
+  ParameterStore a(sgd), b(sgd);
+  REQUIRE(a.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  REQUIRE(b.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  a.Apply({2.0f}, 0.25, 1.0, -1, 1.0, 0.25);
+  b.Apply({2.0f}, 0.25);
+  REQUIRE(*a.weights() == *b.weights());
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState&
   }
   absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
   if (!store.ok()) return store.status();
-  if (absl::Status s = (*store)->Restore(slice, *checkpoint.weights, checkpoint.optimizer_state, checkpoint.version);
+  if (absl::Status s = (*store)->Restore(slice, *checkpoint.weights, checkpoint.optimizer_state, checkpoint.version,
+                                         checkpoint.adam_time);
       !s.ok()) {
     return s;
   }
@@ -287,7 +288,8 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   }
   const bool none = taken->slices.empty();
   absl::MutexLock lock(&mu_);
-  store_->Apply(update_, none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend, step.momentum, 1.0);
+  store_->Apply(update_, none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend, step.momentum, 1.0,
+                step.sample_share);
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

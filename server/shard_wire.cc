@@ -44,6 +44,7 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
   p.set_learning_rate(step.learning_rate);
   p.set_buffer_blend(step.buffer_blend);
   p.set_momentum(step.momentum);
+  p.set_sample_share(step.sample_share);
   return p;
 }
 
@@ -56,6 +57,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p) {
   step.learning_rate = p.learning_rate();
   step.buffer_blend = p.buffer_blend();
   step.momentum = p.momentum();
+  step.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release
   return step;
 }
 
@@ -88,7 +90,8 @@ absl::Status CheckStep(const v1::ShardStep& step) {
   for (const absl::Status& s : {InRange("step.update_scale", step.update_scale(), 0, 1e30),
                                 InRange("step.learning_rate", step.learning_rate(), 0, 1e6),
                                 InRange("step.buffer_blend", step.buffer_blend(), 0, 1),
-                                InRange("step.momentum", step.momentum(), -1, 0.999999)}) {
+                                InRange("step.momentum", step.momentum(), -1, 0.999999),
+                                InRange("step.sample_share", step.sample_share(), 0, 1)}) {
     if (!s.ok()) return s;
   }
   for (const v1::ShardStepMember& m : step.members()) {

@@ -57,6 +57,13 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   const AsyncStep undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
   REQUIRE(undamped.lr_scale == Approx(0.25));
   REQUIRE(undamped.momentum == Approx(0.9));
+  // Adam's share of a global batch: b/B (capped at 1), 1/n with equal shares, 1 when off.
+  REQUIRE(AsyncStepFor(16, 64, 4, 7, 0.9).sample_share == Approx(0.25));  // not damped: a share of samples
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.9).sample_share == 1.0);
+  REQUIRE(AsyncStepFor(48, 64, 4, 0, 0.9, equal_share).sample_share == Approx(0.25));
+  AsyncRuleOptions full_steps;
+  full_steps.adam_sqrt_scaling = false;
+  REQUIRE(AsyncStepFor(16, 64, 4, 0, 0.9, full_steps).sample_share == 1.0);
 }
 
 TEST_CASE("the job's counters: samples, rounds, accuracy with its version, staleness clamped", "[stats]") {

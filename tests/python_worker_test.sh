@@ -67,7 +67,9 @@ work, summary = sys.argv[1], sys.argv[2]
 net = Net()
 net.load_state_dict(omnilearn.load_state_dict(f"{work}/tensors.safetensors"))  # strict
 assert net.steps.dtype == torch.int64 and net.steps.item() > 10, net.steps
-assert "mask" not in omnilearn.load_state_dict(f"{work}/tensors.safetensors")
+exported = omnilearn.load_state_dict(f"{work}/tensors.safetensors")
+assert "mask" not in exported
+assert exported["steps"].dtype == torch.int64, "the export keeps the model's integer buffer as I64"
 data = omnilearn.load_tensors(f"{work}/data.safetensors")
 net.eval()
 with torch.no_grad():
@@ -136,7 +138,9 @@ work = sys.argv[1]
 checkpoint = sorted(glob.glob(f"{work}/habits_ckpt/*.safetensors"))[-1]
 for path in (f"{work}/habits.safetensors", checkpoint, f"{work}/habits_sharded.safetensors"):
     model = models.make("cnn_bn")
-    model.load_state_dict(omnilearn.load_state_dict(path), strict=True)
+    state = omnilearn.load_state_dict(path)  # without the model: the types the file names
+    assert state["bn1.num_batches_tracked"].dtype == torch.int64, (path, state["bn1.num_batches_tracked"])
+    model.load_state_dict(state, strict=True)
     omnilearn.save_state_dict(path, f"{work}/model.pt")
     models.make("cnn_bn").load_state_dict(torch.load(f"{work}/model.pt"), strict=True)
     print(f"habits: {os.path.basename(path)} loads strictly, and as a torch.save file")

@@ -13,7 +13,9 @@ import zlib
 
 import numpy as np
 
-DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+# An export writes each tensor in the model's type (integer and bool buffers too).
+DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32,
+          "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
 def load(path, verify_checksum=True):
@@ -28,6 +30,10 @@ def load(path, verify_checksum=True):
     tensors = {}
     for name, t in header.items():
         begin, end = t["data_offsets"]
+        if t["dtype"] == "BF16":  # numpy has no bfloat16: a float32's upper half
+            bits = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
+            tensors[name] = bits.view(np.float32).reshape(t["shape"])
+            continue
         dtype = np.dtype(DTYPES[t["dtype"]]).newbyteorder("<")
         tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(t["shape"])
     return tensors, metadata

@@ -32,6 +32,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A tensor's type as the layout names it (common/tensor_dtype.h): what the server's export
+// writes it as. Another type keeps torch's name, which the layout refuses.
+std::string DtypeName(torch::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32:
+      return "F32";
+    case torch::kFloat64:
+      return "F64";
+    case torch::kFloat16:
+      return "F16";
+    case torch::kBFloat16:
+      return "BF16";
+    case torch::kInt64:
+      return "I64";
+    case torch::kInt32:
+      return "I32";
+    case torch::kInt16:
+      return "I16";
+    case torch::kInt8:
+      return "I8";
+    case torch::kUInt8:
+      return "U8";
+    case torch::kBool:
+      return "BOOL";
+    default:
+      return c10::toString(type);
+  }
+}
+
 // The model as one flat float vector in layout order: its parameters, then its buffers
 // (BatchNorm statistics, sent where a parameter sends its gradient). And back.
 class FlatModel {
@@ -98,7 +127,8 @@ class FlatModel {
  private:
   void Add(const std::string& name, const torch::Tensor& t, bool buffer) {
     offsets_.push_back(offsets_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
-    specs_.push_back(TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer});
+    specs_.push_back(
+        TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer, DtypeName(t.scalar_type())});
     tensors_.push_back(t);
   }
 

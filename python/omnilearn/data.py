@@ -68,6 +68,11 @@ def save_tensors(path: str, tensors: dict, metadata: dict = None) -> None:
 
 def load_tensors(path: str) -> dict:
     """The tensors of a safetensors file (name -> torch tensor)."""
+    return read_safetensors(path)[0]
+
+
+def read_safetensors(path: str):
+    """(the tensors of a safetensors file, name -> torch tensor; its __metadata__ dict)."""
     with open(path, "rb") as f:
         raw = f.read()
     if len(raw) < 8:
@@ -81,9 +86,13 @@ def load_tensors(path: str) -> dict:
     for name, e in header.items():
         if name == "__metadata__":
             continue
+        begin, end = e["data_offsets"]
+        if e["dtype"] == "BF16":  # numpy has no bfloat16: its bits are a float32's upper half
+            bits = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
+            out[name] = torch.from_numpy(bits.view(np.float32).reshape(e["shape"])).to(torch.bfloat16)
+            continue
         if e["dtype"] not in _DTYPES:
             raise ValueError(f"{path}: tensor '{name}' has unsupported dtype {e['dtype']}")
-        begin, end = e["data_offsets"]
         a = np.frombuffer(data[begin:end], dtype=_DTYPES[e["dtype"]]).reshape(e["shape"])
         out[name] = torch.from_numpy(a.copy())
-    return out
+    return out, header.get("__metadata__", {})

@@ -17,6 +17,18 @@ import numpy as np
 import torch
 
 _FLOAT = np.dtype("<f4")
+# A tensor's type as the layout names it (safetensors' names; the proto's TensorDtype):
+# the server computes in float32 and its export writes each tensor back in this type.
+DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
+               torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+               torch.bool: "BOOL"}
+
+
+def dtype_name(name: str, t: torch.Tensor) -> str:
+    if t.dtype not in DTYPE_NAMES:
+        raise ValueError(f"tensor '{name}' is {t.dtype}; a model's tensors must be one of "
+                         f"{', '.join(str(d) for d in DTYPE_NAMES)}")
+    return DTYPE_NAMES[t.dtype]
 
 
 class FlatModel:
@@ -40,19 +52,22 @@ class FlatModel:
             total += t.numel()
         self.total = total
         self._index = {name: i for i, (name, _, _) in enumerate(self.entries)}
+        self.dtypes = [dtype_name(name, t) for name, t, _ in self.entries]
 
     @property
     def device(self) -> torch.device:
         return next(t.device for _, t, is_buffer in self.entries if not is_buffer)
 
     def tensors(self):
-        """(name, shape, is_buffer) in layout order."""
-        return [(name, list(t.shape), is_buffer) for name, t, is_buffer in self.entries]
+        """(name, shape, is_buffer, dtype name) in layout order."""
+        return [(name, list(t.shape), is_buffer, dtype)
+                for (name, t, is_buffer), dtype in zip(self.entries, self.dtypes)]
 
     def layout(self, pb2):
         out = pb2.ModelLayout()
-        for name, t, is_buffer in self.entries:
-            out.tensors.add(name=name, shape=list(t.shape), buffer=is_buffer)
+        for (name, t, is_buffer), dtype in zip(self.entries, self.dtypes):
+            out.tensors.add(name=name, shape=list(t.shape), buffer=is_buffer,
+                            dtype=pb2.TensorDtype.Value(f"TENSOR_DTYPE_{dtype}"))
         return out
 
     def _flatten(self, pick) -> np.ndarray:

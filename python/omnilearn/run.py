@@ -70,6 +70,9 @@ def main(argv=None) -> int:
         p.error("--nproc must be at least 1")
     if a.shards < 1:
         p.error("--shards must be at least 1")
+    # SIGTERM (a scheduler, `kill`) ends the job as Ctrl-C does: the copies and the servers
+    # started here are stopped below, not left running.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     binary, port = find_server(a.server_bin), free_port()
     sharded = [f"--shards={a.shards}", f"--advertise=127.0.0.1:{port}"] if a.shards > 1 else []
     server = subprocess.Popen([binary, "--bind=127.0.0.1", f"--port={port}", "--metrics_port=0",

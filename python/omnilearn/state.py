@@ -8,13 +8,15 @@ model as TorchScript for the C++ worker, its non-persistent buffers kept apart.
     omnilearn.save_torchscript(model, "model.ts")     # omnilearn_worker --model_file=model.ts
 """
 
+import json
 import os
 from collections import OrderedDict
 from typing import Optional, Union
 
 import torch
 
-from omnilearn.data import load_tensors
+from omnilearn.data import read_safetensors
+from omnilearn.flat_model import DTYPE_NAMES
 
 # A checkpoint also holds the optimizer's state, one tensor per model tensor and state
 # ("optimizer.momentum/fc.weight", "optimizer.exp_avg/..."): not the model's.
@@ -23,6 +25,7 @@ _OPTIMIZER_PREFIX = "optimizer."
 # them all): the names go in the file beside it, one per line, and both workers read them.
 # The C++ worker's name for it is worker/model.cc's kNonPersistentBuffersFile.
 NON_PERSISTENT_BUFFERS_FILE = "omnilearn/non_persistent_buffers"
+_TORCH_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 
 
 def non_persistent_buffers(model: torch.nn.Module):
@@ -58,25 +61,37 @@ def load_torchscript(path: Union[str, os.PathLike], map_location=None) -> torch.
     return module
 
 
+def _as_dtype(t: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """`t` in `dtype` (None: as it is); float values rounded to nearest into an integer or bool type."""
+    if dtype is None or t.dtype == dtype:
+        return t
+    if t.is_floating_point() and not dtype.is_floating_point:
+        t = t.round()
+    return t.to(dtype)
+
+
 def load_state_dict(path: Union[str, os.PathLike], model: Optional[torch.nn.Module] = None,
                     device: Union[str, torch.device] = "cpu") -> "OrderedDict[str, torch.Tensor]":
     """The model's tensors of an export or a checkpoint, for model.load_state_dict(strict=True).
 
-    Tensors of integer buffers (BatchNorm's num_batches_tracked, averaged over workers on
-    the server) are rounded to their dtype when `model` is given; with a model, only its
+    Each tensor comes in the model's own type (an export writes integer and bool buffers,
+    e.g. BatchNorm's num_batches_tracked averaged over workers, rounded to their type; a
+    checkpoint holds the server's float32 values and names the types, which are applied
+    here). With `model`, each tensor takes the type the model holds it in, only its
     state_dict's keys are returned (a non-persistent buffer the server also kept is left
     out) and a missing one is an error naming it.
     """
-    tensors = load_tensors(os.fspath(path))
-    state = OrderedDict((k, v) for k, v in tensors.items() if not k.startswith(_OPTIMIZER_PREFIX))
+    tensors, metadata = read_safetensors(os.fspath(path))
+    dtypes = {k: _TORCH_DTYPES[v] for k, v in json.loads(metadata.get("omnilearn.model_dtypes", "{}")).items()}
+    state = OrderedDict((k, _as_dtype(v, dtypes.get(k))) for k, v in tensors.items()
+                        if not k.startswith(_OPTIMIZER_PREFIX))
     if model is not None:
         want = model.state_dict()
         missing = [k for k in want if k not in state]
         if missing:
             raise KeyError(f"{path} holds no {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}: "
                            "is it this model's export or checkpoint?")
-        state = OrderedDict((k, state[k].round().to(want[k].dtype) if not want[k].is_floating_point()
-                             else state[k].to(want[k].dtype)) for k in want)
+        state = OrderedDict((k, _as_dtype(state[k], want[k].dtype)) for k in want)
     return OrderedDict((k, v.to(device)) for k, v in state.items())
 
 

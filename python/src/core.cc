@@ -96,12 +96,13 @@ py::buffer_info Request(const py::object& o, bool writable, const char* what) {
 
 class Core {
  public:
-  Core(const std::string& target, const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
+  Core(const std::string& target,
+       const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,
        worker::WorkerInfo info, worker::ClientOptions client_options, double reconnect_timeout, double connect_timeout,
        std::string server_hint, py::function now, py::function sleep, py::function log)
       : clock_(std::move(now), std::move(sleep), &interrupted_), log_(std::move(log)) {
     std::vector<TensorSpec> specs;
-    for (const auto& [name, shape, buffer] : tensors) specs.push_back(TensorSpec{name, shape, buffer});
+    for (const auto& [name, shape, buffer, dtype] : tensors) specs.push_back(TensorSpec{name, shape, buffer, dtype});
     absl::StatusOr<ModelLayout> layout = ModelLayout::Create(std::move(specs));
     if (!layout.ok()) Raise(layout.status());
     worker::SessionOptions so;
@@ -423,7 +424,7 @@ PYBIND11_MODULE(_core, m) {
   omnilearn::BindTypes(m);
   py::class_<Core>(m, "Core")
       .def(py::init([](const std::string& target,
-                       const std::vector<std::tuple<std::string, std::vector<int64_t>, bool>>& tensors,
+                       const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,
                        const std::string& name, const std::string& host, const std::string& device,
                        int64_t max_batch_size, uint64_t dataset_size, double rpc_timeout, double reconnect_timeout,
                        double connect_timeout, const std::string& server_hint, const std::string& auth_token,

@@ -44,7 +44,7 @@ class FlatModelTest(unittest.TestCase):
     def test_non_persistent_buffers_stay_local_also_through_torchscript(self):
         model = _Masked()
         flat = FlatModel(model)
-        self.assertEqual([name for name, _, is_buffer in flat.tensors() if is_buffer], ["steps"])
+        self.assertEqual([(name, dtype) for name, _, is_buffer, dtype in flat.tensors() if is_buffer], [("steps", "I64")])
         self.assertEqual(flat.total, sum(t.numel() for t in model.state_dict().values()))
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "model.ts")

@@ -1,0 +1,79 @@
+"""Async training with Adam/AdamW at the sync learning rate: the server's square-root rule
+(--adam_sqrt_scaling=on, the default) against each push taking a full Adam step at lr * b/B
+(=off, what earlier releases did), at the sync rate and at twice it, beside sync itself.
+
+The job is python/examples/char_transformer.py (a GPT-style character model, 2 blocks, dim
+128, context 64, AdamW, clipping; 2 MB of text) with two Python workers on emulated devices
+4x apart, the same samples in every run (one epoch), through `python -m omnilearn.run`. The
+validation loss of each run's export (loaded strictly into a fresh model) is the result.
+
+    bazel build -c opt //server:omnilearn_server //python:omnilearn
+    /usr/bin/python3 bench/async_adam.py [--seeds 1 2] [--epochs 1] [--out bench/results/async_adam.md]
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "python", "examples", "char_transformer.py")
+RUNS = [  # (label, mode, lr multiple, --adam_sqrt_scaling)
+    ("sync", "sync", 1, "on"),
+    ("async, square-root rule (default)", "async", 1, "on"),
+    ("async, full steps at lr * b/B (before)", "async", 1, "off"),
+    ("async, full steps, 2x lr (the issue's try)", "async", 2, "off"),
+]
+
+
+def run_one(mode, lr, sqrt, seed, epochs, work):
+    export = os.path.join(work, f"{mode}-{lr}-{sqrt}-{seed}.safetensors")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
+    server_args = (f"--mode={mode} --optimizer=adamw --lr={lr} --weight_decay=0.01 --clip_grad_norm=1 "
+                   f"--global_batch=64 --adam_sqrt_scaling={sqrt} --data_seed={seed} --quiet --export={export}")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "omnilearn.run", "--nproc", "2",
+                    f"--server_bin={ROOT}/bazel-bin/server/omnilearn_server", f"--server_args={server_args}",
+                    EXAMPLE, f"--epochs={epochs}", "--devices=0:3,0:12", f"--seed={seed}"],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1200)
+    seconds = time.monotonic() - start
+    out = subprocess.run([sys.executable, EXAMPLE, f"--evaluate={export}", f"--seed={seed}"], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    return float(re.search(r"validation loss ([0-9.]+)", out).group(1)), seconds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "async_adam.md"))
+    a = ap.parse_args()
+    losses = {label: [] for label, *_ in RUNS}
+    with tempfile.TemporaryDirectory() as work:
+        for seed in a.seeds:
+            for label, mode, multiple, sqrt in RUNS:
+                loss, seconds = run_one(mode, a.lr * multiple, sqrt, seed, a.epochs, work)
+                losses[label].append(loss)
+                print(f"seed {seed}: {label}: validation loss {loss:.4f} ({seconds:.0f} s)", flush=True)
+    sync = statistics.mean(losses["sync"])
+    lines = [f"Validation loss after {a.epochs:g} epoch(s) (the same samples), AdamW lr {a.lr:g} (sync rate), "
+             f"seeds {', '.join(map(str, a.seeds))}; `{' '.join(['bench/async_adam.py'] + sys.argv[1:])}`", "",
+             "| run | " + " | ".join(f"seed {s}" for s in a.seeds) + " | mean | minus sync |",
+             "|---|" + "---|" * (len(a.seeds) + 2)]
+    for label, *_ in RUNS:
+        mean = statistics.mean(losses[label])
+        lines.append(f"| {label} | " + " | ".join(f"{x:.4f}" for x in losses[label]) +
+                     f" | {mean:.4f} | {mean - sync:+.4f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(a.out, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
