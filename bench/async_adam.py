@@ -1,6 +1,8 @@
-"""Async training with Adam/AdamW at the sync learning rate: the server's square-root rule
-(--adam_sqrt_scaling=on, the default) against each push taking a full Adam step at lr * b/B
-(=off, what earlier releases did), at the sync rate and at twice it, beside sync itself.
+"""Async training with Adam/AdamW at the sync learning rate: the server's two async rules
+for Adam (a push is its b/B share of a global-batch step by the square-root rule,
+--adam_sqrt_scaling; beta1 lowered by the momentum asynchrony adds, 1 - 1/n, as SGD's
+momentum is, with --staleness_damping) against what earlier releases did (a full Adam step
+at lr * b/B, beta1 as configured), at the sync rate and at twice it, beside sync itself.
 
 The job is python/examples/char_transformer.py (a GPT-style character model, 2 blocks, dim
 128, context 64, AdamW, clipping; 2 MB of text) with two Python workers on emulated devices
@@ -22,19 +24,21 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "python", "examples", "char_transformer.py")
-RUNS = [  # (label, mode, lr multiple, --adam_sqrt_scaling)
-    ("sync", "sync", 1, "on"),
-    ("async, square-root rule (default)", "async", 1, "on"),
-    ("async, full steps at lr * b/B (before)", "async", 1, "off"),
-    ("async, full steps, 2x lr (the issue's try)", "async", 2, "off"),
+RUNS = [  # (label, mode, lr multiple, more server flags)
+    ("sync", "sync", 1, ""),
+    ("async: the rules (square-root share, beta1 lowered by 1 - 1/n)", "async", 1, ""),
+    ("async: beta1 lowered, full Adam steps at lr * b/B", "async", 1, "--adam_sqrt_scaling=off"),
+    ("async as before: full steps, beta1 as configured", "async", 1,
+     "--adam_sqrt_scaling=off --staleness_damping=off"),
+    ("async as before, 2x lr (the issue's try)", "async", 2, "--adam_sqrt_scaling=off --staleness_damping=off"),
 ]
 
 
-def run_one(mode, lr, sqrt, seed, epochs, work):
-    export = os.path.join(work, f"{mode}-{lr}-{sqrt}-{seed}.safetensors")
+def run_one(mode, lr, flags, seed, epochs, work):
+    export = os.path.join(work, f"run-{time.monotonic_ns()}.safetensors")
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"), OMP_NUM_THREADS="1")
     server_args = (f"--mode={mode} --optimizer=adamw --lr={lr} --weight_decay=0.01 --clip_grad_norm=1 "
-                   f"--global_batch=64 --adam_sqrt_scaling={sqrt} --data_seed={seed} --quiet --export={export}")
+                   f"--global_batch=64 --data_seed={seed} --quiet --export={export} {flags}").strip()
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "omnilearn.run", "--nproc", "2",
                     f"--server_bin={ROOT}/bazel-bin/server/omnilearn_server", f"--server_args={server_args}",
@@ -56,8 +60,8 @@ def main():
     losses = {label: [] for label, *_ in RUNS}
     with tempfile.TemporaryDirectory() as work:
         for seed in a.seeds:
-            for label, mode, multiple, sqrt in RUNS:
-                loss, seconds = run_one(mode, a.lr * multiple, sqrt, seed, a.epochs, work)
+            for label, mode, multiple, flags in RUNS:
+                loss, seconds = run_one(mode, a.lr * multiple, flags, seed, a.epochs, work)
                 losses[label].append(loss)
                 print(f"seed {seed}: {label}: validation loss {loss:.4f} ({seconds:.0f} s)", flush=True)
     sync = statistics.mean(losses["sync"])

@@ -15,8 +15,8 @@
 
 #include "common/model_layout.h"
 #include "nlohmann/json.hpp"
-#include "server/parameter_server_core.h"
-#include "server/service.h"
+#include "server/control/parameter_server_core.h"
+#include "server/rpc/service.h"
 #include "worker/ps_client.h"
 
 namespace omnilearn {

@@ -10,8 +10,8 @@
 #include "common/grpc_raw.h"
 #include "fuzz/fuzz_input.h"
 #include "proto/omnilearn.grpc.pb.h"
-#include "server/parameter_server_core.h"
-#include "server/service.h"
+#include "server/control/parameter_server_core.h"
+#include "server/rpc/service.h"
 
 namespace {
 

@@ -11,10 +11,10 @@
 
 #include "common/tensor_codec.h"
 #include "fuzz/fuzz_input.h"
-#include "server/coordinator_shards.h"
-#include "server/shard_apply.h"
-#include "server/shard_core.h"
-#include "server/shard_wire.h"
+#include "server/control/coordinator_shards.h"
+#include "server/data/shard_apply.h"
+#include "server/data/shard_core.h"
+#include "server/rpc/shard_wire.h"
 
 namespace {
 

@@ -27,14 +27,14 @@
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "controller/controller_flags.h"
-#include "server/checkpoint.h"
-#include "server/checkpointer.h"
-#include "server/coordinator_shards.h"
-#include "server/parameter_server_core.h"
-#include "server/service.h"
-#include "server/shard_link.h"
-#include "server/shard_wire.h"
-#include "server/summary.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/checkpointer.h"
+#include "server/control/coordinator_shards.h"
+#include "server/control/parameter_server_core.h"
+#include "server/daemon/summary.h"
+#include "server/rpc/service.h"
+#include "server/rpc/shard_link.h"
+#include "server/rpc/shard_wire.h"
 
 ABSL_FLAG(int, port, 50051, "gRPC port");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address to listen on");

@@ -46,7 +46,7 @@ if [ $# -eq 0 ]; then
   # under AddressSanitizer + UndefinedBehaviorSanitizer (LibTorch-linked tests excepted:
   # Debian's LibTorch is not instrumented).
   bazel_tests --config=asan -- //common/... //controller/... //server/... \
-    //worker:session_test //tests:churn_test -//server:optimizer_torch_test
+    //worker:session_test //tests:churn_test -//server/data:optimizer_torch_test
   echo "asan+ubsan: $run_passed passed, $run_failed failed"
   # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
   step cmake_build_test ./tests/cmake_build_test.sh

@@ -1,0 +1,65 @@
+#include "server/checkpoint/checkpointer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace omnilearn {
+namespace server {
+
+Checkpointer::Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every,
+                           std::function<void(CheckpointState*)> complete)
+    : core_(core), dir_(std::move(dir)), every_(every), complete_(std::move(complete)), last_(core->clock().Now()) {}
+
+absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (core_->clock().Now() - last_ < every_) return std::string();
+  }
+  return CheckpointNow();
+}
+
+absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<CheckpointState> state = core_->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  if (!state.ok()) {
+    // No model yet: nothing to keep.
+    if (state.status().code() == absl::StatusCode::kFailedPrecondition) return std::string();
+    return state.status();
+  }
+  last_ = core_->clock().Now();
+  if (state->job != last_job_) {
+    absl::StatusOr<std::string> aside = dir_.MoveAside(core_->clock().Now());
+    if (!aside.ok()) return aside.status();
+    last_job_ = state->job;
+  }
+  if (dir_.Has(state->version)) return std::string();
+  if (complete_) complete_(&*state);
+  return dir_.Write(*state);
+}
+
+absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint64_t>>& held) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> common = dir_.Versions();  // newest first
+  std::string holders = absl::StrCat("the coordinator holds [", absl::StrJoin(common, ", "), "]");
+  for (size_t i = 1; i < held.size(); ++i) {
+    absl::StrAppend(&holders, ", shard ", i, " [", absl::StrJoin(held[i], ", "), "]");
+    common.erase(
+        std::remove_if(common.begin(), common.end(),
+                       [&](uint64_t v) { return std::find(held[i].begin(), held[i].end(), v) == held[i].end(); }),
+        common.end());
+  }
+  for (uint64_t v : common) {
+    absl::StatusOr<CheckpointState> state = dir_.Load(v);
+    if (absl::IsDataLoss(state.status())) continue;  // unreadable: the one before
+    if (!state.ok()) return state.status();
+    if (absl::Status s = core_->RollBack(*state); !s.ok()) return s;
+    if (absl::Status s = dir_.DropNewerThan(v); !s.ok()) return s;
+    return v;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("no checkpoint is common to every server (", holders, ")"));
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,63 @@
+// Takes a server's checkpoints on a timer read from the core's clock. The state is
+// captured under the core's lock without a copy (weights and optimizer state shared);
+// the file is written outside it, so pushes are not stalled by the disk. A sharded job's
+// coordinator also goes back to one of them through it (GoBack), so that a rollback
+// and a checkpoint being written never interleave.
+#ifndef OMNILEARN_SERVER_CHECKPOINT_CHECKPOINTER_H_
+#define OMNILEARN_SERVER_CHECKPOINT_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/control/parameter_server_core.h"
+
+namespace omnilearn {
+namespace server {
+
+// Thread-safe: the server's monitor, its shutdown and a sharded job's recovery call it.
+class Checkpointer {
+ public:
+  // `core` must outlive this. `every` > 0. `complete` (when given) adds to each captured
+  // state what the core does not know (a sharded job's whole layout).
+  Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every,
+               std::function<void(CheckpointState*)> complete = nullptr);
+
+  // Writes a checkpoint when `every` has passed since the last one (or since
+  // construction) and the directory holds none of the model's version yet. Returns the
+  // path written, or "" when none was due. Errors from writing (the previous checkpoints
+  // stay as they were).
+  absl::StatusOr<std::string> MaybeCheckpoint() ABSL_LOCKS_EXCLUDED(mu_);
+  // Writes one now unless the directory holds the model's version already ("" then; a
+  // rollback drops the newer ones, which are written again). The first checkpoint of a
+  // new job on the same daemon (--reset_when_done) moves the previous job's checkpoints
+  // aside first, so they neither shadow nor replace the new ones.
+  absl::StatusOr<std::string> CheckpointNow() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A sharded job's recovery (CoordinatorShards::Recover): given the versions each shard
+  // holds ([i] for slice i; [0] unused), rolls the core back to the newest checkpoint
+  // held here and by every shard (an unreadable one is skipped for the one before),
+  // deletes the newer ones (a history undone) and returns its version.
+  // FailedPrecondition, naming what every server holds, when there is none.
+  absl::StatusOr<uint64_t> GoBack(const std::vector<std::vector<uint64_t>>& held) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  ParameterServerCore* const core_;
+  const CheckpointDir dir_;
+  const absl::Duration every_;
+  const std::function<void(CheckpointState*)> complete_;
+  absl::Mutex mu_;  // one checkpoint or rollback at a time
+  absl::Time last_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_job_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_CHECKPOINT_CHECKPOINTER_H_

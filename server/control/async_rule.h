@@ -1,0 +1,46 @@
+// The asynchronous staleness rule, as a pure function. A push of batch b on a model s
+// versions old, with n live workers and global batch B, takes the step
+//   lr * (b / B) * min(1, n / (1 + s)):
+// with n workers pushing in turn s is about n - 1, which is not damped; only staler
+// pushes are. Asynchrony itself acts like momentum of about 1 - 1/n (Mitliagkas et al.,
+// 2016, "Asynchrony begets momentum"), so the explicit momentum per push (SGD's momentum,
+// Adam's beta1) is lowered by that much and the total stays near the configured one. Buffers (BatchNorm statistics)
+// move toward the push's by its batch share. Adam and AdamW take the push as its share
+// b/B of a global batch (sample_share; ParameterStore::Apply's square-root rule), so the
+// sync learning rate works in async too.
+#ifndef OMNILEARN_SERVER_CONTROL_ASYNC_RULE_H_
+#define OMNILEARN_SERVER_CONTROL_ASYNC_RULE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace omnilearn {
+namespace server {
+
+struct AsyncStep {
+  double lr_scale = 1;      // (b / B) * damping
+  double buffer_blend = 1;  // min(1, b / B)
+  double momentum = 0;      // max(0, momentum - (1 - 1/n))
+  double sample_share = 1;  // b / B (1/n without lr_scaling; 1 without adam_sqrt_scaling)
+};
+
+// The ablation's switches (the defaults are the rule above). Without `lr_scaling` every
+// push takes the equal share 1/n instead of b/B (batch-proportional steps off); without
+// `staleness_damping` no push is damped and the momentum is not lowered: the paper's
+// "plain async" baseline when the batches are equal.
+struct AsyncRuleOptions {
+  bool lr_scaling = true;
+  bool staleness_damping = true;
+  // Adam/AdamW: the square-root rule for a push's share (off: each push is a full Adam
+  // step at lr * lr_scale, what earlier releases did).
+  bool adam_sqrt_scaling = true;
+};
+
+// `live` >= 1 (the pushing worker is live), `global_batch` >= 1.
+AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
+                       AsyncRuleOptions rule = {});
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_CONTROL_ASYNC_RULE_H_

@@ -1,0 +1,457 @@
+#include "server/control/coordinator_shards.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/tensor_codec.h"
+#include "server/control/join_check.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+
+namespace {
+
+// The command that opens a worker's session on a shard.
+v1::ShardCommand SessionOpened(WorkerId id, const std::string& secret) {
+  v1::ShardCommand c;
+  c.mutable_session()->set_worker_id(id);
+  c.mutable_session()->set_session_secret(secret);
+  return c;
+}
+
+}  // namespace
+
+CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options) : options_(std::move(options)) {
+  slots_.resize(static_cast<size_t>(std::max(1, options_.shards)));
+}
+
+void CoordinatorShards::SetRecover(Recover recover) {
+  absl::MutexLock lock(&mu_);
+  recover_ = std::move(recover);
+}
+
+absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) const {
+  // Range-checked before any cast: a slice index is a uint32 on the wire.
+  const uint32_t asked = hello.index();
+  if (asked == 0) {
+    for (size_t i = 1; i < slots_.size(); ++i) {
+      if (!slots_[i].connected) return static_cast<int>(i);
+    }
+    return absl::FailedPreconditionError("every slice of this job has its shard already");
+  }
+  if (asked >= slots_.size()) {
+    return absl::FailedPreconditionError(absl::StrFormat("there is no slice %u: this job has slices 1 to %d", asked,
+                                                         static_cast<int>(slots_.size()) - 1));
+  }
+  const int index = static_cast<int>(asked);
+  if (slots_[index].connected) {
+    return absl::UnavailableError(absl::StrFormat(
+        "slice %d is held by the shard at %s, still connected: retry (a restarted shard waits until the coordinator "
+        "sees its predecessor's stream end)",
+        index, slots_[index].address));
+  }
+  return index;
+}
+
+absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes) {
+  if (hello.shards() != static_cast<uint32_t>(shards) || hello.partition_bytes() != partition_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this shard was started for %u shards of %d-byte partitions, and this coordinator's job has %d shards of "
+        "%d-byte partitions: start the shard with the coordinator's --shards and --partition_mb",
+        hello.shards(), hello.partition_bytes(), shards, partition_bytes));
+  }
+  const std::string& address = hello.address();
+  if (address.empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
+  if (!IsPrintableWord(address, kMaxShardAddressBytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a shard's address is a host:port of at most %d printable characters without spaces, not %d bytes",
+        kMaxShardAddressBytes, address.size()));
+  }
+  if (hello.checkpoint_versions_size() > kMaxShardCheckpoints) {
+    return absl::InvalidArgumentError(absl::StrFormat("a shard lists %d checkpoints; a server keeps at most %d",
+                                                      hello.checkpoint_versions_size(), kMaxShardCheckpoints));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const {
+  if (map_.has_value() && hello.fingerprint() != 0 && hello.fingerprint() != map_->fingerprint()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this shard held a slice of another map (fingerprint %016x; this job's is %016x): it is another job's shard",
+        hello.fingerprint(), map_->fingerprint()));
+  }
+  if (!stepped_) return absl::OkStatus();
+  if (!recover_) {
+    return absl::FailedPreconditionError(
+        "the job has trained already, and this coordinator keeps no checkpoints (--checkpoint_dir) to take every "
+        "slice back to: restart the job");
+  }
+  // A slice that has trained goes only to a shard that brings checkpoints to go back to:
+  // one that claims none would leave the job nowhere to go.
+  if (hello.checkpoint_versions_size() == 0) {
+    return absl::FailedPreconditionError(
+        "the job has trained already, and this shard holds no checkpoint of its slice: start it on the slice's "
+        "--checkpoint_dir");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
+  if (absl::Status s = CheckShardHello(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
+  int index = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = MayTakeSlice(hello); !s.ok()) return s;
+    absl::StatusOr<int> free = FreeSlice(hello);
+    if (!free.ok()) return free.status();
+    index = *free;
+    Slot& slot = slots_[index];
+    slot.address = hello.address();
+    slot.connected = true;
+    slot.must_register = false;
+    ++slot.generation;
+    if (generation != nullptr) *generation = slot.generation;
+    slot.queue.clear();
+    slot.checkpoints.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().end());
+    if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
+    if (!stepped_) {
+      if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
+      for (const auto& [id, secret] : sessions_) slot.queue.push_back(Outgoing{SessionOpened(id, secret), nullptr});
+      return index;
+    }
+  }
+  if (absl::Status s = Return(index); !s.ok()) return s;
+  return index;
+}
+
+// A registration after the job's first step. The first begins a recovery; the last
+// (every slice's shard registered in it) takes every server back to the common checkpoint.
+absl::Status CoordinatorShards::Return(int index) {
+  std::vector<std::vector<uint64_t>> held;
+  Recover recover;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!recovering_) {
+      if (options_.log) {
+        options_.log(
+            absl::StrFormat("shard %d is back: every server goes back to the shards' newest common checkpoint", index));
+      }
+      BeginRecovery(index);
+    }
+    slots_[index].recovery = recovery_;
+    held.resize(slots_.size());
+    for (size_t i = 1; i < slots_.size(); ++i) {
+      if (!slots_[i].connected || slots_[i].recovery != recovery_) return absl::OkStatus();  // more to come
+      held[i] = slots_[i].checkpoints;
+    }
+    if (restoring_) return absl::OkStatus();  // two last registrations at once: the other one restores
+    restoring_ = true;
+    recover = recover_;
+  }
+  absl::StatusOr<uint64_t> version = recover(held);  // the core's lock: never under ours
+  absl::MutexLock lock(&mu_);
+  restoring_ = false;
+  if (!version.ok()) {
+    // No shard's claim ends the job: this one is refused, its slice stays free, and the
+    // recovery waits for a shard that holds a checkpoint common to every server.
+    slots_[index].connected = false;
+    ++slots_[index].generation;
+    const absl::Status refused = absl::FailedPreconditionError(
+        absl::StrCat("slice ", index, "'s checkpoints leave the job no checkpoint common to every server (",
+                     version.status().message(), "): the job waits for a shard that holds one"));
+    if (options_.log) options_.log(std::string(refused.message()));
+    return refused;
+  }
+  sessions_.clear();            // the core ended every session: the workers join again
+  told_checkpoint_ = *version;  // every server holds it
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    slots_[i].queue.clear();
+    QueueInit(static_cast<int>(i), /*restore=*/true, *version);
+  }
+  recovering_ = false;
+  if (options_.log) options_.log(absl::StrCat("every slice is back at version ", *version, ": the job goes on"));
+  return absl::OkStatus();
+}
+
+void CoordinatorShards::BeginRecovery(int returned) {
+  recovering_ = true;
+  ++recovery_;
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    if (static_cast<int>(i) == returned || !slots_[i].connected) continue;
+    slots_[i].connected = false;  // its stream ends: it registers again, with what it holds
+    slots_[i].must_register = true;
+    ++slots_[i].generation;
+  }
+}
+
+absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout& slice0) {
+  if (job.shards != options_.shards || job.partition_bytes != options_.partition_bytes) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the checkpoint is of a job cut into %d shards of %d-byte partitions, and this coordinator was started for %d "
+        "of %d-byte partitions: start it with the job's --shards and --partition_mb, or --fresh",
+        job.shards, job.partition_bytes, options_.shards, options_.partition_bytes));
+  }
+  absl::StatusOr<ShardMap> map = ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes);
+  if (!map.ok()) return map.status();
+  if (!(map->slice_layout(0) == slice0)) {
+    return absl::FailedPreconditionError(
+        "the checkpoint's slice 0 is not its job's: the file was not written by this "
+        "release's coordinator");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!recover_) return absl::FailedPreconditionError("a sharded job resumes only with --checkpoint_dir");
+  layout_ = job.layout;
+  map_ = *std::move(map);
+  stepped_ = true;
+  BeginRecovery(/*returned=*/0);
+  if (options_.log) {
+    options_.log(
+        absl::StrFormat("a sharded job (%s): waiting for its %d shard servers to register with the "
+                        "checkpoints they hold",
+                        map_->DebugString(), options_.shards - 1));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<ShardedJob> CoordinatorShards::sharded_job() const {
+  absl::MutexLock lock(&mu_);
+  if (!layout_.has_value()) return std::nullopt;
+  return ShardedJob{*layout_, options_.shards, options_.partition_bytes};
+}
+
+absl::Status CoordinatorShards::Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, index, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || slots_[index].generation != generation || !slots_[index].queue.empty();
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), deadline);
+  if (slots_[index].generation != generation) {
+    if (slots_[index].must_register) {
+      return absl::AbortedError("register again: the job goes back to the shards' newest common checkpoint");
+    }
+    return absl::CancelledError("another registration took this slice");
+  }
+  if (slots_[index].queue.empty()) {
+    out->command.Clear();
+    out->values = nullptr;
+    return shutdown_ ? absl::CancelledError("the coordinator is shutting down") : absl::OkStatus();
+  }
+  *out = std::move(slots_[index].queue.front());
+  slots_[index].queue.pop_front();
+  if (out->command.has_step()) ++slots_[index].steps_sent;
+  return absl::OkStatus();
+}
+
+uint64_t CoordinatorShards::generation(int index) const {
+  absl::MutexLock lock(&mu_);
+  return slots_[index].generation;
+}
+
+void CoordinatorShards::Disconnect(int index) {
+  absl::MutexLock lock(&mu_);
+  if (slots_[index].must_register) return;  // a recovery ended it: not lost
+  slots_[index].connected = false;
+  slots_[index].queue.clear();
+  if (options_.log) {
+    const char* then = !stepped_ || shutdown_ ? ""
+                       : recover_ ? ": pushes are refused until it is back; then every server goes back to the "
+                                    "shards' newest common checkpoint"
+                                  : ": the job cannot go on without its slice (no --checkpoint_dir)";
+    options_.log(absl::StrFormat("shard %d (%s) disconnected%s", index, slots_[index].address, then));
+  }
+}
+
+int CoordinatorShards::registered() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (size_t i = 1; i < slots_.size(); ++i) n += slots_[i].connected ? 1 : 0;
+  return n;
+}
+
+std::vector<CoordinatorShards::ShardInfo> CoordinatorShards::Shards() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<ShardInfo> out;
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    ShardInfo info;
+    info.index = static_cast<int>(i);
+    info.address = slot.address;
+    info.connected = slot.connected;
+    info.slice_bytes = map_.has_value() ? map_->slice_elements(static_cast<int>(i)) * int64_t{sizeof(float)} : 0;
+    info.steps_sent = slot.steps_sent;
+    info.queued = slot.queue.size();
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
+  auto& connected = registry.AddGauge("omnilearn_coordinator_shard_connected",
+                                      "1 while the shard server's control stream is open", {"shard"});
+  auto& queued = registry.AddGauge("omnilearn_coordinator_shard_queued_commands",
+                                   "commands (steps, sessions) not yet sent to the shard server", {"shard"});
+  auto& sent = registry.AddGauge("omnilearn_coordinator_shard_steps_sent", "steps sent to the shard server", {"shard"});
+  registry.AddCollectHook([this, &connected, &queued, &sent] {
+    for (const ShardInfo& s : Shards()) {
+      const std::string label = absl::StrCat(s.index);
+      connected.Add({label}).Set(s.connected ? 1 : 0);
+      queued.Add({label}).Set(static_cast<double>(s.queued));
+      sent.Add({label}).Set(static_cast<double>(s.steps_sent));
+    }
+  });
+}
+
+absl::Status CoordinatorShards::Missing() const {
+  if (shutdown_) return absl::UnavailableError("the coordinator is shutting down");
+  std::vector<int> missing;
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    if (!slots_[i].connected) missing.push_back(static_cast<int>(i));
+  }
+  if (!missing.empty()) {
+    return absl::UnavailableError(absl::StrCat("the job's shards ", absl::StrJoin(missing, ", "),
+                                               " are not registered with the coordinator: retry"));
+  }
+  if (recovering_) return absl::UnavailableError("the job is going back to the shards' common checkpoint: retry");
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorShards::AwaitShards(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || Missing().code() != absl::StatusCode::kUnavailable;
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&settled), deadline);
+  return Missing();
+}
+
+absl::Status CoordinatorShards::Serving() const {
+  absl::MutexLock lock(&mu_);
+  return Missing();
+}
+
+void CoordinatorShards::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+}
+
+absl::StatusOr<ShardMap> CoordinatorShards::PlanFor(const ModelLayout& layout) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (map_.has_value() && layout_.has_value() && *layout_ == layout) return *map_;
+  }
+  return ShardMap::Plan(layout, options_.shards, options_.partition_bytes);
+}
+
+void CoordinatorShards::StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
+                                     std::shared_ptr<const std::vector<float>> values) {
+  absl::MutexLock lock(&mu_);
+  stashed_.insert_or_assign(joiner, Stashed{layout, std::move(map), std::move(values)});
+}
+
+void CoordinatorShards::ForgetInitial(const std::string& joiner) {
+  absl::MutexLock lock(&mu_);
+  stashed_.erase(joiner);
+}
+
+void CoordinatorShards::FillShardMap(const ShardMap& map, v1::ShardMap* out) const {
+  absl::MutexLock lock(&mu_);
+  out->set_shards(static_cast<uint32_t>(map.shards()));
+  out->set_partition_bytes(options_.partition_bytes);
+  out->set_fingerprint(map.fingerprint());
+  out->add_addresses(options_.address);
+  for (size_t i = 1; i < slots_.size(); ++i) out->add_addresses(slots_[i].address);
+}
+
+ModelLayout CoordinatorShards::SliceLayout(int index) const {
+  absl::MutexLock lock(&mu_);
+  return map_->slice_layout(index);
+}
+
+std::optional<ModelLayout> CoordinatorShards::job_layout() const {
+  absl::MutexLock lock(&mu_);
+  return layout_;
+}
+
+std::optional<ShardMap> CoordinatorShards::map() const {
+  absl::MutexLock lock(&mu_);
+  return map_;
+}
+
+void CoordinatorShards::Enqueue(const v1::ShardCommand& command) {
+  if (recovering_) return;  // every slice is about to be restored: nothing before it counts
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    if (slots_[i].connected) slots_[i].queue.push_back(Outgoing{command, nullptr});
+  }
+}
+
+void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
+  Outgoing o;
+  v1::ShardInit* init = o.command.mutable_init();
+  init->set_index(static_cast<uint32_t>(index));
+  *init->mutable_layout() = LayoutToProto(*layout_);
+  init->set_version(version);
+  *init->mutable_optimizer() = options_.optimizer;
+  init->set_fingerprint(map_->fingerprint());
+  init->set_sync(options_.sync);
+  init->set_restore(restore);
+  if (!restore) {
+    auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
+    map_->Gather(index, *initial_, absl::MakeSpan(*values));
+    o.values = std::move(values);
+  }
+  slots_[index].queue.push_back(std::move(o));
+}
+
+void CoordinatorShards::ModelAdopted(const std::string& joiner) {
+  absl::MutexLock lock(&mu_);
+  auto it = stashed_.find(joiner);
+  if (it == stashed_.end()) return;  // cannot happen: the service stashes before the core's Join
+  layout_ = std::move(it->second.layout);
+  initial_ = std::move(it->second.values);
+  map_ = std::move(it->second.map);
+  stashed_.erase(it);
+  for (size_t i = 1; i < slots_.size(); ++i) {
+    if (slots_[i].connected) QueueInit(static_cast<int>(i), /*restore=*/false, 0);
+  }
+  if (options_.log) options_.log(absl::StrCat("the model is sharded: ", map_->DebugString()));
+}
+
+Replication CoordinatorShards::Hooks() {
+  Replication r;
+  r.model_adopted = [this](const std::string& joiner) { ModelAdopted(joiner); };
+  r.session_opened = [this](WorkerId id, const std::string& secret) {
+    absl::MutexLock lock(&mu_);
+    sessions_[id] = secret;
+    Enqueue(SessionOpened(id, secret));
+  };
+  r.session_closed = [this](WorkerId id) {
+    absl::MutexLock lock(&mu_);
+    sessions_.erase(id);
+    v1::ShardCommand c;
+    c.mutable_session()->set_worker_id(id);
+    c.mutable_session()->set_closed(true);
+    Enqueue(c);
+  };
+  r.step = [this](const ReplicatedStep& step) {
+    absl::MutexLock lock(&mu_);
+    stepped_ = true;
+    v1::ShardCommand c;
+    *c.mutable_step() = StepToProto(step);
+    Enqueue(c);
+  };
+  r.checkpoint = [this](uint64_t version) {
+    absl::MutexLock lock(&mu_);
+    if (version == told_checkpoint_) return;  // a checkpoint interval without a step
+    told_checkpoint_ = version;
+    v1::ShardCommand c;
+    c.mutable_checkpoint()->set_version(version);
+    Enqueue(c);
+  };
+  return r;
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,191 @@
+// The coordinator's side of a sharded job (docs/SHARDING.md): which shard servers
+// registered, the job's shard map, and each shard's queue of commands (the slice's first
+// values, sessions opened and closed, the steps to replay). The Shard RPC drains a
+// shard's queue onto its stream; the core's Replication hooks fill the queues.
+#ifndef OMNILEARN_SERVER_CONTROL_COORDINATOR_SHARDS_H_
+#define OMNILEARN_SERVER_CONTROL_COORDINATOR_SHARDS_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/metrics.h"
+#include "common/shard_map.h"
+#include "proto/omnilearn.pb.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/control/parameter_server_core.h"
+
+namespace omnilearn {
+namespace server {
+
+struct CoordinatorShardsOptions {
+  int shards = 1;  // the coordinator (slice 0) and shards - 1 shard servers
+  int64_t partition_bytes = ShardMap::kDefaultPartitionBytes;
+  std::string address;           // the coordinator's, as workers reach it
+  v1::ShardOptimizer optimizer;  // what every shard's optimizer must share
+  bool sync = true;              // the job's mode is sync (rounds)
+  const Clock* clock = Clock::Real();
+  std::function<void(const std::string&)> log;
+};
+
+// The longest address a shard may give, and the most checkpoint versions it may list.
+inline constexpr int kMaxShardAddressBytes = 255;
+inline constexpr int kMaxShardCheckpoints = 1000;
+
+// A registration's fields, range-checked before anything is taken from them:
+// FailedPrecondition for another shard count or partition size than the job's,
+// InvalidArgument for an empty, overlong or unprintable address or too many checkpoints.
+absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes);
+
+// Thread-safe.
+class CoordinatorShards {
+ public:
+  // What a shard's stream sends next: a command, with the slice's values after an init.
+  struct Outgoing {
+    v1::ShardCommand command;
+    std::shared_ptr<const std::vector<float>> values;  // init: the slice's first values
+  };
+
+  // Given the checkpoint versions each shard holds ([i] for slice i; [0] unused), takes the
+  // coordinator back to the newest checkpoint it holds too and returns that version; an
+  // error when there is none. Called without this class's lock.
+  using Recover = std::function<absl::StatusOr<uint64_t>(const std::vector<std::vector<uint64_t>>& held)>;
+
+  explicit CoordinatorShards(CoordinatorShardsOptions options);
+
+  // With checkpoints (set before the first registration): a shard that returns after the
+  // job's first step makes the job go back to the shards' common checkpoint.
+  void SetRecover(Recover recover);
+  // A restarted coordinator goes on with the job its checkpoint recorded (after
+  // SetRecover, before the first registration): the job's map is planned again from it,
+  // and the job starts in a recovery that every shard's registration joins, as after a
+  // shard's return. FailedPrecondition when the job was cut otherwise than this
+  // coordinator's flags say, or when `slice0` (the core's restored layout) is not the
+  // map's slice 0.
+  absl::Status Resume(const ShardedJob& job, const ModelLayout& slice0);
+  // What a checkpoint records of the job once a model was adopted (nullopt before).
+  std::optional<ShardedJob> sharded_job() const;
+
+  // A shard server registers. Returns its index. The hello is checked (CheckShardHello);
+  // FailedPrecondition when every slice has its shard, for a shard of another map
+  // (fingerprint), for one returning after the job's first step without checkpoints (or
+  // to a coordinator that keeps none: its slice's training would be lost), and for the
+  // registration that leaves no checkpoint common to every server (its slice stays free
+  // and the recovery waits: no shard's claim ends the job). Unavailable for a slice still
+  // held by a connected shard (its predecessor's stream may not have ended yet).
+  //
+  // A shard returning after the first step starts a recovery: the other shards' streams
+  // end (Next answers Aborted) and they register again, each saying which checkpoints it
+  // holds; the last registration runs the Recover hook and queues every shard a restore
+  // of the common version. Until then pushes are refused and joins wait (Serving).
+  // `*generation` (when given) names this registration's stream for Next.
+  absl::StatusOr<int> Register(const v1::ShardHello& hello, uint64_t* generation = nullptr);
+  // The next command for shard `index`'s stream of `generation`, waiting until `deadline`
+  // (an empty command when none came). Aborted: the shard must register again (a recovery began); Cancelled:
+  // the stream ends (the shard was replaced, or shutdown and nothing is left to send).
+  absl::Status Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline);
+  // The stream of slice `index`'s current registration.
+  uint64_t generation(int index) const;
+  // The shard's stream ended.
+  void Disconnect(int index);
+  // Waits until every shard registered and no recovery is under way; Unavailable naming
+  // the missing ones after `deadline`.
+  absl::Status AwaitShards(absl::Time deadline);
+  // OK while every slice's shard is there (a push may go in); as AwaitShards otherwise.
+  absl::Status Serving() const;
+  // Streams end once what is queued was sent (the last checkpoint command included).
+  void Shutdown();
+
+  // A joiner's whole model: the job's map for it (planned once per layout), the slice 0
+  // layout and values its join gives the core, and the full values kept until the core
+  // says whose model it adopted. InvalidArgument when the model cannot be cut.
+  absl::StatusOr<ShardMap> PlanFor(const ModelLayout& layout);
+  void StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
+                    std::shared_ptr<const std::vector<float>> values);
+  void ForgetInitial(const std::string& joiner);
+  void FillShardMap(const ShardMap& map, v1::ShardMap* out) const;
+  // Slice `index`'s layout (the model was adopted: an init was queued).
+  ModelLayout SliceLayout(int index) const;
+  // The job's whole layout once a model was adopted.
+  std::optional<ModelLayout> job_layout() const;
+  // The job's shard map once a model was adopted.
+  std::optional<ShardMap> map() const;
+
+  // The core's hooks (Replication): they only queue.
+  Replication Hooks();
+
+  int registered() const;
+
+  // Each shard server as the coordinator sees it (omnilearn_ctl status lists them).
+  struct ShardInfo {
+    int index = 0;
+    std::string address;
+    bool connected = false;
+    int64_t slice_bytes = 0;
+    uint64_t steps_sent = 0;
+    size_t queued = 0;
+  };
+  std::vector<ShardInfo> Shards() const;
+  // Gauges per shard on the coordinator's /metrics: connected, commands queued, steps sent.
+  void ExportMetrics(metrics::Registry& registry);
+
+ private:
+  struct Slot {
+    std::string address;
+    bool connected = false;
+    uint64_t generation = 0;  // a new registration replaces the stream of the old one
+    uint64_t steps_sent = 0;
+    std::deque<Outgoing> queue;
+    std::vector<uint64_t> checkpoints;  // the versions it said it holds
+    uint64_t recovery = 0;              // the recovery it registered in
+    bool must_register = false;         // a recovery ended its stream
+  };
+  void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ModelAdopted(const std::string& joiner);
+  // Register's parts: the slice a hello may take, and a registration after the first step.
+  absl::StatusOr<int> FreeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
+  // Starts a recovery: the streams of the shards other than `returned` (0: all) end; they
+  // register again, saying which checkpoints they hold.
+  void BeginRecovery(int returned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's rules for a slice: the map's fingerprint, and after the first step a
+  // coordinator with checkpoints and a shard that brings some.
+  absl::Status MayTakeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Missing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorShardsOptions options_;
+  mutable absl::Mutex mu_;
+  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // [0] unused: the coordinator's own slice
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool stepped_ ABSL_GUARDED_BY(mu_) = false;  // the job took a step: a slice cannot be re-sent
+  Recover recover_ ABSL_GUARDED_BY(mu_);
+  uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
+  bool recovering_ ABSL_GUARDED_BY(mu_) = false;
+  bool restoring_ ABSL_GUARDED_BY(mu_) = false;                   // a registration runs the Recover hook
+  std::optional<uint64_t> told_checkpoint_ ABSL_GUARDED_BY(mu_);  // the last checkpoint version queued
+  struct Stashed {
+    ModelLayout layout;
+    ShardMap map;  // PlanFor's, for that layout
+    std::shared_ptr<const std::vector<float>> values;
+  };
+  std::map<std::string, Stashed> stashed_ ABSL_GUARDED_BY(mu_);
+  std::optional<ModelLayout> layout_ ABSL_GUARDED_BY(mu_);  // the job's whole model
+  std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<float>> initial_ ABSL_GUARDED_BY(mu_);
+  std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_CONTROL_COORDINATOR_SHARDS_H_

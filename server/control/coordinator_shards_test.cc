@@ -1,0 +1,296 @@
+#include "server/control/coordinator_shards.h"
+
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr int64_t kPartition = 64;  // 16 floats: the test model is cut into 4 partitions
+
+ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
+
+CoordinatorShards Make(int shards) {
+  CoordinatorShardsOptions o;
+  o.shards = shards;
+  o.partition_bytes = kPartition;
+  o.address = "coordinator:1";
+  return CoordinatorShards(o);
+}
+
+v1::ShardHello Hello(const std::string& address, int index = 0, int shards = 3) {
+  v1::ShardHello h;
+  h.set_address(address);
+  h.set_shards(static_cast<uint32_t>(shards));
+  h.set_partition_bytes(kPartition);
+  h.set_index(static_cast<uint32_t>(index));
+  return h;
+}
+
+// The commands queued for shard `index`, without waiting.
+std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) {
+  std::vector<CoordinatorShards::Outgoing> out;
+  CoordinatorShards::Outgoing o;
+  const uint64_t current = c.generation(index);
+  while (c.Next(index, current, &o, absl::InfinitePast()).ok() &&
+         o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
+    out.push_back(o);
+  }
+  return out;
+}
+
+// The coordinator adopts a joiner's model 0, 1, 2, ... (the shards' slices are cut from it).
+void Adopt(CoordinatorShards& c) {
+  auto values = std::make_shared<std::vector<float>>(Model().total_elements());
+  std::iota(values->begin(), values->end(), 0.0f);
+  absl::StatusOr<ShardMap> map = c.PlanFor(Model());
+  REQUIRE(map.ok());
+  c.StashInitial("w0", Model(), *std::move(map), values);
+  c.Hooks().model_adopted("w0");
+}
+
+TEST_CASE("shard registration: the job's shape, free slices, and no slice after the first step",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  auto wrong = c.Register(Hello("s:1", 0, 4));
+  REQUIRE(absl::IsFailedPrecondition(wrong.status()));
+  REQUIRE(absl::StrContains(wrong.status().message(), "--shards"));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("", 0)).status()));
+  REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
+  REQUIRE(*c.Register(Hello("s:1", 0)) == 1);                                 // the free one
+  REQUIRE(absl::IsUnavailable(c.Register(Hello("s:x", 1)).status()));         // its holder is connected
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:x", 3)).status()));  // no such slice
+  REQUIRE(absl::IsFailedPrecondition(c.Register(Hello("s:y", 0)).status()));  // every slice taken
+  REQUIRE(c.AwaitShards(absl::InfinitePast()).ok());
+  c.Disconnect(2);
+  auto missing = c.AwaitShards(absl::InfinitePast());
+  REQUIRE(absl::IsUnavailable(missing));
+  REQUIRE(absl::StrContains(missing.message(), "2"));
+  REQUIRE(*c.Register(Hello("s:2b", 2)) == 2);  // before any step a slice can be taken again
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Disconnect(1);
+  auto late = c.Register(Hello("s:1b", 1));  // without checkpoints its slice's training is lost
+  REQUIRE(absl::IsFailedPrecondition(late.status()));
+  REQUIRE(absl::StrContains(late.status().message(), "--checkpoint_dir"));
+}
+
+TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and steps in the core's order",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  c.Hooks().session_opened(7, "secret");
+  Adopt(c);
+  REQUIRE(*c.Register(Hello("s:1", 1)) == 1);  // late: the slice and the open session are replayed
+  ReplicatedStep step;
+  step.version = 0;
+  step.members = {{7, 0, 2.0}};
+  step.update_scale = 0.5;
+  step.learning_rate = 0.1;
+  c.Hooks().step(step);
+  c.Hooks().session_closed(7);
+
+  const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 4);
+  REQUIRE(out[0].command.has_init());
+  REQUIRE(out[0].command.init().index() == 1);
+  REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+  std::vector<float> all(Model().total_elements());
+  std::iota(all.begin(), all.end(), 0.0f);
+  std::vector<float> slice(map.slice_elements(1));
+  map.Gather(1, all, absl::MakeSpan(slice));
+  REQUIRE(*out[0].values == slice);
+  REQUIRE(out[1].command.session().worker_id() == 7);
+  REQUIRE(out[1].command.session().session_secret() == "secret");
+  REQUIRE(out[2].command.step().members(0).weight() == 2.0);
+  REQUIRE(out[2].command.step().learning_rate() == 0.1);
+  REQUIRE(out[3].command.session().closed());
+
+  std::vector<CoordinatorShards::ShardInfo> info = c.Shards();
+  REQUIRE(info.size() == 2);
+  REQUIRE(info[0].connected);
+  REQUIRE(info[0].steps_sent == 1);
+  REQUIRE(info[0].queued == 0);
+  REQUIRE(info[0].slice_bytes == map.slice_elements(1) * 4);
+  REQUIRE_FALSE(info[1].connected);
+
+  metrics::Registry registry;
+  c.ExportMetrics(registry);
+  const std::string m = registry.Serialize();
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_connected{shard=\"1\"} 1\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_connected{shard=\"2\"} 0\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_coordinator_shard_steps_sent{shard=\"1\"} 1\n"));
+}
+
+TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
+  CoordinatorShards c = Make(2);
+  uint64_t old = 0, now = 0;
+  REQUIRE(*c.Register(Hello("s:1", 1, 2), &old) == 1);
+  c.Disconnect(1);
+  REQUIRE(*c.Register(Hello("s:1b", 1, 2), &now) == 1);
+  CoordinatorShards::Outgoing o;
+  REQUIRE(absl::IsCancelled(c.Next(1, old, &o, absl::InfinitePast())));  // the old stream ends
+  REQUIRE(c.Next(1, now, &o, absl::InfinitePast()).ok());                // the new stream: nothing queued yet
+  c.Shutdown();
+  REQUIRE(absl::IsCancelled(c.Next(1, now, &o, absl::InfinitePast())));
+}
+
+v1::ShardHello HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions, int shards = 3) {
+  v1::ShardHello h = Hello(address, index, shards);
+  for (uint64_t v : versions) h.add_checkpoint_versions(v);
+  return h;
+}
+
+TEST_CASE("a shard back after the first step: every shard registers again and all go back to the common checkpoint",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  std::vector<std::vector<uint64_t>> asked;
+  c.SetRecover([&asked](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    asked = held;
+    return uint64_t{4};
+  });
+  uint64_t first = 0;
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {}), &first) == 1);
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {})) == 2);
+  Adopt(c);
+  c.Hooks().session_opened(7, "secret");
+  c.Hooks().step(ReplicatedStep{});
+  c.Hooks().checkpoint(1);
+  c.Hooks().checkpoint(1);  // an interval without a step: not queued again
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 4);  // init, session, step, checkpoint
+  REQUIRE(out[3].command.checkpoint().version() == 1);
+  (void)Drain(c, 2);
+
+  c.Disconnect(2);
+  REQUIRE(absl::IsUnavailable(c.Serving()));                   // pushes wait for the slice
+  REQUIRE(*c.Register(HelloHolding("s:2b", 2, {4, 1})) == 2);  // back: a recovery begins
+  CoordinatorShards::Outgoing o;
+  REQUIRE(absl::IsAborted(c.Next(1, first, &o, absl::InfinitePast())));  // shard 1 must say what it holds
+  c.Disconnect(1);                                                       // its stream's end: not a loss
+  REQUIRE(c.Shards()[0].connected == false);
+  c.Hooks().step(ReplicatedStep{});  // a round closing meanwhile: undone by the restore, not sent
+  REQUIRE(absl::IsUnavailable(c.Serving()));
+  REQUIRE(asked.empty());
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {6, 4, 1})) == 1);  // the last one: the recovery runs
+  REQUIRE(asked.size() == 3);
+  REQUIRE(asked[1] == std::vector<uint64_t>{6, 4, 1});
+  REQUIRE(asked[2] == std::vector<uint64_t>{4, 1});
+  REQUIRE(c.Serving().ok());
+  for (int shard : {1, 2}) {
+    out = Drain(c, shard);
+    REQUIRE(out.size() == 1);  // the restore alone: no step, no session of before
+    REQUIRE(out[0].command.init().restore());
+    REQUIRE(out[0].command.init().version() == 4);
+    REQUIRE(out[0].values == nullptr);
+  }
+}
+
+TEST_CASE("no shard's claim ends the job: a shard without a common checkpoint is refused and the job waits",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(2);
+  bool common = false;
+  c.SetRecover([&common](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> {
+    if (!common) return absl::FailedPreconditionError("no checkpoint is common to every server");
+    return uint64_t{3};
+  });
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {}, 2)) == 1);
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Disconnect(1);
+  // One that claims to hold nothing is refused before it takes the slice.
+  auto none = c.Register(HelloHolding("impostor", 1, {}, 2));
+  REQUIRE(absl::IsFailedPrecondition(none.status()));
+  REQUIRE(absl::StrContains(none.status().message(), "holds no checkpoint"));
+  // One whose checkpoints meet none of the others' is refused; its slice stays free.
+  auto back = c.Register(HelloHolding("s:1b", 1, {99}, 2));
+  REQUIRE(absl::IsFailedPrecondition(back.status()));
+  REQUIRE(absl::StrContains(back.status().message(), "no checkpoint is common"));
+  REQUIRE(c.Shards()[0].connected == false);
+  REQUIRE(absl::IsUnavailable(c.AwaitShards(absl::InfinitePast())));  // joins wait: the job goes on later
+  common = true;
+  REQUIRE(*c.Register(HelloHolding("s:1c", 1, {3}, 2)) == 1);  // the real shard
+  REQUIRE(c.Serving().ok());
+}
+
+TEST_CASE("every field of a shard's registration is range-checked", "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  // The slice index: 2^31 and 2^32-1 are no slices (they once became -2^31 and -1).
+  for (uint32_t index : {3u, 1u << 31, 0xffffffffu}) {
+    v1::ShardHello h = Hello("s:1");
+    h.set_index(index);
+    REQUIRE(absl::IsFailedPrecondition(c.Register(h).status()));
+  }
+  v1::ShardHello shards = Hello("s:1");
+  shards.set_shards(0xffffffffu);  // once cast to -1
+  REQUIRE(absl::IsFailedPrecondition(c.Register(shards).status()));
+  v1::ShardHello partition = Hello("s:1");
+  partition.set_partition_bytes(-kPartition);
+  REQUIRE(absl::IsFailedPrecondition(c.Register(partition).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello(std::string(256, 'a'))).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s:1\nforged log line")).status()));
+  REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s 1")).status()));
+  v1::ShardHello versions = Hello("s:1");
+  for (int i = 0; i <= kMaxShardCheckpoints; ++i) versions.add_checkpoint_versions(i);
+  REQUIRE(absl::IsInvalidArgument(c.Register(versions).status()));
+  REQUIRE(c.registered() == 0);  // none of them took a slice
+  Adopt(c);
+  v1::ShardHello other = Hello("s:1");
+  other.set_fingerprint(c.map()->fingerprint() ^ 1);  // a shard of another job's map
+  auto refused = c.Register(other);
+  REQUIRE(absl::IsFailedPrecondition(refused.status()));
+  REQUIRE(absl::StrContains(refused.status().message(), "fingerprint"));
+  other.set_fingerprint(c.map()->fingerprint());
+  REQUIRE(c.Register(other).ok());
+}
+
+TEST_CASE("a restarted coordinator resumes its job: every shard registers, all go back to the common checkpoint",
+          "[coordinator_shards]") {
+  const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+  const ShardedJob job{Model(), 3, kPartition};
+  {
+    CoordinatorShards c = Make(3);  // the checkpoint's job, written by the first coordinator
+    REQUIRE_FALSE(c.sharded_job().has_value());
+    Adopt(c);
+    REQUIRE(c.sharded_job() == job);
+  }
+  CoordinatorShards c = Make(3);
+  REQUIRE(absl::IsFailedPrecondition(c.Resume(job, map.slice_layout(0))));  // no checkpoints kept
+  std::vector<std::vector<uint64_t>> asked;
+  c.SetRecover([&asked](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    asked = held;
+    return uint64_t{9};
+  });
+  absl::Status other = c.Resume(ShardedJob{Model(), 4, kPartition}, map.slice_layout(0));
+  REQUIRE(absl::IsFailedPrecondition(other));
+  REQUIRE(absl::StrContains(other.message(), "--shards"));
+  REQUIRE(absl::IsFailedPrecondition(c.Resume(job, map.slice_layout(1))));  // not this job's slice 0
+  REQUIRE(c.Resume(job, map.slice_layout(0)).ok());
+  REQUIRE(c.map()->fingerprint() == map.fingerprint());
+  REQUIRE(absl::IsUnavailable(c.Serving()));  // joins wait for every shard
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {9, 4})) == 2);
+  REQUIRE(absl::IsUnavailable(c.Serving()));
+  REQUIRE(asked.empty());
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {10, 9})) == 1);
+  REQUIRE(asked.size() == 3);
+  REQUIRE(asked[1] == std::vector<uint64_t>{10, 9});
+  REQUIRE(c.Serving().ok());
+  for (int shard : {1, 2}) {
+    std::vector<CoordinatorShards::Outgoing> out = Drain(c, shard);
+    REQUIRE(out.size() == 1);
+    REQUIRE(out[0].command.init().restore());
+    REQUIRE(out[0].command.init().version() == 9);
+    REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+  }
+  // Workers join with the job's model: the same map.
+  REQUIRE(c.PlanFor(Model())->fingerprint() == map.fingerprint());
+  c.Hooks().checkpoint(9);  // the version every server holds: not asked again
+  REQUIRE(Drain(c, 1).empty());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,96 @@
+#include "server/control/sync_round.h"
+
+#include "catch2/catch.hpp"
+#include "server/control/async_rule.h"
+#include "server/control/training_stats.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("a round sums b * g, reuses its storage, and tells members the closed plan", "[round]") {
+  SyncRound r;
+  const absl::Time t0 = absl::UnixEpoch();
+  REQUIRE_FALSE(r.open());
+  r.Open(t0, absl::Seconds(10), 3);
+  r.Open(t0 + absl::Seconds(5), absl::Seconds(10), 3);  // already open: the clock stays
+  REQUIRE(r.deadline() == t0 + absl::Seconds(10));
+  r.Add(1, 2, 2, {1, 2, 3}, {SampleSpan{0, {7, 8}}});
+  r.Add(2, 4, 4, {1, 1, 1}, {SampleSpan{0, {9, 10, 11, 12}}});
+  REQUIRE(r.sum() == std::vector<float>{6, 8, 10});
+  REQUIRE(r.samples() == 6);
+  REQUIRE(CountSamples(r.sample_ids()) == 6);
+  REQUIRE(r.Pushed(1));
+  r.MarkPresent(3);
+  r.Forget(2);
+  const float* storage = r.sum().data();
+  r.Close([](uint64_t id) { return static_cast<int64_t>(10 * id); });
+  REQUIRE_FALSE(r.open());
+  REQUIRE(r.batch_for(1) == 10);
+  REQUIRE(r.batch_for(3) == 30);
+  REQUIRE(r.batch_for(2) == -1);  // forgotten before the close
+  REQUIRE(r.sample_ids().empty());
+  // The next round's first push overwrites the old sum (no clearing), in the same storage.
+  r.Open(t0 + absl::Seconds(20), absl::Seconds(10), 3);
+  r.Add(1, 1, 1, {5, 5, 5}, {});
+  REQUIRE(r.sum() == std::vector<float>{5, 5, 5});
+  REQUIRE(r.sum().data() == storage);
+}
+
+TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[async]") {
+  // 4 live workers, each pushing a quarter of B = 64.
+  AsyncStep fresh = AsyncStepFor(16, 64, 4, 3, 0.9);
+  REQUIRE(fresh.lr_scale == Approx(0.25));  // s = n - 1: not damped
+  REQUIRE(fresh.buffer_blend == Approx(0.25));
+  REQUIRE(fresh.momentum == Approx(0.9 - 0.75));
+  AsyncStep stale = AsyncStepFor(16, 64, 4, 7, 0.9);
+  REQUIRE(stale.lr_scale == Approx(0.25 * 4 / 8.0));
+  REQUIRE(AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);     // a share above B: capped
+  REQUIRE(AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);          // never negative
+  // The ablation's switches: equal shares instead of b/B; no damping, plain momentum.
+  AsyncRuleOptions equal_share;
+  equal_share.lr_scaling = false;
+  REQUIRE(AsyncStepFor(48, 64, 4, 0, 0.9, equal_share).lr_scale == Approx(0.25));
+  AsyncRuleOptions plain;
+  plain.staleness_damping = false;
+  const AsyncStep undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
+  REQUIRE(undamped.lr_scale == Approx(0.25));
+  REQUIRE(undamped.momentum == Approx(0.9));
+  // Adam's beta1 is lowered as SGD's momentum is (the caller passes it in its place).
+  REQUIRE(AsyncStepFor(32, 64, 2, 1, 0.9).momentum == Approx(0.4));
+  // Adam's share of a global batch: b/B (capped at 1), 1/n with equal shares, 1 when off.
+  REQUIRE(AsyncStepFor(16, 64, 4, 7, 0.9).sample_share == Approx(0.25));  // not damped: a share of samples
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.9).sample_share == 1.0);
+  REQUIRE(AsyncStepFor(48, 64, 4, 0, 0.9, equal_share).sample_share == Approx(0.25));
+  AsyncRuleOptions full_steps;
+  full_steps.adam_sqrt_scaling = false;
+  REQUIRE(AsyncStepFor(16, 64, 4, 0, 0.9, full_steps).sample_share == 1.0);
+}
+
+TEST_CASE("the job's counters: samples, rounds, accuracy with its version, staleness clamped", "[stats]") {
+  TrainingStats s;
+  s.Trained(32, 0.5);
+  s.Trained(16, 0.25);
+  s.Round();
+  s.Accuracy(0.875, 7);
+  s.CountPush("applied");
+  s.CountPush("applied");
+  s.CountStaleness(3);
+  s.CountStaleness(1000);  // into the last bucket
+  REQUIRE(s.global_samples() == 48);
+  REQUIRE(s.last_loss() == 0.25);
+  REQUIRE(s.rounds() == 1);
+  REQUIRE(*s.test_accuracy() == 0.875);
+  REQUIRE(s.test_accuracy_version() == 7);
+  REQUIRE(s.pushes_by_result().at("applied") == 2);
+  REQUIRE(s.staleness_counts()[3] == 1);
+  REQUIRE(s.staleness_counts().back() == 1);
+  s.Restore(1000, 9);
+  REQUIRE(s.global_samples() == 1000);
+  REQUIRE(s.rounds() == 9);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

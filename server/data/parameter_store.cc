@@ -1,0 +1,317 @@
+#include "server/data/parameter_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/parallel_for.h"
+#include "common/tensor_codec.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+// Elements per range of a parallel step: 1 MiB of floats, so small models step inline.
+constexpr int64_t kStepGrain = 1 << 18;
+
+// The step's kernels over [lo, hi) of one tensor. Free functions with restrict
+// parameters and scalars by value, so that GCC vectorizes them (inside a lambda that
+// captures the scalars by reference it cannot: a store might change them).
+void BlendRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
+                float blend, float us) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
+}
+
+void SgdRange(float* __restrict out, float* __restrict v, const float* __restrict w, const float* __restrict u,
+              int64_t lo, int64_t hi, float mu, float scale, float wd, float lr) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float vi = mu * v[i] + scale * u[i] + wd * w[i];
+    v[i] = vi;
+    out[i] = w[i] - lr * vi;
+  }
+}
+
+// SGD without momentum (mu = 0 on every step of the job): the velocity would be written
+// and never read, so it is not kept: 3 model-sized streams instead of 5.
+void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
+                   float scale, float wd, float lr) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] - lr * (scale * u[i] + wd * w[i]);
+}
+
+struct AdamScalars {
+  float scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size;
+  bool decoupled;
+};
+
+void AdamRange(float* __restrict out, float* __restrict m, float* __restrict v, const float* __restrict w,
+               const float* __restrict u, int64_t lo, int64_t hi, const AdamScalars k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float g = k.scale * u[i];
+    float wi = w[i];
+    if (k.decoupled) {
+      wi *= 1 - k.lr * k.wd;
+    } else {
+      g += k.wd * wi;
+    }
+    m[i] = k.b1 * m[i] + (1 - k.b1) * g;
+    v[i] = k.b2 * v[i] + (1 - k.b2) * g * g;
+    out[i] = wi - k.step_size * m[i] / (std::sqrt(v[i]) / k.bias2_sqrt + k.eps);
+  }
+}
+
+// A step's scalars: the rate, decay, momentum and blend it runs with, and Adam's.
+struct StepScalars {
+  float lr = 0, wd = 0, scale = 0, us = 0, mu = 0, blend = 0;
+  bool velocity = false;  // SGD keeps a velocity (momentum configured, or this step's)
+  AdamScalars adam{};
+};
+
+// `lr`: the rate after the schedule and the step's scale; `time`: Adam's count after this
+// step, in global batches (1 first in sync); `share`: the step's part of a global batch
+// (Apply's square-root rule); `scale`: the update's scale after clipping.
+StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double share, double buffer_blend,
+                      double momentum, double update_scale, float scale) {
+  // Adam's first moment: the step's `momentum` when given (the async rule lowers beta1
+  // as it lowers SGD's momentum), per global batch; a push of share f decays it by ^f.
+  const double beta1 = o.kind != OptimizerKind::kSgd && momentum >= 0 ? momentum : o.beta1;
+  const float b1 = static_cast<float>(std::pow(beta1, share)), b2 = static_cast<float>(std::pow(o.beta2, share));
+  const float eps = static_cast<float>(o.eps / std::sqrt(share));
+  const float bias1 = static_cast<float>(1 - std::pow(beta1, time));
+  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, time)));
+  StepScalars k;
+  k.lr = static_cast<float>(lr);
+  k.wd = static_cast<float>(o.weight_decay);
+  k.scale = scale;
+  k.us = static_cast<float>(update_scale);
+  k.mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
+  k.blend = static_cast<float>(buffer_blend);
+  // A step's momentum is at most the configured one (the async rule only damps it).
+  k.velocity = o.momentum != 0 || k.mu != 0;
+  const float step_size = static_cast<float>(lr / std::sqrt(share)) / bias1;
+  k.adam = AdamScalars{scale, k.lr, k.wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
+  return k;
+}
+
+// Tensor t's elements within the flat range [begin, end): the optimizer's step (a buffer's
+// blend) from the snapshot `weights` into `next`; `m` and `v` the optimizer's state.
+void StepRange(const ModelLayout& layout, OptimizerKind kind, int t, int64_t begin, int64_t end, const StepScalars& k,
+               const float* weights, const float* update, float* next, float* m, float* v) {
+  const int64_t off = layout.offset(t);
+  const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout.size(t)) - off;
+  if (lo >= hi) return;
+  const float* w = weights + off;
+  float* out = next + off;
+  const float* u = update + off;
+  if (layout.is_buffer(t)) {
+    BlendRange(out, w, u, lo, hi, k.blend, k.us);
+  } else if (kind == OptimizerKind::kSgd && !k.velocity) {
+    PlainSgdRange(out, w, u, lo, hi, k.scale, k.wd, k.lr);
+  } else if (kind == OptimizerKind::kSgd) {
+    SgdRange(out, m + off, w, u, lo, hi, k.mu, k.scale, k.wd, k.lr);
+  } else {
+    AdamRange(out, m + off, v + off, w, u, lo, hi, k.adam);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "sgd") return OptimizerKind::kSgd;
+  if (n == "adam") return OptimizerKind::kAdam;
+  if (n == "adamw") return OptimizerKind::kAdamW;
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "' (want sgd, adam or adamw)"));
+}
+
+std::string OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "constant") return LrSchedule::kConstant;
+  if (n == "step") return LrSchedule::kStep;
+  if (n == "cosine") return LrSchedule::kCosine;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown learning-rate schedule '", name, "' (want constant, step or cosine)"));
+}
+
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
+  auto bad = [](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat("optimizer: ", what)); };
+  if (!(o.learning_rate > 0 && std::isfinite(o.learning_rate))) return bad("the learning rate must be > 0");
+  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum must be in [0, 1)");
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) return bad("weight decay must be >= 0");
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) return bad("betas must be in [0, 1)");
+  if (!(o.eps > 0 && std::isfinite(o.eps))) return bad("eps must be > 0");
+  if (!(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm))) return bad("the clipping norm must be >= 0");
+  if (!(o.lr_decay_epochs >= 0)) return bad("lr_decay_epochs must be >= 0");
+  if (o.lr_decay_steps > 0 && o.lr_decay_epochs > 0) {
+    return bad("the step schedule counts versions (lr_decay_steps) or epochs (lr_decay_epochs), not both");
+  }
+  if (o.schedule == LrSchedule::kStep &&
+      ((o.lr_decay_steps == 0 && o.lr_decay_epochs == 0) || !(o.lr_decay > 0 && o.lr_decay <= 1))) {
+    return bad("the step schedule needs lr_decay_steps > 0 or lr_decay_epochs > 0, and 0 < lr_decay <= 1");
+  }
+  if (o.schedule == LrSchedule::kCosine && (o.cosine_steps == 0 || !(o.lr_min >= 0 && o.lr_min <= o.learning_rate))) {
+    return bad("the cosine schedule needs cosine_steps > 0 and 0 <= lr_min <= lr");
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ParameterStore::StateNames() const {
+  if (options_.kind == OptimizerKind::kSgd) return {"momentum"};
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> values, uint64_t version) {
+  if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
+  if (static_cast<int64_t>(values.size()) != layout.total_elements()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial parameters have ", values.size(), " values, the layout needs ", layout.total_elements()));
+  }
+  if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
+  layout_ = std::move(layout);
+  state_.clear();
+  for (size_t i = 0; i < StateNames().size(); ++i)
+    state_.push_back(std::make_shared<std::vector<float>>(values.size()));
+  spare_state_.assign(state_.size(), nullptr);
+  weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
+  spare_.reset();
+  version_ = version;
+  adam_time_ = static_cast<double>(version);
+  return absl::OkStatus();
+}
+
+double ParameterStore::LearningRate() const {
+  const OptimizerOptions& o = options_;
+  if (version_ < o.warmup_steps) {
+    return o.learning_rate * static_cast<double>(version_ + 1) / static_cast<double>(o.warmup_steps);
+  }
+  const uint64_t s = version_ - o.warmup_steps;
+  switch (o.schedule) {
+    case LrSchedule::kConstant:
+      return o.learning_rate;
+    case LrSchedule::kStep:
+      if (o.lr_decay_epochs > 0) return o.learning_rate * std::pow(o.lr_decay, std::floor(epoch_ / o.lr_decay_epochs));
+      return o.learning_rate * std::pow(o.lr_decay, static_cast<double>(s / o.lr_decay_steps));
+    case LrSchedule::kCosine: {
+      const double progress = static_cast<double>(std::min(s, o.cosine_steps)) / static_cast<double>(o.cosine_steps);
+      return o.lr_min + (o.learning_rate - o.lr_min) * (1 + std::cos(M_PI * progress)) / 2;
+    }
+  }
+  return o.learning_rate;
+}
+
+float ParameterStore::ClippedScale(const std::vector<float>& update, double update_scale) const {
+  const float us = static_cast<float>(update_scale);
+  if (options_.clip_grad_norm <= 0) return us;
+  // Global-norm clipping over the parameters (buffers carry values, not gradients).
+  double sum = 0;
+  for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
+    if (layout_.is_buffer(t)) continue;
+    const float* g = update.data() + layout_.offset(t);
+    float part = 0;
+    for (int64_t i = 0; i < layout_.size(t); ++i) part += g[i] * g[i];
+    sum += part;
+  }
+  const double coef = options_.clip_grad_norm / (update_scale * std::sqrt(sum) + 1e-6);
+  return coef < 1 ? static_cast<float>(update_scale * coef) : us;
+}
+
+std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
+  // The new snapshot is written straight from the old one (no copy first), into the
+  // snapshot before it when no reader holds that any more (no allocation, no page faults).
+  std::shared_ptr<std::vector<float>> next;
+  if (spare_ != nullptr && spare_.use_count() == 1 && spare_->size() == weights_->size()) {
+    next = std::move(spare_);
+  } else {
+    next = std::make_shared<std::vector<float>>(weights_->size());
+  }
+  spare_.reset();
+  return next;
+}
+
+void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
+                           double update_scale, double sample_share) {
+  const int tensors = static_cast<int>(layout_.tensors().size());
+  const double share = sample_share > 0 ? std::min(sample_share, 1.0) : 1.0;
+  const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, adam_time_ + share, share, buffer_blend,
+                                  momentum, update_scale, ClippedScale(update, update_scale));
+  std::shared_ptr<std::vector<float>> next = NextSnapshot();
+  std::vector<const float*> copy_from;
+  DetachHeldState(&copy_from);
+  float* const m = state_.empty() ? nullptr : state_[0]->data();
+  float* const v = state_.size() < 2 ? nullptr : state_[1]->data();
+  // Element-wise: split across cores by ranges of the flat model (ParallelFor).
+  ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (size_t i = 0; i < state_.size(); ++i) {
+      if (copy_from[i] != nullptr) {
+        std::memcpy(state_[i]->data() + begin, copy_from[i] + begin, (end - begin) * sizeof(float));
+      }
+    }
+    for (int t = 0; t < tensors; ++t) {
+      StepRange(layout_, options_.kind, t, begin, end, k, weights_->data(), update.data(), next->data(), m, v);
+    }
+  });
+  spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
+  weights_ = std::move(next);
+  ++version_;
+  adam_time_ += share;
+}
+
+void ParameterStore::DetachHeldState(std::vector<const float*>* copy_from) {
+  copy_from->assign(state_.size(), nullptr);
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].use_count() == 1) continue;  // only the store holds it: stepped in place
+    std::shared_ptr<std::vector<float>>& spare = spare_state_[i];
+    if (spare == nullptr || spare.use_count() > 1 || spare->size() != state_[i]->size()) {
+      spare = std::make_shared<std::vector<float>>(state_[i]->size());
+    }
+    (*copy_from)[i] = state_[i]->data();  // the holder keeps it alive through the step
+    std::swap(state_[i], spare);
+  }
+}
+
+OptimizerBuffers ParameterStore::OptimizerState() const {
+  OptimizerBuffers out;
+  const std::vector<std::string> names = StateNames();
+  for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], state_[i]);
+  return out;
+}
+
+absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
+                                     uint64_t version, double adam_time) {
+  if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
+  const std::vector<std::string> names = StateNames();
+  std::vector<std::string> got;
+  for (const auto& [name, values] : state) got.push_back(name);
+  if (got != names) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", OptimizerName(options_.kind), " optimizer's state is ",
+                                                   absl::StrJoin(names, ", "), "; the checkpoint has ",
+                                                   got.empty() ? "none" : absl::StrJoin(got, ", ")));
+  }
+  for (const auto& [name, values] : state) {
+    if (values == nullptr || values->size() != weights.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " buffer size mismatch"));
+    }
+    if (!AllFinite(*values)) return absl::InvalidArgumentError(absl::StrCat(name, " buffer contains NaN or Inf"));
+  }
+  if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
+  for (size_t i = 0; i < state.size(); ++i) *state_[i] = *state[i].second;
+  if (adam_time >= 0) adam_time_ = adam_time;
+  return absl::OkStatus();
+}
+
+}  // namespace server
+}  // namespace omnilearn

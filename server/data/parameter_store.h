@@ -1,0 +1,147 @@
+// The model weights (parameters and buffers) and the optimizer: SGD with momentum, Adam
+// or AdamW, a learning-rate schedule (warm-up, then constant, step or cosine) and
+// optional global gradient-norm clipping.
+#ifndef OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_
+#define OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/model_layout.h"
+
+namespace omnilearn {
+namespace server {
+
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+enum class LrSchedule { kConstant, kStep, kCosine };
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
+std::string OptimizerName(OptimizerKind kind);
+absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double learning_rate = 0.05;  // for one step on a gradient averaged over the global batch
+  double momentum = 0.9;        // sgd
+  double weight_decay = 1e-4;   // sgd, adam: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;           // adam, adamw
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // The rate at step t (t = the model version before the step):
+  //   t < warmup_steps: learning_rate * (t + 1) / warmup_steps;
+  //   then, with s = t - warmup_steps:
+  //   kConstant: learning_rate
+  //   kStep:     learning_rate * lr_decay ^ floor(s / lr_decay_steps), or with
+  //              lr_decay_epochs: learning_rate * lr_decay ^ floor(epoch / lr_decay_epochs)
+  //              (epoch: samples trained / the data set's size, as SetEpoch last said)
+  //   kCosine:   lr_min + (learning_rate - lr_min) * (1 + cos(pi * min(s, cosine_steps) / cosine_steps)) / 2
+  LrSchedule schedule = LrSchedule::kConstant;
+  uint64_t warmup_steps = 0;
+  uint64_t lr_decay_steps = 0;
+  double lr_decay_epochs = 0;  // the step schedule in epochs instead of versions
+  double lr_decay = 0.1;
+  uint64_t cosine_steps = 0;
+  double lr_min = 0;
+  // Scales the parameters' gradient down to this global L2 norm when it is larger
+  // (0 = off), as torch.nn.utils.clip_grad_norm_ does.
+  double clip_grad_norm = 0;
+};
+
+// InvalidArgument naming the option out of range.
+absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
+
+// The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
+// "exp_avg" and "exp_avg_sq" (adam, adamw). Immutable once handed out.
+using OptimizerBuffers = std::vector<std::pair<std::string, std::shared_ptr<const std::vector<float>>>>;
+
+// Thread-compatible: the server core serializes access. Snapshots returned by
+// weights() are immutable and may be read from any thread.
+class ParameterStore {
+ public:
+  explicit ParameterStore(const OptimizerOptions& options) : options_(options) {}
+
+  // Sets the model. FailedPrecondition if already set; InvalidArgument on a size
+  // mismatch or non-finite values.
+  absl::Status Initialize(ModelLayout layout, std::vector<float> values, uint64_t version = 0);
+  bool initialized() const { return weights_ != nullptr; }
+
+  // One optimizer step with the rate LearningRate() * lr_scale on the parameters'
+  // slots of `update` (their gradient), and, for buffer tensors, a blend of the current
+  // values toward the update's (b += buffer_blend * (u - b); 1 = take them). For SGD a
+  // gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push with
+  // lr_scale = b/B moves the model by its share of one global-batch step. `momentum`
+  // overrides OptimizerOptions::momentum (SGD) or beta1 (Adam, AdamW) for this step when
+  // >= 0. `update` is
+  // taken times `update_scale` (a sum of b_k * g_k times 1 / sum b_k is the weighted
+  // mean). Bumps the version. `update` must have layout().total_elements() finite values
+  // (checked by callers).
+  //
+  // `sample_share` is the part of a global batch the step stands for: 1 in sync, b/B for
+  // an async push (AsyncStep::sample_share). Adam and AdamW follow the square-root
+  // scaling rule for adaptive methods (Malladi et al., NeurIPS 2022, "On the SDEs and
+  // Scaling Rules for Adaptive Gradient Algorithms"): a step on share f of the batch
+  // moves by lr * lr_scale / sqrt(f) (lr_scale carries f itself, as for SGD: so sqrt(f)
+  // of a full step), with moments decaying by beta^f, epsilon / sqrt(f), and the bias
+  // correction counting shares; the decoupled decay stays lr * lr_scale * wd (linear in
+  // the samples). So n pushes of B/n samples follow the trajectory of one global-batch
+  // step at the sync rate. SGD ignores it.
+  void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
+             double update_scale = 1.0, double sample_share = 1.0);
+
+  double LearningRate() const;
+  // Where training stands in epochs (the step schedule in epochs reads it).
+  void SetEpoch(double epoch) { epoch_ = epoch; }
+  uint64_t version() const { return version_; }
+  // Adam's step count in global batches: the sum of the steps' sample shares (= version
+  // in sync). Kept in checkpoints (CheckpointState::adam_time).
+  double adam_time() const { return adam_time_; }
+  const ModelLayout& layout() const { return layout_; }
+  std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
+  const OptimizerOptions& options() const { return options_; }
+  // The optimizer's state (Adam's step count is the version), shared, not copied: the
+  // store's buffers are handed out as they are, and the next Apply writes the state into
+  // other buffers while any of these is held (copy on write, range by range inside the
+  // step). So a checkpoint copies nothing under the server's lock.
+  OptimizerBuffers OptimizerState() const;
+  // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
+  // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
+  // optimizer does not have (or lacks). `adam_time` < 0 (a checkpoint of an earlier
+  // release): the version.
+  absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state, uint64_t version,
+                       double adam_time = -1);
+
+ private:
+  std::vector<std::string> StateNames() const;
+  // The update's scale after global-norm clipping (update_scale when there is none).
+  float ClippedScale(const std::vector<float>& update, double update_scale) const;
+  // The buffer the step writes the new snapshot into: the one before when no reader holds it.
+  std::shared_ptr<std::vector<float>> NextSnapshot();
+
+  // Before a step: each state buffer held outside (OptimizerState) is replaced by a
+  // free one, and its old values' address goes in `copy_from` (else null) for the step
+  // to copy range by range.
+  void DetachHeldState(std::vector<const float*>* copy_from);
+
+  OptimizerOptions options_;
+  ModelLayout layout_;
+  std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
+  std::shared_ptr<std::vector<float>> spare_;               // the one before: reused once no reader holds it
+  std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
+  // State buffers a checkpoint held when a step replaced them: reused by a later
+  // replacement once nobody holds them (no allocation, no page faults).
+  std::vector<std::shared_ptr<std::vector<float>>> spare_state_;
+  uint64_t version_ = 0;
+  double adam_time_ = 0;  // adam_time()
+  double epoch_ = 0;      // SetEpoch
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_

@@ -1,0 +1,315 @@
+// The store's arithmetic in closed form: schedules, clipping, buffers, state names.
+// server/optimizer_torch_test.cc checks the optimizers against LibTorch's own.
+#include "server/data/parameter_store.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+ModelLayout TwoTensors(bool second_is_buffer) {
+  return *ModelLayout::Create({TensorSpec{"w", {2}}, TensorSpec{"bn.running_mean", {2}, second_is_buffer}});
+}
+
+double RateAt(OptimizerOptions o, uint64_t version) {
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}, version).ok());
+  return s.LearningRate();
+}
+
+TEST_CASE("Warm-up rises linearly, then step, cosine or constant") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.warmup_steps = 4;
+  REQUIRE(RateAt(o, 0) == Approx(0.25));
+  REQUIRE(RateAt(o, 3) == Approx(1.0));
+  REQUIRE(RateAt(o, 100) == Approx(1.0));
+  o.schedule = LrSchedule::kStep;
+  o.lr_decay_steps = 10;
+  o.lr_decay = 0.5;
+  REQUIRE(RateAt(o, 13) == Approx(1.0));    // s = 9
+  REQUIRE(RateAt(o, 14) == Approx(0.5));    // s = 10
+  REQUIRE(RateAt(o, 34) == Approx(0.125));  // s = 30
+  o.schedule = LrSchedule::kCosine;
+  o.cosine_steps = 100;
+  o.lr_min = 0.1;
+  REQUIRE(RateAt(o, 4) == Approx(1.0));
+  REQUIRE(RateAt(o, 54) == Approx(0.55));  // half way: the mean of lr and lr_min
+  REQUIRE(RateAt(o, 104) == Approx(0.1));
+  REQUIRE(RateAt(o, 1000) == Approx(0.1));  // stays at lr_min
+}
+
+TEST_CASE("The step schedule in epochs decays at epoch boundaries, whatever the versions") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.schedule = LrSchedule::kStep;
+  o.lr_decay_epochs = 2;
+  o.lr_decay = 0.5;
+  REQUIRE(ValidateOptimizerOptions(o).ok());
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}, 5000).ok());
+  REQUIRE(s.LearningRate() == Approx(1.0));  // epoch 0
+  s.SetEpoch(1.99);
+  REQUIRE(s.LearningRate() == Approx(1.0));
+  s.SetEpoch(2.0);
+  REQUIRE(s.LearningRate() == Approx(0.5));
+  s.SetEpoch(4.5);
+  REQUIRE(s.LearningRate() == Approx(0.25));
+  o.lr_decay_steps = 10;  // versions and epochs at once: which?
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions(o).message(), "not both"));
+}
+
+TEST_CASE("Options out of range are refused, naming the option") {
+  OptimizerOptions o;
+  REQUIRE(ValidateOptimizerOptions(o).ok());
+  o.schedule = LrSchedule::kCosine;
+  REQUIRE(ValidateOptimizerOptions(o).code() == absl::StatusCode::kInvalidArgument);
+  o = OptimizerOptions();
+  o.beta2 = 1.0;
+  REQUIRE(ValidateOptimizerOptions(o).code() == absl::StatusCode::kInvalidArgument);
+  o = OptimizerOptions();
+  o.clip_grad_norm = -1;
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions(o).message(), "clipping"));
+  REQUIRE(ParseOptimizer("AdamW").value() == OptimizerKind::kAdamW);
+  REQUIRE(absl::StrContains(ParseOptimizer("lion").status().message(), "sgd, adam or adamw"));
+  REQUIRE(absl::StrContains(ParseLrSchedule("linear").status().message(), "constant, step or cosine"));
+}
+
+TEST_CASE("Clipping scales the parameters' gradient to the norm; buffers are not gradients") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  o.clip_grad_norm = 1.0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(true), {0, 0, 0, 0}).ok());
+  s.Apply({3, 4, 100, 100}, 1.0);  // norm 5 -> 1; the buffer's 100s are values
+  const std::vector<float>& w = *s.weights();
+  REQUIRE(w[0] == Approx(-0.6).margin(1e-5));
+  REQUIRE(w[1] == Approx(-0.8).margin(1e-5));
+  REQUIRE(w[2] == 100);
+  REQUIRE(w[3] == 100);
+}
+
+TEST_CASE("SGD without momentum steps without a velocity; a damped step of a momentum job keeps it") {
+  OptimizerOptions o;
+  o.learning_rate = 0.5;
+  o.momentum = 0;
+  o.weight_decay = 0.1;
+  ParameterStore plain(o);
+  REQUIRE(plain.Initialize(TwoTensors(false), {1, 2, 3, 4}).ok());
+  plain.Apply({1, 1, 1, 1}, 1.0);
+  for (int i = 0; i < 4; ++i) {
+    const float w0 = static_cast<float>(i + 1);
+    REQUIRE((*plain.weights())[i] == Approx(w0 - 0.5f * (1 + 0.1f * w0)));
+  }
+  // momentum 0.9, a first step damped to momentum 0: its velocity is the next step's.
+  o.momentum = 0.9;
+  o.weight_decay = 0;
+  ParameterStore damped(o);
+  REQUIRE(damped.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  damped.Apply({1, 1, 1, 1}, 1.0, 1.0, /*momentum=*/0);
+  REQUIRE((*damped.weights())[0] == Approx(-0.5));
+  damped.Apply({0, 0, 0, 0}, 1.0);  // v = 0.9 * 1 + 0
+  REQUIRE((*damped.weights())[0] == Approx(-0.5 - 0.45));
+}
+
+TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(true), {1, 1, 2, 4}).ok());
+  s.Apply({0, 0, 6, 8}, 1.0, /*buffer_blend=*/0.25);
+  const std::vector<float>& w = *s.weights();
+  REQUIRE(w[0] == 1);            // zero gradient
+  REQUIRE(w[2] == Approx(3.0));  // 2 + 0.25 * (6 - 2)
+  REQUIRE(w[3] == Approx(5.0));
+  REQUIRE((*s.OptimizerState()[0].second)[2] == 0);  // no optimizer state moves for a buffer
+}
+
+TEST_CASE("Each optimizer names its state, and a checkpoint of another is refused") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  ParameterStore adam(o);
+  REQUIRE(adam.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  auto state = adam.OptimizerState();
+  REQUIRE(state.size() == 2);
+  REQUIRE(state[0].first == "exp_avg");
+  REQUIRE(state[1].first == "exp_avg_sq");
+  ParameterStore sgd{OptimizerOptions()};
+  absl::Status s = sgd.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3);
+  REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(s.message(), "momentum"));
+  ParameterStore adam2(o);
+  REQUIRE(adam2.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3).ok());
+  REQUIRE(adam2.version() == 3);
+  REQUIRE(adam2.adam_time() == 3.0);  // a checkpoint without it: the version
+  ParameterStore adam3(o);
+  REQUIRE(adam3.Restore(TwoTensors(false), {0, 0, 0, 0}, state, 3, 1.75).ok());
+  REQUIRE(adam3.adam_time() == 1.75);
+}
+
+// One weight, Adam or AdamW, lr 0.1; `pushes` steps of share f with lr_scale f (what an
+// async push of b = f * B takes), gradient `g` every time. The weight after them.
+double AdamPushes(OptimizerKind kind, double weight_decay, double f, int pushes, float g, double* adam_time = nullptr) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.learning_rate = 0.1;
+  o.weight_decay = weight_decay;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  for (int i = 0; i < pushes; ++i) s.Apply({g}, f, 1.0, -1, 1.0, f);
+  if (adam_time != nullptr) *adam_time = s.adam_time();
+  return (*s.weights())[0];
+}
+
+TEST_CASE("Adam's square-root rule: a push of share f steps sqrt(f) of a full step, moments by shares", "[store]") {
+  // From zero moments the bias-corrected moments are g and g^2 at any share, so the step is
+  // lr * f / sqrt(f) = lr * sqrt(f): 0.1 * 0.5 = 0.05 at f = 1/4.
+  REQUIRE(AdamPushes(OptimizerKind::kAdam, 0, 0.25, 1, 2.0f) == Approx(0.95).epsilon(1e-6));
+  double time = 0;
+  AdamPushes(OptimizerKind::kAdam, 0, 0.25, 4, 2.0f, &time);
+  REQUIRE(time == 1.0);  // four quarters are one global batch for the bias correction
+  // A share of 1 is the plain Adam step (the sync path, checked against LibTorch).
+  REQUIRE(AdamPushes(OptimizerKind::kAdam, 0, 1.0, 1, 2.0f) == Approx(0.9).epsilon(1e-6));
+  // Noise dominates Adam's second moment in minibatch training: a quarter batch's gradient
+  // has 4x the variance, so its normalized step is 2x smaller, which sqrt(f) makes up for.
+  // Gradients of mean zero (pure noise), standard deviation 1 for a full batch and 2 for a
+  // quarter: four quarter pushes spread the weight as far as one full step does (root
+  // mean square over 300 seeded walks of 25 global batches); at lr_scale f alone, half.
+  auto spread = [](double f, double sqrt_share) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> noise(0.0f, static_cast<float>(1 / std::sqrt(f)));
+    OptimizerOptions o;
+    o.kind = OptimizerKind::kAdam;
+    o.learning_rate = 0.1;
+    double sum = 0;
+    for (int walk = 0; walk < 300; ++walk) {
+      ParameterStore s(o);
+      REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {0.0f}).ok());
+      for (int i = 0; i < static_cast<int>(25 / f); ++i) s.Apply({noise(rng)}, f, 1.0, -1, 1.0, sqrt_share);
+      sum += (*s.weights())[0] * (*s.weights())[0];
+    }
+    return std::sqrt(sum / 300);
+  };
+  const double full = spread(1.0, 1.0);
+  REQUIRE(spread(0.25, 0.25) == Approx(full).epsilon(0.15));
+  REQUIRE(spread(0.25, 1.0) < 0.65 * full);  // each push a full Adam step at lr * f: what async did before
+  // A step's momentum is Adam's beta1 (the async rule lowers it): 1, then -1, at beta1 0.4
+  // gives m = 0.4 * 0.6 - 0.6 = -0.36 over a bias of 0.84, v's bias-corrected value 1.
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.learning_rate = 0.1;
+  ParameterStore lowered(adam);
+  REQUIRE(lowered.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  lowered.Apply({1.0f}, 1.0, 1.0, 0.4);
+  lowered.Apply({-1.0f}, 1.0, 1.0, 0.4);
+  REQUIRE((*lowered.weights())[0] == Approx(0.9 + 0.1 * 0.36 / 0.84).epsilon(1e-4));  // float moments
+  // The decoupled decay stays linear in the samples: four quarter pushes decay as one step.
+  const double decayed = AdamPushes(OptimizerKind::kAdamW, 0.5, 0.25, 4, 0.0f);
+  REQUIRE(decayed == Approx(std::pow(1 - 0.1 * 0.25 * 0.5, 4)).epsilon(1e-6));
+  // SGD takes lr_scale as it is, whatever the share.
+  OptimizerOptions sgd;
+  sgd.learning_rate = 0.1;
+  ParameterStore a(sgd), b(sgd);
+  REQUIRE(a.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  REQUIRE(b.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
+  a.Apply({2.0f}, 0.25, 1.0, -1, 1.0, 0.25);
+  b.Apply({2.0f}, 0.25);
+  REQUIRE(*a.weights() == *b.weights());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reused", "[store]") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  std::shared_ptr<const std::vector<float>> held = s.weights();  // a pull in flight
+  s.Apply({1, 1, 1, 1}, 1.0);
+  s.Apply({1, 1, 1, 1}, 1.0);  // the spare is `held`: still read, so not reused
+  REQUIRE(*held == std::vector<float>{0, 0, 0, 0});
+  REQUIRE((*s.weights())[0] == -2);
+  const float* before = s.weights()->data();
+  s.Apply({1, 1, 1, 1}, 1.0);
+  held.reset();
+  s.Apply({1, 1, 1, 1}, 1.0);  // the snapshot of two steps ago, released: its storage is reused
+  REQUIRE(s.weights()->data() == before);
+  REQUIRE((*s.weights())[3] == -4);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+std::vector<std::vector<float>> StateValues(const ParameterStore& s) {
+  std::vector<std::vector<float>> out;
+  for (const auto& [name, values] : s.OptimizerState()) out.push_back(*values);
+  return out;
+}
+
+TEST_CASE("a captured optimizer state is not copied and not overwritten; the steps are as without it", "[store]") {
+  // Larger than one range of the parallel step, so the copy on write runs range by range.
+  const int64_t n = (1 << 18) * 2 + 1000;
+  const ModelLayout layout = *ModelLayout::Create({TensorSpec{"w", {n}}});
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  ParameterStore captured(o), plain(o);
+  REQUIRE(captured.Initialize(layout, std::vector<float>(n, 1.0f)).ok());
+  REQUIRE(plain.Initialize(layout, std::vector<float>(n, 1.0f)).ok());
+  auto gradient = [n](float base) {
+    std::vector<float> g(n);
+    for (int64_t i = 0; i < n; ++i) g[i] = base + static_cast<float>(i % 7) * 0.01f;
+    return g;
+  };
+  auto step_both = [&](float base) {
+    captured.Apply(gradient(base), 1.0);
+    plain.Apply(gradient(base), 1.0);
+  };
+  step_both(0.5f);
+  const float* in_place = captured.OptimizerState()[0].second->data();
+  step_both(0.25f);
+  REQUIRE(captured.OptimizerState()[0].second->data() == in_place);  // nobody held it: stepped in place
+
+  OptimizerBuffers first = captured.OptimizerState();
+  REQUIRE(first[0].second->data() == in_place);  // shared, not copied
+  const std::vector<std::vector<float>> at_capture = StateValues(captured);
+  step_both(-0.5f);
+  step_both(0.75f);
+  for (size_t i = 0; i < first.size(); ++i) REQUIRE(*first[i].second == at_capture[i]);
+  REQUIRE(captured.OptimizerState()[0].second->data() != in_place);
+  REQUIRE(StateValues(captured) == StateValues(plain));
+  REQUIRE(*captured.weights() == *plain.weights());
+
+  // Released, the first capture's buffers serve the step after the next capture.
+  first.clear();
+  OptimizerBuffers second = captured.OptimizerState();
+  step_both(0.1f);
+  REQUIRE(captured.OptimizerState()[0].second->data() == in_place);
+  REQUIRE(StateValues(captured) == StateValues(plain));
+  REQUIRE(*captured.weights() == *plain.weights());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,136 @@
+#include "server/data/shard_apply.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/shard_map.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+
+ShardApplier::ShardApplier(ShardApplierOptions options, ShardCore* shard)
+    : options_(std::move(options)),
+      shard_(shard),
+      checkpoints_(options_.checkpoint_dir.empty()
+                       ? std::nullopt
+                       : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)) {}
+
+absl::Status ShardApplier::Prepare() const {
+  return checkpoints_.has_value() ? checkpoints_->Prepare() : absl::OkStatus();
+}
+
+void ShardApplier::Restart() { pending_.reset(); }
+
+std::vector<uint64_t> ShardApplier::CheckpointVersions() const {
+  return checkpoints_.has_value() ? checkpoints_->Versions() : std::vector<uint64_t>{};
+}
+
+absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
+  if (absl::Status s = CheckShardCommand(c); !s.ok()) return s;
+  if (pending_ != nullptr && !c.has_chunk()) {
+    return absl::InvalidArgumentError("the slice's values ended before they were complete");
+  }
+  switch (c.kind_case()) {
+    case v1::ShardCommand::kInit:
+      return ApplyInit(c.init());
+    case v1::ShardCommand::kChunk:
+      return ApplyChunk(c.chunk());
+    case v1::ShardCommand::kSession:
+      if (c.session().closed()) {
+        shard_->CloseSession(c.session().worker_id());
+      } else {
+        shard_->OpenSession(c.session().worker_id(), c.session().session_secret());
+      }
+      return absl::OkStatus();
+    case v1::ShardCommand::kStep:
+      return shard_->Step(StepFromProto(c.step()));
+    case v1::ShardCommand::kCheckpoint:
+      return ApplyCheckpoint(c.checkpoint());
+    default:
+      return absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");
+  }
+}
+
+absl::Status ShardApplier::ApplyInit(const v1::ShardInit& init) {
+  absl::StatusOr<ModelLayout> layout = ParseLayout(init.layout());
+  if (!layout.ok()) return layout.status();
+  absl::StatusOr<ShardMap> map = ShardMap::Plan(*layout, options_.shards, options_.partition_bytes);
+  if (!map.ok()) return map.status();
+  const uint32_t index = init.index();  // >= 1 (CheckShardCommand); compared before any cast
+  if (map->fingerprint() != init.fingerprint() || index >= static_cast<uint32_t>(map->shards()) ||
+      (options_.index != 0 && index != static_cast<uint32_t>(options_.index))) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this shard's map of the model (%s, fingerprint %016x, slice %d asked) is not the coordinator's "
+        "(fingerprint %016x, slice %u): the shard and the coordinator are of different releases or jobs",
+        map->DebugString(), map->fingerprint(), options_.index, init.fingerprint(), index));
+  }
+  auto p = std::make_unique<PendingInit>();
+  p->init = init;
+  p->slice = map->slice_layout(static_cast<int>(index));
+  p->fingerprint = map->fingerprint();
+  if (absl::Status s = OptimizerFromProto(init.optimizer(), &p->optimizer); !s.ok()) return s;
+  if (init.restore()) return ApplyRestore(*p);
+  p->values.emplace(&p->slice);
+  pending_ = std::move(p);
+  return pending_->values->complete() ? FinishInit() : absl::OkStatus();
+}
+
+absl::Status ShardApplier::ApplyChunk(const v1::TensorChunk& chunk) {
+  if (pending_ == nullptr) return absl::InvalidArgumentError("a chunk of the slice's values without an init");
+  if (absl::Status s = pending_->values->Add(chunk); !s.ok()) return s;
+  return pending_->values->complete() ? FinishInit() : absl::OkStatus();
+}
+
+absl::Status ShardApplier::FinishInit() {
+  std::unique_ptr<PendingInit> p = std::move(pending_);
+  absl::StatusOr<std::vector<float>> values = p->values->Finish();
+  if (!values.ok()) return values.status();
+  const v1::ShardInit& init = p->init;
+  if (absl::Status s = shard_->Init(p->slice, *std::move(values), init.version(), p->optimizer,
+                                    absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
+      !s.ok()) {
+    return s;
+  }
+  fingerprint_ = p->fingerprint;
+  Log(absl::StrFormat("holding slice %u of the model (map fingerprint %016x)", init.index(), fingerprint_));
+  return absl::OkStatus();
+}
+
+absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
+  const v1::ShardInit& init = p.init;
+  if (!checkpoints_.has_value()) {
+    return absl::FailedPreconditionError(
+        "the coordinator restores the slice from a checkpoint, and this shard keeps none (--checkpoint_dir)");
+  }
+  absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (absl::Status s = shard_->Restore(p.slice, *checkpoint, p.optimizer,
+                                       absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (is ", checkpoints_->dir(), " another job's?)"));
+  }
+  if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
+  fingerprint_ = p.fingerprint;
+  Log(absl::StrCat("slice ", init.index(), " back at its checkpoint of version ", init.version()));
+  return absl::OkStatus();
+}
+
+absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
+  if (!checkpoints_.has_value()) return absl::OkStatus();  // nothing kept: a restart cannot resume (logged at start)
+  absl::StatusOr<CheckpointState> state = shard_->Capture();
+  if (!state.ok()) return state.status();
+  if (state->version != checkpoint.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
+                        state->version));
+  }
+  absl::StatusOr<std::string> path = checkpoints_->Write(*state);
+  if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
+  Log(absl::StrCat("checkpoint ", *path));
+  return absl::OkStatus();
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,83 @@
+// A shard server's side of the coordinator's commands (docs/SHARDING.md), without a
+// network: each command range-checked (CheckShardCommand), then applied to the shard's
+// data plane in the stream's order: an init and its chunks (the slice's first values) or
+// a restore from the slice's checkpoint, sessions, steps, checkpoints. ShardLink feeds it
+// from the Shard call; tests and the shard-plane fuzzer feed it directly.
+#ifndef OMNILEARN_SERVER_DATA_SHARD_APPLY_H_
+#define OMNILEARN_SERVER_DATA_SHARD_APPLY_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model_layout.h"
+#include "common/tensor_codec.h"
+#include "proto/omnilearn.pb.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/data/shard_core.h"
+
+namespace omnilearn {
+namespace server {
+
+struct ShardApplierOptions {
+  int shards = 2;               // the job's, as this shard was started
+  int64_t partition_bytes = 0;  // the job's partitions
+  int index = 0;                // the slice asked for (0 = any)
+  // The slice's checkpoints, at the versions the coordinator names (empty = none).
+  std::string checkpoint_dir;
+  int checkpoint_keep = 3;
+  std::function<void(const std::string&)> log;  // null = silent
+};
+
+// Not thread-safe: one control stream's thread uses it.
+class ShardApplier {
+ public:
+  ShardApplier(ShardApplierOptions options, ShardCore* shard);
+  // Creates the checkpoint directory (and clears a crash's partial files).
+  absl::Status Prepare() const;
+  // A new registration's stream begins: an init whose values were not all received is
+  // forgotten.
+  void Restart();
+  // Applies one command. An error means the stream cannot go on: InvalidArgument for a
+  // field out of range or out of order (a chunk without an init), FailedPrecondition for
+  // a map or slice that is not this shard's, a missed step, a checkpoint it cannot write
+  // or a restore it cannot read.
+  absl::Status Apply(const v1::ShardCommand& command);
+  // The fingerprint of the map this shard holds a slice of (0 before its first init).
+  uint64_t fingerprint() const { return fingerprint_; }
+  // The versions of the slice's checkpoints (empty without a checkpoint directory).
+  std::vector<uint64_t> CheckpointVersions() const;
+
+ private:
+  // An init whose chunks are still coming: its slice layout outlives the assembler.
+  struct PendingInit {
+    v1::ShardInit init;
+    ModelLayout slice;
+    OptimizerOptions optimizer;
+    uint64_t fingerprint = 0;
+    std::optional<ChunkAssembler> values;
+  };
+  absl::Status ApplyInit(const v1::ShardInit& init);
+  absl::Status ApplyChunk(const v1::TensorChunk& chunk);
+  absl::Status FinishInit();  // the pending init's values are complete
+  absl::Status ApplyRestore(const PendingInit& p);
+  absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  void Log(const std::string& line) const {
+    if (options_.log) options_.log(line);
+  }
+
+  const ShardApplierOptions options_;
+  ShardCore* const shard_;
+  const std::optional<CheckpointDir> checkpoints_;
+  std::unique_ptr<PendingInit> pending_;
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_DATA_SHARD_APPLY_H_

@@ -1,0 +1,202 @@
+#include "server/data/shard_apply.h"
+
+#include <cstdlib>
+#include <numeric>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+#include "common/shard_map.h"
+#include "common/tensor_codec.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr int64_t kPartition = 64;  // 16 floats: the model is cut into 4 partitions, 2 slices
+
+ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
+ShardMap Map() { return *ShardMap::Plan(Model(), 2, kPartition); }
+
+ShardApplier Make(ShardCore* shard, std::string dir = "") {
+  return ShardApplier({/*shards=*/2, kPartition, /*index=*/0, std::move(dir), 3, nullptr}, shard);
+}
+
+v1::ShardCommand Init(uint32_t index = 1) {
+  v1::ShardCommand c;
+  v1::ShardInit* init = c.mutable_init();
+  init->set_index(index);
+  *init->mutable_layout() = LayoutToProto(Model());
+  *init->mutable_optimizer() = OptimizerToProto(OptimizerOptions(), absl::Seconds(5));
+  init->set_fingerprint(Map().fingerprint());
+  init->set_sync(true);
+  return c;
+}
+
+// Slice 1's values, 0, 1, 2, ..., as the coordinator's chunks.
+std::vector<v1::ShardCommand> Values() {
+  std::vector<float> values(Map().slice_elements(1));
+  std::iota(values.begin(), values.end(), 0.0f);
+  std::vector<v1::ShardCommand> out;
+  ForEachChunk(Map().slice_layout(1), values.data(), 32, [&](v1::TensorChunk& chunk) {
+    v1::ShardCommand c;
+    *c.mutable_chunk() = chunk;
+    out.push_back(c);
+    return true;
+  });
+  return out;
+}
+
+v1::ShardCommand Session(WorkerId id, std::string secret) {
+  v1::ShardCommand c;
+  c.mutable_session()->set_worker_id(id);
+  c.mutable_session()->set_session_secret(std::move(secret));
+  return c;
+}
+
+v1::ShardCommand Step(uint64_t version) {
+  v1::ShardCommand c;
+  v1::ShardStep* step = c.mutable_step();
+  step->set_version(version);
+  step->set_update_scale(1);
+  step->set_learning_rate(0.1);
+  step->set_buffer_blend(1);
+  step->set_momentum(-1);
+  return c;
+}
+
+TEST_CASE("an init and its chunks give the shard its slice; sessions and steps follow", "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  REQUIRE(a.fingerprint() == 0);
+  REQUIRE(a.Apply(Init()).ok());
+  std::vector<v1::ShardCommand> values = Values();
+  REQUIRE(values.size() > 1);
+  REQUIRE_FALSE(shard.initialized());
+  for (const v1::ShardCommand& c : values) REQUIRE(a.Apply(c).ok());
+  REQUIRE(shard.initialized());
+  REQUIRE(a.fingerprint() == Map().fingerprint());
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  REQUIRE(shard.Authenticate(7, "secret").ok());
+  REQUIRE(a.Apply(Step(0)).ok());  // no members: the version moves on
+  REQUIRE(shard.version() == 1);
+  REQUIRE(absl::IsFailedPrecondition(a.Apply(Step(0))));  // a step missed or replayed
+}
+
+TEST_CASE("commands out of order are refused", "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  REQUIRE(absl::IsInvalidArgument(a.Apply(Values()[0])));  // a chunk without an init
+  REQUIRE(a.Apply(Init()).ok());
+  REQUIRE(absl::IsInvalidArgument(a.Apply(Session(7, "s"))));  // the values ended early
+  a.Restart();                                                 // a new stream: the half-received init is forgotten
+  REQUIRE(absl::IsInvalidArgument(a.Apply(Values()[0])));
+  v1::ShardCommand unknown;
+  REQUIRE(absl::IsInvalidArgument(a.Apply(unknown)));
+}
+
+TEST_CASE("every field of an init is range-checked before use", "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  for (uint32_t index : {0u, 2u, 1u << 31, 0xffffffffu}) {  // slice 0 is the coordinator's; 2 is no slice
+    v1::ShardCommand c = Init(index);
+    REQUIRE_FALSE(a.Apply(c).ok());
+  }
+  v1::ShardCommand other = Init();
+  other.mutable_init()->set_fingerprint(Map().fingerprint() ^ 1);
+  REQUIRE(absl::IsFailedPrecondition(a.Apply(other)));
+  v1::ShardCommand layout = Init();
+  layout.mutable_init()->mutable_layout()->mutable_tensors(0)->set_shape(0, -1);
+  REQUIRE_FALSE(a.Apply(layout).ok());
+  v1::ShardCommand kind = Init();
+  kind.mutable_init()->mutable_optimizer()->set_kind("lbfgs");
+  REQUIRE(absl::IsInvalidArgument(a.Apply(kind)));
+  const double nan = std::nan("");
+  struct Bad {
+    const char* field;
+    std::function<void(v1::ShardOptimizer*)> set;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"momentum", [](v1::ShardOptimizer* o) { o->set_momentum(1); }},
+           {"momentum", [nan](v1::ShardOptimizer* o) { o->set_momentum(nan); }},
+           {"weight_decay", [](v1::ShardOptimizer* o) { o->set_weight_decay(-1); }},
+           {"beta1", [](v1::ShardOptimizer* o) { o->set_beta1(1); }},
+           {"beta2", [](v1::ShardOptimizer* o) { o->set_beta2(-0.1); }},
+           {"eps", [](v1::ShardOptimizer* o) { o->set_eps(0); }},
+           {"round_timeout_seconds", [](v1::ShardOptimizer* o) { o->set_round_timeout_seconds(1e300); }},
+           {"round_timeout_seconds", [](v1::ShardOptimizer* o) { o->set_round_timeout_seconds(-1); }},
+       }) {
+    v1::ShardCommand c = Init();
+    bad.set(c.mutable_init()->mutable_optimizer());
+    const absl::Status s = a.Apply(c);
+    INFO(bad.field << ": " << s.ToString());
+    REQUIRE(absl::IsInvalidArgument(s));
+    REQUIRE(absl::StrContains(s.message(), bad.field));
+  }
+  REQUIRE_FALSE(shard.initialized());
+}
+
+TEST_CASE("every field of a step and a session is range-checked before use", "[shard_apply]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Bad {
+    const char* field;
+    std::function<void(v1::ShardStep*)> set;
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"update_scale", [](v1::ShardStep* s) { s->set_update_scale(-1); }},
+           {"update_scale", [inf](v1::ShardStep* s) { s->set_update_scale(inf); }},
+           {"learning_rate", [](v1::ShardStep* s) { s->set_learning_rate(-0.1); }},
+           {"learning_rate", [](v1::ShardStep* s) { s->set_learning_rate(std::nan("")); }},
+           {"buffer_blend", [](v1::ShardStep* s) { s->set_buffer_blend(2); }},
+           {"momentum", [](v1::ShardStep* s) { s->set_momentum(1); }},
+           {"momentum", [](v1::ShardStep* s) { s->set_momentum(-2); }},
+           {"members.weight", [](v1::ShardStep* s) { s->add_members()->set_weight(-1); }},
+           {"members.weight", [inf](v1::ShardStep* s) { s->add_members()->set_weight(inf); }},
+           {"members",
+            [](v1::ShardStep* s) {
+              for (int i = 0; i <= kMaxStepMembers; ++i) s->add_members()->set_weight(1);
+            }},
+       }) {
+    v1::ShardCommand c = Step(0);
+    bad.set(c.mutable_step());
+    const absl::Status s = CheckShardCommand(c);
+    INFO(bad.field << ": " << s.ToString());
+    REQUIRE(absl::IsInvalidArgument(s));
+    REQUIRE(absl::StrContains(s.message(), bad.field));
+  }
+  REQUIRE(CheckShardCommand(Step(0)).ok());
+  REQUIRE(absl::IsInvalidArgument(CheckShardCommand(Session(1, ""))));  // an open session needs its secret
+  REQUIRE(absl::IsInvalidArgument(CheckShardCommand(Session(1, std::string(kMaxSessionSecretBytes + 1, 's')))));
+  v1::ShardCommand closed = Session(1, "");
+  closed.mutable_session()->set_closed(true);
+  REQUIRE(CheckShardCommand(closed).ok());
+}
+
+TEST_CASE("a restore needs the slice's checkpoint of the version", "[shard_apply]") {
+  ShardCore shard({});
+  v1::ShardCommand restore = Init();
+  restore.mutable_init()->set_restore(true);
+  restore.mutable_init()->set_version(4);
+  ShardApplier none = Make(&shard);
+  REQUIRE(absl::IsFailedPrecondition(none.Apply(restore)));
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ShardApplier kept = Make(&shard, std::string(tmp ? tmp : "/tmp") + "/shard_apply_test");
+  REQUIRE(kept.Prepare().ok());
+  REQUIRE(kept.CheckpointVersions().empty());
+  REQUIRE_FALSE(kept.Apply(restore).ok());  // no checkpoint of version 4
+  REQUIRE(kept.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(kept.Apply(c).ok());
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  REQUIRE(kept.Apply(checkpoint).ok());
+  REQUIRE(kept.CheckpointVersions() == std::vector<uint64_t>{0});
+  checkpoint.mutable_checkpoint()->set_version(3);  // not the slice's version
+  REQUIRE(absl::IsFailedPrecondition(kept.Apply(checkpoint)));
+  restore.mutable_init()->set_version(0);
+  REQUIRE(kept.Apply(restore).ok());
+  REQUIRE(shard.version() == 0);
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,300 @@
+#include "server/data/shard_core.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/constant_time.h"
+#include "server/control/push_check.h"
+
+namespace omnilearn {
+namespace server {
+
+ShardCore::ShardCore(ShardCoreOptions options)
+    : options_(std::move(options)),
+      push_bytes_(
+          registry_.AddCounter("omnilearn_shard_push_bytes_total", "gradient bytes pushed to this shard").Add({})),
+      pull_bytes_(registry_.AddCounter("omnilearn_shard_pull_bytes_total", "model bytes this shard sent").Add({})),
+      slice_bytes_(registry_.AddGauge("omnilearn_shard_slice_bytes", "float32 bytes of this shard's slice").Add({})),
+      version_gauge_(registry_.AddGauge("omnilearn_shard_model_version", "the version of this shard's slice").Add({})),
+      step_seconds_(registry_
+                        .AddHistogram("omnilearn_shard_step_seconds",
+                                      "from the coordinator's step to this slice stepped (the wait for the members' "
+                                      "slices included)",
+                                      {}, {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30})
+                        .Add({})),
+      slices_left_out_(registry_
+                           .AddCounter("omnilearn_shard_slices_left_out_total",
+                                       "members' slices a step went without (they did not come in the round timeout)")
+                           .Add({})) {}
+
+namespace {
+
+// Each step brings its own rate: a slice's store takes rate 1 times the step's.
+absl::StatusOr<std::unique_ptr<ParameterStore>> SliceStore(OptimizerOptions optimizer) {
+  optimizer.learning_rate = 1;
+  optimizer.schedule = LrSchedule::kConstant;
+  optimizer.warmup_steps = 0;
+  optimizer.clip_grad_norm = 0;
+  if (absl::Status s = ValidateOptimizerOptions(optimizer); !s.ok()) return s;
+  return std::make_unique<ParameterStore>(optimizer);
+}
+
+}  // namespace
+
+absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint64_t version, OptimizerOptions optimizer,
+                             absl::Duration member_wait, bool sync) {
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
+  if (!store.ok()) return store.status();
+  if (absl::Status s = (*store)->Initialize(std::move(slice), std::move(values), version); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (store_ != nullptr && store_->version() != version) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("this shard's slice is at version %d and the coordinator sends version %d: restart the shard",
+                        store_->version(), version));
+  }
+  Install(*std::move(store), member_wait, sync);
+  return absl::OkStatus();
+}
+
+absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
+                                absl::Duration member_wait, bool sync) {
+  if (!(checkpoint.layout == slice)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint of version ", checkpoint.version,
+                     " holds another slice than this shard's: ", checkpoint.layout.DescribeDifference(slice)));
+  }
+  if (checkpoint.optimizer != OptimizerName(optimizer.kind)) {
+    return absl::InvalidArgumentError(absl::StrCat("the checkpoint's optimizer is ", checkpoint.optimizer,
+                                                   ", the job's is ", OptimizerName(optimizer.kind)));
+  }
+  absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
+  if (!store.ok()) return store.status();
+  if (absl::Status s = (*store)->Restore(slice, *checkpoint.weights, checkpoint.optimizer_state, checkpoint.version,
+                                         checkpoint.adam_time);
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock lock(&mu_);
+  Install(*std::move(store), member_wait, sync);
+  sessions_.clear();
+  return absl::OkStatus();
+}
+
+void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync) {
+  store_ = std::move(store);
+  slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
+  version_gauge_.Set(static_cast<double>(store_->version()));
+  member_wait_ = member_wait;
+  sync_ = sync;
+  pending_.clear();  // a push waiting answers "not applied"
+}
+
+absl::StatusOr<CheckpointState> ShardCore::Capture() const {
+  absl::MutexLock lock(&mu_);
+  if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  CheckpointState s = CaptureStore(*store_);
+  s.mode = sync_ ? "sync" : "async";
+  s.created = options_.clock->Now();
+  return s;
+}
+
+bool ShardCore::initialized() const {
+  absl::MutexLock lock(&mu_);
+  return store_ != nullptr;
+}
+
+uint64_t ShardCore::version() const {
+  absl::MutexLock lock(&mu_);
+  return store_ == nullptr ? 0 : store_->version();
+}
+
+void ShardCore::OpenSession(WorkerId id, std::string secret) {
+  absl::MutexLock lock(&mu_);
+  sessions_[id] = std::move(secret);
+}
+
+void ShardCore::CloseSession(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  sessions_.erase(id);
+  pending_.erase(id);
+}
+
+void ShardCore::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+}
+
+absl::Status ShardCore::NoSession(WorkerId id) {
+  return absl::NotFoundError(absl::StrCat("worker ", id, " has no session on this shard: join the coordinator"));
+}
+
+absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) const {
+  absl::MutexLock lock(&mu_);
+  // The coordinator announced the session when the worker joined, on a stream of its own:
+  // the worker's first call here may come before it.
+  auto announced = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shutdown_ || sessions_.count(id) > 0; };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&announced), options_.clock->Now() + kAnnouncementWait);
+  auto it = sessions_.find(id);
+  // Refused at the header: nothing of an unknown session's push is read (report-only and
+  // out-of-memory pushes included).
+  if (it == sessions_.end()) return NoSession(id);
+  if (ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id, "'s session secret"));
+}
+
+absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) {
+  if (info.out_of_memory || info.report_only || info.idle) {  // nothing of this slice: the coordinator handles them
+    {
+      absl::MutexLock lock(&mu_);
+      if (sessions_.count(info.id) == 0) return NoSession(info.id);
+    }
+    PushResult r;
+    r.version = version();
+    return r;
+  }
+  absl::MutexLock lock(&mu_);
+  if (sessions_.count(info.id) == 0) return NoSession(info.id);
+  if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
+    return s;
+  }
+  Pending& p = pending_[info.id];
+  if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
+  p = Pending{info.version, std::move(gradient)};
+  // Until a step takes it (one push in flight per session: nobody replaces it meanwhile).
+  auto done = [this, id = info.id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = pending_.find(id);
+    return shutdown_ || it == pending_.end() || it->second.taken || it->second.released;
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done),
+                                    std::min(deadline, options_.clock->Now() + member_wait_));
+  auto it = pending_.find(info.id);
+  PushResult r;
+  r.applied = it != pending_.end() && it->second.taken;
+  if (!r.applied) r.message = "the coordinator's step did not take this slice";
+  r.version = store_->version();
+  return r;
+}
+
+absl::StatusOr<ModelSnapshot> ShardCore::Pull(WorkerId id, uint64_t have_version, uint64_t min_version,
+                                              absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  if (sessions_.count(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("worker ", id, " has no session on this shard: join the coordinator"));
+  }
+  // Until the version comes, or the session ends here (the slice went back to a checkpoint,
+  // whose version may never reach min_version again, or the worker was dropped).
+  auto ready = [this, id, min_version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || sessions_.count(id) == 0 || (store_ != nullptr && store_->version() >= min_version);
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&ready), deadline);
+  if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  if (sessions_.count(id) == 0) return NoSession(id);
+  if (store_ == nullptr) return absl::UnavailableError("this shard has no slice yet: retry");
+  if (store_->version() < min_version) {
+    return absl::DeadlineExceededError(absl::StrFormat("this shard's slice is at version %d, behind the %d asked for",
+                                                       store_->version(), min_version));
+  }
+  ModelSnapshot snap;
+  snap.version = store_->version();
+  snap.layout = store_->layout();
+  if (have_version != snap.version) snap.weights = store_->weights();
+  return snap;
+}
+
+absl::StatusOr<ModelLayout> ShardCore::Layout() const {
+  absl::MutexLock lock(&mu_);
+  if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  return store_->layout();
+}
+
+void ShardCore::CountPushBytes(int64_t bytes) { push_bytes_.Increment(static_cast<double>(bytes)); }
+
+void ShardCore::CountPullBytes(int64_t bytes) { pull_bytes_.Increment(static_cast<double>(bytes)); }
+
+absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& step) {
+  if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
+  if (store_->version() != step.version) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the coordinator's step from version %d, and this slice is at %d: a step was missed",
+                        step.version, store_->version()));
+  }
+  auto all_here = [this, &step]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutdown_) return true;
+    for (const ReplicatedStep::Member& m : step.members) {
+      if (sessions_.count(m.id) == 0) continue;  // closed here: its slice is not awaited
+      auto it = pending_.find(m.id);
+      if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) return false;
+    }
+    return true;
+  };
+  options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_here), options_.clock->Now() + member_wait_);
+  if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  Taken taken;
+  for (const ReplicatedStep::Member& m : step.members) {
+    taken.all_weight += m.weight;
+    auto it = pending_.find(m.id);
+    if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+      // Like a worker late for a round: dropped. Its session ends here, so no later step
+      // waits for it and its next call is told to join again.
+      slices_left_out_.Increment();
+      if (sessions_.erase(m.id) > 0) {
+        Log(
+            absl::StrFormat("worker %d's slice for version %d did not come in %.0f s: step %d taken without it; "
+                            "its session ends here (it joins again)",
+                            m.id, m.model_version, absl::ToDoubleSeconds(member_wait_), step.version));
+      }
+      continue;
+    }
+    taken.taken_weight += m.weight;
+    taken.slices.emplace_back(std::move(it->second.gradient), m.weight);
+    it->second.gradient.clear();
+  }
+  return taken;
+}
+
+void ShardCore::MarkTaken(const ReplicatedStep& step) {
+  for (auto& [id, p] : pending_) {
+    for (const ReplicatedStep::Member& m : step.members) {
+      if (m.id == id && m.model_version == p.version) p.taken = true;
+    }
+    // Sync: a slice of this version or older the round did not take never will be.
+    if (sync_ && !p.taken && p.version <= step.version) p.released = true;
+  }
+}
+
+absl::Status ShardCore::Step(const ReplicatedStep& step) {
+  const absl::Time start = options_.clock->Now();
+  absl::StatusOr<Taken> taken;
+  int64_t elements = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    taken = TakeMembers(step);
+    if (!taken.ok()) return taken.status();
+    elements = store_->layout().total_elements();
+    update_.assign(elements, 0.0f);
+  }
+  // The weighted sum, outside the lock (pushes and pulls go on); only this thread steps.
+  // A member whose slice never came leaves its weight out of the mean (async: a step of
+  // rate 0, which keeps the version in step with the coordinator's).
+  const double scale = taken->taken_weight > 0 ? step.update_scale * taken->all_weight / taken->taken_weight : 0;
+  for (auto& [gradient, weight] : taken->slices) {
+    const float w = static_cast<float>(weight * scale);
+    float* out = update_.data();
+    const float* in = gradient.data();
+    for (int64_t i = 0; i < elements; ++i) out[i] += w * in[i];
+    buffers_.Return(std::move(gradient));
+  }
+  const bool none = taken->slices.empty();
+  absl::MutexLock lock(&mu_);
+  store_->Apply(update_, none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend, step.momentum, 1.0,
+                step.sample_share);
+  MarkTaken(step);
+  version_gauge_.Set(static_cast<double>(store_->version()));
+  step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
+  return absl::OkStatus();
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,145 @@
+// A shard server's data plane (docs/SHARDING.md): one slice of the model, its optimizer
+// state, the workers' pending slices of gradient, and the steps the coordinator decided,
+// replayed in its order. It decides nothing itself: which workers' gradients a step takes,
+// with which weights and rate, comes from the coordinator (ReplicatedStep), so every
+// shard moves to the same version from the same pushes.
+#ifndef OMNILEARN_SERVER_DATA_SHARD_CORE_H_
+#define OMNILEARN_SERVER_DATA_SHARD_CORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/control/data_plane.h"
+#include "server/control/parameter_server_core.h"
+#include "server/data/parameter_store.h"
+
+namespace omnilearn {
+namespace server {
+
+struct ShardCoreOptions {
+  const Clock* clock = Clock::Real();           // not owned
+  std::function<void(const std::string&)> log;  // null = silent
+};
+
+// Thread-safe: the control stream's thread calls Init, the session calls and Step; the
+// gRPC threads call the DataPlane methods.
+class ShardCore : public DataPlane {
+ public:
+  explicit ShardCore(ShardCoreOptions options);
+
+  // The slice, its first values and the optimizer (whose rate each step brings: the
+  // options' learning_rate and schedule are not used). `member_wait` bounds how long a
+  // step waits for a member's slice. FailedPrecondition when a step was taken already
+  // (the slice's training would be lost); InvalidArgument on sizes or values.
+  absl::Status Init(ModelLayout slice, std::vector<float> values, uint64_t version, OptimizerOptions optimizer,
+                    absl::Duration member_wait, bool sync = true);
+  // The slice from its checkpoint (the job went back to a common checkpoint): weights,
+  // optimizer state and version, whatever the slice held before. The pushes waiting are
+  // answered (not applied) and the sessions forgotten: the workers join again.
+  // InvalidArgument when the checkpoint is not of `slice`'s layout.
+  absl::Status Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
+                       absl::Duration member_wait, bool sync);
+  // The slice as a checkpoint holds it (weights and optimizer state shared, not copied);
+  // FailedPrecondition before the slice's first values.
+  absl::StatusOr<CheckpointState> Capture() const;
+  bool initialized() const;
+  void OpenSession(WorkerId id, std::string secret);
+  void CloseSession(WorkerId id);
+  // Takes the step on this slice once every member's slice for its model version is here,
+  // or, past member_wait, with the members that came (the others' weights left out, and
+  // logged): a member whose slice did not come is dropped like a late worker, its session
+  // ended on this shard (its next call is refused NotFound: it joins again), and no later
+  // step waits for it. FailedPrecondition when the slice is not at step.version (a step
+  // missed).
+  absl::Status Step(const ReplicatedStep& step);
+  uint64_t version() const;
+  // Wakes every waiting call; later pulls answer Unavailable.
+  void Shutdown();
+
+  // How long a call waits for its session to be announced (Authenticate).
+  static constexpr absl::Duration kAnnouncementWait = absl::Seconds(2);
+
+  // DataPlane. Authenticate waits up to kAnnouncementWait for a session the coordinator
+  // has not announced yet (its command may be behind the worker's first call); a session
+  // still unknown then is refused NotFound, before anything of its call is read. A push keeps the
+  // worker's slice until a step takes it (one per worker: a newer push replaces it) and
+  // answers then (applied), or when a sync step of its version was taken without it, or
+  // at the deadline or member_wait (not applied); NotFound for a session the coordinator
+  // has not announced (or closed), InvalidArgument for a size or a non-finite value. A pull
+  // waits for min_version until the deadline, unless its session ends meanwhile (a
+  // restore, a drop): NotFound then, so the worker joins again at once.
+  absl::Status Authenticate(WorkerId id, absl::string_view secret) const override;
+  absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) override;
+  absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version, uint64_t min_version,
+                                     absl::Time deadline) override;
+  absl::StatusOr<ModelLayout> Layout() const override;
+  BufferPool& buffers() override { return buffers_; }
+  const Clock& clock() const override { return *options_.clock; }
+  void Log(const std::string& line) const override {
+    if (options_.log) options_.log(line);
+  }
+  void CountRejectedPush(WorkerId, const std::string&) override {}
+  void CountUnauthenticated() override {}
+  void CountPushBytes(int64_t bytes) override;
+  void CountPullBytes(int64_t bytes) override;
+  // The shard's /metrics: bytes in and out, the slice's size and version, each step's
+  // latency (from the coordinator's command to the slice stepped, the wait for the
+  // members' slices included) and the members' slices a step went without.
+  metrics::Registry& registry() { return registry_; }
+
+ private:
+  static absl::Status NoSession(WorkerId id);
+  // The store an Init or a Restore built, in place of the slice held so far.
+  void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step's members' slices, as it takes them: each with its weight, and the weights of all
+  // members and of those whose slice came.
+  struct Taken {
+    std::vector<std::pair<std::vector<float>, double>> slices;
+    double all_weight = 0, taken_weight = 0;
+  };
+  // Waits (bounded) for the step's members' slices and takes those that came; a member
+  // whose slice did not come is left out and its session ends here.
+  absl::StatusOr<Taken> TakeMembers(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the step: the pushes it took are answered, a sync round's others released.
+  void MarkTaken(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct Pending {
+    uint64_t version = 0;
+    std::vector<float> gradient;
+    bool taken = false;     // a step took it
+    bool released = false;  // sync: the step of its version was taken without it
+  };
+
+  const ShardCoreOptions options_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<ParameterStore> store_ ABSL_GUARDED_BY(mu_);
+  absl::Duration member_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
+  bool sync_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Reused by every step; only Step's thread (the control stream's) touches it, partly
+  // outside mu_ (the weighted sum), so it is not guarded by it.
+  std::vector<float> update_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  BufferPool buffers_;
+  metrics::Registry registry_;
+  metrics::Counter& push_bytes_;
+  metrics::Counter& pull_bytes_;
+  metrics::Gauge& slice_bytes_;
+  metrics::Gauge& version_gauge_;
+  metrics::Histogram& step_seconds_;
+  metrics::Counter& slices_left_out_;
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_DATA_SHARD_CORE_H_

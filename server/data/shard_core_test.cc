@@ -1,0 +1,205 @@
+#include "server/data/shard_core.h"
+
+#include <thread>
+
+#include "catch2/catch.hpp"
+#include "common/await_state.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+ModelLayout Slice() { return *ModelLayout::Create({{"w@0", {3}}, {"bn.mean@0", {1}, true}}); }
+
+OptimizerOptions PlainSgd() {
+  OptimizerOptions o;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  return o;
+}
+
+PushInfo PushOf(WorkerId id, uint64_t version) {
+  PushInfo p;
+  p.id = id;
+  p.batch = 1;
+  p.version = version;
+  return p;
+}
+
+ReplicatedStep StepOf(uint64_t version, std::vector<ReplicatedStep::Member> members, double scale, double lr) {
+  ReplicatedStep s;
+  s.version = version;
+  s.members = std::move(members);
+  s.update_scale = scale;
+  s.learning_rate = lr;
+  return s;
+}
+
+TEST_CASE("a shard replays the coordinator's step: weighted mean of the members' slices, the step's rate",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(PushOf(2, 0), {3, 2, 1, 20}, absl::InfinitePast()).ok());
+  // weights 1 and 3, mean over 4: g = (2.5, 2, 1.5), buffer 17.5; rate 0.1
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
+  auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
+  REQUIRE(snap.ok());
+  REQUIRE(snap->version == 1);
+  const std::vector<float>& w = *snap->weights;
+  REQUIRE(w[0] == Approx(1 - 0.25));
+  REQUIRE(w[1] == Approx(1 - 0.2));
+  REQUIRE(w[2] == Approx(1 - 0.15));
+  REQUIRE(w[3] == Approx(17.5));
+  const std::string m = shard.registry().Serialize();
+  REQUIRE(m.find("omnilearn_shard_model_version 1\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_slice_bytes 16\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_step_seconds_count 1\n") != std::string::npos);
+  REQUIRE(m.find("omnilearn_shard_slices_left_out_total 0\n") != std::string::npos);
+}
+
+TEST_CASE("a step waits for a member's slice, and a step from another version is refused", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  std::thread control([&] { REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}}, 1, 1)).ok()); });
+  REQUIRE(shard.version() == 0);  // waiting for worker 1's slice
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  control.join();
+  REQUIRE(shard.version() == 1);
+  REQUIRE(absl::IsFailedPrecondition(shard.Step(StepOf(0, {}, 1, 1))));
+}
+
+TEST_CASE("a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
+          "[shard_core]") {
+  FakeClock clock;
+  std::vector<std::string> log;
+  ShardCore shard({&clock, [&](const std::string& l) { log.push_back(l); }});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  REQUIRE(shard.Push(PushOf(1, 0), {2, 2, 2, 4}, absl::InfinitePast()).ok());
+  std::thread control([&] { REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 1}}, 0.5, 1)).ok()); });
+  while (shard.version() == 0) clock.Advance(absl::Seconds(1));
+  control.join();
+  auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
+  REQUIRE(snap.ok());
+  REQUIRE((*snap->weights)[0] == Approx(-2));  // worker 1's alone, its weight renormalized
+  REQUIRE((*snap->weights)[3] == Approx(4));
+  REQUIRE(log.size() == 1);
+  REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 1\n") != std::string::npos);
+  // Worker 2 pushed its other slices (the coordinator keeps it in its rounds) but never
+  // this one: its session ended here, so the next step does not wait for it, and its
+  // calls are told to join again.
+  REQUIRE(shard.Push(PushOf(1, 1), {2, 2, 2, 4}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 1)).ok());  // at once: no clock advance
+  REQUIRE(shard.version() == 2);
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(2, 2), {1, 1, 1, 1}, absl::InfinitePast()).status()));
+  REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 2\n") != std::string::npos);
+}
+
+TEST_CASE("only announced sessions push and pull, with their secret", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(7, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));
+  PushInfo report = PushOf(7, 0);
+  report.report_only = true;  // an unknown session's report is no more welcome than its gradient
+  REQUIRE(absl::IsNotFound(shard.Push(report, {}, absl::InfinitePast()).status()));
+  report.report_only = false;
+  report.out_of_memory = true;
+  REQUIRE(absl::IsNotFound(shard.Push(report, {}, absl::InfinitePast()).status()));
+  shard.OpenSession(7, "s");
+  REQUIRE(absl::IsPermissionDenied(shard.Authenticate(7, "x")));
+  REQUIRE(shard.Authenticate(7, "s").ok());
+  REQUIRE(absl::IsInvalidArgument(shard.Push(PushOf(7, 0), {1, 1}, absl::InfinitePast()).status()));
+  REQUIRE(absl::IsInvalidArgument(
+      shard.Push(PushOf(7, 0), {1, std::numeric_limits<float>::quiet_NaN(), 1, 1}, absl::InfinitePast()).status()));
+  REQUIRE(absl::IsDeadlineExceeded(shard.Pull(7, 0, 3, absl::InfinitePast()).status()));
+  shard.CloseSession(7);
+  REQUIRE(absl::IsNotFound(shard.Pull(7, 0, 0, absl::InfinitePast()).status()));
+}
+
+TEST_CASE("a worker's first call may come before the coordinator's announcement of its session", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  absl::Status early;
+  std::thread call([&] { early = shard.Authenticate(7, "s"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));  // it waits for the announcement...
+  shard.OpenSession(7, "s");                                 // ...which comes
+  call.join();
+  REQUIRE(early.ok());
+  std::thread wrong([&] { early = shard.Authenticate(8, "t"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  shard.OpenSession(8, "other");  // the secret is checked against the announced session
+  wrong.join();
+  REQUIRE(absl::IsPermissionDenied(early));
+  // Never announced: after the wait the call is refused at its header, report-only too.
+  std::thread never([&] { early = shard.Authenticate(9, "u"); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  clock.Advance(ShardCore::kAnnouncementWait);
+  never.join();
+  REQUIRE(absl::IsNotFound(early));
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(9, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));
+}
+
+TEST_CASE("a shard's slice goes back to its checkpoint: weights, optimizer state, version; sessions end",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  OptimizerOptions momentum = PlainSgd();
+  momentum.momentum = 0.9;
+  REQUIRE(absl::IsFailedPrecondition(shard.Capture().status()));
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, momentum, absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}}, 1, 0.1)).ok());
+  const CheckpointState at1 = *shard.Capture();
+  REQUIRE(at1.version == 1);
+  REQUIRE(at1.layout == Slice());
+  REQUIRE(at1.optimizer_state.size() == 1);
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
+  const std::vector<float> at2 = *shard.Pull(1, 0, 2, absl::InfinitePast())->weights;
+
+  REQUIRE(shard.Restore(Slice(), at1, momentum, absl::Seconds(5), true).ok());
+  REQUIRE(shard.version() == 1);
+  REQUIRE(absl::IsNotFound(shard.Pull(1, 0, 1, absl::InfinitePast()).status()));  // the workers join again
+  shard.OpenSession(1, "a");
+  REQUIRE(*shard.Pull(1, 0, 1, absl::InfinitePast())->weights == *at1.weights);
+  // The same step again reaches the same slice: the momentum came back too.
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 5}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
+  REQUIRE(*shard.Pull(1, 0, 2, absl::InfinitePast())->weights == at2);
+
+  // A pull waiting for a version the coordinator answered before it was lost: the slice goes
+  // back to a checkpoint below it, and the pull is told at once to join again (it waited
+  // until its deadline, 600 s by default, and the job stalled).
+  absl::StatusOr<ModelSnapshot> waiting;
+  std::thread puller([&] { waiting = shard.Pull(1, 0, 3, absl::InfiniteFuture()); });
+  REQUIRE(AwaitState([&] { return clock.waiters() > 0; }));
+  REQUIRE(shard.Restore(Slice(), at1, momentum, absl::Seconds(5), true).ok());
+  puller.join();
+  REQUIRE(absl::IsNotFound(waiting.status()));
+
+  CheckpointState other = at1;
+  other.layout = *ModelLayout::Create({{"w@0", {4}}});
+  REQUIRE(absl::IsInvalidArgument(shard.Restore(Slice(), other, momentum, absl::Seconds(5), true)));
+  REQUIRE(absl::IsInvalidArgument(shard.Restore(
+      Slice(), at1,
+      [] {
+        OptimizerOptions adam;
+        adam.kind = OptimizerKind::kAdam;
+        return adam;
+      }(),
+      absl::Seconds(5), true)));
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

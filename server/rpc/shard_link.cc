@@ -1,0 +1,149 @@
+#include "server/rpc/shard_link.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/grpc_security.h"
+#include "common/shard_map.h"
+#include "common/tensor_codec.h"
+#include "proto/omnilearn.grpc.pb.h"
+#include "server/data/parameter_store.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+
+ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
+    : options_(std::move(options)),
+      applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
+                options_.checkpoint_keep, options_.log},
+               shard) {}
+
+absl::Status ShardLink::Prepare() const { return applier_.Prepare(); }
+
+void ShardLink::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+absl::Status ShardLink::Run() {
+  absl::Time give_up = absl::Now() + options_.start_timeout;
+  while (true) {
+    bool registered = false;
+    absl::Status s = RunOnce(&registered);
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return absl::OkStatus();
+    }
+    if (registered && (absl::IsAborted(s) || absl::IsUnavailable(s))) {
+      // The job goes back to a common checkpoint (Aborted), or the link broke: the
+      // coordinator may be restarting, and it resumes from the servers' common checkpoint.
+      if (options_.log) {
+        options_.log(absl::IsAborted(s) ? absl::StrCat("the coordinator asks: ", s.message())
+                                        : absl::StrCat(s.message(), "; registering again for up to ",
+                                                       absl::FormatDuration(options_.start_timeout)));
+      }
+      give_up = absl::Now() + options_.start_timeout;
+      if (absl::IsUnavailable(s)) absl::SleepFor(absl::Seconds(1));
+      continue;
+    }
+    if (registered || !absl::IsUnavailable(s)) return s;
+    if (absl::Now() >= give_up) {
+      return absl::UnavailableError(absl::StrCat("the coordinator ", options_.coordinator, " did not answer in ",
+                                                 absl::FormatDuration(options_.start_timeout), ": ", s.message()));
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
+
+absl::Status ShardLink::RunOnce(bool* registered) {
+  grpc::ChannelArguments args;
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
+  grpc::ClientContext ctx;
+  AddPeerToken(ctx, options_.peer_token);
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return absl::OkStatus();
+    context_ = &ctx;
+  }
+  applier_.Restart();
+  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader = stub->Shard(&ctx, Hello());
+  v1::ShardCommand c;
+  absl::Status applied;
+  while (applied.ok() && reader->Read(&c)) {
+    *registered = true;
+    applied = applier_.Apply(c);
+  }
+  if (!applied.ok()) ctx.TryCancel();
+  grpc::Status finished = reader->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+  }
+  if (!applied.ok()) return applied;
+  if (*registered && finished.ok()) return absl::OkStatus();  // the coordinator's job ended
+  if (*registered && finished.error_code() == grpc::StatusCode::ABORTED) {
+    return absl::AbortedError(finished.error_message());
+  }
+  if (*registered) {
+    return absl::UnavailableError(
+        absl::StrCat("lost the link to the coordinator ", options_.coordinator, ": ", finished.error_message()));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
+}
+
+absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
+                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                             const std::string& auth_token, uint64_t session, const std::string& secret,
+                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout) {
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(address, credentials));
+  grpc::ClientContext ctx;
+  AddBearerToken(ctx, auth_token);  // a Pull, as a worker's: under the export's own session
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::PullRequest request;
+  request.set_worker_id(session);
+  request.set_have_version(~0ull);
+  request.set_session_secret(secret);
+  request.set_min_version(version);
+  std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader = stub->Pull(&ctx, request);
+  v1::PullResponse r;
+  ChunkAssembler assembler(&slice);
+  absl::Status s;
+  if (reader->Read(&r)) {
+    if (!r.has_header() || r.header().model_version() != version) {
+      s = absl::FailedPreconditionError(
+          absl::StrFormat("the shard at %s sent version %d, not %d", address, r.header().model_version(), version));
+    }
+    while (s.ok() && reader->Read(&r))
+      s = r.has_chunk() ? assembler.Add(r.chunk()) : absl::InvalidArgumentError("a second header");
+  }
+  if (!s.ok()) ctx.TryCancel();
+  grpc::Status finished = reader->Finish();
+  if (!s.ok()) return s;
+  if (!finished.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(finished.error_code()),
+                        absl::StrCat("the shard at ", address, ": ", finished.error_message()));
+  }
+  return assembler.Finish();
+}
+
+v1::ShardHello ShardLink::Hello() const {
+  v1::ShardHello hello;
+  hello.set_address(options_.address);
+  hello.set_shards(static_cast<uint32_t>(options_.shards));
+  hello.set_partition_bytes(options_.partition_bytes);
+  hello.set_index(static_cast<uint32_t>(options_.index));
+  for (uint64_t v : applier_.CheckpointVersions()) hello.add_checkpoint_versions(v);
+  hello.set_fingerprint(applier_.fingerprint());
+  return hello;
+}
+
+}  // namespace server
+}  // namespace omnilearn

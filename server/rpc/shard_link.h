@@ -1,0 +1,89 @@
+// A shard server's link to its coordinator (docs/SHARDING.md): registers over the Shard
+// call and applies what the coordinator sends (the slice's first values, sessions, steps)
+// to the shard's data plane, in order.
+#ifndef OMNILEARN_SERVER_RPC_SHARD_LINK_H_
+#define OMNILEARN_SERVER_RPC_SHARD_LINK_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/omnilearn.pb.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/data/shard_apply.h"
+#include "server/data/shard_core.h"
+
+namespace omnilearn {
+namespace server {
+
+struct ShardLinkOptions {
+  std::string coordinator;  // host:port
+  std::string address;      // where workers reach this shard
+  int shards = 2;
+  int64_t partition_bytes = 0;
+  int index = 0;  // 0 = any free slice
+  // The job's peer secret (--peer_token_file): the Shard call carries it, never the
+  // workers' bearer token. Empty: a job whose servers all listen on loopback.
+  std::string peer_token;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  absl::Duration start_timeout = absl::Minutes(5);  // to reach the coordinator at first
+  // The link pings the coordinator this often and counts it lost when a ping is not
+  // answered within as long again (its host gone without closing the connection). At
+  // least the 4 s servers accept (ConfigureServerBuilder).
+  absl::Duration keepalive = absl::Seconds(5);
+  // The slice's checkpoints, at the versions the coordinator names (empty = none: a
+  // restart of this shard cannot resume the job).
+  std::string checkpoint_dir;
+  int checkpoint_keep = 3;
+  std::function<void(const std::string&)> log;
+};
+
+// Thread-safe: Run on one thread, Stop from any.
+class ShardLink {
+ public:
+  ShardLink(ShardLinkOptions options, ShardCore* shard);
+  // Creates the checkpoint directory (and clears a crash's partial files).
+  absl::Status Prepare() const;
+
+  // Registers (retrying while the coordinator cannot be reached or the slice is still
+  // held by a predecessor, up to start_timeout) and applies the commands until Stop()
+  // (OK), the job's end (OK) or an error: the coordinator refused this shard (its
+  // message), stayed away for start_timeout, or sent something this shard cannot apply
+  // (a layout whose map differs, a missed step, a checkpoint it cannot write or read).
+  // When the coordinator asks (ABORTED: the job goes back to a common checkpoint) or the
+  // link breaks (a restarting coordinator resumes from the common checkpoint), it
+  // registers again.
+  absl::Status Run();
+  void Stop();
+
+ private:
+  // One registration's stream; `*registered` once the coordinator accepted it.
+  absl::Status RunOnce(bool* registered);
+  v1::ShardHello Hello() const;
+
+  const ShardLinkOptions options_;
+  ShardApplier applier_;  // Run's thread only
+  absl::Mutex mu_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A shard server's slice at exactly `version`, pulled under the session `session` and
+// its secret (the coordinator's own, for the export); it waits up to `timeout` for the
+// slice to reach the version.
+absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
+                                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+                                             const std::string& auth_token, uint64_t session, const std::string& secret,
+                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout);
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_RPC_SHARD_LINK_H_

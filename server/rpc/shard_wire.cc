@@ -1,0 +1,130 @@
+#include "server/rpc/shard_wire.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace omnilearn {
+namespace server {
+
+v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait) {
+  v1::ShardOptimizer p;
+  p.set_kind(OptimizerName(o.kind));
+  p.set_momentum(o.momentum);
+  p.set_weight_decay(o.weight_decay);
+  p.set_beta1(o.beta1);
+  p.set_beta2(o.beta2);
+  p.set_eps(o.eps);
+  p.set_round_timeout_seconds(absl::ToDoubleSeconds(member_wait));
+  return p;
+}
+
+absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o) {
+  absl::StatusOr<OptimizerKind> kind = ParseOptimizer(p.kind());
+  if (!kind.ok()) return kind.status();
+  o->kind = *kind;
+  o->momentum = p.momentum();
+  o->weight_decay = p.weight_decay();
+  o->beta1 = p.beta1();
+  o->beta2 = p.beta2();
+  o->eps = p.eps();
+  return absl::OkStatus();
+}
+
+v1::ShardStep StepToProto(const ReplicatedStep& step) {
+  v1::ShardStep p;
+  p.set_version(step.version);
+  for (const ReplicatedStep::Member& m : step.members) {
+    v1::ShardStepMember* pm = p.add_members();
+    pm->set_worker_id(m.id);
+    pm->set_model_version(m.model_version);
+    pm->set_weight(m.weight);
+  }
+  p.set_update_scale(step.update_scale);
+  p.set_learning_rate(step.learning_rate);
+  p.set_buffer_blend(step.buffer_blend);
+  p.set_momentum(step.momentum);
+  p.set_sample_share(step.sample_share);
+  return p;
+}
+
+ReplicatedStep StepFromProto(const v1::ShardStep& p) {
+  ReplicatedStep step;
+  step.version = p.version();
+  for (const v1::ShardStepMember& m : p.members())
+    step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
+  step.update_scale = p.update_scale();
+  step.learning_rate = p.learning_rate();
+  step.buffer_blend = p.buffer_blend();
+  step.momentum = p.momentum();
+  step.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release
+  return step;
+}
+
+namespace {
+
+// OK when `value` is finite and within [lo, hi]; else InvalidArgument naming `field`.
+absl::Status InRange(const char* field, double value, double lo, double hi) {
+  if (std::isfinite(value) && value >= lo && value <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the coordinator's %s is %g, outside [%g, %g]: a coordinator of another release?", field, value, lo, hi));
+}
+
+absl::Status CheckOptimizer(const v1::ShardOptimizer& o) {
+  for (const absl::Status& s :
+       {InRange("optimizer.momentum", o.momentum(), 0, 0.999999),
+        InRange("optimizer.weight_decay", o.weight_decay(), 0, 10),
+        InRange("optimizer.beta1", o.beta1(), 0, 0.999999999), InRange("optimizer.beta2", o.beta2(), 0, 0.999999999),
+        InRange("optimizer.eps", o.eps(), 1e-15, 1),
+        InRange("optimizer.round_timeout_seconds", o.round_timeout_seconds(), 0.001, 86400)}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStep(const v1::ShardStep& step) {
+  if (step.members_size() > kMaxStepMembers) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the coordinator's step names %d members; at most %d", step.members_size(), kMaxStepMembers));
+  }
+  for (const absl::Status& s : {InRange("step.update_scale", step.update_scale(), 0, 1e30),
+                                InRange("step.learning_rate", step.learning_rate(), 0, 1e6),
+                                InRange("step.buffer_blend", step.buffer_blend(), 0, 1),
+                                InRange("step.momentum", step.momentum(), -1, 0.999999),
+                                InRange("step.sample_share", step.sample_share(), 0, 1)}) {
+    if (!s.ok()) return s;
+  }
+  for (const v1::ShardStepMember& m : step.members()) {
+    if (absl::Status s = InRange("step.members.weight", m.weight(), 0, 1e30); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckShardCommand(const v1::ShardCommand& command) {
+  switch (command.kind_case()) {
+    case v1::ShardCommand::kInit:
+      if (command.init().index() == 0) return absl::InvalidArgumentError("the coordinator's init names slice 0");
+      return CheckOptimizer(command.init().optimizer());
+    case v1::ShardCommand::kSession: {
+      const v1::ShardSession& session = command.session();
+      if (session.session_secret().size() > kMaxSessionSecretBytes ||
+          (!session.closed() && session.session_secret().empty())) {
+        return absl::InvalidArgumentError(absl::StrFormat("the coordinator's session secret holds %d bytes: 1 to %d",
+                                                          session.session_secret().size(), kMaxSessionSecretBytes));
+      }
+      return absl::OkStatus();
+    }
+    case v1::ShardCommand::kStep:
+      return CheckStep(command.step());
+    case v1::ShardCommand::kChunk:
+    case v1::ShardCommand::kCheckpoint:
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");
+  }
+}
+
+}  // namespace server
+}  // namespace omnilearn

@@ -1,0 +1,37 @@
+// The coordinator's decisions as its shards receive them (docs/SHARDING.md): the
+// optimizer's settings and the steps, both ways, in one place.
+#ifndef OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
+#define OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "proto/omnilearn.pb.h"
+#include "server/control/parameter_server_core.h"
+#include "server/data/parameter_store.h"
+
+namespace omnilearn {
+namespace server {
+
+// What every shard's optimizer shares with the coordinator's, and how long a step waits
+// for a member's slice.
+v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait);
+// InvalidArgument for an optimizer this release does not know.
+absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
+
+v1::ShardStep StepToProto(const ReplicatedStep& step);
+ReplicatedStep StepFromProto(const v1::ShardStep& p);
+
+// The most members a step may name, and the longest session secret a command may carry.
+inline constexpr int kMaxStepMembers = 100000;  // --num_workers' bound
+inline constexpr size_t kMaxSessionSecretBytes = 64;
+
+// A coordinator's command, every number range-checked before a shard applies any of it:
+// InvalidArgument naming the field (optimizer settings, a step's rate, scale, blend,
+// momentum and members' weights, a session's secret). What only the slice can judge (a
+// step's version, a chunk's place, the map) is checked where it is applied.
+absl::Status CheckShardCommand(const v1::ShardCommand& command);
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
