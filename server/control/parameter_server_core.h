@@ -49,27 +49,12 @@
 #include "server/control/training_stats.h"
 #include "server/data/buffer_pool.h"
 #include "server/data/parameter_store.h"
+#include "server/data/replicated_step.h"
 
 namespace omnilearn {
 namespace server {
 
 using ::omnilearn::Mode;
-
-// One optimizer step as the shards replay it on their slices (docs/SHARDING.md).
-struct ReplicatedStep {
-  uint64_t version = 0;  // before the step
-  struct Member {
-    WorkerId id = 0;
-    uint64_t model_version = 0;  // its gradient's
-    double weight = 1;
-  };
-  std::vector<Member> members;
-  double update_scale = 1;   // update = sum(weight * gradient) * update_scale
-  double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
-  double buffer_blend = 1;
-  double momentum = -1;     // < 0: the optimizer's own
-  double sample_share = 1;  // ParameterStore::Apply's
-};
 
 // A sharded job's coordinator is told of what its shards must replay: sessions and steps.
 // Called with the core's lock held: must not block or call back into the core. Null = not sharded.

@@ -17,8 +17,8 @@
 #include "common/metrics.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/control/data_plane.h"
-#include "server/control/parameter_server_core.h"
 #include "server/data/parameter_store.h"
+#include "server/data/replicated_step.h"
 
 namespace omnilearn {
 namespace server {

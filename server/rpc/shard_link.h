@@ -17,8 +17,8 @@
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
-#include "server/data/shard_apply.h"
 #include "server/data/shard_core.h"
+#include "server/rpc/shard_apply.h"
 
 namespace omnilearn {
 namespace server {

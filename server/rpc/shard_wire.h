@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
-#include "server/control/parameter_server_core.h"
 #include "server/data/parameter_store.h"
+#include "server/data/replicated_step.h"
 
 namespace omnilearn {
 namespace server {

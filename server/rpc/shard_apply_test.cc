@@ -1,4 +1,4 @@
-#include "server/data/shard_apply.h"
+#include "server/rpc/shard_apply.h"
 
 #include <cstdlib>
 #include <numeric>

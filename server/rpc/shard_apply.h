@@ -3,8 +3,8 @@
 // data plane in the stream's order: an init and its chunks (the slice's first values) or
 // a restore from the slice's checkpoint, sessions, steps, checkpoints. ShardLink feeds it
 // from the Shard call; tests and the shard-plane fuzzer feed it directly.
-#ifndef OMNILEARN_SERVER_DATA_SHARD_APPLY_H_
-#define OMNILEARN_SERVER_DATA_SHARD_APPLY_H_
+#ifndef OMNILEARN_SERVER_RPC_SHARD_APPLY_H_
+#define OMNILEARN_SERVER_RPC_SHARD_APPLY_H_
 
 #include <cstdint>
 #include <functional>
@@ -80,4 +80,4 @@ class ShardApplier {
 }  // namespace server
 }  // namespace omnilearn
 
-#endif  // OMNILEARN_SERVER_DATA_SHARD_APPLY_H_
+#endif  // OMNILEARN_SERVER_RPC_SHARD_APPLY_H_

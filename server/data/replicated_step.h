@@ -1,0 +1,34 @@
+// One optimizer step as a sharded job's coordinator takes it and its shards replay it on
+// their slices (docs/SHARDING.md): the members whose gradients it sums and the step's
+// scalars. The coordinator's core produces it (control/parameter_server_core.h), the
+// shard's slice applies it (data/shard_core.h), rpc/shard_wire.h carries it.
+#ifndef OMNILEARN_SERVER_DATA_REPLICATED_STEP_H_
+#define OMNILEARN_SERVER_DATA_REPLICATED_STEP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "common/worker_id.h"
+
+namespace omnilearn {
+namespace server {
+
+struct ReplicatedStep {
+  uint64_t version = 0;  // before the step
+  struct Member {
+    WorkerId id = 0;
+    uint64_t model_version = 0;  // its gradient's
+    double weight = 1;
+  };
+  std::vector<Member> members;
+  double update_scale = 1;   // update = sum(weight * gradient) * update_scale
+  double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
+  double buffer_blend = 1;
+  double momentum = -1;     // < 0: the optimizer's own
+  double sample_share = 1;  // ParameterStore::Apply's
+};
+
+}  // namespace server
+}  // namespace omnilearn
+
+#endif  // OMNILEARN_SERVER_DATA_REPLICATED_STEP_H_
