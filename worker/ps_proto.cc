@@ -50,11 +50,14 @@ v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, boo
   h.set_resume_secret(r.resume_secret);
   h.add_wire_dtypes(v1::WIRE_DTYPE_F32);
   if (offer_bfloat16) h.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
+  h.set_accepts_send_model(true);
   return h;
 }
 
 JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   JoinReply out;
+  out.send_model = r.send_model();
+  out.message = r.message();
   out.action = ActionOf(r.action());
   out.job_finished = r.job_finished();
   out.finished_version = r.finished_version();

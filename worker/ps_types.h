@@ -62,6 +62,10 @@ struct JoinRequest {
 };
 
 struct JoinReply {
+  // No session: the server holds no model this worker may train; join again with the
+  // initial parameters (JoinRequest::has_initial_parameters). `message` says why.
+  bool send_model = false;
+  std::string message;
   Action action = Action::kContinue;  // kStop: the server is shutting down, or its job is finished
   bool job_finished = false;          // with kStop: the job is complete (global_samples trained)
   uint64_t finished_version = 0;      // ...its model's version

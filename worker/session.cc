@@ -42,9 +42,12 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   request.resume_worker_id = id_.load();
   request.resume_secret = secret_;
   absl::StatusOr<JoinReply> r = client_->Join(request, layout_, {});
-  if (absl::IsFailedPrecondition(r.status())) {  // the server has no model yet: bring ours
+  // The server asks for our model (it has none we may train): bring it. A server of an
+  // earlier release asks with FAILED_PRECONDITION.
+  if ((r.ok() && r->send_model) || absl::IsFailedPrecondition(r.status())) {
     request.has_initial_parameters = true;
     r = client_->Join(request, layout_, weights);
+    if (r.ok() && r->send_model) return absl::InternalError("the server asked for the model it was just sent");
   }
   if (!r.ok()) return r.status();
   if (r->action == Action::kStop) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
@@ -77,18 +78,27 @@ absl::Status CheckJoinJobSamples(uint64_t job_samples, uint64_t dataset_size, ui
   return absl::OkStatus();
 }
 
+absl::Status AskForModel(absl::string_view message) {
+  absl::Status s = absl::FailedPreconditionError(message);
+  s.SetPayload(kSendModelPayload, absl::Cord("1"));
+  return s;
+}
+
+bool AsksForModel(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) && status.GetPayload(kSendModelPayload).has_value();
+}
+
 absl::Status CheckJoinModel(const ModelLayout& layout, bool brings_parameters, const ModelLayout* job_layout,
                             bool replaceable) {
   if (job_layout == nullptr) {
     if (brings_parameters) return absl::OkStatus();
-    return absl::FailedPreconditionError("the server has no model yet: the first worker must send its parameters");
+    return AskForModel("the server has no model yet: the first worker must send its parameters");
   }
   if (layout.SameTensors(*job_layout)) return absl::OkStatus();
   if (replaceable && brings_parameters) return absl::OkStatus();
   const std::string what =
       absl::StrCat("model layout differs from the server's: ", layout.DescribeDifference(*job_layout));
-  if (replaceable)
-    return absl::FailedPreconditionError(absl::StrCat(what, " (untrained: send parameters to replace it)"));
+  if (replaceable) return AskForModel(absl::StrCat(what, " (untrained: send parameters to replace it)"));
   return absl::InvalidArgumentError(what);
 }
 

@@ -39,10 +39,18 @@ absl::Status CheckJoinDataset(uint64_t dataset_size, std::optional<uint64_t> job
 // naming both otherwise.
 absl::Status CheckJoinJobSamples(uint64_t job_samples, uint64_t dataset_size, uint64_t jobs_count);
 
+// A refusal that asks the worker for its model (JoinResponse.send_model): FailedPrecondition
+// with `message` and a payload under kSendModelPayload, which AsksForModel reads. Not
+// what "the job is finished" or "another model" is.
+inline constexpr char kSendModelPayload[] = "omnilearn.send_model";
+absl::Status AskForModel(absl::string_view message);
+bool AsksForModel(const absl::Status& status);
+
 // The worker's model against the job's (`job_layout`: null while the job has none):
-// the first worker must bring its parameters (FailedPrecondition); later ones the same
-// tensors (InvalidArgument naming the difference), unless the job's model is
-// `replaceable` (untrained, unused) and the worker brings parameters to replace it.
+// the first worker must bring its parameters (AskForModel); later ones the same tensors
+// (InvalidArgument naming the difference), unless the job's model is `replaceable`
+// (untrained, unused) and the worker brings parameters to replace it (AskForModel when
+// it brought none).
 absl::Status CheckJoinModel(const ModelLayout& layout, bool brings_parameters, const ModelLayout* job_layout,
                             bool replaceable);
 

@@ -43,6 +43,7 @@ TEST_CASE("a join's sample count: with a data set, bounded, the job's once one w
   REQUIRE_FALSE(CheckJoinJobSamples((uint64_t{1} << 48) + 1, 60000, 0).ok());
   const absl::Status other = CheckJoinJobSamples(60000, 60000, 120000);
   REQUIRE(other.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE_FALSE(AsksForModel(other));
   REQUIRE(absl::StrContains(other.message(), "would train 60000 samples in all, the job trains 120000"));
 }
 
@@ -50,14 +51,16 @@ TEST_CASE("a join's model: the first brings it, later ones the same, an untraine
           "[join_check]") {
   const ModelLayout a = Layout(4), b = Layout(6);
   REQUIRE(CheckJoinModel(a, /*brings_parameters=*/true, nullptr, false).ok());
-  REQUIRE(CheckJoinModel(a, false, nullptr, false).code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(AsksForModel(CheckJoinModel(a, false, nullptr, false)));
   REQUIRE(CheckJoinModel(a, false, &a, false).ok());
   const absl::Status other = CheckJoinModel(b, true, &a, /*replaceable=*/false);
   REQUIRE(other.code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(absl::StrContains(other.message(), "model layout differs"));
   REQUIRE(CheckJoinModel(b, true, &a, /*replaceable=*/true).ok());
   const absl::Status no_values = CheckJoinModel(b, false, &a, true);
-  REQUIRE(no_values.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(AsksForModel(no_values));
+  // Another refusal of the same code does not ask for the model.
+  REQUIRE_FALSE(AsksForModel(absl::FailedPreconditionError("the server has no model yet")));
   REQUIRE(absl::StrContains(no_values.message(), "send parameters to replace it"));
 }
 

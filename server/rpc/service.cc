@@ -4,11 +4,11 @@
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_chunks.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
+#include "server/control/join_check.h"
 
 namespace omnilearn {
 namespace server {
@@ -187,12 +187,11 @@ grpc::Status ParameterServerService::AuthorizeSession(const grpc::ServerContext*
 
 grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                                           v1::JoinResponse* response) {
-  grpc::Status s = JoinCall(ctx, reader, response);
-  // A refused join is the operator's to see (a wrong token, another model...), except the
-  // first worker's ask without parameters (the session then sends them).
-  const bool asks_for_model = s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-                              absl::StartsWith(s.error_message(), "the server has no model yet");
-  if (!s.ok() && !asks_for_model) {
+  bool asked_for_model = false;
+  grpc::Status s = JoinCall(ctx, reader, response, &asked_for_model);
+  // A refused join is the operator's to see (a wrong token, another model...), except an
+  // ask for the worker's model (the session then sends it).
+  if (!s.ok() && !asked_for_model) {
     const std::string peer = PeerHost(ctx->peer());
     const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
                                            ": ", s.error_message().substr(0, 200));
@@ -223,7 +222,7 @@ JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
 }  // namespace
 
 grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
-                                              v1::JoinResponse* response) {
+                                              v1::JoinResponse* response, bool* asked_for_model) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
   if (core_ == nullptr) return NotTheCoordinator();
   StreamWatch watch(&admission_, ctx);
@@ -248,6 +247,13 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   const std::string name = info.name;
   absl::StatusOr<JoinResult> r = core_->Join(std::move(info), Deadline(ctx));
   if (shards_ != nullptr) shards_->ForgetInitial(name);  // adopted (the shards have their slices) or not
+  if (AsksForModel(r.status())) {
+    *asked_for_model = true;
+    if (!header.accepts_send_model()) return ToGrpc(r.status());  // a worker of an earlier release
+    response->set_send_model(true);                               // no session: the worker joins again with its model
+    response->set_message(std::string(r.status().message()));
+    return grpc::Status::OK;
+  }
   if (!r.ok()) return ToGrpc(r.status());
   if (map.has_value()) shards_->FillShardMap(*map, response->mutable_shard_map());
   FillJoinResponse(*r, header, response);

@@ -102,8 +102,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   absl::Time Deadline(const grpc::ServerContext* ctx) const;
   // `*dtype`: the push's wire dtype (its PushPull reply's model goes the same way).
   // Join's work; Join logs what it refused (once per cause and peer a minute).
+  // `*asked_for_model`: the core wants the worker's model (answered with
+  // JoinResponse.send_model, or FAILED_PRECONDITION to a worker of an earlier release).
   grpc::Status JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
-                        v1::JoinResponse* response);
+                        v1::JoinResponse* response, bool* asked_for_model);
   class StreamWatch;
   // The join's chunks after its header, into info->initial_parameters (when the header
   // announces them or any come), holding an upload slot while they are read.

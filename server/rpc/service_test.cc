@@ -18,6 +18,7 @@
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/coordinator_shards.h"
 #include "worker/ps_client.h"
+#include "worker/ps_proto.h"
 
 namespace omnilearn {
 namespace server {
@@ -386,6 +387,41 @@ TEST_CASE("calls for a worker without its session secret are refused and change 
   REQUIRE(resumed->session_secret != joined->session_secret);
   f.client->SetSessionSecret(resumed->session_secret);
   REQUIRE(f.client->Pull(resumed->worker_id, ~0ull, f.layout, absl::MakeSpan(weights)).ok());
+}
+
+TEST_CASE("a join the server needs a model from is asked for it: explicitly, or as earlier releases did", "[service]") {
+  Fixture f;
+  worker::JoinRequest h = Request();
+  h.has_initial_parameters = false;
+  auto asked = f.client->Join(h, f.layout, {});
+  REQUIRE(asked.ok());
+  REQUIRE(asked->send_model);
+  REQUIRE(absl::StrContains(asked->message, "no model yet"));
+  REQUIRE(asked->worker_id == 0);  // no session opened
+  REQUIRE(f.core->Snapshot().workers.empty());
+  // A worker of an earlier release does not read send_model: FAILED_PRECONDITION, as before.
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  grpc::ClientContext ctx;
+  v1::JoinResponse response;
+  auto writer = stub->Join(&ctx, &response);
+  v1::JoinRequest msg;
+  *msg.mutable_header() = worker::JoinHeaderOf(h, f.layout, /*offer_bfloat16=*/false);
+  msg.mutable_header()->clear_accepts_send_model();
+  REQUIRE(writer->Write(msg));
+  writer->WritesDone();
+  const grpc::Status old = writer->Finish();
+  REQUIRE(old.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  REQUIRE(absl::StrContains(old.error_message(), "no model yet"));
+  REQUIRE_FALSE(response.send_model());
+  // With its model the worker joins; the next worker without one is not asked.
+  REQUIRE(f.client->Join(Request(), f.layout, std::vector<float>(9, 1.0f)).ok());
+  worker::JoinRequest second = Request();
+  second.worker.name = "second";
+  second.has_initial_parameters = false;
+  auto joined = f.client->Join(second, f.layout, {});
+  REQUIRE(joined.ok());
+  REQUIRE_FALSE(joined->send_model);
+  REQUIRE(joined->worker_id != 0);
 }
 
 TEST_CASE("a join declaring a huge model or a bad name is refused before anything is allocated", "[service]") {
