@@ -14,7 +14,7 @@
 namespace omnilearn {
 
 // `--help` and `--helpshort` list the flags defined in files ending with one of `files`
-// (e.g. "server/main.cc"). Call before absl::ParseCommandLine.
+// (e.g. "server/daemon/flags.cc"). Call before absl::ParseCommandLine.
 void ShowOwnFlagsInHelp(std::vector<std::string> files);
 
 // One numeric flag's value and its closed range [lo, hi].

@@ -1,0 +1,85 @@
+#include "server/daemon/coordinator_daemon.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/checkpoint/checkpointer.h"
+#include "server/control/coordinator_shards.h"
+#include "server/control/parameter_server_core.h"
+#include "server/daemon/exit.h"
+#include "server/daemon/lifecycle.h"
+#include "server/daemon/network.h"
+#include "server/daemon/options.h"
+#include "server/daemon/results.h"
+#include "server/daemon/resume.h"
+#include "server/rpc/service.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+// A sharded job's coordinator side (--shards > 1): what every shard must share with it.
+std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, const ServerOptions& o) {
+  CoordinatorShardsOptions so;
+  so.shards = f.shards;
+  so.partition_bytes = PartitionBytes(f);
+  so.address = AdvertisedAddress(f, f.port);
+  so.optimizer = OptimizerToProto(o.optimizer, o.round_timeout);
+  so.log = o.log;
+  so.sync = o.mode == Mode::kSync;
+  return std::make_unique<CoordinatorShards>(so);
+}
+
+}  // namespace
+
+int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
+  v1::WireDtype wire_dtype = v1::WIRE_DTYPE_F32;
+  absl::StatusOr<ServerOptions> o = OptionsFromFlags(f, &wire_dtype);
+  if (!o.ok()) return Fail(o.status(), 2);
+  if (absl::Status s = CheckShardable(f, *o); !s.ok()) return Fail(s, 2);
+  std::unique_ptr<CoordinatorShards> shards;
+  if (f.shards > 1) {
+    shards = MakeCoordinatorShards(f, *o);
+    o->replication = shards->Hooks();
+  }
+  auto core = ParameterServerCore::Create(*o);
+  if (!core.ok()) return Fail(core.status(), 2);
+  absl::StatusOr<std::string> token = TokenFromFlags(f);
+  if (!token.ok()) return Fail(token.status(), 2);
+  absl::StatusOr<PeerAccess> peers = PeerAccessFromFlags(f, shards != nullptr, *token);
+  if (!peers.ok()) return Fail(peers.status(), 2);
+  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  auto exposer = ExposeMetrics(f, (*core)->registry());
+  if (!exposer.ok()) return Fail(exposer.status(), 1);
+
+  ParameterServerService service(core->get(), absl::Minutes(10), *token, LimitsFromFlags(f), wire_dtype);
+  if (shards != nullptr) service.EnableShards(shards.get(), peers->peer_token);
+  // Listening comes first: a second server on this port fails before it reads (or locks)
+  // the checkpoints; calls wait (UNAVAILABLE, retried) until the resume is done.
+  service.Hold();
+  int bound_port = 0;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &bound_port);
+  if (!server.ok()) return FailToListen(server.status());
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
+  service.Open();
+  const absl::Time start = absl::Now();
+  PrintListening(f, *o, bound_port, wire_dtype, !token->empty(), exposer->get());
+
+  std::atomic<bool> stopping{false};
+  std::thread monitor([&] { Monitor(f, core->get(), checkpointer.get(), &stopping); });
+  AwaitSignalOrEnd(f, signals, core->get());
+  TellWorkersToStop(f, core->get());
+  stopping.store(true);
+  monitor.join();
+  const int rc = WriteResults(f, core->get(), checkpointer.get(), shards.get(), *peers, start);
+  if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
+  (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return rc;
+}
+
+}  // namespace server
+}  // namespace omnilearn

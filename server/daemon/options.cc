@@ -1,0 +1,175 @@
+#include "server/daemon/options.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/enum_names.h"
+#include "common/flag_checks.h"
+#include "common/shard_map.h"
+#include "controller/controller_flags.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+absl::StatusOr<bool> OnOff(const std::string& flag, const std::string& value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, ": want on or off"));
+}
+
+absl::StatusOr<v1::WireDtype> WireDtypeFromFlag(const DaemonFlags& f) {
+  const std::string wire = f.wire_dtype;
+  std::optional<v1::WireDtype> dtype = ParseEnumName<v1::WireDtype>(wire);
+  if (!dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wire_dtype=", wire, ": want ",
+                     absl::StrJoin(ShortEnumNames(*v1::WireDtype_descriptor(), /*skip_zero=*/false), " or ")));
+  }
+  return *dtype;
+}
+
+// The flags that name a choice (mode, controller, optimizer...), parsed into `o`.
+absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
+  auto mode = ParseMode(f.mode);
+  if (!mode.ok()) return mode.status();
+  auto controller = controller::ControllerFromFlags();
+  if (!controller.ok()) return controller.status();
+  auto optimizer = ParseOptimizer(f.optimizer);
+  if (!optimizer.ok()) return optimizer.status();
+  const bool step_by_default = f.lr_decay_steps > 0 || f.lr_decay_epochs > 0;
+  auto schedule = ParseLrSchedule(f.lr_schedule.empty() ? (step_by_default ? "step" : "constant") : f.lr_schedule);
+  if (!schedule.ok()) return schedule.status();
+  auto lr_scaling = OnOff("lr_scaling", f.lr_scaling);
+  if (!lr_scaling.ok()) return lr_scaling.status();
+  auto damping = OnOff("staleness_damping", f.staleness_damping);
+  if (!damping.ok()) return damping.status();
+  auto adam_sqrt = OnOff("adam_sqrt_scaling", f.adam_sqrt_scaling);
+  if (!adam_sqrt.ok()) return adam_sqrt.status();
+  const std::string aggregation = f.aggregation;
+  if (aggregation != "weighted" && aggregation != "mean") {
+    return absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean"));
+  }
+  o->mode = *mode;
+  o->controller = controller->options;
+  o->adjust_every = controller->adjust_every;
+  o->optimizer.kind = *optimizer;
+  o->optimizer.schedule = *schedule;
+  o->async_rule.lr_scaling = *lr_scaling;
+  o->async_rule.staleness_damping = *damping;
+  o->async_rule.adam_sqrt_scaling = *adam_sqrt;
+  o->aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckFlags(const DaemonFlags& f) {
+  auto d = [](auto v) { return static_cast<double>(v); };
+  return CheckFlagRanges({
+      {"port", d(f.port), 0, 65535},
+      {"shards", d(f.shards), 1, ShardMap::kMaxShards},
+      {"partition_mb", f.partition_mb, 1.0 / (1 << 20), 1 << 20},
+      {"staleness_bound", d(f.staleness_bound), 0, 1e6},
+      {"num_workers", d(f.num_workers), 1, 100000},
+      {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},
+      {"lr", f.lr, 1e-12, 100},
+      {"momentum", f.momentum, 0, 0.999999},
+      {"weight_decay", f.weight_decay, 0, 10},
+      {"beta1", f.beta1, 0, 0.999999999},
+      {"beta2", f.beta2, 0, 0.999999999},
+      {"eps", f.eps, 1e-15, 1},
+      {"warmup_steps", d(f.warmup_steps), 0, 1e12},
+      {"lr_decay_steps", d(f.lr_decay_steps), 0, 1e12},
+      {"lr_decay_epochs", f.lr_decay_epochs, 0, 1e6},
+      {"lr_decay", f.lr_decay, 1e-9, 1},
+      {"cosine_steps", d(f.cosine_steps), 0, 1e12},
+      {"lr_min", f.lr_min, 0, f.lr},
+      {"clip_grad_norm", f.clip_grad_norm, 0, 1e9},
+      {"round_timeout_s", f.round_timeout_s, 0.001, 86400},
+      {"lease_s", f.lease_s, 0.01, 86400},
+      {"stream_idle_timeout_s", f.stream_idle_timeout_s, 0.1, 86400},
+      {"max_rpc_threads", static_cast<double>(f.max_rpc_threads), 16, 65536},
+      {"metrics_port", d(f.metrics_port), 0, 65535},
+      {"checkpoint_every_s", f.checkpoint_every_s, 0.01, 30 * 86400},
+      {"checkpoint_keep", d(f.checkpoint_keep), 1, 1000},
+      {"progress_every_s", f.progress_every_s, 0, 86400},
+      {"shutdown_grace_s", f.shutdown_grace_s, 0, 3600},
+      {"max_model_bytes", d(f.max_model_bytes), 4, 1e15},
+  });
+}
+
+absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDtype* wire_dtype) {
+  if (absl::Status s = CheckFlags(f); !s.ok()) return s;
+  ServerOptions o;
+  if (absl::Status s = ParseChoices(f, &o); !s.ok()) return s;
+  absl::StatusOr<v1::WireDtype> wire = WireDtypeFromFlag(f);
+  if (!wire.ok()) return wire.status();
+  *wire_dtype = *wire;
+  o.staleness_bound = f.staleness_bound;
+  o.num_workers = f.num_workers;
+  o.start_timeout = absl::Seconds(f.start_timeout_s);
+  o.round_timeout = absl::Seconds(f.round_timeout_s);
+  o.lease = absl::Seconds(f.lease_s);
+  o.optimizer.learning_rate = f.lr;
+  o.optimizer.momentum = f.momentum;
+  o.optimizer.weight_decay = f.weight_decay;
+  o.optimizer.beta1 = f.beta1;
+  o.optimizer.beta2 = f.beta2;
+  o.optimizer.eps = f.eps;
+  o.optimizer.warmup_steps = f.warmup_steps;
+  o.optimizer.lr_decay_steps = f.lr_decay_steps;
+  o.optimizer.lr_decay_epochs = f.lr_decay_epochs;
+  o.optimizer.lr_decay = f.lr_decay;
+  o.optimizer.cosine_steps = f.cosine_steps;
+  o.optimizer.lr_min = f.lr_min;
+  o.optimizer.clip_grad_norm = f.clip_grad_norm;
+  o.data_seed = f.data_seed;
+  o.max_model_bytes = f.max_model_bytes;
+  o.reset_when_done = f.reset_when_done;
+  o.log = [](const std::string& line) {
+    std::printf("omnilearn_server: %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  return o;
+}
+
+ServiceLimits LimitsFromFlags(const DaemonFlags& f) {
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Seconds(f.stream_idle_timeout_s);
+  return limits;
+}
+
+absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
+  if (f.shards == 1) return absl::OkStatus();
+  if (o.optimizer.clip_grad_norm > 0) {
+    return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
+  }
+  if (o.reset_when_done) {
+    return absl::InvalidArgumentError("--reset_when_done is not built for sharded jobs yet (docs/SHARDING.md)");
+  }
+  if (!f.checkpoint_dir.empty() && f.checkpoint_keep < 2) {
+    return absl::InvalidArgumentError(
+        "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");
+  }
+  return absl::OkStatus();
+}
+
+int64_t PartitionBytes(const DaemonFlags& f) { return static_cast<int64_t>(f.partition_mb * (1 << 20)); }
+
+std::string AdvertisedAddress(const DaemonFlags& f, int port) {
+  if (!f.advertise.empty()) return f.advertise;
+  std::string host = f.bind;
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
+    char name[256] = {0};
+    host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace server
+}  // namespace omnilearn

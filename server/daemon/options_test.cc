@@ -1,0 +1,98 @@
+// The server's options from given flag values: no process flags, no network.
+#include "server/daemon/options.h"
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+absl::StatusOr<ServerOptions> Options(const DaemonFlags& f) {
+  v1::WireDtype wire = v1::WIRE_DTYPE_F32;
+  return OptionsFromFlags(f, &wire);
+}
+
+std::string Refusal(const DaemonFlags& f) {
+  absl::StatusOr<ServerOptions> o = Options(f);
+  REQUIRE_FALSE(o.ok());
+  return std::string(o.status().message());
+}
+
+TEST_CASE("the flags' defaults make a sync job; each value lands in its option", "[daemon]") {
+  DaemonFlags f;
+  absl::StatusOr<ServerOptions> o = Options(f);
+  REQUIRE(o.ok());
+  REQUIRE(o->mode == Mode::kSync);
+  REQUIRE(o->optimizer.learning_rate == 0.05);
+  REQUIRE(o->round_timeout == absl::Seconds(30));
+  f.mode = "async";
+  f.optimizer = "adamw";
+  f.lr = 0.003;
+  f.beta1 = 0.8;
+  f.adam_sqrt_scaling = "off";
+  f.lr_decay_epochs = 2;  // a step schedule unless one is named
+  f.wire_dtype = "bf16";
+  v1::WireDtype wire = v1::WIRE_DTYPE_F32;
+  o = OptionsFromFlags(f, &wire);
+  REQUIRE(o.ok());
+  REQUIRE(o->mode == Mode::kAsync);
+  REQUIRE(o->optimizer.kind == OptimizerKind::kAdamW);
+  REQUIRE(o->optimizer.beta1 == 0.8);
+  REQUIRE(o->optimizer.schedule == LrSchedule::kStep);
+  REQUIRE_FALSE(o->async_rule.adam_sqrt_scaling);
+  REQUIRE(wire == v1::WIRE_DTYPE_BF16);
+}
+
+TEST_CASE("a value out of range or a choice not offered is refused, naming the flag", "[daemon]") {
+  DaemonFlags f;
+  f.lr = 0;
+  REQUIRE(absl::StrContains(Refusal(f), "lr"));
+  f = DaemonFlags();
+  f.mode = "bogus";
+  REQUIRE(absl::StrContains(Refusal(f), "bogus"));
+  f = DaemonFlags();
+  f.staleness_damping = "maybe";
+  REQUIRE(absl::StrContains(Refusal(f), "--staleness_damping=maybe: want on or off"));
+  f = DaemonFlags();
+  f.wire_dtype = "f16";
+  REQUIRE(absl::StrContains(Refusal(f), "--wire_dtype=f16"));
+  f = DaemonFlags();
+  f.aggregation = "median";
+  REQUIRE(absl::StrContains(Refusal(f), "want weighted or mean"));
+  f = DaemonFlags();
+  f.lr_min = 1;  // above --lr
+  REQUIRE(absl::StrContains(Refusal(f), "lr_min"));
+}
+
+TEST_CASE("what a sharded job cannot do yet is refused at start", "[daemon]") {
+  DaemonFlags f;
+  f.shards = 2;
+  ServerOptions o = *Options(f);
+  REQUIRE(CheckShardable(f, o).ok());
+  o.optimizer.clip_grad_norm = 1;
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--clip_grad_norm"));
+  o = *Options(f);
+  f.checkpoint_dir = "/tmp/x";
+  f.checkpoint_keep = 1;
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--checkpoint_keep >= 2"));
+  f.shards = 1;  // one server: nothing to refuse
+  REQUIRE(CheckShardable(f, o).ok());
+}
+
+TEST_CASE("the address a sharded server advertises, and its partitions' size", "[daemon]") {
+  DaemonFlags f;
+  f.bind = "127.0.0.1";
+  REQUIRE(AdvertisedAddress(f, 5000) == "127.0.0.1:5000");
+  f.advertise = "node7:6000";
+  REQUIRE(AdvertisedAddress(f, 5000) == "node7:6000");
+  f.bind = "0.0.0.0";
+  f.advertise = "";
+  REQUIRE_FALSE(absl::StartsWith(AdvertisedAddress(f, 5000), "0.0.0.0"));  // the host's name instead
+  REQUIRE(PartitionBytes(f) == int64_t{4} << 20);
+  REQUIRE(LimitsFromFlags(f).stream_idle_timeout == absl::Seconds(60));
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn

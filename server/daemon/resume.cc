@@ -1,0 +1,95 @@
+#include "server/daemon/resume.h"
+
+#include <cstdio>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/checkpoint/checkpoint.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+// A checkpoint is resumed by a server of the same kind: one server's by one server, a
+// sharded job's coordinator's by a sharded coordinator.
+absl::Status CheckSameKind(const DaemonFlags& f, const CheckpointState& state) {
+  const bool sharded = f.shards > 1;
+  if (sharded && !state.sharded.has_value()) {
+    return absl::FailedPreconditionError(
+        "it is one server's checkpoint (or a shard's), and this server is a sharded job's coordinator: start it "
+        "without --shards, or start over with --fresh");
+  }
+  if (!sharded && state.sharded.has_value()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "it is the checkpoint of a sharded job's coordinator: start it with --shards=%d --partition_mb=%g (and the "
+        "shard servers on their checkpoint directories), or start over with --fresh",
+        state.sharded->shards, static_cast<double>(state.sharded->partition_bytes) / (1 << 20)));
+  }
+  return absl::OkStatus();
+}
+
+// Resumes from the newest valid checkpoint in `dir`, if there is one. A sharded
+// coordinator (`shards`) then waits for its shards to go back with it to the newest
+// checkpoint every server holds (docs/SHARDING.md).
+absl::Status ResumeFrom(const DaemonFlags& f, const CheckpointDir& dir, ParameterServerCore* core,
+                        CoordinatorShards* shards) {
+  auto loaded = dir.LoadNewest(
+      [](const std::string& warning) { std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str()); });
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded->has_value()) {
+    if (dir.List().empty()) return absl::OkStatus();
+    return absl::DataLossError(
+        absl::StrCat("no checkpoint in ", dir.dir(), " could be read: fix or move them, or start over with --fresh"));
+  }
+  const auto& [file, state] = **loaded;
+  absl::Status s = CheckSameKind(f, state);
+  if (s.ok()) s = core->Restore(state);
+  if (s.ok() && shards != nullptr) s = shards->Resume(*state.sharded, state.layout);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
+  std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
+              file.c_str(), state.version, state.global_samples, state.controller.size(),
+              absl::ToDoubleSeconds(absl::Now() - state.created));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
+  if (!written.ok()) {
+    std::fprintf(stderr, "omnilearn_server: checkpoint failed: %s\n", std::string(written.status().message()).c_str());
+    return false;
+  }
+  if (!written->empty()) {
+    std::printf("omnilearn_server: checkpoint %s\n", written->c_str());
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
+                              std::unique_ptr<Checkpointer>* checkpointer) {
+  const std::string path = f.checkpoint_dir;
+  if (path.empty()) {
+    if (f.fresh) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
+    return absl::OkStatus();
+  }
+  CheckpointDir dir(path, f.checkpoint_keep);
+  if (absl::Status s = dir.Prepare(); !s.ok()) return s;
+  if (f.fresh) {
+    absl::StatusOr<std::string> aside = dir.MoveAside(absl::Now());
+    if (!aside.ok()) return aside.status();
+    if (!aside->empty()) std::printf("omnilearn_server: --fresh: moved the old checkpoints to %s\n", aside->c_str());
+  }
+  std::function<void(CheckpointState*)> complete;
+  if (shards != nullptr) complete = [shards](CheckpointState* s) { s->sharded = shards->sharded_job(); };
+  *checkpointer = std::make_unique<Checkpointer>(core, dir, absl::Seconds(f.checkpoint_every_s), std::move(complete));
+  if (shards != nullptr) {
+    Checkpointer* c = checkpointer->get();
+    shards->SetRecover([c](const std::vector<std::vector<uint64_t>>& held) { return c->GoBack(held); });
+  }
+  return f.fresh ? absl::OkStatus() : ResumeFrom(f, dir, core, shards);
+}
+
+}  // namespace server
+}  // namespace omnilearn
