@@ -9,7 +9,10 @@ namespace server {
 
 v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait) {
   v1::ShardOptimizer p;
-  p.set_kind(OptimizerName(o.kind));
+  p.set_optimizer(o.kind == OptimizerKind::kAdam    ? v1::OPTIMIZER_KIND_ADAM
+                  : o.kind == OptimizerKind::kAdamW ? v1::OPTIMIZER_KIND_ADAMW
+                                                    : v1::OPTIMIZER_KIND_SGD);
+  p.set_kind(OptimizerName(o.kind));  // deprecated: for shards of the previous release
   p.set_momentum(o.momentum);
   p.set_weight_decay(o.weight_decay);
   p.set_beta1(o.beta1);
@@ -20,9 +23,27 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
 }
 
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o) {
-  absl::StatusOr<OptimizerKind> kind = ParseOptimizer(p.kind());
-  if (!kind.ok()) return kind.status();
-  o->kind = *kind;
+  switch (p.optimizer()) {
+    case v1::OPTIMIZER_KIND_SGD:
+      o->kind = OptimizerKind::kSgd;
+      break;
+    case v1::OPTIMIZER_KIND_ADAM:
+      o->kind = OptimizerKind::kAdam;
+      break;
+    case v1::OPTIMIZER_KIND_ADAMW:
+      o->kind = OptimizerKind::kAdamW;
+      break;
+    case v1::OPTIMIZER_KIND_UNSPECIFIED: {  // a coordinator of an earlier release
+      absl::StatusOr<OptimizerKind> kind = ParseOptimizer(p.kind());
+      if (!kind.ok()) return kind.status();
+      o->kind = *kind;
+      break;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the coordinator's optimizer is %d, not one this shard knows: a coordinator of a later release?",
+          static_cast<int>(p.optimizer())));
+  }
   o->momentum = p.momentum();
   o->weight_decay = p.weight_decay();
   o->beta1 = p.beta1();

@@ -1,0 +1,62 @@
+// The server-to-server wire: what a coordinator writes, a shard reads back; what a
+// coordinator of an earlier release wrote, a shard still reads.
+#include "server/rpc/shard_wire.h"
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("the optimizer travels as an enum, the string kept for shards of the previous release", "[shard_wire]") {
+  OptimizerOptions adamw;
+  adamw.kind = OptimizerKind::kAdamW;
+  adamw.beta1 = 0.8;
+  v1::ShardOptimizer p = OptimizerToProto(adamw, absl::Seconds(5));
+  REQUIRE(p.optimizer() == v1::OPTIMIZER_KIND_ADAMW);
+  REQUIRE(p.kind() == "adamw");
+  OptimizerOptions back;
+  REQUIRE(OptimizerFromProto(p, &back).ok());
+  REQUIRE(back.kind == OptimizerKind::kAdamW);
+  REQUIRE(back.beta1 == 0.8);
+  // A coordinator of an earlier release writes the string alone.
+  p.clear_optimizer();
+  p.set_kind("adam");
+  REQUIRE(OptimizerFromProto(p, &back).ok());
+  REQUIRE(back.kind == OptimizerKind::kAdam);
+  // One of a later release, with a kind this shard does not know.
+  p.set_optimizer(static_cast<v1::OptimizerKind>(9));
+  const absl::Status later = OptimizerFromProto(p, &back);
+  REQUIRE(absl::IsInvalidArgument(later));
+  REQUIRE(absl::StrContains(later.message(), "later release"));
+}
+
+TEST_CASE("a step's sample share travels; a coordinator of an earlier release sends none: a whole step",
+          "[shard_wire]") {
+  ReplicatedStep step;
+  step.version = 7;
+  step.members = {{3, 6, 0.25}};
+  step.learning_rate = 0.01;
+  step.momentum = 0.4;
+  step.sample_share = 0.25;
+  v1::ShardStep p = StepToProto(step);
+  auto check = [](const v1::ShardStep& s) {
+    v1::ShardCommand command;
+    *command.mutable_step() = s;
+    return CheckShardCommand(command);
+  };
+  REQUIRE(check(p).ok());
+  ReplicatedStep back = StepFromProto(p);
+  REQUIRE(back.sample_share == 0.25);
+  REQUIRE(back.momentum == 0.4);
+  REQUIRE(back.members.size() == 1);
+  p.clear_sample_share();
+  REQUIRE(StepFromProto(p).sample_share == 1.0);
+  p.set_sample_share(1.5);
+  REQUIRE(absl::StrContains(check(p).message(), "sample_share"));
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
