@@ -20,10 +20,8 @@ loop's side: steps, timing, emulated devices, and the model's flat storage (Flat
 which the core sends from and receives into, releasing the GIL while it waits.
 """
 
-import importlib.util
 import logging
 import os
-import pathlib
 import socket
 import sys
 import threading
@@ -36,38 +34,12 @@ from typing import Optional
 
 import torch
 
+from omnilearn._native import core as _core
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.flat_model import FlatModel, FlatStorage
 from omnilearn.loader import StepBatchSampler, concat
 from omnilearn.metrics import WorkerMetrics
 
-def _load_core():
-    """The C++ worker core (python/src/core.cc): the installed one, or, in a checkout used
-    through PYTHONPATH=python, Bazel's build of it. No slow fallback: a worker without it
-    stops here and says why (the loader's error names a missing library)."""
-    try:
-        return importlib.import_module("omnilearn._core")
-    except ImportError as e:
-        error = e
-    built = pathlib.Path(__file__).resolve().parents[2] / "bazel-bin" / "python" / "omnilearn" / "_core.so"
-    if built.is_file():
-        spec = importlib.util.spec_from_file_location("omnilearn._core", built)
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-            sys.modules["omnilearn._core"] = module
-            return module
-        except ImportError as e:
-            error = e
-    raise ImportError(
-        f"omnilearn's C++ worker core (omnilearn._core) cannot be loaded: {error}. Install the package with "
-        "`pip install ./python` (it compiles the core against Debian's libgrpc++-dev, libprotobuf-dev, "
-        "libabsl-dev, pybind11-dev and python3-dev; deploy/install-deps.sh installs them), or, in a checkout, "
-        "`bazel build //python:omnilearn`. A shared library the error names as missing comes from those packages."
-    ) from error
-
-
-_core = _load_core()
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
 
@@ -227,13 +199,15 @@ class Worker:
         token = _read_token(auth_token, auth_token_file)
         self.storage = FlatStorage(self.flat)
         # The session, its backoff on this module's clock (a test's fake time drives it).
-        self._core = _core.Core(server, self.flat.tensors(), self.name, host or socket.gethostname(),
-                                "cuda" if self._device.type == "cuda" else "cpu", max_batch_size, dataset_size,
-                                rpc_timeout, reconnect_timeout, connect_timeout,
-                                f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
-                                token or "", tls_ca or "", tls_cert or "",
-                                tls_key or "", tls_server_name or "", lambda: time.monotonic(),
-                                lambda s: time.sleep(s), self._log, epochs=float(epochs or 0))
+        self._core = _core.Core(
+            target=server, tensors=self.flat.tensors(), name=self.name, host=host or socket.gethostname(),
+            device="cuda" if self._device.type == "cuda" else "cpu", max_batch_size=max_batch_size,
+            dataset_size=dataset_size, rpc_timeout=rpc_timeout, reconnect_timeout=reconnect_timeout,
+            connect_timeout=connect_timeout,
+            server_hint=f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
+            auth_token=token or "", tls_ca=tls_ca or "", tls_cert=tls_cert or "", tls_key=tls_key or "",
+            tls_server_name=tls_server_name or "", now=lambda: time.monotonic(), sleep=lambda s: time.sleep(s),
+            log=self._log, epochs=float(epochs or 0))
         _live_cores.add(self._core)
         self.iteration = 0
         self.samples_seen = 0

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/model_layout.h"
+#include "worker/emulated_device.h"
 #include "worker/ps_client.h"
 #include "worker/ps_types.h"
 #include "worker/session.h"
@@ -363,6 +364,37 @@ const char* ActionName(worker::Action a) {
 }
 
 // The worker's terms as Python classes: a step to push, its end, the server's reply.
+// The C++ worker's emulated device (worker/emulated_device.h), so both languages pace
+// steps by one rule: omnilearn.emulation wraps it. Pace runs on the caller's now/sleep.
+void BindEmulatedDevice(py::module_& m) {
+  using worker::EmulatedDevice;
+  py::class_<EmulatedDevice>(m, "EmulatedDevice")
+      .def(py::init([](const std::string& text, uint64_t seed) {
+             absl::StatusOr<EmulatedDevice> d = EmulatedDevice::Parse(text, seed);
+             if (!d.ok()) throw py::value_error(std::string(d.status().message()));
+             return std::make_unique<EmulatedDevice>(*std::move(d));
+           }),
+           py::arg("text"), py::arg("seed"))
+      .def(
+          "at",
+          [](const EmulatedDevice& d, double epoch) {
+            const worker::DeviceProfile& p = d.At(epoch);
+            return py::make_tuple(p.fixed_ms, p.ms_per_sample, p.jitter);
+          },
+          py::arg("epoch"))
+      .def("step_seconds", &EmulatedDevice::StepSeconds, py::arg("batch"), py::arg("epoch"))
+      .def(
+          "pace",
+          [](EmulatedDevice& d, double started, int64_t batch, double epoch, py::function now, py::function sleep) {
+            std::atomic<bool> interrupted{false};
+            PythonClock clock(std::move(now), std::move(sleep), &interrupted);
+            const worker::PacedStep s = d.Pace(clock, absl::UnixEpoch() + absl::Seconds(started), batch, epoch);
+            clock.RethrowPending();
+            return py::make_tuple(s.emulated_seconds, s.real_seconds, s.overrun);
+          },
+          py::arg("started"), py::arg("batch"), py::arg("epoch"), py::arg("now"), py::arg("sleep"));
+}
+
 void BindTypes(py::module_& m) {
   using worker::PushReply;
   using worker::StepEnd;
@@ -422,6 +454,7 @@ PYBIND11_MODULE(_core, m) {
   omnilearn::g_error = PyErr_NewException("omnilearn._core.Error", PyExc_RuntimeError, nullptr);
   m.attr("Error") = py::handle(omnilearn::g_error);
   omnilearn::BindTypes(m);
+  omnilearn::BindEmulatedDevice(m);
   py::class_<Core>(m, "Core")
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,
@@ -442,7 +475,7 @@ PYBIND11_MODULE(_core, m) {
                  target, tensors, omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs), o,
                  reconnect_timeout, connect_timeout, server_hint, std::move(now), std::move(sleep), std::move(log));
            }),
-           py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
+           py::kw_only(), py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
            py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
            py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"),
            py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"),
