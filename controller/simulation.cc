@@ -17,9 +17,9 @@ double Spread(const std::vector<double>& t) {
   return t.empty() ? 1.0 : *hi / *lo;
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& options) {
+// The options' values: at least one worker, per-worker lists of the workers' length,
+// times and the schedule in range.
+absl::Status CheckSimulationOptions(const SimulationOptions& options) {
   const size_t n = options.speeds.size();
   if (n == 0) return absl::InvalidArgumentError("simulation needs at least one worker speed");
   if (options.rounds < 0 || options.iterations_per_adjustment < 1 || options.noise < 0 ||
@@ -40,6 +40,14 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
       return absl::InvalidArgumentError(absl::StrCat("bad schedule entry for worker ", c.worker));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& options) {
+  if (absl::Status s = CheckSimulationOptions(options); !s.ok()) return s;
+  const size_t n = options.speeds.size();
   absl::StatusOr<BatchController> made = BatchController::Create(options.controller);
   if (!made.ok()) return made.status();
   BatchController& controller = *made;

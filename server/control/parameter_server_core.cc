@@ -446,16 +446,23 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
       !s.ok()) {
     return reject("invalid", s);
   }
-  if (info.out_of_memory) {
-    (void)controller_.ReportOutOfMemory(info.id, info.batch);
-    CountPush(info.id, "out_of_memory");
-    if (options_.mode == Mode::kSync && info.version == store_.version()) {
-      OpenRound();
-      round_.MarkPresent(info.id);  // counts as present, contributes nothing
-      MaybeCompleteRound();
-    }
-    return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
+  if (info.out_of_memory) return PushOutOfMemory(info);
+  return PushByMode(info, gradient, deadline);
+}
+
+PushResult ParameterServerCore::PushOutOfMemory(const PushInfo& info) {
+  (void)controller_.ReportOutOfMemory(info.id, info.batch);
+  CountPush(info.id, "out_of_memory");
+  if (options_.mode == Mode::kSync && info.version == store_.version()) {
+    OpenRound();
+    round_.MarkPresent(info.id);  // counts as present, contributes nothing
+    MaybeCompleteRound();
   }
+  return Reply(info.id, false, absl::StrCat("out of memory at batch ", info.batch, ": batch lowered"));
+}
+
+absl::StatusOr<PushResult> ParameterServerCore::PushByMode(const PushInfo& info, const std::vector<float>& gradient,
+                                                           absl::Time deadline) {
   switch (options_.mode) {
     case Mode::kSync:
       return PushSync(info, gradient, deadline);

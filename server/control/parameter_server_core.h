@@ -362,6 +362,12 @@ class ParameterServerCore : public DataPlane {
   // A worker that holds no samples (PushResult::idle): present in its sync round, or
   // answered in async once the model moved; either way with the samples put back, if any.
   absl::StatusOr<PushResult> PushIdle(const PushInfo& info, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A push that ran out of memory: the controller lowers the worker's ceiling; in sync it
+  // counts as present in its round and contributes nothing.
+  PushResult PushOutOfMemory(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A checked gradient push, by the job's mode.
+  absl::StatusOr<PushResult> PushByMode(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<PushResult> PushLocked(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Restore's and RollBack's check and load: the checkpoint's mode and optimizer must be
