@@ -40,9 +40,10 @@ if not BUILD_DIR:
 
 # What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
 CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/push_buckets.cc", "worker/grpc_ps_client.cc",
-                "worker/emulated_device.cc", "worker/sharded_ps_client.cc", "worker/ps_proto.cc", "worker/ps_types.cc", "common/clock.cc",
+                "worker/emulated_device.cc", "worker/trainer_metrics.cc", "worker/sharded_ps_client.cc", "worker/ps_proto.cc", "worker/ps_types.cc", "common/clock.cc",
                 "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",
-                "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc"]
+                "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc",
+                "common/metrics.cc"]
 PKG_CONFIG = ["grpc++", "protobuf", "absl_statusor", "absl_synchronization", "absl_str_format", "absl_time",
               "absl_strings"]
 

@@ -1,6 +1,5 @@
 #include "worker/trainer.h"
 
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -21,123 +20,18 @@
 #include "worker/dataset.h"
 #include "worker/device.h"
 #include "worker/evaluation_schedule.h"
+#include "worker/flat_model.h"
 #include "worker/model.h"
 #include "worker/progress_reporter.h"
 #include "worker/session.h"
 #include "worker/step_timing.h"
+#include "worker/trainer_metrics.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A tensor's type as the layout names it (common/tensor_dtype.h): what the server's export
-// writes it as. Another type keeps torch's name, which the layout refuses.
-std::string DtypeName(torch::ScalarType type) {
-  switch (type) {
-    case torch::kFloat32:
-      return "F32";
-    case torch::kFloat64:
-      return "F64";
-    case torch::kFloat16:
-      return "F16";
-    case torch::kBFloat16:
-      return "BF16";
-    case torch::kInt64:
-      return "I64";
-    case torch::kInt32:
-      return "I32";
-    case torch::kInt16:
-      return "I16";
-    case torch::kInt8:
-      return "I8";
-    case torch::kUInt8:
-      return "U8";
-    case torch::kBool:
-      return "BOOL";
-    default:
-      return c10::toString(type);
-  }
-}
-
-// The model as one flat float vector in layout order: its parameters, then its buffers
-// (BatchNorm statistics, sent where a parameter sends its gradient). And back.
-class FlatModel {
- public:
-  explicit FlatModel(Model* model) {
-    for (auto& [name, t] : model->Parameters()) Add(name, t, /*buffer=*/false);
-    for (auto& [name, t] : model->Buffers()) Add(name, t, /*buffer=*/true);
-  }
-  absl::StatusOr<ModelLayout> Layout() const { return ModelLayout::Create(specs_); }
-  size_t size() const { return tensors_.size(); }
-
-  std::vector<float> Values() const {
-    torch::NoGradGuard no_grad;
-    std::vector<float> out(tensors_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      torch::from_blob(out.data() + offsets_[i], tensors_[i].sizes(), torch::kFloat32).copy_(tensors_[i].detach());
-    }
-    return out;
-  }
-
-  // Backward's notice per parameter: `ready(i)` runs once parameter i's gradient is
-  // accumulated (a post hook on its grad accumulator, as DDP's reducer does; the model
-  // keeps the accumulators alive). Null: no notices.
-  void OnGradientReady(std::function<void(int)> ready) { ready_ = std::move(ready); }
-  void WatchGradients() {
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      if (specs_[i].buffer || !tensors_[i].requires_grad()) continue;
-      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(tensors_[i]);
-      acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-          [this, i](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
-            if (ready_) ready_(static_cast<int>(i));
-            return out;
-          }));
-      accumulators_.push_back(std::move(acc));
-    }
-  }
-  // Tensor i's gradient (a parameter's) or value (a buffer's), copied once straight into
-  // its place in the push buffer `out` (already sized to the model; one device-to-host
-  // copy on CUDA, no staging tensor).
-  void CopyOne(int i, std::vector<float>* out) const {
-    torch::NoGradGuard no_grad;
-    const torch::Tensor& t = tensors_[i];
-    torch::Tensor v = specs_[i].buffer ? t.detach() : (t.grad().defined() ? t.grad() : torch::zeros_like(t));
-    torch::from_blob(out->data() + offsets_[i], t.sizes(), torch::kFloat32).copy_(v);
-  }
-
-  void Load(const std::vector<float>& flat) {
-    torch::NoGradGuard no_grad;
-    int64_t off = 0;
-    for (torch::Tensor& t : tensors_) {
-      torch::Tensor src = torch::from_blob(const_cast<float*>(flat.data()) + off, t.sizes(), torch::kFloat32);
-      // Integer buffers (num_batches_tracked) arrive as averages: round, do not truncate.
-      t.copy_(t.is_floating_point() ? src : src.round(), /*non_blocking=*/false);
-      off += t.numel();
-    }
-  }
-
-  void ZeroGrad() {
-    for (torch::Tensor& t : tensors_) {
-      if (t.grad().defined()) t.mutable_grad() = torch::Tensor();
-    }
-  }
-
- private:
-  void Add(const std::string& name, const torch::Tensor& t, bool buffer) {
-    offsets_.push_back(offsets_.empty() ? 0 : offsets_.back() + tensors_.back().numel());
-    specs_.push_back(
-        TensorSpec{name, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()), buffer, DtypeName(t.scalar_type())});
-    tensors_.push_back(t);
-  }
-
-  std::vector<TensorSpec> specs_;
-  std::vector<torch::Tensor> tensors_;
-  std::vector<int64_t> offsets_;  // per tensor, in the flat vector
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::function<void(int)> ready_;
-};
 
 double Evaluate(Model* model, const Dataset& test, const torch::Device& device) {
   torch::NoGradGuard no_grad;
@@ -152,62 +46,6 @@ double Evaluate(Model* model, const Dataset& test, const torch::Device& device) 
   model->SetTraining(true);
   return static_cast<double>(correct) / test.size();
 }
-
-// The worker's own Prometheus series, labelled with its name.
-class TrainerMetrics {
- public:
-  TrainerMetrics(metrics::Registry* r, const std::string& name) {
-    if (r == nullptr) return;
-    const std::vector<double> seconds = metrics::ExponentialBuckets(0.001, 2, 16);
-    step_ = &r->AddHistogram("omnilearn_trainer_step_seconds",
-                             "Forward + loss + backward seconds per iteration, as reported (slowdown included).",
-                             {"worker"}, seconds)
-                 .Add({name});
-    comm_ = &r->AddHistogram("omnilearn_trainer_communication_seconds",
-                             "Seconds per iteration spent pushing and pulling (barrier waits included).", {"worker"},
-                             seconds)
-                 .Add({name});
-    batch_ = &r->AddGauge("omnilearn_trainer_batch_size", "Mini-batch size in use.", {"worker"}).Add({name});
-    iterations_ = &r->AddCounter("omnilearn_trainer_iterations_total", "Iterations pushed.", {"worker"}).Add({name});
-    samples_ = &r->AddCounter("omnilearn_trainer_samples_total", "Samples trained on.", {"worker"}).Add({name});
-    oom_ =
-        &r->AddCounter("omnilearn_trainer_out_of_memory_total", "Iterations that ran out of device memory.", {"worker"})
-             .Add({name});
-    overruns_ = &r->AddCounter("omnilearn_trainer_emulation_overruns_total",
-                               "Emulated steps whose real compute took longer than their emulated time.", {"worker"})
-                     .Add({name});
-    loss_ = &r->AddGauge("omnilearn_trainer_train_loss", "Loss of the last mini-batch.", {"worker"}).Add({name});
-    // Its series exists once an accuracy does: absent before, not 0.
-    accuracy_ = &r->AddGauge("omnilearn_trainer_test_accuracy", "Last test accuracy (0..1).", {"worker"});
-    name_ = name;
-  }
-  void Iteration(int64_t batch, double step_seconds, double comm_seconds, double loss, bool oom) {
-    if (step_ == nullptr) return;
-    batch_->Set(static_cast<double>(batch));
-    comm_->Observe(comm_seconds);
-    iterations_->Increment();
-    if (oom) {
-      oom_->Increment();
-      return;
-    }
-    step_->Observe(step_seconds);
-    samples_->Increment(static_cast<double>(batch));
-    loss_->Set(loss);
-  }
-  void Accuracy(double a) {
-    if (accuracy_ != nullptr) accuracy_->Add({name_}).Set(a);
-  }
-  void EmulationOverruns(uint64_t total) {
-    if (overruns_ != nullptr && total > overruns_->Value()) overruns_->Increment(total - overruns_->Value());
-  }
-
- private:
-  metrics::Histogram *step_ = nullptr, *comm_ = nullptr;
-  metrics::Gauge *batch_ = nullptr, *loss_ = nullptr;
-  metrics::Family<metrics::Gauge>* accuracy_ = nullptr;
-  std::string name_;
-  metrics::Counter *iterations_ = nullptr, *samples_ = nullptr, *oom_ = nullptr, *overruns_ = nullptr;
-};
 
 // Reads the layout's tensors (by name and shape) from a safetensors export or checkpoint.
 absl::Status LoadInitialWeights(const std::string& path, const ModelLayout& layout, std::vector<float>* weights) {
@@ -614,6 +452,7 @@ class TrainingLoop {
       progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
       if (model_changed) params_->Load(weights_);
       series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
+      series_->Rejoins(static_cast<uint64_t>(session_->rejoins()));
       const double global = static_cast<double>(reply.global_samples);
       finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
                  (o_.max_iterations > 0 && it >= o_.max_iterations);
@@ -789,7 +628,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     SessionOptions so = SessionOptionsFor(o, cuda, setup->train.size());
     so.log = [&progress](const std::string& line) { progress.Note(line); };
     Session session(&client, *layout, std::move(so));
-    TrainerMetrics series(o.registry, o.name);  // from the start: a worker at the start barrier shows 0
+    TrainerMetrics series(o.registry, o.name);  // from the start: its counters show 0 at the start barrier
     absl::StatusOr<bool> joined = JoinJob(cuda, *weights, &session, progress);
     if (!joined.ok()) return joined.status();
     if (!*joined) {

@@ -488,7 +488,6 @@ class Worker:
                       f"jitter {profile.jitter:g}, from epoch {epoch:.2f}")
         overruns = self.emulation.overruns
         reported, real = self.emulation.pace(self._t0 + self._step_arrival_wait, self._step.batch_size, epoch)
-        self.metrics.emulation_overruns = self.emulation.overruns
         if self.emulation.overruns == 1 and overruns == 0:
             self._log(f"warning: the real compute of a step ({1000 * real:.1f} ms at batch {self._step.batch_size}) "
                       f"took longer than its emulated time: the emulation is not faithful for such steps "
@@ -507,7 +506,7 @@ class Worker:
         end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=float(loss),
                             test_accuracy=test_accuracy)
         if test_accuracy is not None:
-            self.metrics.test_accuracy = test_accuracy
+            self.metrics.accuracy(test_accuracy)
         self._check_parameters_unchanged()
         self.metrics.step(end.compute_seconds, float(loss))
         update = self.storage.prepare_update(streamed=self._open_push)
@@ -539,7 +538,6 @@ class Worker:
         self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()
         report = _core.StepReport(batch_size=step.batch_size, out_of_memory=True)
-        self.metrics.out_of_memory += 1
         return self._send(report, None, step)
 
     def report(self, test_accuracy: float, loss: float = 0.0):
@@ -550,7 +548,7 @@ class Worker:
         self.wait_model()
         self._cancel_push()  # one push at a time per session: the step's gradient goes whole
         report = _core.StepReport(report_only=True, end=_core.StepEnd(train_loss=loss, test_accuracy=test_accuracy))
-        self.metrics.test_accuracy = test_accuracy
+        self.metrics.accuracy(test_accuracy)
         outcome, reply = self._call(self._core.push, report, None, self.storage.weights_host)
         if outcome == "rejoined":
             self.pull()
@@ -599,13 +597,12 @@ class Worker:
             self.storage.received()
         self._note_pulled()
         self.last_reply = reply
-        if report is None or not report.out_of_memory:
+        out_of_memory = report is not None and report.out_of_memory
+        if not out_of_memory:
             self.samples_seen += step.batch_size
-            self.metrics.samples += step.batch_size
         self.iteration += 1
-        self.metrics.iterations += 1
-        self.metrics.batch_size = self.batch_size
-        self.metrics.rejoins = self.rejoins
+        self.metrics.pushed(step.batch_size, out_of_memory)
+        self.metrics.totals(self.emulation.overruns if self.emulation is not None else 0, self.rejoins)
         return reply
 
     # ------------------------------------------------------------------ DataLoader

@@ -19,11 +19,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/model_layout.h"
 #include "worker/emulated_device.h"
 #include "worker/ps_client.h"
 #include "worker/ps_types.h"
 #include "worker/session.h"
+#include "worker/trainer_metrics.h"
 
 namespace py = pybind11;
 
@@ -395,6 +397,40 @@ void BindEmulatedDevice(py::module_& m) {
           py::arg("started"), py::arg("batch"), py::arg("epoch"), py::arg("now"), py::arg("sleep"));
 }
 
+// A Python worker's Prometheus series: the C++ worker's own (worker/trainer_metrics.h) in
+// a registry of their own; omnilearn.metrics serves their exposition.
+class WorkerMetrics {
+ public:
+  explicit WorkerMetrics(const std::string& name) : series_(&registry_, name) {}
+  worker::TrainerMetrics& series() { return series_; }
+  std::string Exposition() const { return registry_.Serialize(); }
+
+ private:
+  metrics::Registry registry_;
+  worker::TrainerMetrics series_;
+};
+
+void BindWorkerMetrics(py::module_& m) {
+  py::class_<WorkerMetrics>(m, "WorkerMetrics")
+      .def(py::init<const std::string&>(), py::arg("name"))
+      .def(
+          "step", [](WorkerMetrics& w, double seconds, double loss) { w.series().Step(seconds, loss); },
+          py::arg("compute_seconds"), py::arg("loss"))
+      .def(
+          "communication", [](WorkerMetrics& w, double seconds) { w.series().Communication(seconds); },
+          py::arg("seconds"))
+      .def(
+          "pushed", [](WorkerMetrics& w, int64_t batch, bool oom) { w.series().Pushed(batch, oom); }, py::arg("batch"),
+          py::arg("out_of_memory"))
+      .def(
+          "accuracy", [](WorkerMetrics& w, double a) { w.series().Accuracy(a); }, py::arg("accuracy"))
+      .def(
+          "emulation_overruns", [](WorkerMetrics& w, uint64_t n) { w.series().EmulationOverruns(n); }, py::arg("total"))
+      .def(
+          "rejoins", [](WorkerMetrics& w, uint64_t n) { w.series().Rejoins(n); }, py::arg("total"))
+      .def("exposition", &WorkerMetrics::Exposition);
+}
+
 void BindTypes(py::module_& m) {
   using worker::PushReply;
   using worker::StepEnd;
@@ -455,6 +491,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("Error") = py::handle(omnilearn::g_error);
   omnilearn::BindTypes(m);
   omnilearn::BindEmulatedDevice(m);
+  omnilearn::BindWorkerMetrics(m);
   py::class_<Core>(m, "Core")
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,

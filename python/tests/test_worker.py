@@ -452,7 +452,7 @@ class WorkerTest(unittest.TestCase):
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
             self.assertIn('omnilearn_trainer_iterations_total{worker="py0"} 1', text)
             self.assertIn('omnilearn_trainer_samples_total{worker="py0"} 4', text)
-            self.assertNotIn("omnilearn_trainer_test_accuracy", text)  # nothing reported yet
+            self.assertNotIn("omnilearn_trainer_test_accuracy{", text)  # no series: nothing reported yet
             w.report(0.5)
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
             self.assertIn('omnilearn_trainer_test_accuracy{worker="py0"} 0.5', text)
