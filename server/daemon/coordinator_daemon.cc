@@ -61,7 +61,7 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   // the checkpoints; calls wait (UNAVAILABLE, retried) until the resume is done.
   service.Hold();
   int bound_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &bound_port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &service.peers(), &bound_port);
   if (!server.ok()) return FailToListen(server.status());
   std::unique_ptr<Checkpointer> checkpointer;
   if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);

@@ -15,11 +15,12 @@ namespace {
 // when it could not listen).
 std::unique_ptr<grpc::Server> Listen(const DaemonFlags& f, const std::string& address,
                                      const std::shared_ptr<grpc::ServerCredentials>& credentials,
-                                     grpc::Service* service, int* bound_port) {
+                                     grpc::Service* service, grpc::Service* peers, int* bound_port) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, credentials, bound_port);
   ConfigureServerBuilder(builder, f.max_rpc_threads);
   builder.RegisterService(service);
+  if (peers != nullptr) builder.RegisterService(peers);
   return builder.BuildAndStart();
 }
 
@@ -89,12 +90,12 @@ absl::StatusOr<PeerAccess> PeerAccessFromFlags(const DaemonFlags& f, bool sharde
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> ListenOnFlags(const DaemonFlags& f, grpc::Service* service,
-                                                            int* bound_port) {
+                                                            grpc::Service* peers, int* bound_port) {
   auto credentials = MakeServerCredentials({f.tls_cert, f.tls_key, f.tls_client_ca});
   if (!credentials.ok()) return credentials.status();
   const std::string address = absl::StrCat(f.bind, ":", f.port);
   *bound_port = 0;
-  std::unique_ptr<grpc::Server> server = Listen(f, address, *credentials, service, bound_port);
+  std::unique_ptr<grpc::Server> server = Listen(f, address, *credentials, service, peers, bound_port);
   if (!server || *bound_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   return server;
 }

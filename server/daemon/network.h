@@ -41,10 +41,11 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentials(const 
 // (the workers' token alone).
 absl::StatusOr<PeerAccess> PeerAccessFromFlags(const DaemonFlags& f, bool sharded, const std::string& token);
 
-// `service` on --bind:--port with the TLS flags' credentials; *bound_port says which port.
-// InvalidArgument for the TLS flags, Unavailable when it cannot listen.
+// `service` (and the server-to-server `peers`, when not null) on --bind:--port with the
+// TLS flags' credentials; *bound_port says which port. InvalidArgument for the TLS flags,
+// Unavailable when it cannot listen.
 absl::StatusOr<std::unique_ptr<grpc::Server>> ListenOnFlags(const DaemonFlags& f, grpc::Service* service,
-                                                            int* bound_port);
+                                                            grpc::Service* peers, int* bound_port);
 
 // The process figures and, with --metrics_port, the /metrics endpoint (null without it).
 absl::StatusOr<std::unique_ptr<metrics::MetricsExposer>> ExposeMetrics(const DaemonFlags& f,

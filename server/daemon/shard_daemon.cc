@@ -73,7 +73,7 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   // A session's dtype is the coordinator's choice at Join: a shard reads and writes either.
   ParameterServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(f), v1::WIRE_DTYPE_BF16);
   int bound_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &bound_port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, /*peers=*/nullptr, &bound_port);
   if (!server.ok()) return FailToListen(server.status());
   auto exposer = ExposeMetrics(f, shard.registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);

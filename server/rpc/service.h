@@ -16,6 +16,7 @@
 #include "server/control/parameter_server_core.h"
 #include "server/data/shard_core.h"
 #include "server/rpc/admission.h"
+#include "server/rpc/peer_service.h"
 #include "server/rpc/refusal_log.h"
 
 namespace omnilearn {
@@ -47,14 +48,17 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                          v1::WireDtype wire_dtype);
   ~ParameterServerService() override;
   // A sharded job's coordinator: joins wait for the shards and are answered with the shard
-  // map, and the Shard call registers shard servers. Before serving; `shards` outlives this.
+  // map, and peers() registers shard servers. Before serving; `shards` outlives this.
   // With a `peer_token` (the job's peer secret) only a call that carries it may register a
   // shard, whatever workers' token it has; without one (a job whose servers all listen on
   // loopback) the Shard call passes the workers' gate as every call does.
   void EnableShards(CoordinatorShards* shards, std::string peer_token = "") {
     shards_ = shards;
-    peer_token_ = std::move(peer_token);
+    peers_.Enable(shards, std::move(peer_token));
   }
+  // The server-to-server service of this server (proto ServerPeers): registered beside
+  // this one on the same port.
+  PeerService& peers() { return peers_; }
   // Until Open(), every call is answered UNAVAILABLE (retry): the server listens while it
   // resumes from its checkpoint, so a second server on the same port fails before it reads
   // anything. Open from the start unless Hold() was called before serving.
@@ -77,9 +81,17 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
-  // A shard server registers and receives its commands (coordinator_shards.h).
+  // Deprecated: ServerPeers.Shard (peers()) under its name of the previous release, for
+  // shard servers of that release.
   grpc::Status Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
                      grpc::ServerWriter<v1::ShardCommand>* writer) override;
+
+  // Every call's gate: OK, or UNAUTHENTICATED (counted) when a token is required and the
+  // call lacks it. Join, GetStatus, Pull and the pushes pass it before reading anything;
+  // Pull and the pushes then check the session secret their first message carries.
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
+  // UNAVAILABLE while the service is held (Hold, until Open); else OK.
+  grpc::Status Held() const;
 
   // Whether worker `id`'s session holds its upload slot: a push of it is being read.
   bool PushInFlight(WorkerId id) const;
@@ -131,20 +143,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // The bfloat16 values of `weights` (a snapshot's), made once per snapshot and shared by
   // every bfloat16 session that pulls it.
   std::shared_ptr<const std::vector<uint16_t>> Bfloat16Of(const std::shared_ptr<const std::vector<float>>& weights);
-  // Every call's gate: OK, or UNAUTHENTICATED (counted) when a token is required and the
-  // call lacks it. Join, GetStatus, Pull and the pushes pass it before reading anything;
-  // Pull and the pushes then check the session secret their first message carries.
-  grpc::Status Authorize(const grpc::ServerContext* ctx) const;
-  // UNAVAILABLE while the service is held (Hold, until Open); else OK.
-  grpc::Status Held() const;
   // The gate of the unary calls made for a worker session (Heartbeat, Leave): Authorize,
   // then the request's worker id and session secret.
   template <typename Request>
   grpc::Status AuthorizeSession(const grpc::ServerContext* ctx, const Request& request) const;
-  // The Shard call's gate: the job's peer secret when it has one (else Authorize).
-  grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
   // Logs a refused registration once per cause and peer a minute (a refused shard retries).
-  void LogRefusedShard(const grpc::ServerContext* ctx, const grpc::Status& refused);
 
   // Watches a client stream while it is read, from construction to Done() (or
   // destruction): the call is cancelled when Touch() was not called for the idle timeout.
@@ -164,10 +167,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   DataPlane* const data_;
   ParameterServerCore* const core_;  // null in a shard server
   CoordinatorShards* shards_ = nullptr;
-  std::string peer_token_;
   std::atomic<bool> open_{true};
   RefusalLog refused_joins_;
-  RefusalLog refused_shards_;
+  PeerService peers_{this, data_};
   const absl::Duration max_wait_;
   const std::string auth_token_;
   const v1::WireDtype wire_dtype_;

@@ -65,6 +65,7 @@ struct Fixture {
     service = std::make_unique<ParameterServerService>(core.get(), absl::Seconds(10), server_token, limits, wire_dtype);
     grpc::ServerBuilder builder;
     builder.RegisterService(service.get());
+    builder.RegisterService(&service->peers());
     server = builder.BuildAndStart();
     grpc::ChannelArguments args;
     channel = server->InProcessChannel(args);
@@ -464,8 +465,8 @@ TEST_CASE("with a token, calls without it or with another are refused and counte
 // A Shard registration for slice 1 of a 2-slice job, under `peer` and `token` (each
 // left out when empty). Returns the call's status once it ended or, registered, once the
 // coordinator counts the shard (the call is then cancelled).
-grpc::Status RegisterShard(Fixture& f, CoordinatorShards& shards, const std::string& peer, const std::string& token) {
-  auto stub = v1::ParameterServer::NewStub(f.channel);
+grpc::Status RegisterShard(Fixture& f, CoordinatorShards& shards, const std::string& peer, const std::string& token,
+                           bool previous_release = false) {
   grpc::ClientContext ctx;
   AddPeerToken(ctx, peer);
   AddBearerToken(ctx, token);
@@ -473,7 +474,9 @@ grpc::Status RegisterShard(Fixture& f, CoordinatorShards& shards, const std::str
   hello.set_address("shard:1");
   hello.set_shards(2);
   hello.set_partition_bytes(ShardMap::kDefaultPartitionBytes);
-  auto reader = stub->Shard(&ctx, hello);
+  // ServerPeers.Shard, or a shard of the previous release's ParameterServer.Shard.
+  auto reader = previous_release ? v1::ParameterServer::NewStub(f.channel)->Shard(&ctx, hello)
+                                 : v1::ServerPeers::NewStub(f.channel)->Shard(&ctx, hello);
   std::atomic<bool> registered{false};
   std::thread cancel([&] {
     registered = AwaitState([&] { return shards.registered() == 1; }, absl::Seconds(2));
@@ -506,6 +509,14 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
   Fixture f("the-token", "the-token");
   f.service->EnableShards(&shards, "the-peer");
   REQUIRE(RegisterShard(f, shards, "the-peer", "").ok());  // the peer secret alone: a server of the job
+  // A shard of the previous release registers through the worker-facing service's alias,
+  // under the same gate.
+  CoordinatorShards old_shards(so);
+  Fixture old("the-token", "the-token");
+  old.service->EnableShards(&old_shards, "the-peer");
+  REQUIRE(RegisterShard(old, old_shards, "the-token", "the-token", /*previous_release=*/true).error_code() ==
+          grpc::StatusCode::UNAUTHENTICATED);
+  REQUIRE(RegisterShard(old, old_shards, "the-peer", "", /*previous_release=*/true).ok());
   // Without a peer secret (a job on loopback alone) the call passes the workers' gate.
   Fixture g("the-token", "the-token");
   g.service->EnableShards(&loopback);

@@ -65,7 +65,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
-  auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args);
   grpc::ClientContext ctx;
   AddPeerToken(ctx, options_.peer_token);
   {
@@ -74,7 +74,11 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     context_ = &ctx;
   }
   applier_.Restart();
-  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader = stub->Shard(&ctx, Hello());
+  // The server-to-server service; a coordinator of the previous release serves the call in
+  // its worker-facing service only (and answers the other UNIMPLEMENTED).
+  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader =
+      legacy_coordinator_ ? v1::ParameterServer::NewStub(channel)->Shard(&ctx, Hello())
+                          : v1::ServerPeers::NewStub(channel)->Shard(&ctx, Hello());
   v1::ShardCommand c;
   absl::Status applied;
   while (applied.ok() && reader->Read(&c)) {
@@ -88,6 +92,11 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     context_ = nullptr;
   }
   if (!applied.ok()) return applied;
+  if (!*registered && finished.error_code() == grpc::StatusCode::UNIMPLEMENTED && !legacy_coordinator_) {
+    legacy_coordinator_ = true;
+    if (options_.log) options_.log("the coordinator is of the previous release: registering through ParameterServer");
+    return RunOnce(registered);
+  }
   if (*registered && finished.ok()) return absl::OkStatus();  // the coordinator's job ended
   if (*registered && finished.error_code() == grpc::StatusCode::ABORTED) {
     return absl::AbortedError(finished.error_message());

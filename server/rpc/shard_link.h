@@ -70,6 +70,9 @@ class ShardLink {
 
   const ShardLinkOptions options_;
   ShardApplier applier_;  // Run's thread only
+  // The coordinator serves the Shard call only under ParameterServer (the previous
+  // release): found at the first registration, kept. Run's thread only.
+  bool legacy_coordinator_ = false;
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
