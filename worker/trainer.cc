@@ -23,6 +23,7 @@
 #include "worker/flat_model.h"
 #include "worker/model.h"
 #include "worker/progress_reporter.h"
+#include "worker/samples.h"
 #include "worker/session.h"
 #include "worker/step_timing.h"
 #include "worker/trainer_metrics.h"
@@ -224,44 +225,6 @@ absl::StatusOr<bool> JoinJob(bool cuda, const std::vector<float>& weights, Sessi
   return true;
 }
 
-// Where each step's samples come from: the server's assignment, or, from a server that
-// assigns none (an older one), this worker's own shuffled order, seeded by the name too
-// so that two such workers do not train the same order.
-class SampleSource {
- public:
-  SampleSource(const TrainerOptions& o, int64_t dataset_size)
-      : n_(dataset_size),
-        gen_(torch::make_generator<torch::CPUGeneratorImpl>(o.seed * 7919 + std::hash<std::string>()(o.name))),
-        order_(torch::randperm(n_, gen_)) {}
-
-  // The step's sample ids (the batch is their count).
-  absl::StatusOr<torch::Tensor> Next(const Assignment& spans, int64_t own_batch) {
-    std::vector<int64_t> assigned;
-    for (const SampleSpan& span : spans) assigned.insert(assigned.end(), span.ids.begin(), span.ids.end());
-    if (!assigned.empty()) {
-      for (int64_t id : assigned) {
-        if (id < 0 || id >= n_) {
-          return absl::InvalidArgumentError(absl::StrCat("the server assigned sample ", id, " of a data set of ", n_));
-        }
-      }
-      return torch::from_blob(assigned.data(), {static_cast<int64_t>(assigned.size())}, torch::kInt64).clone();
-    }
-    if (cursor_ + own_batch > n_) {
-      order_ = torch::randperm(n_, gen_);
-      cursor_ = 0;
-    }
-    torch::Tensor idx = order_.narrow(0, cursor_, own_batch);
-    cursor_ += own_batch;
-    return idx;
-  }
-
- private:
-  const int64_t n_;
-  torch::Generator gen_;
-  torch::Tensor order_;
-  int64_t cursor_ = 0;
-};
-
 struct StepResult {
   double compute_seconds = 0;
   double loss = 0;
@@ -360,27 +323,6 @@ class StepRunner {
   torch::Tensor stage_x_, stage_y_;
 };
 
-// Test aid (log_samples): "epoch id" for every sample of every applied push.
-class SampleLog {
- public:
-  absl::Status Open(const std::string& path) {
-    if (path.empty()) return absl::OkStatus();
-    file_.reset(std::fopen(path.c_str(), "w"));
-    if (!file_) return absl::InvalidArgumentError(absl::StrCat("cannot write log_samples=", path));
-    return absl::OkStatus();
-  }
-  void Applied(const Assignment& spans) {
-    if (!file_) return;
-    for (const SampleSpan& span : spans) {
-      for (uint64_t id : span.ids) std::fprintf(file_.get(), "%lu %lu\n", span.epoch, id);
-    }
-    std::fflush(file_.get());
-  }
-
- private:
-  std::unique_ptr<FILE, int (*)(FILE*)> file_{nullptr, &std::fclose};
-};
-
 // The loop after the join: the facade that holds the order of a step (samples, compute,
 // push and pull, evaluation) while the parts above hold the rules.
 class TrainingLoop {
@@ -395,7 +337,7 @@ class TrainingLoop {
         session_(session),
         series_(series),
         weights_(std::move(weights)),
-        samples_(o, setup->train.size()),
+        samples_(o.seed * 7919 + std::hash<std::string>()(o.name), setup->train.size()),
         runner_(o, setup, params, timing, series, progress),
         evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {
     grad_.resize(weights_.size());  // a push's span from before its step
