@@ -12,8 +12,8 @@
 #include "common/tensor_codec.h"
 #include "fuzz/fuzz_input.h"
 #include "server/control/coordinator_shards.h"
-#include "server/rpc/shard_apply.h"
 #include "server/data/shard_core.h"
+#include "server/rpc/shard_apply.h"
 #include "server/rpc/shard_wire.h"
 
 namespace {
