@@ -9,6 +9,9 @@
 #include "common/tensor_codec.h"
 #include "server/rpc/shard_wire.h"
 
+// ShardOptimizer.kind is deprecated; this file is what a coordinator of the previous release sends.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace omnilearn {
 namespace server {
 namespace {

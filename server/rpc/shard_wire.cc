@@ -4,6 +4,9 @@
 
 #include "absl/strings/str_format.h"
 
+// ShardOptimizer.kind is deprecated; this file writes and reads it for shards and coordinators of the previous release.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace omnilearn {
 namespace server {
 
