@@ -78,6 +78,16 @@ std::string Table(const v1::GetStatusResponse& s) {
   return out;
 }
 
+// The status as one line of JSON (every field, the proto's names).
+std::string Json(const v1::GetStatusResponse& status) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(status, &text, o);
+  return text + "\n";
+}
+
 int Run(const std::vector<char*>& args) {
   if (args.size() != 2 || std::string(args[1]) != "status") {
     std::fprintf(stderr, "usage: omnilearn_ctl status [--server=HOST:PORT] [--watch=S] [--json] (see --help)\n");
@@ -122,16 +132,7 @@ int Run(const std::vector<char*>& args) {
                    s.error_message().c_str(), static_cast<int>(s.error_code()));
       return 1;
     }
-    std::string text;
-    if (absl::GetFlag(FLAGS_json)) {
-      google::protobuf::util::JsonPrintOptions o;
-      o.always_print_primitive_fields = true;
-      o.preserve_proto_field_names = true;
-      (void)google::protobuf::util::MessageToJsonString(status, &text, o);
-      text += "\n";
-    } else {
-      text = Table(status);
-    }
+    const std::string text = absl::GetFlag(FLAGS_json) ? Json(status) : Table(status);
     if (watch > 0 && isatty(STDOUT_FILENO)) std::printf("\033[H\033[2J");  // clear the terminal between views
     std::printf("%s", text.c_str());
     std::fflush(stdout);

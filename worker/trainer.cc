@@ -386,15 +386,8 @@ class TrainingLoop {
         last_comm_seconds_ = 0;
         continue;
       }
-      last_comm_seconds_ = comm_seconds;
-      if (reply.applied) sample_log_.Applied(spans);
-      pending_accuracy_.reset();
-      result_.iterations = ++it;
-      result_.last_loss = step.loss;
-      progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
-      if (model_changed) params_->Load(weights_);
-      series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
-      series_->Rejoins(static_cast<uint64_t>(session_->rejoins()));
+      ++it;
+      Record(it, batch, step, spans, reply, model_changed, comm_seconds);
       const double global = static_cast<double>(reply.global_samples);
       finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
                  (o_.max_iterations > 0 && it >= o_.max_iterations);
@@ -408,6 +401,21 @@ class TrainingLoop {
   }
 
  private:
+  // What iteration `it` (1 first) leaves behind once its reply came: the samples it trained
+  // logged, the new model loaded, the result, the progress line and the series.
+  void Record(int64_t it, int64_t batch, const StepResult& step, const Assignment& spans, const PushReply& reply,
+              bool model_changed, double comm_seconds) {
+    last_comm_seconds_ = comm_seconds;
+    if (reply.applied) sample_log_.Applied(spans);
+    pending_accuracy_.reset();
+    result_.iterations = it;
+    result_.last_loss = step.loss;
+    progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
+    if (model_changed) params_->Load(weights_);
+    series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
+    series_->Rejoins(static_cast<uint64_t>(session_->rejoins()));
+  }
+
   absl::Status Pull() {
     absl::StatusOr<bool> changed = session_->Pull(absl::MakeSpan(weights_));
     if (!changed.ok()) return changed.status();
