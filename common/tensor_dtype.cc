@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
@@ -85,10 +86,12 @@ float AsFloat(T v) {
 }  // namespace
 
 int TensorDtypeBytes(absl::string_view dtype) {
-  if (dtype == "F64" || dtype == "I64") return 8;
-  if (dtype == "F32" || dtype == "I32") return 4;
-  if (dtype == "F16" || dtype == "BF16" || dtype == "I16") return 2;
-  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL") return 1;
+  // Bytes per element, in kTensorDtypes' order.
+  constexpr int kBytes[] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1};
+  static_assert(std::size(kBytes) == std::size(kTensorDtypes), "one width per dtype");
+  for (size_t i = 0; i < std::size(kTensorDtypes); ++i) {
+    if (kTensorDtypes[i] == dtype) return kBytes[i];
+  }
   return 0;
 }
 
