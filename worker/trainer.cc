@@ -3,13 +3,9 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <optional>
-#include <thread>
 #include <tuple>
 
 #include "absl/strings/match.h"
@@ -19,34 +15,18 @@
 #include "common/safetensors.h"
 #include "worker/dataset.h"
 #include "worker/device.h"
-#include "worker/evaluation_schedule.h"
 #include "worker/flat_model.h"
 #include "worker/model.h"
 #include "worker/progress_reporter.h"
-#include "worker/samples.h"
 #include "worker/session.h"
+#include "worker/step_runner.h"
 #include "worker/step_timing.h"
 #include "worker/trainer_metrics.h"
+#include "worker/training_loop.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Evaluate(Model* model, const Dataset& test, const torch::Device& device) {
-  torch::NoGradGuard no_grad;
-  model->SetTraining(false);
-  int64_t correct = 0;
-  for (int64_t i = 0; i < test.size(); i += 1000) {
-    const int64_t n = std::min<int64_t>(1000, test.size() - i);
-    torch::Tensor x = test.images.narrow(0, i, n).to(device);
-    torch::Tensor y = test.labels.narrow(0, i, n).to(device);
-    correct += model->Forward(x).argmax(1).eq(y).sum().item<int64_t>();
-  }
-  model->SetTraining(true);
-  return static_cast<double>(correct) / test.size();
-}
 
 // Reads the layout's tensors (by name and shape) from a safetensors export or checkpoint.
 absl::Status LoadInitialWeights(const std::string& path, const ModelLayout& layout, std::vector<float>* weights) {
@@ -159,15 +139,8 @@ absl::StatusOr<StepTiming> TimingFor(const TrainerOptions& o) {
   return StepTiming::Create(to, omnilearn::Clock::Real());
 }
 
-// What a run trains with, set up before it joins: the device, the data and the model.
-struct Setup {
-  torch::Device device{torch::kCPU};
-  Dataset train, test;
-  std::unique_ptr<Model> model;
-};
-
-absl::StatusOr<Setup> Prepare(const TrainerOptions& o, const ProgressReporter& progress) {
-  Setup s;
+absl::StatusOr<TrainingSetup> Prepare(const TrainerOptions& o, const ProgressReporter& progress) {
+  TrainingSetup s;
   std::string note;
   absl::StatusOr<torch::Device> device = PickDevice(o.device, ProbeCuda(), &note);
   if (!device.ok()) return device.status();
@@ -225,308 +198,6 @@ absl::StatusOr<bool> JoinJob(bool cuda, const std::vector<float>& weights, Sessi
   return true;
 }
 
-struct StepResult {
-  double compute_seconds = 0;
-  double loss = 0;
-  bool out_of_memory = false;
-};
-
-// One step's compute: the batch gathered onto the device (on a GPU straight into reused
-// pinned buffers, copied asynchronously: one host copy, covered by the wait before the
-// timed step), an untimed warm-up at each new batch size when asked (the first steps of a
-// shape on a GPU would show the controller times that are not the worker's), then the
-// timed forward + loss + backward, its gradient into the push buffer. Running out of
-// device memory is a result, not an error.
-class StepRunner {
- public:
-  StepRunner(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, TrainerMetrics* series,
-             const ProgressReporter* progress)
-      : progress_(progress),
-        warmup_(o.warmup == Warmup::kOn || (o.warmup == Warmup::kAuto && setup->device.is_cuda())),
-        setup_(setup),
-        params_(params),
-        timing_(timing),
-        series_(series) {
-    params_->WatchGradients();
-  }
-
-  // `push` (may be null) is told each parameter as backward makes its gradient final, its
-  // values already in `grad` (sized to the model): buckets leave while backward goes on.
-  StepResult Run(const torch::Tensor& idx, int64_t batch, std::vector<float>* grad, StreamedPush* push) {
-    StepResult r;
-    try {
-      auto [x, y] = Gather(idx, batch);
-      Model* model = setup_->model.get();
-      if (warmup_ && batch != warm_batch_) {
-        torch::nn::functional::cross_entropy(model->Forward(x), y).backward();
-        warm_batch_ = batch;
-        progress_->Note(absl::StrCat("untimed warm-up step at batch ", batch));
-      }
-      params_->ZeroGrad();
-      Synchronize(setup_->device);
-      std::vector<bool> copied(params_->size(), false);
-      if (push != nullptr && push->streaming()) {
-        params_->OnGradientReady([this, grad, push, &copied](int i) {
-          params_->CopyOne(i, grad);
-          copied[i] = true;
-          push->Ready(i);
-        });
-      }
-      timing_->Start();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(model->Forward(x), y);
-      loss.backward();
-      params_->OnGradientReady(nullptr);
-      Synchronize(setup_->device);
-      r.compute_seconds = timing_->Finish(batch);
-      if (std::optional<std::string> warning = timing_->TakeOverrunWarning()) {
-        progress_->Note(absl::StrCat("warning: ", *warning));
-      }
-      series_->EmulationOverruns(timing_->overruns());
-      r.loss = loss.item<double>();
-      for (size_t i = 0; i < copied.size(); ++i) {  // buffers, and what backward did not reach
-        if (!copied[i]) params_->CopyOne(static_cast<int>(i), grad);
-      }
-    } catch (const std::exception& e) {  // TorchScript rethrows CUDA errors as runtime_error
-      params_->OnGradientReady(nullptr);
-      if (!IsOutOfMemory(e)) throw;
-      progress_->Note(absl::StrCat("out of memory at batch ", batch, ": reporting it"));
-      params_->ZeroGrad();
-      return StepResult{0, 0, /*out_of_memory=*/true};
-    }
-    return r;
-  }
-
- private:
-  std::pair<torch::Tensor, torch::Tensor> Gather(const torch::Tensor& idx, int64_t batch) {
-    const Dataset& train = setup_->train;
-    if (!setup_->device.is_cuda()) return {train.images.index_select(0, idx), train.labels.index_select(0, idx)};
-    if (!stage_x_.defined() || stage_x_.size(0) < batch) {
-      std::vector<int64_t> shape(train.images.sizes().begin(), train.images.sizes().end());
-      shape[0] = batch;
-      stage_x_ = torch::empty(shape, train.images.options().pinned_memory(true));
-      stage_y_ = torch::empty({batch}, train.labels.options().pinned_memory(true));
-    }
-    Synchronize(setup_->device);  // the previous batch's copy out of the buffers is done
-    torch::Tensor hx = stage_x_.narrow(0, 0, batch), hy = stage_y_.narrow(0, 0, batch);
-    torch::index_select_out(hx, train.images, 0, idx);
-    torch::index_select_out(hy, train.labels, 0, idx);
-    return {hx.to(setup_->device, /*non_blocking=*/true), hy.to(setup_->device, /*non_blocking=*/true)};
-  }
-
-  const ProgressReporter* const progress_;
-  const bool warmup_;
-  Setup* const setup_;
-  FlatModel* const params_;
-  StepTiming* const timing_;
-  TrainerMetrics* const series_;
-  int64_t warm_batch_ = -1;
-  torch::Tensor stage_x_, stage_y_;
-};
-
-// The loop after the join: the facade that holds the order of a step (samples, compute,
-// push and pull, evaluation) while the parts above hold the rules.
-class TrainingLoop {
- public:
-  TrainingLoop(const TrainerOptions& o, Setup* setup, FlatModel* params, StepTiming* timing, Session* session,
-               TrainerMetrics* series, const ProgressReporter* progress, std::vector<float> weights)
-      : o_(o),
-        progress_(progress),
-        setup_(setup),
-        params_(params),
-        timing_(timing),
-        session_(session),
-        series_(series),
-        weights_(std::move(weights)),
-        samples_(o.seed * 7919 + std::hash<std::string>()(o.name), setup->train.size()),
-        runner_(o, setup, params, timing, series, progress),
-        evaluations_(o.eval_every_epochs, setup->train.size(), session->global_samples()) {
-    grad_.resize(weights_.size());  // a push's span from before its step
-  }
-
-  absl::StatusOr<TrainerResult> Run() {
-    if (absl::Status s = Pull(); !s.ok()) return s;
-    if (absl::Status s = sample_log_.Open(o_.log_samples); !s.ok()) return s;
-    bool finished = false;
-    for (int64_t it = 0; o_.max_iterations <= 0 || it < o_.max_iterations;) {
-      if (o_.interrupted != nullptr && o_.interrupted->load()) {
-        session_->Leave(/*finished=*/false);
-        return absl::CancelledError("interrupted: left the job");
-      }
-      if (session_->idle()) {
-        absl::StatusOr<bool> over = Idle();
-        if (!over.ok()) return over.status();
-        if (!*over) continue;
-        finished = !result_.stopped_by_server;
-        break;
-      }
-      const Assignment spans = session_->samples();
-      absl::StatusOr<torch::Tensor> idx = samples_.Next(spans, session_->batch());
-      if (!idx.ok()) return idx.status();
-      const int64_t batch = idx->size(0);
-      FollowSchedules();
-      // The push opens before backward, whose buckets leave while it runs (when streaming).
-      // An emulated or slowed step waits after its real backward: its gradient leaves whole
-      // after the wait, or the link would hide behind a wait no real device makes.
-      std::unique_ptr<StreamedPush> push =
-          session_->BeginPushPull(PushFor(batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
-      const StepResult step = runner_.Run(*idx, batch, &grad_, push.get());
-      PushReply reply;
-      bool model_changed = false;  // one round trip: the reply brings the new model
-      const auto comm_start = Clock::now();
-      absl::StatusOr<PushOutcome> outcome = Exchange(batch, step, std::move(push), &reply, &model_changed);
-      const double comm_seconds = std::chrono::duration<double>(Clock::now() - comm_start).count();
-      if (!outcome.ok()) return outcome.status();
-      if (*outcome == PushOutcome::kStop) {
-        progress_->Note("the server stopped the job");
-        result_.stopped_by_server = true;
-        break;
-      }
-      if (*outcome == PushOutcome::kRejoined) {  // a new session: this gradient is of the old model
-        if (absl::Status s = Pull(); !s.ok()) return s;
-        last_comm_seconds_ = 0;
-        continue;
-      }
-      ++it;
-      Record(it, batch, step, spans, reply, model_changed, comm_seconds);
-      const double global = static_cast<double>(reply.global_samples);
-      finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
-                 (o_.max_iterations > 0 && it >= o_.max_iterations);
-      if (o_.evaluate && evaluations_.Due(global, finished)) EvaluateAt(global);
-      if (finished) {
-        if (absl::Status s = ReportFinalAccuracy(step.loss); !s.ok()) return s;
-        break;
-      }
-    }
-    return Finish(finished);
-  }
-
- private:
-  // What iteration `it` (1 first) leaves behind once its reply came: the samples it trained
-  // logged, the new model loaded, the result, the progress line and the series.
-  void Record(int64_t it, int64_t batch, const StepResult& step, const Assignment& spans, const PushReply& reply,
-              bool model_changed, double comm_seconds) {
-    last_comm_seconds_ = comm_seconds;
-    if (reply.applied) sample_log_.Applied(spans);
-    pending_accuracy_.reset();
-    result_.iterations = it;
-    result_.last_loss = step.loss;
-    progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
-    if (model_changed) params_->Load(weights_);
-    series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
-    series_->Rejoins(static_cast<uint64_t>(session_->rejoins()));
-  }
-
-  absl::Status Pull() {
-    absl::StatusOr<bool> changed = session_->Pull(absl::MakeSpan(weights_));
-    if (!changed.ok()) return changed.status();
-    if (*changed) params_->Load(weights_);
-    return absl::OkStatus();
-  }
-
-  // This worker holds no samples (the job's are all handed out): one wait with the
-  // server, which may hand it samples a lost worker left. True when the loop ends: the
-  // job's count was reached (the last evaluation reported) or the server stopped it.
-  absl::StatusOr<bool> Idle() {
-    PushReply reply;
-    bool changed = false;
-    absl::StatusOr<PushOutcome> outcome = session_->Idle(absl::MakeSpan(weights_), &reply, &changed);
-    if (!outcome.ok()) return outcome.status();
-    if (*outcome == PushOutcome::kStop) {
-      progress_->Note("the server stopped the job");
-      result_.stopped_by_server = true;
-      return true;
-    }
-    if (*outcome == PushOutcome::kRejoined) {
-      if (absl::Status s = Pull(); !s.ok()) return s;
-      return false;
-    }
-    if (changed) params_->Load(weights_);
-    const double global = static_cast<double>(reply.global_samples);
-    if (!(o_.epochs > 0 && global >= o_.epochs * setup_->train.size())) return false;
-    if (o_.evaluate && evaluations_.Due(global, true)) EvaluateAt(global);
-    if (absl::Status s = ReportFinalAccuracy(result_.last_loss); !s.ok()) return s;
-    return true;
-  }
-
-  // Schedules follow the global epoch the server reports (the same for every worker).
-  void FollowSchedules() {
-    const std::string change = timing_->Follow(static_cast<double>(session_->global_samples()) / setup_->train.size());
-    if (!change.empty()) progress_->Note(change);
-  }
-
-  // The step's push ended (its time, loss and any accuracy in the trailer) and the new
-  // model received; or, out of memory, the push given up and the report sent instead.
-  absl::StatusOr<PushOutcome> Exchange(int64_t batch, const StepResult& step, std::unique_ptr<StreamedPush> push,
-                                       PushReply* reply, bool* changed) {
-    if (step.out_of_memory) {
-      push.reset();  // cancelled: the server changes nothing
-      StepReport report = PushFor(batch);
-      report.out_of_memory = true;
-      report.end.test_accuracy = pending_accuracy_;
-      return session_->PushPull(report, grad_, absl::MakeSpan(weights_), reply, changed);
-    }
-    const StepEnd end{step.compute_seconds, step.loss, pending_accuracy_};
-    return session_->FinishPushPull(std::move(push), end, absl::MakeSpan(weights_), reply, changed);
-  }
-
-  // The step as known before it runs (its time and loss follow it).
-  StepReport PushFor(int64_t batch) const {
-    StepReport step;
-    step.batch_size = batch;
-    step.communication_seconds = last_comm_seconds_;  // the previous iteration's
-    step.emulation_overruns = timing_->overruns();
-    return step;
-  }
-
-  void EvaluateAt(double global) {
-    result_.test_accuracy = Evaluate(setup_->model.get(), setup_->test, setup_->device);
-    series_->Accuracy(result_.test_accuracy);
-    progress_->Evaluation(global / setup_->train.size(), o_.eval_every_epochs, result_.test_accuracy,
-                          session_->model_version());
-    pending_accuracy_ = result_.test_accuracy;
-  }
-
-  // The last measurement goes to the server alone, on the model it was measured on: the
-  // final model, the summary and an export then agree.
-  absl::Status ReportFinalAccuracy(double loss) {
-    if (!pending_accuracy_) return absl::OkStatus();
-    StepReport report;
-    report.report_only = true;
-    report.end.test_accuracy = pending_accuracy_;
-    report.end.train_loss = loss;
-    PushReply reply;
-    return session_->Push(report, {}, weights_, &reply).status();
-  }
-
-  absl::StatusOr<TrainerResult> Finish(bool finished) {
-    if (!o_.save_model.empty()) {
-      if (absl::Status s = setup_->model->Save(o_.save_model); !s.ok()) return s;
-      progress_->Note(absl::StrCat("saved the trained TorchScript module to ", o_.save_model));
-    }
-    session_->Leave(finished);
-    result_.pushes_sent = session_->pushes_sent();
-    result_.pushes_answered = session_->pushes_answered();
-    return result_;
-  }
-
-  const TrainerOptions& o_;
-  const ProgressReporter* const progress_;
-  Setup* const setup_;
-  FlatModel* const params_;
-  StepTiming* const timing_;
-  Session* const session_;
-  TrainerMetrics* const series_;
-  std::vector<float> weights_;
-  std::vector<float> grad_;  // the push buffer, reused from step to step
-  SampleSource samples_;
-  StepRunner runner_;
-  EvaluationSchedule evaluations_;
-  SampleLog sample_log_;
-  double last_comm_seconds_ = 0;  // the last iteration's, from the end of compute to the reply
-  std::optional<double> pending_accuracy_;
-  TrainerResult result_;
-};
-
 }  // namespace
 
 absl::StatusOr<Warmup> ParseWarmup(const std::string& text) {
@@ -567,7 +238,7 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
   try {
     torch::set_num_threads(o.threads);
     const ProgressReporter progress(o.name, o.log_every, o.log);
-    absl::StatusOr<Setup> setup = Prepare(o, progress);
+    absl::StatusOr<TrainingSetup> setup = Prepare(o, progress);
     if (!setup.ok()) return setup.status();
     FlatModel params(setup->model.get());
     absl::StatusOr<ModelLayout> layout = params.Layout();
