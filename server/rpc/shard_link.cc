@@ -14,6 +14,43 @@
 namespace omnilearn {
 namespace server {
 
+namespace {
+
+using CommandReader = grpc::ClientReaderInterface<v1::ShardCommand>;
+
+// A registration over the network: the call's reader with the channel it runs on.
+class NetworkRegistration : public CommandReader {
+ public:
+  NetworkRegistration(std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* ctx, const v1::ShardHello& hello,
+                      bool legacy)
+      : channel_(std::move(channel)),
+        reader_(legacy ? v1::ParameterServer::NewStub(channel_)->Shard(ctx, hello)
+                       : v1::ServerPeers::NewStub(channel_)->Shard(ctx, hello)) {}
+  void WaitForInitialMetadata() override { reader_->WaitForInitialMetadata(); }
+  bool NextMessageSize(uint32_t* size) override { return reader_->NextMessageSize(size); }
+  bool Read(v1::ShardCommand* c) override { return reader_->Read(c); }
+  grpc::Status Finish() override { return reader_->Finish(); }
+
+ private:
+  const std::shared_ptr<grpc::Channel> channel_;  // outlives the call
+  const std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader_;
+};
+
+// Registrations over a channel to `options.coordinator`, pinged every keepalive.
+std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, grpc::ClientContext* ctx,
+                                               const v1::ShardHello& hello, bool legacy) {
+  grpc::ChannelArguments args;
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options.keepalive));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
+  return std::make_unique<NetworkRegistration>(
+      grpc::CreateCustomChannel(options.coordinator, options.credentials, args), ctx, hello, legacy);
+}
+
+}  // namespace
+
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
     : options_(std::move(options)),
       applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
@@ -29,7 +66,8 @@ void ShardLink::Stop() {
 }
 
 absl::Status ShardLink::Run() {
-  absl::Time give_up = absl::Now() + options_.start_timeout;
+  const Clock* clock = options_.clock;
+  absl::Time give_up = clock->Now() + options_.start_timeout;
   while (true) {
     bool registered = false;
     absl::Status s = RunOnce(&registered);
@@ -45,27 +83,20 @@ absl::Status ShardLink::Run() {
                                         : absl::StrCat(s.message(), "; registering again for up to ",
                                                        absl::FormatDuration(options_.start_timeout)));
       }
-      give_up = absl::Now() + options_.start_timeout;
-      if (absl::IsUnavailable(s)) absl::SleepFor(absl::Seconds(1));
+      give_up = clock->Now() + options_.start_timeout;
+      if (absl::IsUnavailable(s)) clock->SleepFor(absl::Seconds(1));
       continue;
     }
     if (registered || !absl::IsUnavailable(s)) return s;
-    if (absl::Now() >= give_up) {
+    if (clock->Now() >= give_up) {
       return absl::UnavailableError(absl::StrCat("the coordinator ", options_.coordinator, " did not answer in ",
                                                  absl::FormatDuration(options_.start_timeout), ": ", s.message()));
     }
-    absl::SleepFor(absl::Seconds(1));
+    clock->SleepFor(absl::Seconds(1));
   }
 }
 
 absl::Status ShardLink::RunOnce(bool* registered) {
-  grpc::ChannelArguments args;
-  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive));
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options_.coordinator, options_.credentials, args);
   grpc::ClientContext ctx;
   AddPeerToken(ctx, options_.peer_token);
   {
@@ -76,9 +107,8 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   applier_.Restart();
   // The server-to-server service; a coordinator of the previous release serves the call in
   // its worker-facing service only (and answers the other UNIMPLEMENTED).
-  std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader =
-      legacy_coordinator_ ? v1::ParameterServer::NewStub(channel)->Shard(&ctx, Hello())
-                          : v1::ServerPeers::NewStub(channel)->Shard(&ctx, Hello());
+  std::unique_ptr<CommandReader> reader = options_.open ? options_.open(&ctx, Hello(), legacy_coordinator_)
+                                                        : OpenOverNetwork(options_, &ctx, Hello(), legacy_coordinator_);
   v1::ShardCommand c;
   absl::Status applied;
   while (applied.ok() && reader->Read(&c)) {

@@ -5,6 +5,7 @@
 #define OMNILEARN_SERVER_RPC_SHARD_LINK_H_
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/sync_stream.h>
 
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/data/shard_core.h"
@@ -43,6 +45,13 @@ struct ShardLinkOptions {
   std::string checkpoint_dir;
   int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;
+  // Opens one registration (Shard) on `ctx` with `hello`, through ParameterServer when
+  // `legacy`: a coordinator of the previous release. Unset: over a channel to
+  // `coordinator` with the keepalive above (tests give a fake coordinator).
+  std::function<std::unique_ptr<grpc::ClientReaderInterface<v1::ShardCommand>>(
+      grpc::ClientContext* ctx, const v1::ShardHello& hello, bool legacy)>
+      open;
+  const Clock* clock = Clock::Real();  // start_timeout and the pause before registering again
 };
 
 // Thread-safe: Run on one thread, Stop from any.

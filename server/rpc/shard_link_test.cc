@@ -1,0 +1,192 @@
+// A shard server's link alone, against a scripted coordinator: no network. What it says
+// when it registers, how it applies the commands, and when it registers again or gives up.
+#include "server/rpc/shard_link.h"
+
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "catch2/catch.hpp"
+#include "common/shard_map.h"
+#include "common/tensor_codec.h"
+#include "server/rpc/shard_wire.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr int64_t kPartition = 64;  // 16 floats: the model is cut into 4 partitions, 2 slices
+
+ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
+ShardMap Map() { return *ShardMap::Plan(Model(), 2, kPartition); }
+
+// What a coordinator sends a shard it accepts as slice 1: the init, the slice's values.
+std::vector<v1::ShardCommand> Accept() {
+  std::vector<v1::ShardCommand> out(1);
+  v1::ShardInit* init = out[0].mutable_init();
+  init->set_index(1);
+  *init->mutable_layout() = LayoutToProto(Model());
+  *init->mutable_optimizer() = OptimizerToProto(OptimizerOptions(), absl::Seconds(5));
+  init->set_fingerprint(Map().fingerprint());
+  init->set_sync(true);
+  std::vector<float> values(Map().slice_elements(1));
+  std::iota(values.begin(), values.end(), 0.0f);
+  ForEachChunk(Map().slice_layout(1), values.data(), 32, [&](v1::TensorChunk& chunk) {
+    v1::ShardCommand c;
+    *c.mutable_chunk() = chunk;
+    out.push_back(c);
+    return true;
+  });
+  return out;
+}
+
+v1::ShardCommand Step(uint64_t version) {
+  v1::ShardCommand c;
+  v1::ShardStep* step = c.mutable_step();
+  step->set_version(version);
+  step->set_update_scale(1);
+  step->set_learning_rate(0.1);
+  step->set_buffer_blend(1);
+  step->set_momentum(-1);
+  return c;
+}
+
+// One registration as the coordinator answers it: its commands, then the call's end.
+struct Registration {
+  std::vector<v1::ShardCommand> commands;
+  grpc::Status end;
+};
+
+// Answers registrations from a script; past its end, as a coordinator not there.
+class ScriptedCoordinator {
+ public:
+  explicit ScriptedCoordinator(std::vector<Registration> script) : script_(std::move(script)) {}
+
+  struct Call {
+    v1::ShardHello hello;
+    bool legacy;
+  };
+  std::vector<Call> calls;
+
+  std::unique_ptr<grpc::ClientReaderInterface<v1::ShardCommand>> Open(const v1::ShardHello& hello, bool legacy) {
+    const size_t n = calls.size();
+    calls.push_back({hello, legacy});
+    Registration r = n < script_.size() ? script_[n] : Registration{{}, grpc::Status(grpc::UNAVAILABLE, "no route")};
+    return std::make_unique<Reader>(std::move(r));
+  }
+
+ private:
+  class Reader : public grpc::ClientReaderInterface<v1::ShardCommand> {
+   public:
+    explicit Reader(Registration r) : r_(std::move(r)) {}
+    void WaitForInitialMetadata() override {}
+    bool NextMessageSize(uint32_t* size) override {
+      *size = 1 << 20;
+      return true;
+    }
+    bool Read(v1::ShardCommand* c) override {
+      if (next_ >= r_.commands.size()) return false;
+      *c = r_.commands[next_++];
+      return true;
+    }
+    grpc::Status Finish() override { return r_.end; }
+
+   private:
+    Registration r_;
+    size_t next_ = 0;
+  };
+  std::vector<Registration> script_;
+};
+
+struct Rig {
+  explicit Rig(std::vector<Registration> script) : coordinator(std::move(script)) {
+    ShardLinkOptions o;
+    o.coordinator = "coordinator:7000";
+    o.address = "shard-1:7001";
+    o.shards = 2;
+    o.partition_bytes = kPartition;
+    o.start_timeout = absl::Seconds(5);
+    o.log = [this](const std::string& line) { lines.push_back(line); };
+    o.open = [this](grpc::ClientContext*, const v1::ShardHello& hello, bool legacy) {
+      return coordinator.Open(hello, legacy);
+    };
+    o.clock = &clock;
+    link = std::make_unique<ShardLink>(std::move(o), &shard);
+  }
+  FakeClock clock;
+  ScriptedCoordinator coordinator;
+  ShardCore shard{{}};
+  std::vector<std::string> lines;
+  std::unique_ptr<ShardLink> link;
+};
+
+TEST_CASE("the link registers, applies the coordinator's commands in order and ends with the job", "[shard_link]") {
+  std::vector<v1::ShardCommand> commands = Accept();
+  commands.push_back(Step(0));
+  commands.push_back(Step(1));
+  Rig rig({{commands, grpc::Status::OK}});
+  REQUIRE(rig.link->Run().ok());
+  REQUIRE(rig.coordinator.calls.size() == 1);
+  const v1::ShardHello& hello = rig.coordinator.calls[0].hello;
+  REQUIRE(hello.address() == "shard-1:7001");
+  REQUIRE(hello.shards() == 2);
+  REQUIRE(hello.partition_bytes() == kPartition);
+  REQUIRE(hello.index() == 0);        // any free slice
+  REQUIRE(hello.fingerprint() == 0);  // none held yet
+  REQUIRE_FALSE(rig.coordinator.calls[0].legacy);
+  REQUIRE(rig.shard.initialized());
+  REQUIRE(rig.shard.version() == 2);
+}
+
+TEST_CASE("a coordinator of the previous release is found by UNIMPLEMENTED and asked the old way", "[shard_link]") {
+  Rig rig({{{}, grpc::Status(grpc::UNIMPLEMENTED, "unknown service")}, {Accept(), grpc::Status::OK}});
+  REQUIRE(rig.link->Run().ok());
+  REQUIRE(rig.coordinator.calls.size() == 2);
+  REQUIRE_FALSE(rig.coordinator.calls[0].legacy);
+  REQUIRE(rig.coordinator.calls[1].legacy);
+  REQUIRE(rig.lines.size() == 2);
+  REQUIRE(rig.lines[0] == "the coordinator is of the previous release: registering through ParameterServer");
+  REQUIRE(absl::StartsWith(rig.lines[1], "holding slice 1 of the model"));
+  REQUIRE(rig.shard.initialized());
+}
+
+TEST_CASE("asked back to a checkpoint, or cut off, the link registers again naming its map; unanswered, it gives up",
+          "[shard_link]") {
+  Rig rig({{Accept(), grpc::Status(grpc::ABORTED, "back to version 0")},
+           {Accept(), grpc::Status(grpc::UNAVAILABLE, "connection reset")}});
+  const absl::Time start = rig.clock.Now();
+  const absl::Status s = rig.link->Run();
+  INFO(s.ToString());
+  REQUIRE(absl::IsUnavailable(s));
+  REQUIRE(absl::StrContains(s.message(), "the coordinator coordinator:7000 did not answer in 5s: no route"));
+  REQUIRE(rig.coordinator.calls.size() >= 3);
+  REQUIRE(rig.coordinator.calls[1].hello.fingerprint() == Map().fingerprint());  // the slice it holds
+  REQUIRE(rig.lines.size() == 4);  // each registration's "holding slice 1" after its values
+  REQUIRE(rig.lines[1] == "the coordinator asks: back to version 0");
+  REQUIRE(absl::StartsWith(rig.lines[3], "lost the link to the coordinator coordinator:7000: connection reset"));
+  // Lost after registering: start_timeout from the loss, attempts a second apart.
+  REQUIRE(rig.clock.Now() - start == absl::Seconds(5));
+  REQUIRE(rig.coordinator.calls.size() == 2 + 5);
+}
+
+TEST_CASE("a refusal, or a command the shard cannot apply, ends the link with its error", "[shard_link]") {
+  Rig refused({{{}, grpc::Status(grpc::PERMISSION_DENIED, "wrong peer token")}});
+  const absl::Status s = refused.link->Run();
+  REQUIRE(absl::IsPermissionDenied(s));
+  REQUIRE(s.message() == "wrong peer token");
+  REQUIRE(refused.coordinator.calls.size() == 1);
+
+  Rig unapplicable({{{Step(0)}, grpc::Status::OK}});  // a step before any init
+  const absl::Status bad = unapplicable.link->Run();
+  INFO(bad.ToString());
+  REQUIRE(absl::IsFailedPrecondition(bad));
+  REQUIRE(bad.message() == "a step before the slice's first values");
+  REQUIRE(unapplicable.coordinator.calls.size() == 1);
+  REQUIRE_FALSE(unapplicable.shard.initialized());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
