@@ -14,6 +14,7 @@
 #include "server/data/shard_core.h"
 #include "server/rpc/service.h"
 #include "server/rpc/shard_link.h"
+#include "server/rpc/shard_server_service.h"
 
 namespace omnilearn {
 namespace server {
@@ -71,7 +72,7 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> peer_credentials = PeerCredentials(f);
   if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
   // A session's dtype is the coordinator's choice at Join: a shard reads and writes either.
-  ParameterServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(f), v1::WIRE_DTYPE_BF16);
+  ShardServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(f), v1::WIRE_DTYPE_BF16);
   int bound_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, /*peers=*/nullptr, &bound_port);
   if (!server.ok()) return FailToListen(server.status());

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
-#include "server/rpc/service.h"
+#include "server/rpc/slice_service.h"
 
 namespace omnilearn {
 namespace server {

@@ -18,14 +18,14 @@
 namespace omnilearn {
 namespace server {
 
-class ParameterServerService;
+class SliceService;
 
 class PeerService final : public v1::ServerPeers::Service {
  public:
   // `workers`: the worker-facing service, whose gate (held while resuming, the workers'
   // token) a call passes without a peer secret; `data` counts and logs what this service
   // refuses. Both outlive it.
-  PeerService(const ParameterServerService* workers, DataPlane* data) : workers_(workers), data_(data) {}
+  PeerService(const SliceService* workers, DataPlane* data) : workers_(workers), data_(data) {}
 
   // A sharded job's coordinator: before serving; `shards` outlives this.
   void Enable(CoordinatorShards* shards, std::string peer_token) {
@@ -40,7 +40,7 @@ class PeerService final : public v1::ServerPeers::Service {
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
   void LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused);
 
-  const ParameterServerService* const workers_;
+  const SliceService* const workers_;
   DataPlane* const data_;
   CoordinatorShards* shards_ = nullptr;
   std::string peer_token_;

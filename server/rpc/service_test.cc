@@ -17,6 +17,7 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/coordinator_shards.h"
+#include "server/rpc/shard_server_service.h"
 #include "worker/ps_client.h"
 #include "worker/ps_proto.h"
 
@@ -692,6 +693,69 @@ TEST_CASE("a join waiting at the start barrier is not taken for a stalled stream
   waiting.join();
   INFO(first.status().ToString());
   REQUIRE(first.ok());
+}
+
+}  // namespace
+}  // namespace server
+}  // namespace omnilearn
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+TEST_CASE("a shard server's service serves slices only: the control calls send workers to the coordinator",
+          "[service][shard]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  ShardServerService service(&shard, absl::Seconds(10), "token", {}, v1::WIRE_DTYPE_BF16);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto stub = v1::ParameterServer::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  const std::string line = "this is a shard server: workers join the job's coordinator, whose answer names the shards";
+  const auto with_token = [](grpc::ClientContext* ctx) { AddBearerToken(*ctx, "token"); };
+  {
+    grpc::ClientContext ctx;
+    with_token(&ctx);
+    v1::JoinResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::JoinRequest>> writer = stub->Join(&ctx, &response);
+    writer->WritesDone();
+    const grpc::Status s = writer->Finish();
+    REQUIRE(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    REQUIRE(s.error_message() == line);
+  }
+  {
+    grpc::ClientContext ctx;
+    with_token(&ctx);
+    v1::HeartbeatResponse response;
+    const grpc::Status s = stub->Heartbeat(&ctx, v1::HeartbeatRequest(), &response);
+    REQUIRE(s.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    REQUIRE(s.error_message() == line);
+  }
+  {
+    grpc::ClientContext ctx;
+    with_token(&ctx);
+    v1::LeaveResponse response;
+    REQUIRE(stub->Leave(&ctx, v1::LeaveRequest(), &response).error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    grpc::ClientContext ctx;
+    with_token(&ctx);
+    v1::GetStatusResponse response;
+    REQUIRE(stub->GetStatus(&ctx, v1::GetStatusRequest(), &response).error_code() ==
+            grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    // The slice calls pass the same gate as the coordinator's: the workers' token first.
+    grpc::ClientContext ctx;
+    v1::PullRequest request;
+    std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader = stub->Pull(&ctx, request);
+    v1::PullResponse r;
+    REQUIRE_FALSE(reader->Read(&r));
+    REQUIRE(reader->Finish().error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  }
+  shard.Shutdown();
+  server->Shutdown();
 }
 
 }  // namespace
