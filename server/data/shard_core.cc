@@ -273,23 +273,23 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     taken = TakeMembers(step);
     if (!taken.ok()) return taken.status();
     elements = store_->layout().total_elements();
-    update_.assign(elements, 0.0f);
   }
   // The weighted sum, outside the lock (pushes and pulls go on); only this thread steps.
-  // A member whose slice never came leaves its weight out of the mean (async: a step of
-  // rate 0, which keeps the version in step with the coordinator's).
+  // The core's RoundSum: each slice added in stripes split across cores. A member whose
+  // slice never came leaves its weight out of the mean (async: a step of rate 0, which
+  // keeps the version in step with the coordinator's).
   const double scale = taken->taken_weight > 0 ? step.update_scale * taken->all_weight / taken->taken_weight : 0;
+  sum_.Start(elements);
+  uint64_t rotation = 0;
   for (auto& [gradient, weight] : taken->slices) {
-    const float w = static_cast<float>(weight * scale);
-    float* out = update_.data();
-    const float* in = gradient.data();
-    for (int64_t i = 0; i < elements; ++i) out[i] += w * in[i];
+    sum_.Add(gradient, static_cast<float>(weight * scale), rotation++);
     buffers_.Return(std::move(gradient));
   }
   const bool none = taken->slices.empty();
+  const std::vector<float> nothing(none ? elements : 0, 0.0f);  // a step without slices: momentum decays alone
   absl::MutexLock lock(&mu_);
-  store_->Apply(update_, none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend, step.momentum, 1.0,
-                step.sample_share);
+  store_->Apply(none ? nothing : sum_.values(), none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend,
+                step.momentum, 1.0, step.sample_share);
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

@@ -19,6 +19,7 @@
 #include "server/control/data_plane.h"
 #include "server/data/parameter_store.h"
 #include "server/data/replicated_step.h"
+#include "server/data/round_sum.h"
 
 namespace omnilearn {
 namespace server {
@@ -125,9 +126,9 @@ class ShardCore : public DataPlane {
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  // Reused by every step; only Step's thread (the control stream's) touches it, partly
-  // outside mu_ (the weighted sum), so it is not guarded by it.
-  std::vector<float> update_;
+  // The step's weighted sum, reused by every step; only Step's thread (the control
+  // stream's) touches it, outside mu_, so it is not guarded by it.
+  RoundSum sum_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   BufferPool buffers_;
   metrics::Registry registry_;
