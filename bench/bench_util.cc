@@ -141,12 +141,18 @@ absl::StatusOr<worker::JoinReply> JoinAs(worker::PsClient& client, const std::st
   h.worker.name = name;
   h.has_initial_parameters = first;
   absl::StatusOr<worker::JoinReply> joined;
-  for (int attempt = 0; attempt < 5000; ++attempt) {  // the first worker brings the model
+  // The first worker brings the model; the others are asked for one until it is in
+  // (JoinResponse.send_model, or FAILED_PRECONDITION from a server of an earlier release).
+  for (int attempt = 0; attempt < 5000; ++attempt) {
     joined = client.Join(h, layout, first ? absl::MakeConstSpan(weights) : absl::Span<const float>());
-    if (joined.ok()) client.SetSessionSecret(joined->session_secret);
-    if (joined.ok() || !absl::IsFailedPrecondition(joined.status())) return joined;
+    const bool asked_for_model = (joined.ok() && joined->send_model) || absl::IsFailedPrecondition(joined.status());
+    if (!asked_for_model) {
+      if (joined.ok()) client.SetSessionSecret(joined->session_secret);
+      return joined;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+  if (joined.ok()) return absl::DeadlineExceededError(absl::StrCat(name, ": the first worker's model never came"));
   return joined;
 }
 

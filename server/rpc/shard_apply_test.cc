@@ -7,6 +7,7 @@
 #include "catch2/catch.hpp"
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
+#include "server/rpc/shard_commands_testing.h"
 #include "server/rpc/shard_wire.h"
 
 // ShardOptimizer.kind is deprecated; this file is what a coordinator of the previous release sends.
@@ -16,55 +17,21 @@ namespace omnilearn {
 namespace server {
 namespace {
 
-constexpr int64_t kPartition = 64;  // 16 floats: the model is cut into 4 partitions, 2 slices
-
-ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
-ShardMap Map() { return *ShardMap::Plan(Model(), 2, kPartition); }
+using testing::Init;
+using testing::kPartition;
+using testing::Map;
+using testing::Model;
+using testing::Step;
+using testing::Values;
 
 ShardApplier Make(ShardCore* shard, std::string dir = "") {
   return ShardApplier({/*shards=*/2, kPartition, /*index=*/0, std::move(dir), 3, nullptr}, shard);
-}
-
-v1::ShardCommand Init(uint32_t index = 1) {
-  v1::ShardCommand c;
-  v1::ShardInit* init = c.mutable_init();
-  init->set_index(index);
-  *init->mutable_layout() = LayoutToProto(Model());
-  *init->mutable_optimizer() = OptimizerToProto(OptimizerOptions(), absl::Seconds(5));
-  init->set_fingerprint(Map().fingerprint());
-  init->set_sync(true);
-  return c;
-}
-
-// Slice 1's values, 0, 1, 2, ..., as the coordinator's chunks.
-std::vector<v1::ShardCommand> Values() {
-  std::vector<float> values(Map().slice_elements(1));
-  std::iota(values.begin(), values.end(), 0.0f);
-  std::vector<v1::ShardCommand> out;
-  ForEachChunk(Map().slice_layout(1), values.data(), 32, [&](v1::TensorChunk& chunk) {
-    v1::ShardCommand c;
-    *c.mutable_chunk() = chunk;
-    out.push_back(c);
-    return true;
-  });
-  return out;
 }
 
 v1::ShardCommand Session(WorkerId id, std::string secret) {
   v1::ShardCommand c;
   c.mutable_session()->set_worker_id(id);
   c.mutable_session()->set_session_secret(std::move(secret));
-  return c;
-}
-
-v1::ShardCommand Step(uint64_t version) {
-  v1::ShardCommand c;
-  v1::ShardStep* step = c.mutable_step();
-  step->set_version(version);
-  step->set_update_scale(1);
-  step->set_learning_rate(0.1);
-  step->set_buffer_blend(1);
-  step->set_momentum(-1);
   return c;
 }
 

@@ -11,46 +11,21 @@
 #include "catch2/catch.hpp"
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
-#include "server/rpc/shard_wire.h"
+#include "server/rpc/shard_commands_testing.h"
 
 namespace omnilearn {
 namespace server {
 namespace {
 
-constexpr int64_t kPartition = 64;  // 16 floats: the model is cut into 4 partitions, 2 slices
-
-ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
-ShardMap Map() { return *ShardMap::Plan(Model(), 2, kPartition); }
+using testing::kPartition;
+using testing::Map;
+using testing::Step;
 
 // What a coordinator sends a shard it accepts as slice 1: the init, the slice's values.
 std::vector<v1::ShardCommand> Accept() {
-  std::vector<v1::ShardCommand> out(1);
-  v1::ShardInit* init = out[0].mutable_init();
-  init->set_index(1);
-  *init->mutable_layout() = LayoutToProto(Model());
-  *init->mutable_optimizer() = OptimizerToProto(OptimizerOptions(), absl::Seconds(5));
-  init->set_fingerprint(Map().fingerprint());
-  init->set_sync(true);
-  std::vector<float> values(Map().slice_elements(1));
-  std::iota(values.begin(), values.end(), 0.0f);
-  ForEachChunk(Map().slice_layout(1), values.data(), 32, [&](v1::TensorChunk& chunk) {
-    v1::ShardCommand c;
-    *c.mutable_chunk() = chunk;
-    out.push_back(c);
-    return true;
-  });
+  std::vector<v1::ShardCommand> out = {testing::Init(1)};
+  for (v1::ShardCommand& c : testing::Values()) out.push_back(std::move(c));
   return out;
-}
-
-v1::ShardCommand Step(uint64_t version) {
-  v1::ShardCommand c;
-  v1::ShardStep* step = c.mutable_step();
-  step->set_version(version);
-  step->set_update_scale(1);
-  step->set_learning_rate(0.1);
-  step->set_buffer_blend(1);
-  step->set_momentum(-1);
-  return c;
 }
 
 // One registration as the coordinator answers it: its commands, then the call's end.
