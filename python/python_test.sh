@@ -27,6 +27,7 @@ cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_raw,grpc_security
   src/common/
 cp -L "$RUNFILES"/worker/{emulated_device.cc,emulated_device.h,trainer_metrics.cc,trainer_metrics.h,grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} src/worker/
 cp -L "$RUNFILES"/worker/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \
+  "$RUNFILES"/worker/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h} \
   src/worker/
 rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src

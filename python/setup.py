@@ -40,6 +40,7 @@ if not BUILD_DIR:
 
 # What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
 CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/push_buckets.cc", "worker/grpc_ps_client.cc",
+                "worker/grpc_push_stream.cc", "worker/model_receiver.cc",
                 "worker/emulated_device.cc", "worker/trainer_metrics.cc", "worker/sharded_ps_client.cc", "worker/ps_proto.cc", "worker/ps_types.cc", "common/clock.cc",
                 "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",
                 "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc",
