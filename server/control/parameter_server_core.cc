@@ -151,10 +151,8 @@ WorkerId Resumable(const Membership& workers, const JoinInfo& info) {
 absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view secret) const {
   absl::MutexLock lock(&mu_);
   const Worker* w = workers_.Find(id);
-  if (w == nullptr || ConstantTimeEquals(secret, w->secret)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id,
-                                                  "'s session secret: only the process that joined as ", id,
-                                                  " can act for it"));
+  if (w == nullptr) return absl::OkStatus();  // its call is answered "join again"
+  return CheckSessionSecret(id, w->secret, secret);
 }
 
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/constant_time.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -41,6 +42,13 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
         absl::StrCat("shard held seconds must be in [0, ", kMaxComputeSeconds, "], got ", info.shard_held_seconds));
   }
   return CheckGradientValues(gradient, model_elements, info.finite_checked);
+}
+
+absl::Status CheckSessionSecret(WorkerId id, absl::string_view expected, absl::string_view secret) {
+  if (ConstantTimeEquals(secret, expected)) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id,
+                                                  "'s session secret: only the process that joined as ", id,
+                                                  " can act for it"));
 }
 
 absl::Status CheckGradientValues(const std::vector<float>& gradient, int64_t model_elements, bool finite_checked) {

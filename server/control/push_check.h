@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/worker_id.h"
 
 namespace omnilearn {
@@ -58,6 +59,11 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
 // all finite unless the caller checked them while copying (`finite_checked`). The one
 // gradient check of both data planes. InvalidArgument naming the counts otherwise.
 absl::Status CheckGradientValues(const std::vector<float>& gradient, int64_t model_elements, bool finite_checked);
+
+// A call acts for session `id` only with its secret: OK when `secret` is `expected` (the
+// session's), compared in constant time; else PermissionDenied. The one secret check of
+// both data planes (each finds the session its own way first).
+absl::Status CheckSessionSecret(WorkerId id, absl::string_view expected, absl::string_view secret);
 
 // A push trains the batch it was assigned, so that a worker cannot scale its own weight
 // in the round or its async step by claiming another: with samples (`uses_samples`),

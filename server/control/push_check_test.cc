@@ -72,6 +72,16 @@ TEST_CASE("a push's gradient: batch, version, times, size and values", "[push_ch
   REQUIRE(Refused(CheckPushGradient(p, {}, 3, 6), "newer"));
 }
 
+TEST_CASE("a call acts for a session only with its secret, one message on every data plane", "[push_check]") {
+  REQUIRE(CheckSessionSecret(7, "s3cret", "s3cret").ok());
+  const absl::Status wrong = CheckSessionSecret(7, "s3cret", "s3crex");
+  REQUIRE(absl::IsPermissionDenied(wrong));
+  REQUIRE(wrong.message() ==
+          "the call does not carry worker 7's session secret: only the process that joined as 7 can act for it");
+  REQUIRE(absl::IsPermissionDenied(CheckSessionSecret(7, "s3cret", "")));
+  REQUIRE(absl::IsPermissionDenied(CheckSessionSecret(7, "s3cret", "s3cret-and-more")));
+}
+
 TEST_CASE("a push must claim the batch it was assigned", "[push_check]") {
   REQUIRE(CheckAssignedBatch(32, /*uses_samples=*/true, /*assigned=*/32, /*planned=*/40).ok());
   const absl::Status more = CheckAssignedBatch(40, true, 32, 40);  // samples: the plan's batch does not count

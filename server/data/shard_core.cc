@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/constant_time.h"
 #include "server/control/push_check.h"
 
 namespace omnilearn {
@@ -139,8 +138,7 @@ absl::Status ShardCore::Authenticate(WorkerId id, absl::string_view secret) cons
   // Refused at the header: nothing of an unknown session's push is read (report-only and
   // out-of-memory pushes included).
   if (it == sessions_.end()) return NoSession(id);
-  if (ConstantTimeEquals(secret, it->second)) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id, "'s session secret"));
+  return CheckSessionSecret(id, it->second, secret);
 }
 
 absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) {
