@@ -56,11 +56,13 @@ def main():
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "async_adam.md"))
+    ap.add_argument("--runs", type=int, default=len(RUNS), help="the first N rows only (2: sync and the rules)")
     a = ap.parse_args()
-    losses = {label: [] for label, *_ in RUNS}
+    runs = RUNS[:max(1, a.runs)]
+    losses = {label: [] for label, *_ in runs}
     with tempfile.TemporaryDirectory() as work:
         for seed in a.seeds:
-            for label, mode, multiple, flags in RUNS:
+            for label, mode, multiple, flags in runs:
                 loss, seconds = run_one(mode, a.lr * multiple, flags, seed, a.epochs, work)
                 losses[label].append(loss)
                 print(f"seed {seed}: {label}: validation loss {loss:.4f} ({seconds:.0f} s)", flush=True)
@@ -69,7 +71,7 @@ def main():
              f"seeds {', '.join(map(str, a.seeds))}; `{' '.join(['bench/async_adam.py'] + sys.argv[1:])}`", "",
              "| run | " + " | ".join(f"seed {s}" for s in a.seeds) + " | mean | minus sync |",
              "|---|" + "---|" * (len(a.seeds) + 2)]
-    for label, *_ in RUNS:
+    for label, *_ in runs:
         mean = statistics.mean(losses[label])
         lines.append(f"| {label} | " + " | ".join(f"{x:.4f}" for x in losses[label]) +
                      f" | {mean:.4f} | {mean - sync:+.4f} |")
