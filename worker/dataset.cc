@@ -3,12 +3,13 @@
 #include <zlib.h>
 
 #include <cstring>
-#include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/safetensors.h"
+#include "worker/torch_dtype.h"
 
 namespace omnilearn {
 namespace worker {
@@ -37,11 +38,9 @@ absl::StatusOr<torch::Tensor> TensorOf(const RawSafetensorsFile& file, const std
                                        const std::string& name) {
   const SafetensorsEntry* e = file.Find(name);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat(path, " has no tensor '", name, "'"));
-  static const std::map<std::string, torch::ScalarType>* const kTypes = new std::map<std::string, torch::ScalarType>{
-      {"F64", torch::kDouble}, {"F32", torch::kFloat}, {"F16", torch::kHalf},  {"BF16", torch::kBFloat16},
-      {"I64", torch::kLong},   {"I32", torch::kInt},   {"I16", torch::kShort}, {"I8", torch::kChar},
-      {"U8", torch::kByte},    {"BOOL", torch::kBool}};
-  torch::Tensor t = torch::empty(e->shape, kTypes->at(e->dtype));
+  const std::optional<torch::ScalarType> type = ScalarTypeOf(e->dtype);
+  if (!type) return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has dtype ", e->dtype));
+  torch::Tensor t = torch::empty(e->shape, *type);
   if (t.nbytes() > 0) memcpy(t.data_ptr(), file.data.data() + e->byte_offset, t.nbytes());
   return t;
 }

@@ -17,13 +17,10 @@
 #include "absl/status/statusor.h"
 #include "common/model_layout.h"
 #include "worker/model.h"
+#include "worker/torch_dtype.h"
 
 namespace omnilearn {
 namespace worker {
-
-// A tensor's type as the layout names it (common/tensor_dtype.h): what the server's export
-// writes it as. Another type keeps torch's name, which the layout refuses.
-std::string DtypeName(torch::ScalarType type);
 
 // The model as one flat float vector in layout order: its parameters, then its buffers
 // (BatchNorm statistics, sent where a parameter sends its gradient). And back.

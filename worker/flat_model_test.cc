@@ -5,6 +5,7 @@
 #include <set>
 
 #include "catch2/catch.hpp"
+#include "common/tensor_dtype.h"
 
 namespace omnilearn {
 namespace worker {
@@ -30,6 +31,16 @@ TEST_CASE("the layout lists the parameters, then the buffers, each with the mode
   }
   REQUIRE(DtypeName(torch::kBool) == "BOOL");
   REQUIRE(DtypeName(torch::kComplexFloat) != "F32");  // a name the layout refuses
+}
+
+TEST_CASE("every layout type has one torch type, both ways; other names none", "[flat_model]") {
+  for (absl::string_view name : kTensorDtypes) {
+    const std::optional<torch::ScalarType> type = ScalarTypeOf(name);
+    REQUIRE(type.has_value());
+    REQUIRE(DtypeName(*type) == std::string(name));
+  }
+  REQUIRE_FALSE(ScalarTypeOf("C64").has_value());
+  REQUIRE_FALSE(ScalarTypeOf("f32").has_value());
 }
 
 TEST_CASE("values go out in layout order and come back; an average of counts is rounded", "[flat_model]") {
