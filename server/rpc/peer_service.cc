@@ -1,5 +1,7 @@
 #include "server/rpc/peer_service.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
@@ -19,12 +21,10 @@ grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
 }
 
 void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused) {
-  const std::string peer = PeerHost(ctx->peer());
-  const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(refused.error_code())),
-                                         ": ", refused.error_message().substr(0, 200));
-  if (refused_.ShouldLog(peer, cause, data_->clock().Now())) {
-    data_->Log(absl::StrCat("refused a shard's registration from ", peer, ": ", cause,
-                            " (logged once a minute per cause and peer)"));
+  if (std::optional<std::string> line =
+          refused_.Line("a shard's registration", ctx->peer(), static_cast<absl::StatusCode>(refused.error_code()),
+                        refused.error_message(), data_->clock().Now())) {
+    data_->Log(*line);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "server/rpc/refusal_log.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace omnilearn {
 namespace server {
@@ -23,6 +24,14 @@ bool RefusalLog::ShouldLog(const std::string& peer, const std::string& cause, ab
   }
   last_[key] = now;
   return true;
+}
+
+std::optional<std::string> RefusalLog::Line(absl::string_view what, const std::string& peer, absl::StatusCode code,
+                                            const std::string& message, absl::Time now) {
+  const std::string host = PeerHost(peer);
+  const std::string cause = absl::StrCat(absl::StatusCodeToString(code), ": ", message.substr(0, 200));
+  if (!ShouldLog(host, cause, now)) return std::nullopt;
+  return absl::StrCat("refused ", what, " from ", host, ": ", cause, " (logged once a minute per cause and peer)");
 }
 
 std::string PeerHost(const std::string& peer) {

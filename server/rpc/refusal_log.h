@@ -5,10 +5,13 @@
 #define OMNILEARN_SERVER_RPC_REFUSAL_LOG_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -21,6 +24,11 @@ class RefusalLog {
       : window_(window), max_entries_(max_entries) {}
   // True when (peer, cause) was not logged within the window before `now` (and notes it).
   bool ShouldLog(const std::string& peer, const std::string& cause, absl::Time now);
+  // The line for `what` ("a join") refused with `code` and `message` to the gRPC peer
+  // `peer`, when ShouldLog holds for its host and cause (the code and the message's first
+  // 200 characters); nullopt otherwise.
+  std::optional<std::string> Line(absl::string_view what, const std::string& peer, absl::StatusCode code,
+                                  const std::string& message, absl::Time now);
 
  private:
   const absl::Duration window_;

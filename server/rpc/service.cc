@@ -102,11 +102,10 @@ grpc::Status ParameterServerService::Join(grpc::ServerContext* ctx, grpc::Server
   // A refused join is the operator's to see (a wrong token, another model...), except an
   // ask for the worker's model (the session then sends it).
   if (!s.ok() && !asked_for_model) {
-    const std::string peer = PeerHost(ctx->peer());
-    const std::string cause = absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())),
-                                           ": ", s.error_message().substr(0, 200));
-    if (refused_joins_.ShouldLog(peer, cause, data_->clock().Now())) {
-      data_->Log(absl::StrCat("refused a join from ", peer, ": ", cause, " (logged once a minute per cause and peer)"));
+    if (std::optional<std::string> line =
+            refused_joins_.Line("a join", ctx->peer(), static_cast<absl::StatusCode>(s.error_code()), s.error_message(),
+                                data_->clock().Now())) {
+      data_->Log(*line);
     }
   }
   return s;
