@@ -35,6 +35,9 @@ struct CoordinatorShardsOptions {
   bool sync = true;              // the job's mode is sync (rounds)
   const Clock* clock = Clock::Real();
   std::function<void(const std::string&)> log;
+  // A job that clips (optimizer.clip_grad_norm > 0): how long a step's norm waits for every
+  // slice's part (the shards wait up to round_timeout for their members' slices first).
+  absl::Duration norm_wait = absl::Seconds(60);
 };
 
 // The longest address a shard may give, and the most checkpoint versions it may list.
@@ -77,7 +80,8 @@ class CoordinatorShards {
 
   // A shard server registers. Returns its index. The hello is checked (CheckShardHello);
   // FailedPrecondition when every slice has its shard, for a shard of another map
-  // (fingerprint), for one returning after the job's first step without checkpoints (or
+  // (fingerprint), for a shard that cannot reduce a clipped job's norm
+  // (ShardHello.reduces_norm), for one returning after the job's first step without checkpoints (or
   // to a coordinator that keeps none: its slice's training would be lost), and for the
   // registration that leaves no checkpoint common to every server (its slice stays free
   // and the recovery waits: no shard's claim ends the job). Unavailable for a slice still
@@ -120,8 +124,18 @@ class CoordinatorShards {
   // The job's shard map once a model was adopted.
   std::optional<ShardMap> map() const;
 
-  // The core's hooks (Replication): they only queue.
+  // The core's hooks (Replication): they only queue, but for a clipped job's norm, which
+  // waits for the shards' parts (ReduceNorm for slice 0).
   Replication Hooks();
+
+  // A clipped job's step leaving `version`: slice `index`'s part of the update's squared
+  // norm. Returns every slice's parts summed once all came (slice 0, the coordinator's,
+  // included). When they did not by `deadline`, or a shard that owes its part is gone:
+  // slice 0 gets the sum of the parts that came (the step goes on; the missing shard's
+  // return takes the job back to a common checkpoint) and the reduction is closed: a
+  // shard's part, waiting or later, gets FailedPrecondition. InvalidArgument for an index
+  // out of range or a part given twice.
+  absl::StatusOr<double> ReduceNorm(uint64_t version, int index, double sum_squares, absl::Time deadline);
 
   int registered() const;
 
@@ -183,6 +197,17 @@ class CoordinatorShards {
   std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> initial_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
+  // ReduceNorm's steps in progress, by version (the latest few: the core takes one step at
+  // a time, and the shards follow its order).
+  struct NormParts {
+    double sum = 0;
+    std::vector<bool> given;  // by slice
+    int count = 0;
+    bool closed = false;  // slice 0 went on without the parts still missing
+  };
+  std::map<uint64_t, NormParts> norms_ ABSL_GUARDED_BY(mu_);
+  // A part still missing cannot come: its shard is not connected (or a recovery began).
+  bool NormStalled(const NormParts& parts) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace server

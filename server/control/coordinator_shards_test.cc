@@ -1,9 +1,12 @@
 #include "server/control/coordinator_shards.h"
 
+#include <cmath>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 
 namespace omnilearn {
 namespace server {
@@ -289,6 +292,74 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
   REQUIRE(c.PlanFor(Model())->fingerprint() == map.fingerprint());
   c.Hooks().checkpoint(9);  // the version every server holds: not asked again
   REQUIRE(Drain(c, 1).empty());
+}
+
+CoordinatorShards MakeClipped(int shards, const Clock* clock) {
+  CoordinatorShardsOptions o;
+  o.shards = shards;
+  o.partition_bytes = kPartition;
+  o.address = "coordinator:1";
+  o.optimizer.set_clip_grad_norm(1);
+  o.clock = clock;
+  return CoordinatorShards(o);
+}
+
+TEST_CASE("a clipped job: shards that cannot reduce the norm are refused; every slice's part is summed",
+          "[coordinator_shards]") {
+  FakeClock clock;
+  CoordinatorShards c = MakeClipped(3, &clock);
+  auto old = c.Register(Hello("s:1", 1));  // a shard of an earlier release: no reduces_norm
+  REQUIRE(absl::IsFailedPrecondition(old.status()));
+  REQUIRE(absl::StrContains(old.status().message(), "--clip_grad_norm"));
+  v1::ShardHello h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
+  h1.set_reduces_norm(true);
+  h2.set_reduces_norm(true);
+  REQUIRE(*c.Register(h1) == 1);
+  REQUIRE(*c.Register(h2) == 2);
+  Replication hooks = c.Hooks();
+  REQUIRE(hooks.norm != nullptr);
+  REQUIRE(Make(3).Hooks().norm == nullptr);  // a job that does not clip reduces nothing
+  // The shards' parts come while the coordinator's (slice 0, through the core's hook) waits.
+  absl::StatusOr<double> from1, from2;
+  std::thread s1([&] { from1 = c.ReduceNorm(7, 1, 2.0, absl::InfiniteFuture()); });
+  std::thread s2([&] { from2 = c.ReduceNorm(7, 2, 3.0, absl::InfiniteFuture()); });
+  REQUIRE(hooks.norm(7, 0.5) == 5.5);
+  s1.join();
+  s2.join();
+  REQUIRE(*from1 == 5.5);
+  REQUIRE(*from2 == 5.5);
+  REQUIRE(absl::IsInvalidArgument(c.ReduceNorm(7, 1, 1.0, absl::InfiniteFuture()).status()));  // twice
+  REQUIRE(absl::IsInvalidArgument(c.ReduceNorm(8, 3, 1.0, absl::InfiniteFuture()).status()));  // no slice 3
+  REQUIRE(absl::IsInvalidArgument(c.ReduceNorm(8, 1, -1.0, absl::InfiniteFuture()).status()));
+  REQUIRE(absl::IsInvalidArgument(c.ReduceNorm(8, 1, std::nan(""), absl::InfiniteFuture()).status()));
+}
+
+TEST_CASE("a clipped step's norm goes on without a part that does not come; that part is refused after",
+          "[coordinator_shards]") {
+  FakeClock clock;
+  CoordinatorShards c = MakeClipped(3, &clock);
+  v1::ShardHello h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
+  h1.set_reduces_norm(true);
+  h2.set_reduces_norm(true);
+  REQUIRE(*c.Register(h1) == 1);
+  REQUIRE(*c.Register(h2) == 2);
+  // Slice 2's part never comes: at the deadline slice 0 goes on with the parts it has, and
+  // slice 1, waiting, learns that the step went on without a part.
+  absl::StatusOr<double> from1, from0;
+  std::thread s1([&] { from1 = c.ReduceNorm(3, 1, 2.0, absl::InfiniteFuture()); });
+  std::thread s0([&] { from0 = c.ReduceNorm(3, 0, 1.0, clock.Now() + absl::Seconds(30)); });
+  REQUIRE(AwaitState([&] { return clock.waiters() >= 2; }));
+  clock.Advance(absl::Seconds(31));
+  s0.join();
+  s1.join();
+  REQUIRE(*from0 == 3.0);
+  REQUIRE(absl::IsFailedPrecondition(from1.status()));
+  auto late = c.ReduceNorm(3, 2, 4.0, absl::InfiniteFuture());
+  REQUIRE(absl::IsFailedPrecondition(late.status()));
+  REQUIRE(absl::StrContains(late.status().message(), "too late"));
+  // A shard that owes its part and is gone does not hold slice 0 until the deadline.
+  c.Disconnect(2);
+  REQUIRE(c.ReduceNorm(4, 0, 1.0, absl::InfiniteFuture()).value() == 1.0);
 }
 
 }  // namespace

@@ -35,12 +35,22 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
   return std::unique_ptr<ParameterServerCore>(new ParameterServerCore(options, std::move(*c)));
 }
 
+namespace {
+
+// Every store of a sharded job that clips holds slice 0 and clips by the whole model's norm.
+ServerOptions WithNormReduction(ServerOptions o) {
+  if (o.replication.norm) o.optimizer.norm_reduction = o.replication.norm;
+  return o;
+}
+
+}  // namespace
+
 ParameterServerCore::ParameterServerCore(const ServerOptions& options, controller::BatchController controller)
-    : options_(options),
+    : options_(WithNormReduction(options)),
       start_time_(options.clock->Now()),
       metrics_(registry_),
       controller_(std::move(controller)),
-      store_(options.optimizer),
+      store_(options_.optimizer),
       sampler_(options.data_seed),
       job_(start_time_, options_.num_workers, options_.start_timeout) {
   registry_.AddCollectHook([this] { UpdateGauges(); });

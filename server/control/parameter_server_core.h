@@ -64,6 +64,10 @@ struct Replication {
   // The job's model was taken from this joiner's initial parameters.
   std::function<void(const std::string& joiner)> model_adopted;
   std::function<void(const ReplicatedStep& step)> step;
+  // A job that clips (OptimizerOptions::clip_grad_norm): the whole update's squared norm
+  // from slice 0's part, once the shards gave theirs; called under the core's lock, after
+  // `step`, so it blocks the core until every slice's part came (bounded).
+  NormReduction norm;
   // A checkpoint of the job is taken at this version: every slice takes its own.
   std::function<void(uint64_t version)> checkpoint;
 };

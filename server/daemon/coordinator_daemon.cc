@@ -30,6 +30,8 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   so.optimizer = OptimizerToProto(o.optimizer, o.round_timeout);
   so.log = o.log;
   so.sync = o.mode == Mode::kSync;
+  // A clipped step's norm waits while the shards wait for their members' slices.
+  so.norm_wait = o.round_timeout + absl::Seconds(30);
   return std::make_unique<CoordinatorShards>(so);
 }
 

@@ -146,9 +146,6 @@ ServiceLimits LimitsFromFlags(const DaemonFlags& f) {
 
 absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
   if (f.shards == 1) return absl::OkStatus();
-  if (o.optimizer.clip_grad_norm > 0) {
-    return absl::InvalidArgumentError("--clip_grad_norm needs the whole gradient's norm: not with --shards > 1 yet");
-  }
   if (o.reset_when_done) {
     return absl::InvalidArgumentError("--reset_when_done is not built for sharded jobs yet (docs/SHARDING.md)");
   }

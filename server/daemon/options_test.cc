@@ -70,8 +70,8 @@ TEST_CASE("what a sharded job cannot do yet is refused at start", "[daemon]") {
   f.shards = 2;
   ServerOptions o = *Options(f);
   REQUIRE(CheckShardable(f, o).ok());
-  o.optimizer.clip_grad_norm = 1;
-  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--clip_grad_norm"));
+  o.optimizer.clip_grad_norm = 1;  // the norm is reduced over the slices
+  REQUIRE(CheckShardable(f, o).ok());
   o = *Options(f);
   f.checkpoint_dir = "/tmp/x";
   f.checkpoint_keep = 1;

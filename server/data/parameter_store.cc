@@ -213,20 +213,36 @@ double ParameterStore::LearningRate() const {
   return o.learning_rate;
 }
 
-float ParameterStore::ClippedScale(const std::vector<float>& update, double update_scale) const {
-  const float us = static_cast<float>(update_scale);
-  if (options_.clip_grad_norm <= 0) return us;
-  // Global-norm clipping over the parameters (buffers carry values, not gradients).
+double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& update, double scale) {
   double sum = 0;
-  for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
-    if (layout_.is_buffer(t)) continue;
-    const float* g = update.data() + layout_.offset(t);
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
+    if (layout.is_buffer(t)) continue;
+    const float* g = update.data() + layout.offset(t);
     float part = 0;
-    for (int64_t i = 0; i < layout_.size(t); ++i) part += g[i] * g[i];
+    for (int64_t i = 0; i < layout.size(t); ++i) part += g[i] * g[i];
     sum += part;
   }
-  const double coef = options_.clip_grad_norm / (update_scale * std::sqrt(sum) + 1e-6);
-  return coef < 1 ? static_cast<float>(update_scale * coef) : us;
+  return scale * scale * sum;
+}
+
+double ClipFactor(double clip, double sum_squares) {
+  const double factor = clip / (std::sqrt(sum_squares) + 1e-6);
+  return factor < 1 ? factor : 1;
+}
+
+float ParameterStore::ClippedScale(const std::vector<float>& update, double update_scale,
+                                   std::optional<double> norm_squared) const {
+  const float us = static_cast<float>(update_scale);
+  if (options_.clip_grad_norm <= 0) return us;
+  double sum_squares = 0;
+  if (norm_squared.has_value()) {
+    sum_squares = *norm_squared;
+  } else {
+    sum_squares = UpdateSumSquares(layout_, update, update_scale);
+    if (options_.norm_reduction) sum_squares = options_.norm_reduction(version_, sum_squares);
+  }
+  const double factor = ClipFactor(options_.clip_grad_norm, sum_squares);
+  return factor < 1 ? static_cast<float>(update_scale * factor) : us;
 }
 
 std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
@@ -243,11 +259,11 @@ std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
 }
 
 void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
-                           double update_scale, double sample_share) {
+                           double update_scale, double sample_share, std::optional<double> norm_squared) {
   const int tensors = static_cast<int>(layout_.tensors().size());
   const double share = sample_share > 0 ? std::min(sample_share, 1.0) : 1.0;
   const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, adam_time_ + share, share, buffer_blend,
-                                  momentum, update_scale, ClippedScale(update, update_scale));
+                                  momentum, update_scale, ClippedScale(update, update_scale, norm_squared));
   std::shared_ptr<std::vector<float>> next = NextSnapshot();
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);

@@ -5,7 +5,9 @@
 #define OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,10 @@ enum class LrSchedule { kConstant, kStep, kCosine };
 absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
 std::string OptimizerName(OptimizerKind kind);
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
+
+// A sharded job's coordinator: the whole update's squared norm from its slice's part,
+// reduced with the other slices' parts of the step that leaves `version`.
+using NormReduction = std::function<double(uint64_t version, double sum_squares)>;
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -51,10 +57,21 @@ struct OptimizerOptions {
   // Scales the parameters' gradient down to this global L2 norm when it is larger
   // (0 = off), as torch.nn.utils.clip_grad_norm_ does.
   double clip_grad_norm = 0;
+  // With clip_grad_norm, a store that holds one slice of a sharded model (the
+  // coordinator's slice 0): the norm it clips by is the whole model's. Null: the store
+  // holds the whole model.
+  NormReduction norm_reduction;
 };
 
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
+
+// Global-norm clipping's two rules, the same for a whole model and for a sharded job's
+// slices: the squared L2 norm of `update` times `scale` over the layout's parameters
+// (buffers carry values, not gradients), and the factor that scales an update of squared
+// norm `sum_squares` down to `clip` (1 when it is within it).
+double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& update, double scale);
+double ClipFactor(double clip, double sum_squares);
 
 // The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
 // "exp_avg" and "exp_avg_sq" (adam, adamw). Immutable once handed out.
@@ -91,8 +108,12 @@ class ParameterStore {
   // correction counting shares; the decoupled decay stays lr * lr_scale * wd (linear in
   // the samples). So n pushes of B/n samples follow the trajectory of one global-batch
   // step at the sync rate. SGD ignores it.
+  //
+  // With clip_grad_norm, `norm_squared` is the squared norm to clip by when the caller
+  // has it (a shard's slice: the whole model's, reduced with the other slices); without
+  // it the store takes its own update's, through the options' norm_reduction if any.
   void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
-             double update_scale = 1.0, double sample_share = 1.0);
+             double update_scale = 1.0, double sample_share = 1.0, std::optional<double> norm_squared = std::nullopt);
 
   double LearningRate() const;
   // Where training stands in epochs (the step schedule in epochs reads it).
@@ -119,7 +140,7 @@ class ParameterStore {
  private:
   std::vector<std::string> StateNames() const;
   // The update's scale after global-norm clipping (update_scale when there is none).
-  float ClippedScale(const std::vector<float>& update, double update_scale) const;
+  float ClippedScale(const std::vector<float>& update, double update_scale, std::optional<double> norm_squared) const;
   // The buffer the step writes the new snapshot into: the one before when no reader holds it.
   std::shared_ptr<std::vector<float>> NextSnapshot();
 

@@ -310,6 +310,54 @@ TEST_CASE("a captured optimizer state is not copied and not overwritten; the ste
   REQUIRE(*captured.weights() == *plain.weights());
 }
 
+TEST_CASE("Slices of a clipped model step as the whole model does: the norm is reduced over them") {
+  // The whole model: a (2), b (2) and a buffer; its slices: {a, buffer} (the coordinator's,
+  // whose store reduces through the options) and {b} (a shard's, given the total).
+  const ModelLayout whole = *ModelLayout::Create({{"a", {2}}, {"b", {2}}, {"mean", {1}, true}});
+  const ModelLayout first = *ModelLayout::Create({{"a", {2}}, {"mean", {1}, true}});
+  const ModelLayout second = *ModelLayout::Create({{"b", {2}}});
+  OptimizerOptions o;
+  o.learning_rate = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0;
+  o.clip_grad_norm = 2;
+  const std::vector<float> update = {3, 4, 12, 0, 8}, u1 = {3, 4, 8}, u2 = {12, 0};
+  ParameterStore model(o);
+  REQUIRE(model.Initialize(whole, {1, 1, 1, 1, 0}).ok());
+  OptimizerOptions coordinator = o;
+  std::vector<uint64_t> reduced_at;
+  coordinator.norm_reduction = [&](uint64_t version, double sum_squares) {
+    reduced_at.push_back(version);
+    return sum_squares + UpdateSumSquares(second, u2, 0.5);
+  };
+  ParameterStore slice0(coordinator), slice1(o);
+  REQUIRE(slice0.Initialize(first, {1, 1, 0}).ok());
+  REQUIRE(slice1.Initialize(second, {1, 1}).ok());
+  for (int step = 0; step < 2; ++step) {  // the second step carries momentum
+    model.Apply(update, 1.0, 1.0, -1, 0.5);
+    slice0.Apply(u1, 1.0, 1.0, -1, 0.5);
+    slice1.Apply(u2, 1.0, 1.0, -1, 0.5, 1.0, UpdateSumSquares(first, u1, 0.5) + UpdateSumSquares(second, u2, 0.5));
+  }
+  REQUIRE(reduced_at == std::vector<uint64_t>{0, 1});
+  // |0.5 x (3, 4, 12, 0)| = 6.5: every parameter's update is scaled by 2 / 6.5; the buffer
+  // takes half its update (update_scale), unclipped.
+  const std::vector<float>& w = *model.weights();
+  const std::vector<float>& w0 = *slice0.weights();
+  const std::vector<float>& w1 = *slice1.weights();
+  REQUIRE(w[0] == Approx(1 - 0.1 * (1 + 1.9) * 1.5 * 2 / 6.5));
+  REQUIRE(w0[0] == Approx(w[0]).epsilon(1e-6));
+  REQUIRE(w0[1] == Approx(w[1]).epsilon(1e-6));
+  REQUIRE(w0[2] == Approx(4.0));
+  REQUIRE(w[4] == Approx(4.0));
+  REQUIRE(w1[0] == Approx(w[2]).epsilon(1e-6));
+  REQUIRE(w1[1] == Approx(w[3]).epsilon(1e-6));
+  // A slice alone (no reduction, no total) would clip by its own smaller norm: it differs.
+  ParameterStore alone(o);
+  REQUIRE(alone.Initialize(first, {1, 1, 0}).ok());
+  alone.Apply(u1, 1.0, 1.0, -1, 0.5);
+  REQUIRE((*alone.weights())[0] != Approx(1 - 0.1 * 1.5 * 2 / 6.5));
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<ParameterStore>> SliceStore(OptimizerOptions opti
   optimizer.learning_rate = 1;
   optimizer.schedule = LrSchedule::kConstant;
   optimizer.warmup_steps = 0;
-  optimizer.clip_grad_norm = 0;
+  optimizer.norm_reduction = nullptr;  // a clipped step brings the whole model's norm (ShardCore::NormToClipBy)
   if (absl::Status s = ValidateOptimizerOptions(optimizer); !s.ok()) return s;
   return std::make_unique<ParameterStore>(optimizer);
 }
@@ -262,6 +262,30 @@ void ShardCore::MarkTaken(const ReplicatedStep& step) {
   }
 }
 
+void ShardCore::SetNormReduction(NormReduction reduction) {
+  absl::MutexLock lock(&mu_);
+  norm_reduction_ = std::move(reduction);
+}
+
+absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, const std::vector<float>& sum) {
+  NormReduction reduce;
+  const ParameterStore* store = nullptr;  // replaced only on this (the control stream's) thread
+  {
+    absl::MutexLock lock(&mu_);
+    reduce = norm_reduction_;
+    store = store_.get();
+  }
+  if (store->options().clip_grad_norm <= 0) return std::nullopt;
+  if (!reduce) return absl::FailedPreconditionError("a clipped step, and no way to the coordinator's norm");
+  // Outside the lock: pushes and pulls go on while the other slices' parts come.
+  absl::StatusOr<double> total = reduce(version, UpdateSumSquares(store->layout(), sum, 1.0));
+  if (!total.ok()) {
+    return absl::Status(total.status().code(), absl::StrCat("the step leaving version ", version,
+                                                            " has no global norm: ", total.status().message()));
+  }
+  return std::optional<double>(*total);
+}
+
 absl::Status ShardCore::Step(const ReplicatedStep& step) {
   const absl::Time start = options_.clock->Now();
   absl::StatusOr<Taken> taken;
@@ -285,9 +309,12 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   }
   const bool none = taken->slices.empty();
   const std::vector<float> nothing(none ? elements : 0, 0.0f);  // a step without slices: momentum decays alone
+  // A clipped job's every step gives its part (0 without slices): the others wait for it.
+  absl::StatusOr<std::optional<double>> norm = NormToClipBy(step.version, none ? nothing : sum_.values());
+  if (!norm.ok()) return norm.status();
   absl::MutexLock lock(&mu_);
   store_->Apply(none ? nothing : sum_.values(), none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend,
-                step.momentum, 1.0, step.sample_share);
+                step.momentum, 1.0, step.sample_share, *norm);
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

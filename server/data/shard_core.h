@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "server/checkpoint/checkpoint.h"
@@ -59,7 +61,15 @@ class ShardCore : public DataPlane {
   // ended on this shard (its next call is refused NotFound: it joins again), and no later
   // step waits for it. FailedPrecondition when the slice is not at step.version (a step
   // missed).
+  //
+  // A clipped job (the optimizer's clip_grad_norm > 0): the step's update is scaled down to
+  // the clip by the whole model's norm, which the norm reduction gives from this slice's
+  // part (the coordinator's ServerPeers.StepNorm); its error fails the step.
   absl::Status Step(const ReplicatedStep& step);
+  // The whole update's squared norm from this slice's part of the step leaving `version`.
+  using NormReduction = std::function<absl::StatusOr<double>(uint64_t version, double sum_squares)>;
+  // Set before the first step of a clipped job (the shard's link sets it from the init).
+  void SetNormReduction(NormReduction reduction);
   uint64_t version() const;
   // Wakes every waiting call; later pulls answer Unavailable.
   void Shutdown();
@@ -100,6 +110,10 @@ class ShardCore : public DataPlane {
   // The store an Init or a Restore built, in place of the slice held so far.
   void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A clipped job's step: the whole update's squared norm, reduced from the slice's part in
+  // `sum` (nullopt when the job does not clip).
+  absl::StatusOr<std::optional<double>> NormToClipBy(uint64_t version, const std::vector<float>& sum)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A step's members' slices, as it takes them: each with its weight, and the weights of all
   // members and of those whose slice came.
   struct Taken {
@@ -124,6 +138,7 @@ class ShardCore : public DataPlane {
   std::unique_ptr<ParameterStore> store_ ABSL_GUARDED_BY(mu_);
   absl::Duration member_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
+  NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);  // a clipped job's (ServerPeers.StepNorm)
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
   // The step's weighted sum, reused by every step; only Step's thread (the control

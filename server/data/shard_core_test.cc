@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 
@@ -59,6 +60,56 @@ TEST_CASE("a shard replays the coordinator's step: weighted mean of the members'
   REQUIRE(m.find("omnilearn_shard_slice_bytes 16\n") != std::string::npos);
   REQUIRE(m.find("omnilearn_shard_step_seconds_count 1\n") != std::string::npos);
   REQUIRE(m.find("omnilearn_shard_slices_left_out_total 0\n") != std::string::npos);
+}
+
+TEST_CASE("a clipped job's shard scales its step by the whole model's norm, reduced with the coordinator",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  OptimizerOptions clipped = PlainSgd();
+  clipped.clip_grad_norm = 5;
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, clipped, absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  // Without a way to the coordinator's norm a clipped step cannot be taken.
+  REQUIRE(shard.Push(PushOf(1, 0), {3, 4, 0, 7}, absl::InfinitePast()).ok());
+  REQUIRE(absl::IsFailedPrecondition(shard.Step(StepOf(0, {{1, 0, 1}}, 1, 1))));
+  REQUIRE(shard.version() == 0);
+  // The slice's update (3, 4, 0) has squared norm 25 (the buffer is not a gradient); the
+  // other slices bring 75: the whole update's norm is 10, so the step is scaled by 5/10.
+  std::vector<std::pair<uint64_t, double>> asked;
+  shard.SetNormReduction([&asked](uint64_t version, double sum_squares) -> absl::StatusOr<double> {
+    asked.emplace_back(version, sum_squares);
+    return sum_squares + 75;
+  });
+  REQUIRE(shard.Push(PushOf(1, 0), {3, 4, 0, 7}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}}, 1, 1)).ok());
+  REQUIRE(asked == std::vector<std::pair<uint64_t, double>>{{0, 25.0}});
+  auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
+  REQUIRE(snap.ok());
+  REQUIRE((*snap->weights)[0] == Approx(-1.5));
+  REQUIRE((*snap->weights)[1] == Approx(-2));
+  REQUIRE((*snap->weights)[2] == Approx(0));
+  REQUIRE((*snap->weights)[3] == Approx(7));  // a buffer takes the values, not clipped
+  // Within the clip: no scaling. A reduction's error fails the step (the link ends).
+  REQUIRE(shard.Push(PushOf(1, 1), {0.3f, 0.4f, 0, 7}, absl::InfinitePast()).ok());
+  asked.clear();
+  shard.SetNormReduction([&asked](uint64_t version, double sum_squares) -> absl::StatusOr<double> {
+    asked.emplace_back(version, sum_squares);
+    return sum_squares;
+  });
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 1)).ok());
+  REQUIRE(asked.size() == 1);
+  REQUIRE(asked[0].second == Approx(0.25));
+  snap = shard.Pull(1, 1, 2, absl::InfinitePast());
+  REQUIRE((*snap->weights)[0] == Approx(-1.8));
+  shard.SetNormReduction([](uint64_t, double) -> absl::StatusOr<double> {
+    return absl::FailedPreconditionError("came too late");
+  });
+  REQUIRE(shard.Push(PushOf(1, 2), {1, 1, 1, 7}, absl::InfinitePast()).ok());
+  const absl::Status failed = shard.Step(StepOf(2, {{1, 2, 1}}, 1, 1));
+  REQUIRE(absl::IsFailedPrecondition(failed));
+  REQUIRE(absl::StrContains(failed.message(), "came too late"));
+  REQUIRE(shard.version() == 2);
 }
 
 TEST_CASE("a step waits for a member's slice, and a step from another version is refused", "[shard_core]") {

@@ -1,8 +1,11 @@
 #include "server/rpc/peer_service.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "server/rpc/slice_service.h"
@@ -16,7 +19,7 @@ grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
   if (PeerTokenMatches(ctx->client_metadata(), peer_token_)) return grpc::Status::OK;
   data_->CountUnauthenticated();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "the Shard call is for the job's servers: it must carry the job's peer secret "
+                      "the server-to-server calls are for the job's servers: it must carry the job's peer secret "
                       "(--peer_token_file); the workers' token does not make a caller a server");
 }
 
@@ -62,6 +65,28 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
   }
   if (absl::IsAborted(next)) return ToGrpc(next);  // it registers again (a recovery)
   shards_->Disconnect(*index);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) {
+  if (shards_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server runs no sharded job");
+  }
+  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {
+    LogRefused(ctx, auth);
+    return auth;
+  }
+  const std::optional<ShardMap> map = shards_->map();
+  if (part->index() == 0 || !map.has_value() || map->fingerprint() != part->fingerprint()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrFormat("a norm of slice %u of map %016x: not a shard's slice of this job's map",
+                                        part->index(), part->fingerprint()));
+  }
+  const absl::Time deadline = std::min(absl::FromChrono(ctx->deadline()), absl::Now() + absl::Minutes(10));
+  const int index = static_cast<int>(std::min<uint32_t>(part->index(), 1u << 20));  // ReduceNorm checks the range
+  absl::StatusOr<double> sum = shards_->ReduceNorm(part->version(), index, part->sum_squares(), deadline);
+  if (!sum.ok()) return ToGrpc(sum.status());
+  total->set_sum_squares(*sum);
   return grpc::Status::OK;
 }
 

@@ -35,6 +35,8 @@ class PeerService final : public v1::ServerPeers::Service {
 
   grpc::Status Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
                      grpc::ServerWriter<v1::ShardCommand>* writer) override;
+  // A clipped job's norm: a shard's part in, the whole model's out (CoordinatorShards::ReduceNorm).
+  grpc::Status StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) override;
 
  private:
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;

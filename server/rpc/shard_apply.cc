@@ -88,6 +88,7 @@ absl::Status ShardApplier::FinishInit() {
   absl::StatusOr<std::vector<float>> values = p->values->Finish();
   if (!values.ok()) return values.status();
   const v1::ShardInit& init = p->init;
+  if (absl::Status s = PrepareNorm(*p); !s.ok()) return s;
   if (absl::Status s = shard_->Init(p->slice, *std::move(values), init.version(), p->optimizer,
                                     absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
       !s.ok()) {
@@ -106,6 +107,7 @@ absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
   }
   absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
   if (!checkpoint.ok()) return checkpoint.status();
+  if (absl::Status s = PrepareNorm(p); !s.ok()) return s;
   if (absl::Status s = shard_->Restore(p.slice, *checkpoint, p.optimizer,
                                        absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
       !s.ok()) {
@@ -114,6 +116,23 @@ absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
   if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
   fingerprint_ = p.fingerprint;
   Log(absl::StrCat("slice ", init.index(), " back at its checkpoint of version ", init.version()));
+  return absl::OkStatus();
+}
+
+absl::Status ShardApplier::PrepareNorm(const PendingInit& p) {
+  if (p.optimizer.clip_grad_norm <= 0) return absl::OkStatus();
+  if (!options_.step_norm) {
+    return absl::FailedPreconditionError("the job clips the global gradient norm, and this shard cannot reach it");
+  }
+  shard_->SetNormReduction([step_norm = options_.step_norm, index = p.init.index(), fingerprint = p.fingerprint](
+                               uint64_t version, double sum_squares) {
+    v1::ShardNorm part;
+    part.set_version(version);
+    part.set_index(index);
+    part.set_sum_squares(sum_squares);
+    part.set_fingerprint(fingerprint);
+    return step_norm(part);
+  });
   return absl::OkStatus();
 }
 

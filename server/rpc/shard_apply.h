@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/model_layout.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.pb.h"
@@ -31,6 +32,9 @@ struct ShardApplierOptions {
   std::string checkpoint_dir;
   int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;  // null = silent
+  // A clipped job's norm reduction (ServerPeers.StepNorm): this slice's part in, the whole
+  // model's squared norm out. Null: an init that clips is refused.
+  std::function<absl::StatusOr<double>(const v1::ShardNorm& part)> step_norm;
 };
 
 // Not thread-safe: one control stream's thread uses it.
@@ -66,6 +70,9 @@ class ShardApplier {
   absl::Status FinishInit();  // the pending init's values are complete
   absl::Status ApplyRestore(const PendingInit& p);
   absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  // Before a slice is installed: a job that clips reduces each step's norm with the
+  // coordinator, under this slice's index and map.
+  absl::Status PrepareNorm(const PendingInit& p);
   void Log(const std::string& line) const {
     if (options_.log) options_.log(line);
   }

@@ -53,6 +53,38 @@ TEST_CASE("an init and its chunks give the shard its slice; sessions and steps f
   REQUIRE(absl::IsFailedPrecondition(a.Apply(Step(0))));  // a step missed or replayed
 }
 
+TEST_CASE("a clipped job's steps reduce the slice's norm with the coordinator, under the slice and its map",
+          "[shard_apply]") {
+  v1::ShardCommand init = Init();
+  init.mutable_init()->mutable_optimizer()->set_clip_grad_norm(1);
+  {  // no way to the coordinator's norm: the init is refused, not a step later
+    ShardCore shard({});
+    ShardApplier a = Make(&shard);
+    REQUIRE(a.Apply(init).ok());
+    absl::Status refused;
+    for (const v1::ShardCommand& c : Values()) refused = a.Apply(c);
+    REQUIRE(absl::IsFailedPrecondition(refused));
+    REQUIRE(absl::StrContains(refused.message(), "clips"));
+  }
+  ShardCore shard({});
+  std::vector<v1::ShardNorm> parts;
+  ShardApplier a({/*shards=*/2, kPartition, /*index=*/0, "", 3, nullptr,
+                  [&parts](const v1::ShardNorm& part) -> absl::StatusOr<double> {
+                    parts.push_back(part);
+                    return part.sum_squares() + 1;
+                  }},
+                 &shard);
+  REQUIRE(a.Apply(init).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(a.Apply(Step(0)).ok());  // no members: its part is 0, and it is given
+  REQUIRE(parts.size() == 1);
+  REQUIRE(parts[0].version() == 0);
+  REQUIRE(parts[0].index() == 1);
+  REQUIRE(parts[0].sum_squares() == 0);
+  REQUIRE(parts[0].fingerprint() == Map().fingerprint());
+  REQUIRE(shard.version() == 1);
+}
+
 TEST_CASE("commands out of order are refused", "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);

@@ -49,12 +49,31 @@ std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, 
       grpc::CreateCustomChannel(options.coordinator, options.credentials, args), ctx, hello, legacy);
 }
 
+// A clipped job's norm reductions over one channel to `options.coordinator`. A call waits
+// while the other slices' members arrive: it is bounded by the slowest member's wait.
+std::function<absl::StatusOr<double>(const v1::ShardNorm&)> StepNormOverNetwork(const ShardLinkOptions& options) {
+  std::shared_ptr<v1::ServerPeers::Stub> stub =
+      v1::ServerPeers::NewStub(grpc::CreateChannel(options.coordinator, options.credentials));
+  return [stub, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {
+    grpc::ClientContext ctx;
+    AddPeerToken(ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
+    v1::ShardNormTotal total;
+    const grpc::Status s = stub->StepNorm(&ctx, part, &total);
+    if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+    return total.sum_squares();
+  };
+}
+
 }  // namespace
 
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
     : options_(std::move(options)),
       applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
-                options_.checkpoint_keep, options_.log},
+                options_.checkpoint_keep, options_.log,
+                options_.step_norm ? options_.step_norm
+                : options_.open    ? nullptr  // a test's fake coordinator: it gives step_norm when it clips
+                                   : StepNormOverNetwork(options_)},
                shard) {}
 
 absl::Status ShardLink::Prepare() const { return applier_.Prepare(); }
@@ -181,6 +200,7 @@ v1::ShardHello ShardLink::Hello() const {
   hello.set_index(static_cast<uint32_t>(options_.index));
   for (uint64_t v : applier_.CheckpointVersions()) hello.add_checkpoint_versions(v);
   hello.set_fingerprint(applier_.fingerprint());
+  hello.set_reduces_norm(true);
   return hello;
 }
 

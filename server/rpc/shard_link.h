@@ -47,11 +47,15 @@ struct ShardLinkOptions {
   std::function<void(const std::string&)> log;
   // Opens one registration (Shard) on `ctx` with `hello`, through ParameterServer when
   // `legacy`: a coordinator of the previous release. Unset: over a channel to
-  // `coordinator` with the keepalive above (tests give a fake coordinator).
+  // `coordinator` with the keepalive above (tests give a fake coordinator, and step_norm
+  // when their job clips).
   std::function<std::unique_ptr<grpc::ClientReaderInterface<v1::ShardCommand>>(
       grpc::ClientContext* ctx, const v1::ShardHello& hello, bool legacy)>
       open;
   const Clock* clock = Clock::Real();  // start_timeout and the pause before registering again
+  // A clipped job's norm reduction (ServerPeers.StepNorm). Unset: over a channel to
+  // `coordinator` with the peer secret (with `open` set: none).
+  std::function<absl::StatusOr<double>(const v1::ShardNorm& part)> step_norm;
 };
 
 // Thread-safe: Run on one thread, Stop from any.

@@ -22,6 +22,7 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
   p.set_beta2(o.beta2);
   p.set_eps(o.eps);
   p.set_round_timeout_seconds(absl::ToDoubleSeconds(member_wait));
+  p.set_clip_grad_norm(o.clip_grad_norm);
   return p;
 }
 
@@ -52,6 +53,7 @@ absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o
   o->beta1 = p.beta1();
   o->beta2 = p.beta2();
   o->eps = p.eps();
+  o->clip_grad_norm = p.clip_grad_norm();
   return absl::OkStatus();
 }
 
@@ -100,7 +102,8 @@ absl::Status CheckOptimizer(const v1::ShardOptimizer& o) {
         InRange("optimizer.weight_decay", o.weight_decay(), 0, 10),
         InRange("optimizer.beta1", o.beta1(), 0, 0.999999999), InRange("optimizer.beta2", o.beta2(), 0, 0.999999999),
         InRange("optimizer.eps", o.eps(), 1e-15, 1),
-        InRange("optimizer.round_timeout_seconds", o.round_timeout_seconds(), 0.001, 86400)}) {
+        InRange("optimizer.round_timeout_seconds", o.round_timeout_seconds(), 0.001, 86400),
+        InRange("optimizer.clip_grad_norm", o.clip_grad_norm(), 0, 1e9)}) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
