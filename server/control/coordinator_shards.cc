@@ -103,9 +103,9 @@ absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const 
 absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
   if (absl::Status s = CheckShardHello(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
   if (options_.optimizer.clip_grad_norm() > 0 && !hello.reduces_norm()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address(),
-        " is of a release that cannot take part in it: run this release's omnilearn_server there"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address(),
+                     " is of a release that cannot take part in it: run this release's omnilearn_server there"));
   }
   int index = 0;
   {
@@ -434,20 +434,18 @@ bool CoordinatorShards::NormStalled(const NormParts& parts) const {
 }
 
 absl::StatusOr<double> CoordinatorShards::ReduceNorm(uint64_t version, int index, double sum_squares,
-                                                    absl::Time deadline) {
+                                                     absl::Time deadline) {
   if (index < 0 || index >= options_.shards || !std::isfinite(sum_squares) || sum_squares < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a norm part of slice %d (%g): not a slice of %d, or not a squared norm", index, sum_squares,
-                        options_.shards));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a norm part of slice %d (%g): not a slice of %d, or not a squared norm", index, sum_squares, options_.shards));
   }
   absl::MutexLock lock(&mu_);
   while (!norms_.empty() && norms_.begin()->first + 8 < version) norms_.erase(norms_.begin());
   NormParts& parts = norms_[version];
   if (parts.given.empty()) parts.given.assign(options_.shards, false);
   if (parts.closed) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("the step leaving version %d went on without slice %d's norm (it came too late)", version,
-                        index));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the step leaving version %d went on without slice %d's norm (it came too late)", version, index));
   }
   if (parts.given[index]) {
     return absl::InvalidArgumentError(absl::StrFormat("slice %d gave its norm of version %d twice", index, version));
@@ -458,16 +456,19 @@ absl::StatusOr<double> CoordinatorShards::ReduceNorm(uint64_t version, int index
   auto done = [this, &parts]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return parts.count == options_.shards || parts.closed || NormStalled(parts);
   };
-  while (!done() && options_.clock->Now() < deadline) options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), deadline);
+  while (!done() && options_.clock->Now() < deadline)
+    options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done), deadline);
   if (parts.count == options_.shards) return parts.sum;
   if (index != 0) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the step leaving version %d went on without every slice's norm", version));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the step leaving version %d went on without every slice's norm", version));
   }
   parts.closed = true;
   if (options_.log) {
-    options_.log(absl::StrFormat("the step leaving version %d clips by the norm of %d of %d slices: the others' did "
-                                 "not come", version, parts.count, options_.shards));
+    options_.log(
+        absl::StrFormat("the step leaving version %d clips by the norm of %d of %d slices: the others' did "
+                        "not come",
+                        version, parts.count, options_.shards));
   }
   return parts.sum;
 }
@@ -497,8 +498,7 @@ Replication CoordinatorShards::Hooks() {
   };
   if (options_.optimizer.clip_grad_norm() > 0) {
     r.norm = [this](uint64_t version, double sum_squares) {
-      absl::StatusOr<double> total =
-          ReduceNorm(version, 0, sum_squares, options_.clock->Now() + options_.norm_wait);
+      absl::StatusOr<double> total = ReduceNorm(version, 0, sum_squares, options_.clock->Now() + options_.norm_wait);
       return total.ok() ? *total : sum_squares;  // slice 0's part is never refused
     };
   }

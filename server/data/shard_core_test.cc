@@ -102,9 +102,8 @@ TEST_CASE("a clipped job's shard scales its step by the whole model's norm, redu
   REQUIRE(asked[0].second == Approx(0.25));
   snap = shard.Pull(1, 1, 2, absl::InfinitePast());
   REQUIRE((*snap->weights)[0] == Approx(-1.8));
-  shard.SetNormReduction([](uint64_t, double) -> absl::StatusOr<double> {
-    return absl::FailedPreconditionError("came too late");
-  });
+  shard.SetNormReduction(
+      [](uint64_t, double) -> absl::StatusOr<double> { return absl::FailedPreconditionError("came too late"); });
   REQUIRE(shard.Push(PushOf(1, 2), {1, 1, 1, 7}, absl::InfinitePast()).ok());
   const absl::Status failed = shard.Step(StepOf(2, {{1, 2, 1}}, 1, 1));
   REQUIRE(absl::IsFailedPrecondition(failed));
