@@ -160,17 +160,7 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     readers.append(Lines(sp, start, os.path.join(work, f"{name}.server.log")))
     readers[-1].start()
     for i in range(4):
-        w = [f"{bin_dir}/worker/omnilearn_worker", f"--server={host}:{port}", f"--name=w{i}", "--device=cpu",
-             f"--epochs={epochs}", "--log_every=0", "--threads=1", "--reconnect_timeout=60", "--connect_timeout=60"]
-        if args.emulated:
-            w += ["--dataset=fashion-mnist", "--model=mlp"]
-        elif args.large:
-            w += ["--dataset=synthetic", "--model=mlp"]
-        else:
-            w += ["--dataset=fashion-mnist", "--model=cnn"]
-        if i == 0:
-            w += ["--evaluate", f"--eval_every_epochs={args.eval_every}"]
-        w += worker_timing(i, schedule, args)
+        w = worker_command(bin_dir, f"{host}:{port}", i, schedule, epochs, args)
         p = subprocess.Popen(place(f"w{i}", w), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         procs.append(p)
         readers.append(Lines(p, start, os.path.join(work, f"{name}.w{i}.log")))
@@ -187,8 +177,28 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
         r.join()
     if any(p.returncode != 0 for p in procs + [sp]):
         raise RuntimeError(f"{name}: a process failed (logs in {work})")
-    wall = time.monotonic() - start
-    s = json.load(open(summary))
+    with open(summary) as f:
+        s = json.load(f)
+    return analyze(name, mode, policy, schedule, readers, s, start, args)
+
+
+def worker_command(bin_dir, server, i, schedule, epochs, args):
+    """Worker i's command line: its model and data, its speed (worker_timing); worker 0 evaluates."""
+    w = [f"{bin_dir}/worker/omnilearn_worker", f"--server={server}", f"--name=w{i}", "--device=cpu",
+         f"--epochs={epochs}", "--log_every=0", "--threads=1", "--reconnect_timeout=60", "--connect_timeout=60"]
+    if args.emulated:
+        w += ["--dataset=fashion-mnist", "--model=mlp"]
+    elif args.large:
+        w += ["--dataset=synthetic", "--model=mlp"]
+    else:
+        w += ["--dataset=fashion-mnist", "--model=cnn"]
+    if i == 0:
+        w += ["--evaluate", f"--eval_every_epochs={args.eval_every}"]
+    return w + worker_timing(i, schedule, args)
+
+
+def analyze(name, mode, policy, schedule, readers, s, start, args):
+    """A finished job's figures from its processes' timed lines (the server's first) and its summary."""
     # Training starts when the last worker has joined (the start barrier lets all go at once);
     # every time below counts from there, so process start-up and data loading are left out.
     t0 = max(t for r in readers[1:] for t, l in r.lines if "joined as worker" in l)

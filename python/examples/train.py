@@ -25,6 +25,18 @@ def evaluate(model, x, y):
     return correct / len(y)
 
 
+def load_data(dataset):
+    """(train_x, train_y, test_x, test_y) of --dataset; the test set may be None."""
+    if dataset == "fashion-mnist":
+        return (*omnilearn.fashion_mnist(train=True), *omnilearn.fashion_mnist(train=False))
+    if dataset.startswith("tensors:"):
+        t = omnilearn.load_tensors(dataset[len("tensors:"):])
+        test_x, test_y = t.get("test_x"), t.get("test_y")
+        return (t["train_x"].float(), t["train_y"].long(), test_x.float() if test_x is not None else None,
+                test_y.long() if test_y is not None else None)
+    sys.exit(f"unknown dataset '{dataset}' (want fashion-mnist or tensors:PATH)")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", default="127.0.0.1:50051")
@@ -46,18 +58,7 @@ def main():
     p.add_argument("--tls_server_name", default=None)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-
-    if a.dataset == "fashion-mnist":
-        train_x, train_y = omnilearn.fashion_mnist(train=True)
-        test_x, test_y = omnilearn.fashion_mnist(train=False)
-    elif a.dataset.startswith("tensors:"):
-        t = omnilearn.load_tensors(a.dataset[len("tensors:"):])
-        train_x, train_y = t["train_x"].float(), t["train_y"].long()
-        test_x, test_y = t.get("test_x"), t.get("test_y")
-        test_x = test_x.float() if test_x is not None else None
-        test_y = test_y.long() if test_y is not None else None
-    else:
-        sys.exit(f"unknown dataset '{a.dataset}' (want fashion-mnist or tensors:PATH)")
+    train_x, train_y, test_x, test_y = load_data(a.dataset)
     model = omnilearn.load_torchscript(a.model_file) if a.model_file else models.make(a.model, a.seed)
     model.train()
 

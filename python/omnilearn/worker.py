@@ -131,6 +131,12 @@ def _check_arguments(*, dataset_size, epochs, max_iterations, max_batch_size, sl
         raise ValueError("tls_cert and tls_key go together")
 
 
+def _tls_from_env(ca, cert, key, server_name):
+    """The TLS arguments, each left out (None) taken from OMNILEARN_TLS_CA, _CERT, _KEY, _SERVER_NAME."""
+    return tuple(_from_env(v, f"OMNILEARN_TLS_{k}")
+                 for v, k in ((ca, "CA"), (cert, "CERT"), (key, "KEY"), (server_name, "SERVER_NAME")))
+
+
 def _read_token(auth_token, auth_token_file):
     if not auth_token_file:
         return auth_token
@@ -174,9 +180,7 @@ class Worker:
         name = _from_env(name, "OMNILEARN_NAME")
         if auth_token is None:
             auth_token_file = _from_env(auth_token_file, "OMNILEARN_AUTH_TOKEN_FILE")
-        tls_ca, tls_cert, tls_key, tls_server_name = (
-            _from_env(v, f"OMNILEARN_TLS_{k}") for v, k in ((tls_ca, "CA"), (tls_cert, "CERT"), (tls_key, "KEY"),
-                                                            (tls_server_name, "SERVER_NAME")))
+        tls_ca, tls_cert, tls_key, tls_server_name = _tls_from_env(tls_ca, tls_cert, tls_key, tls_server_name)
         if not 0 <= bucket_mb <= 1 << 20:
             raise ValueError(f"bucket_mb={bucket_mb} is not in [0, {1 << 20}]")
         _check_arguments(dataset_size=dataset_size, epochs=epochs, max_iterations=max_iterations,
@@ -209,6 +213,17 @@ class Worker:
             tls_server_name=tls_server_name or "", now=lambda: time.monotonic(), sleep=lambda s: time.sleep(s),
             log=self._log, epochs=float(epochs or 0))
         _live_cores.add(self._core)
+        self._init_progress()
+        try:
+            self._hook = model.register_forward_pre_hook(self._on_forward)
+        except RuntimeError:  # a TorchScript module takes no hooks: steps are timed from their start
+            self._hook = None
+        self._setup_overlap(model, 0.0 if emulate_device or slowdown > 1.0 else bucket_mb, overlap_pull)
+        self.metrics = WorkerMetrics(self.name)
+        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
+
+    def _init_progress(self):
+        """Where the worker stands: nothing trained, nothing pushed yet."""
         self.iteration = 0
         self.samples_seen = 0
         self.finished = False
@@ -216,16 +231,9 @@ class Worker:
         self._step = None  # the step yielded and not yet pushed
         self._t0 = None
         self._last_comm_seconds = 0.0  # the last iteration's, from push() to the reply
-        try:
-            self._hook = model.register_forward_pre_hook(self._on_forward)
-        except RuntimeError:  # a TorchScript module takes no hooks: steps are timed from their start
-            self._hook = None
         self.last_reply = None
         self._pulled_versions = None  # the parameters' version counters when the model last arrived
         self._warned_changed = False
-        self._setup_overlap(model, 0.0 if emulate_device or slowdown > 1.0 else bucket_mb, overlap_pull)
-        self.metrics = WorkerMetrics(self.name)
-        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
     def _setup_overlap(self, model, bucket_mb, overlap_pull):
         """Communication during compute. Pushes during backward: buckets of about bucket_mb
