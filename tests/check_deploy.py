@@ -137,8 +137,11 @@ def check_sharded(path, server_flags, workers):
             problem(where, f"the {name} does not take --shards from the ConfigMap's OMNILEARN_SHARDS")
         check_persistent(f"{where} {name}", pod, args[name],
                          ("--checkpoint_dir", "--export") if name == "coordinator" else ("--checkpoint_dir",))
-        if "--reset_when_done" in args[name]:
-            problem(where, f"the {name} passes --reset_when_done, which a sharded job refuses")
+        # The next job on the same servers, as server.yaml's one server does; a shard takes
+        # it from the coordinator (the flag is the coordinator's).
+        if ("--reset_when_done" in args[name]) != (name == "coordinator"):
+            problem(where, f"--reset_when_done belongs to the coordinator alone (the {name} "
+                           f"{'lacks' if name == 'coordinator' else 'passes'} it)")
     for name in ("coordinator", "shard"):
         if "--peer_token_file=/etc/omnilearn-peer/token" not in args[name]:
             problem(where, f"the {name} has no --peer_token_file: it listens beyond loopback and would refuse to start")

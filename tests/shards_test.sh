@@ -91,7 +91,6 @@ echo "sync, three shards, bfloat16 on the wire: ${bf16}% (float32: ${sync_three}
 python3 -c "import sys; sys.exit(abs($bf16 - $sync_three) > 1.0)" ||
   fail "bf16: three shards reached ${bf16}%, ${sync_three}% in float32 (more than 1 point apart)"
 
-echo PASS
 
 # --clip_grad_norm, sharded: every step clips by the whole model's norm, reduced over the
 # slices (ServerPeers.StepNorm). The last round's loss of the three-shard job is nearer the
@@ -108,3 +107,24 @@ print(f"last loss: clipped one server {c1:.4f}, clipped three shards {c3:.4f}, u
 assert abs(acc1 - acc3) <= 1.0, (acc1, acc3)
 assert abs(c3 - c1) < abs(c3 - u3), (c1, c3, u3)
 PY
+
+# --reset_when_done, sharded: a second job, with another model, on the same servers; the
+# shard takes the new job's slice in place of the last job's.
+start_server reset --mode=sync --num_workers=1 --global_batch=32 --shards=2 --reset_when_done
+timeout 300 "$SERVER" --bind=127.0.0.1 --port=0 --coordinator="127.0.0.1:$PORT" --shards=2 --metrics_port=0 \
+  > "$WORK/reset.shard1.log" 2>&1 &
+reset_shard=$!
+STARTED+=($reset_shard)
+WORKER_PIDS=()
+start_worker j1 "$WORK/reset.j1.log" --epochs=0.05
+wait_workers || { tail -n 5 "$WORK/reset.j1.log" >&2; fail "reset: the first job's worker failed"; }
+start_worker j2 "$WORK/reset.j2.log" --epochs=0.05 --model=cnn
+wait_workers || { tail -n 5 "$WORK/reset.j2.log" "$WORK/reset.shard1.log" "$WORK/reset.server.log" >&2; fail "reset: the second job (another model) failed"; }
+grep -q "a new job starts" "$WORK/reset.server.log" || fail "reset: the coordinator did not start a new job"
+[ "$(grep -c "training finished" "$WORK/reset.server.log")" -eq 2 ] || fail "reset: two jobs should have finished"
+grep -q "job 2 begins: the slice of job 1 is replaced" "$WORK/reset.shard1.log" ||
+  { cat "$WORK/reset.shard1.log" >&2; fail "reset: the shard did not take the new job's slice"; }
+stop_server
+wait "$reset_shard" || { cat "$WORK/reset.shard1.log" >&2; fail "reset: the shard failed"; }
+echo "sync, two shards, --reset_when_done: two jobs (mlp, then cnn) on the same servers"
+echo PASS

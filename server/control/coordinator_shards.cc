@@ -107,6 +107,11 @@ absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uin
         absl::StrCat("the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address(),
                      " is of a release that cannot take part in it: run this release's omnilearn_server there"));
   }
+  if (options_.reset_when_done && !hello.resets_jobs()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator starts a new job when one ends (--reset_when_done), and the shard at ", hello.address(),
+        " is of a release that cannot take a new job's slice: run this release's omnilearn_server there"));
+  }
   int index = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -184,6 +189,7 @@ absl::Status CoordinatorShards::Return(int index) {
 
 void CoordinatorShards::BeginRecovery(int returned) {
   recovering_ = true;
+  DropNorms();  // the steps from the common checkpoint on are taken again
   ++recovery_;
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (static_cast<int>(i) == returned || !slots_[i].connected) continue;
@@ -403,6 +409,7 @@ void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   init->set_fingerprint(map_->fingerprint());
   init->set_sync(options_.sync);
   init->set_restore(restore);
+  init->set_job(job_);
   if (!restore) {
     auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
     map_->Gather(index, *initial_, absl::MakeSpan(*values));
@@ -425,6 +432,25 @@ void CoordinatorShards::ModelAdopted(const std::string& joiner) {
   if (options_.log) options_.log(absl::StrCat("the model is sharded: ", map_->DebugString()));
 }
 
+void CoordinatorShards::JobReset(uint64_t job) {
+  absl::MutexLock lock(&mu_);
+  job_ = job;
+  stepped_ = false;
+  layout_.reset();
+  map_.reset();
+  initial_.reset();
+  sessions_.clear();
+  told_checkpoint_.reset();
+  DropNorms();
+  if (options_.log)
+    options_.log(absl::StrFormat("job %d: the next model goes to every shard in place of its slice", job));
+}
+
+void CoordinatorShards::DropNorms() {
+  for (auto& [version, parts] : norms_) parts->closed = true;  // a waiting call returns
+  norms_.clear();
+}
+
 bool CoordinatorShards::NormStalled(const NormParts& parts) const {
   if (shutdown_ || recovering_) return true;
   for (size_t i = 1; i < slots_.size(); ++i) {
@@ -441,8 +467,13 @@ absl::StatusOr<double> CoordinatorShards::ReduceNorm(uint64_t version, int index
   }
   absl::MutexLock lock(&mu_);
   while (!norms_.empty() && norms_.begin()->first + 8 < version) norms_.erase(norms_.begin());
-  NormParts& parts = norms_[version];
-  if (parts.given.empty()) parts.given.assign(options_.shards, false);
+  std::shared_ptr<NormParts>& slot = norms_[version];
+  if (slot == nullptr) {
+    slot = std::make_shared<NormParts>();
+    slot->given.assign(options_.shards, false);
+  }
+  const std::shared_ptr<NormParts> held = slot;  // a recovery or a new job may drop it from the map
+  NormParts& parts = *held;
   if (parts.closed) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the step leaving version %d went on without slice %d's norm (it came too late)", version, index));
@@ -502,6 +533,7 @@ Replication CoordinatorShards::Hooks() {
       return total.ok() ? *total : sum_squares;  // slice 0's part is never refused
     };
   }
+  r.job_reset = [this](uint64_t job) { JobReset(job); };
   r.checkpoint = [this](uint64_t version) {
     absl::MutexLock lock(&mu_);
     if (version == told_checkpoint_) return;  // a checkpoint interval without a step

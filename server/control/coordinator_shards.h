@@ -38,6 +38,9 @@ struct CoordinatorShardsOptions {
   // A job that clips (optimizer.clip_grad_norm > 0): how long a step's norm waits for every
   // slice's part (the shards wait up to round_timeout for their members' slices first).
   absl::Duration norm_wait = absl::Seconds(60);
+  // --reset_when_done: a finished job gives way to the next on the same servers; shards of a
+  // release that cannot take a later job's slice (ShardHello.resets_jobs) are refused.
+  bool reset_when_done = false;
 };
 
 // The longest address a shard may give, and the most checkpoint versions it may list.
@@ -81,7 +84,8 @@ class CoordinatorShards {
   // A shard server registers. Returns its index. The hello is checked (CheckShardHello);
   // FailedPrecondition when every slice has its shard, for a shard of another map
   // (fingerprint), for a shard that cannot reduce a clipped job's norm
-  // (ShardHello.reduces_norm), for one returning after the job's first step without checkpoints (or
+  // (ShardHello.reduces_norm) or take a later job's slice (resets_jobs, with
+  // reset_when_done), for one returning after the job's first step without checkpoints (or
   // to a coordinator that keeps none: its slice's training would be lost), and for the
   // registration that leaves no checkpoint common to every server (its slice stays free
   // and the recovery waits: no shard's claim ends the job). Unavailable for a slice still
@@ -166,6 +170,9 @@ class CoordinatorShards {
   void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ModelAdopted(const std::string& joiner);
+  // Job number `job` begins (--reset_when_done): the last job's model, map, sessions and
+  // norms are forgotten; the next model adopted goes to every shard in place of its slice.
+  void JobReset(uint64_t job);
   // Register's parts: the slice a hello may take, and a registration after the first step.
   absl::StatusOr<int> FreeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
@@ -205,7 +212,10 @@ class CoordinatorShards {
     int count = 0;
     bool closed = false;  // slice 0 went on without the parts still missing
   };
-  std::map<uint64_t, NormParts> norms_ ABSL_GUARDED_BY(mu_);
+  // Shared with the calls waiting on them: a recovery or a new job drops them (closed).
+  std::map<uint64_t, std::shared_ptr<NormParts>> norms_ ABSL_GUARDED_BY(mu_);
+  void DropNorms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t job_ ABSL_GUARDED_BY(mu_) = 1;  // the core's job number (ShardInit.job)
   // A part still missing cannot come: its shard is not connected (or a recovery began).
   bool NormStalled(const NormParts& parts) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

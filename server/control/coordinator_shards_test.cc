@@ -362,6 +362,39 @@ TEST_CASE("a clipped step's norm goes on without a part that does not come; that
   REQUIRE(c.ReduceNorm(4, 0, 1.0, absl::InfiniteFuture()).value() == 1.0);
 }
 
+TEST_CASE("a new job on the same servers: every shard gets the next model's slice under the new job's number",
+          "[coordinator_shards]") {
+  CoordinatorShardsOptions o;
+  o.shards = 2;
+  o.partition_bytes = kPartition;
+  o.address = "coordinator:1";
+  o.reset_when_done = true;
+  CoordinatorShards c(o);
+  auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no resets_jobs
+  REQUIRE(absl::IsFailedPrecondition(old.status()));
+  REQUIRE(absl::StrContains(old.status().message(), "--reset_when_done"));
+  v1::ShardHello hello = Hello("s:1", 1, 2);
+  hello.set_resets_jobs(true);
+  REQUIRE(*c.Register(hello) == 1);
+  Adopt(c);
+  ReplicatedStep step;
+  c.Hooks().step(step);
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 2);
+  REQUIRE(out[0].command.init().job() == 1);
+  // The job ends and the next begins: its model goes to the connected shard at version 0,
+  // with no step between (the slice may be sent again until the new job's first step).
+  c.Hooks().job_reset(2);
+  REQUIRE_FALSE(c.job_layout().has_value());
+  Adopt(c);
+  out = Drain(c, 1);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].command.init().job() == 2);
+  REQUIRE(out[0].command.init().version() == 0);
+  REQUIRE_FALSE(out[0].command.init().restore());
+  REQUIRE(out[0].values != nullptr);
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

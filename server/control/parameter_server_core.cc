@@ -108,6 +108,7 @@ void ParameterServerCore::ResetJob() {
   ticks_since_adjust_ = 0;
   stats_ = TrainingStats();
   remembered_.clear();
+  if (options_.replication.job_reset) options_.replication.job_reset(job_.number());
 }
 
 void ParameterServerCore::Readmit(Worker& w) {
@@ -867,6 +868,11 @@ void ParameterServerCore::UpdateGauges() {
 void ParameterServerCore::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+}
+
+bool ParameterServerCore::NextJoinStartsNewJob() const {
+  absl::MutexLock lock(&mu_);
+  return options_.reset_when_done && job_.finished();
 }
 
 ServerSnapshot ParameterServerCore::Snapshot() const {

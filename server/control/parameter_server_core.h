@@ -70,6 +70,9 @@ struct Replication {
   NormReduction norm;
   // A checkpoint of the job is taken at this version: every slice takes its own.
   std::function<void(uint64_t version)> checkpoint;
+  // The job ended and job number `job` begins (--reset_when_done): the next model adopted
+  // replaces every slice.
+  std::function<void(uint64_t job)> job_reset;
 };
 
 struct ServerOptions {
@@ -233,6 +236,9 @@ class ParameterServerCore : public DataPlane {
   bool AwaitWorkersStopped(absl::Time deadline);
 
   ServerSnapshot Snapshot() const;
+  // The job is finished and the next join starts another (--reset_when_done), whose model
+  // may be another.
+  bool NextJoinStartsNewJob() const;
 
   // The server's Prometheus series (server_metrics.h); its gauges are brought up to date
   // at each scrape. Callers may add series of their own (process metrics).

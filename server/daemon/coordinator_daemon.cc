@@ -32,6 +32,7 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   so.sync = o.mode == Mode::kSync;
   // A clipped step's norm waits while the shards wait for their members' slices.
   so.norm_wait = o.round_timeout + absl::Seconds(30);
+  so.reset_when_done = o.reset_when_done;
   return std::make_unique<CoordinatorShards>(so);
 }
 

@@ -146,9 +146,6 @@ ServiceLimits LimitsFromFlags(const DaemonFlags& f) {
 
 absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
   if (f.shards == 1) return absl::OkStatus();
-  if (o.reset_when_done) {
-    return absl::InvalidArgumentError("--reset_when_done is not built for sharded jobs yet (docs/SHARDING.md)");
-  }
   if (!f.checkpoint_dir.empty() && f.checkpoint_keep < 2) {
     return absl::InvalidArgumentError(
         "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");

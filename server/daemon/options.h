@@ -23,7 +23,8 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
 
 ServiceLimits LimitsFromFlags(const DaemonFlags& f);
 
-// What a sharded job cannot do yet, refused at start rather than done wrong.
+// What a sharded job needs beyond one server (two checkpoints kept: the newest may not be
+// every shard's yet), refused at start rather than done wrong.
 absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o);
 
 int64_t PartitionBytes(const DaemonFlags& f);

@@ -47,7 +47,7 @@ absl::Status ShardCore::Init(ModelLayout slice, std::vector<float> values, uint6
   if (!store.ok()) return store.status();
   if (absl::Status s = (*store)->Initialize(std::move(slice), std::move(values), version); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  if (store_ != nullptr && store_->version() != version) {
+  if (store_ != nullptr && store_->version() != version && !job_ended_) {
     return absl::FailedPreconditionError(
         absl::StrFormat("this shard's slice is at version %d and the coordinator sends version %d: restart the shard",
                         store_->version(), version));
@@ -80,8 +80,16 @@ absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState&
   return absl::OkStatus();
 }
 
+void ShardCore::EndJob() {
+  absl::MutexLock lock(&mu_);
+  sessions_.clear();
+  pending_.clear();
+  job_ended_ = true;
+}
+
 void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync) {
   store_ = std::move(store);
+  job_ended_ = false;
   slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
   version_gauge_.Set(static_cast<double>(store_->version()));
   member_wait_ = member_wait;

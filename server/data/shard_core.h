@@ -49,6 +49,10 @@ class ShardCore : public DataPlane {
   // InvalidArgument when the checkpoint is not of `slice`'s layout.
   absl::Status Restore(const ModelLayout& slice, const CheckpointState& checkpoint, OptimizerOptions optimizer,
                        absl::Duration member_wait, bool sync);
+  // The coordinator's job ended and another begins (--reset_when_done): the sessions and the
+  // pushes waiting end (their calls answer as for a closed session), and the next Init
+  // replaces the slice whatever its version.
+  void EndJob();
   // The slice as a checkpoint holds it (weights and optimizer state shared, not copied);
   // FailedPrecondition before the slice's first values.
   absl::StatusOr<CheckpointState> Capture() const;
@@ -138,6 +142,7 @@ class ShardCore : public DataPlane {
   std::unique_ptr<ParameterStore> store_ ABSL_GUARDED_BY(mu_);
   absl::Duration member_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;        // EndJob: the next Init replaces the slice
   NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);  // a clipped job's (ServerPeers.StepNorm)
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);

@@ -228,7 +228,8 @@ void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::Joi
 
 absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerContext* ctx, JoinInfo* info) {
   if (absl::Status s = shards_->AwaitShards(Deadline(ctx)); !s.ok()) return s;
-  if (std::optional<ModelLayout> job = shards_->job_layout(); job.has_value() && *job != info->layout) {
+  if (std::optional<ModelLayout> job = shards_->job_layout();
+      job.has_value() && *job != info->layout && !core_->NextJoinStartsNewJob()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the worker's model differs from the job's: ", info->layout.DescribeDifference(*job)));
   }

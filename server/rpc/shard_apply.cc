@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/shard_map.h"
 #include "server/rpc/shard_wire.h"
 
@@ -88,6 +89,9 @@ absl::Status ShardApplier::FinishInit() {
   absl::StatusOr<std::vector<float>> values = p->values->Finish();
   if (!values.ok()) return values.status();
   const v1::ShardInit& init = p->init;
+  if (job_ != 0 && init.job() > job_) {
+    if (absl::Status s = BeginJob(init.job()); !s.ok()) return s;
+  }
   if (absl::Status s = PrepareNorm(*p); !s.ok()) return s;
   if (absl::Status s = shard_->Init(p->slice, *std::move(values), init.version(), p->optimizer,
                                     absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
@@ -95,6 +99,7 @@ absl::Status ShardApplier::FinishInit() {
     return s;
   }
   fingerprint_ = p->fingerprint;
+  if (init.job() != 0) job_ = init.job();
   Log(absl::StrFormat("holding slice %u of the model (map fingerprint %016x)", init.index(), fingerprint_));
   return absl::OkStatus();
 }
@@ -115,7 +120,20 @@ absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
   }
   if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
   fingerprint_ = p.fingerprint;
+  if (init.job() != 0) job_ = init.job();
   Log(absl::StrCat("slice ", init.index(), " back at its checkpoint of version ", init.version()));
+  return absl::OkStatus();
+}
+
+absl::Status ShardApplier::BeginJob(uint64_t job) {
+  shard_->EndJob();
+  std::string aside;
+  if (checkpoints_.has_value() && !checkpoints_->Versions().empty()) {
+    absl::StatusOr<std::string> moved = checkpoints_->MoveAside(absl::Now());
+    if (!moved.ok()) return moved.status();
+    aside = absl::StrCat("; its checkpoints moved to ", *moved);
+  }
+  Log(absl::StrFormat("job %d begins: the slice of job %d is replaced%s", job, job_, aside));
   return absl::OkStatus();
 }
 

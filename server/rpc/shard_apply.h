@@ -70,6 +70,9 @@ class ShardApplier {
   absl::Status FinishInit();  // the pending init's values are complete
   absl::Status ApplyRestore(const PendingInit& p);
   absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  // An init of a later job than the slice held (--reset_when_done): the last job's sessions
+  // and pushes end, its checkpoints are moved aside.
+  absl::Status BeginJob(uint64_t job);
   // Before a slice is installed: a job that clips reduces each step's norm with the
   // coordinator, under this slice's index and map.
   absl::Status PrepareNorm(const PendingInit& p);
@@ -82,6 +85,7 @@ class ShardApplier {
   const std::optional<CheckpointDir> checkpoints_;
   std::unique_ptr<PendingInit> pending_;
   uint64_t fingerprint_ = 0;
+  uint64_t job_ = 0;  // the coordinator's job of the slice held (0: none, or an earlier release's)
 };
 
 }  // namespace server

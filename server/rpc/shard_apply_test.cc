@@ -2,9 +2,12 @@
 
 #include <cstdlib>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
+#include "common/clock.h"
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "server/rpc/shard_commands_testing.h"
@@ -200,6 +203,45 @@ TEST_CASE("a restore needs the slice's checkpoint of the version", "[shard_apply
   restore.mutable_init()->set_version(0);
   REQUIRE(kept.Apply(restore).ok());
   REQUIRE(shard.version() == 0);
+}
+
+TEST_CASE("an init of the coordinator's next job replaces the slice: sessions end, checkpoints go aside",
+          "[shard_apply]") {
+  FakeClock clock;  // a session's announcement is waited for on it
+  ShardCore shard({&clock, nullptr});
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  ShardApplier a = Make(&shard, std::string(tmp ? tmp : "/tmp") + "/shard_apply_jobs");
+  REQUIRE(a.Prepare().ok());
+  v1::ShardCommand first = Init();
+  first.mutable_init()->set_job(1);
+  REQUIRE(a.Apply(first).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  REQUIRE(a.Apply(Step(0)).ok());
+  REQUIRE(a.Apply(Step(1)).ok());
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(2);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(shard.version() == 2);
+  // The same job's init at another version is a missed step; the next job's starts afresh.
+  REQUIRE(a.Apply(first).ok());
+  absl::Status same;
+  for (const v1::ShardCommand& c : Values()) same = a.Apply(c);
+  REQUIRE(absl::IsFailedPrecondition(same));
+  v1::ShardCommand next = Init();
+  next.mutable_init()->set_job(2);
+  REQUIRE(a.Apply(next).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(shard.version() == 0);
+  std::thread announcement_wait([&] {
+    REQUIRE(AwaitState([&] { return clock.waiters() >= 1; }));
+    clock.Advance(ShardCore::kAnnouncementWait);
+  });
+  REQUIRE(absl::IsNotFound(shard.Authenticate(7, "secret")));  // the last job's session ended
+  announcement_wait.join();
+  REQUIRE(a.CheckpointVersions().empty());  // moved aside, not mixed with the new job's
+  REQUIRE(a.Apply(Step(0)).ok());
+  REQUIRE(shard.version() == 1);
 }
 
 }  // namespace

@@ -201,6 +201,7 @@ v1::ShardHello ShardLink::Hello() const {
   for (uint64_t v : applier_.CheckpointVersions()) hello.add_checkpoint_versions(v);
   hello.set_fingerprint(applier_.fingerprint());
   hello.set_reduces_norm(true);
+  hello.set_resets_jobs(true);
   return hello;
 }
 
