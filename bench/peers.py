@@ -387,7 +387,7 @@ def server_command(args, cluster, host, coordinator, extra):
 def start_servers(args, cluster, system, log):
     """The system's servers; returns (processes, the workers' server address)."""
     job = ["--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={args.global_batch}", f"--lr={LR}",
-           f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done"]
+           f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done", *args.server_flags.split()]
     if system.startswith("omnilearn-1server"):
         return [subprocess.Popen(server_command(args, cluster, "ps", None, job), stdout=log("ps"),
                                  stderr=subprocess.STDOUT)], f"{cluster.addr['ps']}:{PORT}"
@@ -576,6 +576,8 @@ def parse():
     ap.add_argument("--dataset", type=int, default=1 << 16)
     ap.add_argument("--skip", type=int, default=10, help="first iterations left out (joins, the controller's start)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
+                    "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()

@@ -288,8 +288,10 @@ absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, 
   // Outside the lock: pushes and pulls go on while the other slices' parts come.
   absl::StatusOr<double> total = reduce(version, UpdateSumSquares(store->layout(), sum, 1.0));
   if (!total.ok()) {
-    return absl::Status(total.status().code(), absl::StrCat("the step leaving version ", version,
-                                                            " has no global norm: ", total.status().message()));
+    // The slice cannot take this step as the others do: it registers again, and the job goes
+    // back to the servers' common checkpoint (a recovery, as for a shard that returns).
+    return absl::AbortedError(
+        absl::StrCat("the step leaving version ", version, " has no global norm: ", total.status().message()));
   }
   return std::optional<double>(*total);
 }

@@ -68,7 +68,8 @@ class ShardCore : public DataPlane {
   //
   // A clipped job (the optimizer's clip_grad_norm > 0): the step's update is scaled down to
   // the clip by the whole model's norm, which the norm reduction gives from this slice's
-  // part (the coordinator's ServerPeers.StepNorm); its error fails the step.
+  // part (the coordinator's ServerPeers.StepNorm); when it fails, the step fails Aborted (the
+  // shard registers again and the job goes back to the common checkpoint).
   absl::Status Step(const ReplicatedStep& step);
   // The whole update's squared norm from this slice's part of the step leaving `version`.
   using NormReduction = std::function<absl::StatusOr<double>(uint64_t version, double sum_squares)>;
