@@ -29,7 +29,9 @@ computes its whole batch (and so gives the time to a target loss), the larger mo
 micro-batch (their real compute on 2 cores would outlast the emulated device's time) while
 the device's time is that of the planned batch.
 
-Per (model, level, system): the median iteration time, the wire-time bound of its layout per
+Per (model, level, system): the median iteration time, the median communication after a rank's
+step (DDP: its all_reduce; OmniLearn: from the push to the model back; the sync barrier's wait
+included), the wire-time bound of its layout per
 iteration (ring: 2(N-1)/N x M per host; one server: N x M into its link, then N x M out;
 servers on the worker hosts: 2(N-1)/N x M per host, the ring's), the batches at the end, emulation overruns; mlp4:
 the time to the target loss (the highest final loss among the systems, so that every one
@@ -299,14 +301,16 @@ def ddp_main(args):
         torch.cat([p.grad.reshape(-1) for p in params], out=flat[:-1])
         flat[:-1] *= scale
         flat[-1] = loss.item() * scale
+        t_comm = time.perf_counter()
         dist.all_reduce(flat)
+        comm = time.perf_counter() - t_comm
         offset = 0
         for p in params:
             p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
             offset += p.numel()
         opt.step()
         opt.zero_grad(set_to_none=False)
-        rows.append({"start": t0, "batch": b, "loss": float(flat[-1]), "real": real})
+        rows.append({"start": t0, "batch": b, "loss": float(flat[-1]), "real": real, "comm_s": comm})
     dist.destroy_process_group()
     return rows, device.overruns
 
@@ -366,7 +370,7 @@ def omnilearn_main(args):
             t1 = time.perf_counter()
             w.push(loss)
             rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item(),
-                         "push_s": time.perf_counter() - t1})
+                         "push_s": time.perf_counter() - t1, "comm_s": w.communication_seconds})
         overruns = w.emulation.overruns if w.emulation is not None else 0
     return rows, overruns
 
@@ -477,8 +481,12 @@ def summarize(args, model, level, system, results, mbytes):
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
     wire["omnilearn-1server-fat"] = 2 * mbytes / rate  # each worker's gradient up, then the model down
     pushes = [r.get("push_s") for r in results[0]["rows"][args.skip:]]
+    # Communication per rank after its step (DDP: the all_reduce; OmniLearn: push to model
+    # back), the sync barrier's wait included: the median over every rank's iterations.
+    comms = [row["comm_s"] for r in results for row in r["rows"][args.skip:] if "comm_s" in row]
     return {"model": model, "level": level, "system": system, "iteration_s": statistics.median(iterations),
             "push_s": statistics.median(pushes) if None not in pushes and pushes else None,
+            "comm_s": statistics.median(comms) if comms else None,
             "wire_s": wire[system], "batches": [r["rows"][-1]["batch"] for r in results],
             "overruns": sum(r["overruns"] for r in results), "elapsed": [b - starts[0] for b in starts[1:]],
             "losses": losses}
@@ -503,15 +511,16 @@ def add_time_to_target(rows):
 
 def table(rows):
     lines = ["| model | level | system | iteration | x ddp | x ddp-balanced | wire bound | x its wire | "
-             "time to target | x ddp | batches at the end | overruns |", "|---" * 12 + "|"]
+             "communication (x wire) | time to target | x ddp | batches at the end | overruns |", "|---" * 13 + "|"]
     for r in rows:
         peers = {p["system"]: p for p in rows if p["model"] == r["model"] and p["level"] == r["level"]}
         ratio = lambda key, system: (f"{r[key] / peers[system][key]:.2f}"  # noqa: E731
                                      if system in peers and key in r and key in peers[system] else "")
         ttt = f"{r['time_to_target_s']:.1f} s" if "time_to_target_s" in r else ""
+        comm = f"{1000 * r['comm_s']:.0f} ms ({r['comm_s'] / r['wire_s']:.2f})" if r.get("comm_s") else ""
         lines.append(f"| {r['model']} | {r['level']} | {r['system']} | {1000 * r['iteration_s']:.0f} ms | "
                      f"{ratio('iteration_s', 'ddp')} | {ratio('iteration_s', 'ddp-balanced')} | "
-                     f"{1000 * r['wire_s']:.0f} ms | {r['iteration_s'] / r['wire_s']:.2f} | {ttt} | "
+                     f"{1000 * r['wire_s']:.0f} ms | {r['iteration_s'] / r['wire_s']:.2f} | {comm} | {ttt} | "
                      f"{ratio('time_to_target_s', 'ddp')} | {','.join(map(str, r['batches']))} | {r['overruns']} |")
     return "\n".join(lines)
 
@@ -613,7 +622,8 @@ def main():
                 r["cpu_busy"] = (children_cpu() - cpu) / ((time.monotonic() - t) * os.cpu_count())
                 rows.append(r)
                 print(f"{model:>8} {level:>7} {system:<20} iteration {1000 * r['iteration_s']:7.0f} ms "
-                      f"(wire bound {1000 * r['wire_s']:.0f} ms) batches {r['batches']} overruns {r['overruns']} "
+                      f"(wire bound {1000 * r['wire_s']:.0f} ms, communication "
+                      f"{1000 * (r['comm_s'] or 0):.0f} ms) batches {r['batches']} overruns {r['overruns']} "
                       f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
     add_time_to_target(rows)

@@ -265,6 +265,12 @@ class Worker:
         return self._core.batch
 
     @property
+    def communication_seconds(self) -> float:
+        """The last push's communication: from sending the gradient (after the step, and
+        after an emulated device's wait) until the reply and the model were back."""
+        return self._last_comm_seconds
+
+    @property
     def model_version(self) -> Optional[int]:
         """The version of the model this worker holds (None before it has one)."""
         v = self._core.model_version
