@@ -165,6 +165,16 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
     return s;
   }
+  if (sync_ && info.version < store_->version()) {
+    // Sync: the round of its version was stepped already, and no later step takes it. Held,
+    // it would keep its worker (late after a pause) from the next round until member_wait,
+    // which that round's deadline may not outlast: the worker would miss every round.
+    buffers_.Return(std::move(gradient));
+    PushResult late;
+    late.version = store_->version();
+    late.message = "the round of this slice's version was stepped without it";
+    return late;
+  }
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};

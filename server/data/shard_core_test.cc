@@ -1,5 +1,7 @@
 #include "server/data/shard_core.h"
 
+#include <chrono>
+#include <future>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -122,6 +124,29 @@ TEST_CASE("a step waits for a member's slice, and a step from another version is
   control.join();
   REQUIRE(shard.version() == 1);
   REQUIRE(absl::IsFailedPrecondition(shard.Step(StepOf(0, {}, 1, 1))));
+}
+
+TEST_CASE("sync: a slice of a version the shard has stepped past is answered at once, not held", "[shard_core]") {
+  FakeClock clock;  // never advanced: a held push would wait for ever
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  REQUIRE(shard.Step(StepOf(0, {}, 1, 1)).ok());  // version 0's round went on without them
+  std::future<absl::StatusOr<PushResult>> late = std::async(std::launch::async, [&] {
+    return shard.Push(PushOf(1, 0), {1, 1, 1, 1}, absl::InfiniteFuture());
+  });
+  const bool answered = late.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!answered) clock.Advance(absl::Seconds(10));  // let the held call end before failing
+  REQUIRE(answered);
+  absl::StatusOr<PushResult> r = late.get();
+  REQUIRE(r.ok());
+  REQUIRE_FALSE(r->applied);
+  REQUIRE(r->version == 1);
+  // A slice of the current version is still held until a step takes it.
+  std::thread control([&] { REQUIRE(shard.Step(StepOf(1, {{2, 1, 1}}, 1, 1)).ok()); });
+  REQUIRE(shard.Push(PushOf(2, 1), {1, 1, 1, 1}, absl::InfiniteFuture())->applied);
+  control.join();
 }
 
 TEST_CASE("a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
