@@ -225,11 +225,6 @@ double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& upd
   return scale * scale * sum;
 }
 
-double ClipFactor(double clip, double sum_squares) {
-  const double factor = clip / (std::sqrt(sum_squares) + 1e-6);
-  return factor < 1 ? factor : 1;
-}
-
 float ParameterStore::ClippedScale(const std::vector<float>& update, double update_scale,
                                    std::optional<double> norm_squared) const {
   const float us = static_cast<float>(update_scale);
@@ -241,7 +236,7 @@ float ParameterStore::ClippedScale(const std::vector<float>& update, double upda
     sum_squares = UpdateSumSquares(layout_, update, update_scale);
     if (options_.norm_reduction) sum_squares = options_.norm_reduction(version_, sum_squares);
   }
-  const double factor = ClipFactor(options_.clip_grad_norm, sum_squares);
+  const double factor = options_.clip_grad_norm / (std::sqrt(sum_squares) + 1e-6);
   return factor < 1 ? static_cast<float>(update_scale * factor) : us;
 }
 

@@ -66,12 +66,10 @@ struct OptimizerOptions {
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
 
-// Global-norm clipping's two rules, the same for a whole model and for a sharded job's
-// slices: the squared L2 norm of `update` times `scale` over the layout's parameters
-// (buffers carry values, not gradients), and the factor that scales an update of squared
-// norm `sum_squares` down to `clip` (1 when it is within it).
+// Global-norm clipping's squared norm, the same for a whole model and for a sharded job's
+// slices (whose parts are summed): the squared L2 norm of `update` times `scale` over the
+// layout's parameters (buffers carry values, not gradients).
 double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& update, double scale);
-double ClipFactor(double clip, double sum_squares);
 
 // The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
 // "exp_avg" and "exp_avg_sq" (adam, adamw). Immutable once handed out.

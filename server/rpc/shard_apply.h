@@ -24,6 +24,10 @@
 namespace omnilearn {
 namespace server {
 
+// A clipped job's norm reduction (ServerPeers.StepNorm): this slice's part in, the whole
+// model's squared norm out.
+using StepNormCall = std::function<absl::StatusOr<double>(const v1::ShardNorm& part)>;
+
 struct ShardApplierOptions {
   int shards = 2;               // the job's, as this shard was started
   int64_t partition_bytes = 0;  // the job's partitions
@@ -32,9 +36,7 @@ struct ShardApplierOptions {
   std::string checkpoint_dir;
   int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;  // null = silent
-  // A clipped job's norm reduction (ServerPeers.StepNorm): this slice's part in, the whole
-  // model's squared norm out. Null: an init that clips is refused.
-  std::function<absl::StatusOr<double>(const v1::ShardNorm& part)> step_norm;
+  StepNormCall step_norm;                       // null: an init that clips is refused
 };
 
 // Not thread-safe: one control stream's thread uses it.

@@ -51,7 +51,7 @@ std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, 
 
 // A clipped job's norm reductions over one channel to `options.coordinator`. A call waits
 // while the other slices' members arrive: it is bounded by the slowest member's wait.
-std::function<absl::StatusOr<double>(const v1::ShardNorm&)> StepNormOverNetwork(const ShardLinkOptions& options) {
+StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
   std::shared_ptr<v1::ServerPeers::Stub> stub =
       v1::ServerPeers::NewStub(grpc::CreateChannel(options.coordinator, options.credentials));
   return [stub, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {

@@ -55,7 +55,7 @@ struct ShardLinkOptions {
   const Clock* clock = Clock::Real();  // start_timeout and the pause before registering again
   // A clipped job's norm reduction (ServerPeers.StepNorm). Unset: over a channel to
   // `coordinator` with the peer secret (with `open` set: none).
-  std::function<absl::StatusOr<double>(const v1::ShardNorm& part)> step_norm;
+  StepNormCall step_norm;
 };
 
 // Thread-safe: Run on one thread, Stop from any.
