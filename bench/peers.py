@@ -16,6 +16,10 @@ models, data, emulated devices and links:
   omnilearn-colocated  a server on every worker host: the coordinator on w0's, a shard on each
                        other (--shards=4), the workers' default deployment on several hosts
   omnilearn-1server-fat  (only with --systems) one server whose link is 4 x a worker's
+  omnilearn-fat-slices   (only with --systems) the same host and link serving the model as
+                       --fat_slices slices (8: a coordinator and 7 shard servers on it), which
+                       workers push one after the other (--push_slices_in_order): a slice's
+                       model comes back while the next slice's gradient goes out
 
 Devices at the paper's levels (core counts 12,12,12,12 / 9,9,6,24 / 6,6,4,32 for HL1/4/8) and
 the dynamic schedule HL1 -> HL2 -> HL4 -> HL8 -> HL4 -> HL1, emulated (omnilearn.emulation:
@@ -64,7 +68,7 @@ PORT = 50051
 DDP_PORT = 29500
 SYSTEMS = ("ddp", "ddp-balanced", "omnilearn-1server", "omnilearn-colocated")
 # Not in the default matrix (--systems=...): one server whose link is N times a worker's.
-EXTRA_SYSTEMS = ("omnilearn-1server-fat",)
+EXTRA_SYSTEMS = ("omnilearn-1server-fat", "omnilearn-fat-slices")
 DYNAMIC = ("HL1", "HL2", "HL4", "HL8", "HL4", "HL1")
 # name: (real samples per step, 0 = the whole batch; description)
 MODELS = {"mlp4": (0, "MLP, 4 MB"), "mlp40": (16, "MLP, 40 MB"), "resnet18": (2, "ResNet-18, 45 MB"),
@@ -382,10 +386,10 @@ def worker_main(args):
 
 # ------------------------------------------------------------------ one run
 
-def server_command(args, cluster, host, coordinator, extra):
+def server_command(args, cluster, host, extra, port=PORT):
     return cluster.command(host, [
-        f"{args.bin_dir}/server/omnilearn_server", f"--port={PORT}", "--metrics_port=0", "--quiet",
-        "--progress_every_s=0", f"--advertise={cluster.addr[host]}:{PORT}", *extra])
+        f"{args.bin_dir}/server/omnilearn_server", f"--port={port}", "--metrics_port=0", "--quiet",
+        "--progress_every_s=0", f"--advertise={cluster.addr[host]}:{port}", *extra])
 
 
 def start_servers(args, cluster, system, log):
@@ -393,18 +397,24 @@ def start_servers(args, cluster, system, log):
     job = ["--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={args.global_batch}", f"--lr={LR}",
            f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done", *args.server_flags.split()]
     if system.startswith("omnilearn-1server"):
-        return [subprocess.Popen(server_command(args, cluster, "ps", None, job), stdout=log("ps"),
+        return [subprocess.Popen(server_command(args, cluster, "ps", job), stdout=log("ps"),
                                  stderr=subprocess.STDOUT)], f"{cluster.addr['ps']}:{PORT}"
-    coordinator = f"{cluster.addr['w0']}:{PORT}"
+    # The slices' hosts: one each on the worker hosts, or all on the fat server host.
+    if system == "omnilearn-fat-slices":
+        hosts = [("ps", PORT + i) for i in range(args.fat_slices)]
+    else:
+        hosts = [(f"w{i}", PORT) for i in range(WORKERS)]
+    coordinator = f"{cluster.addr[hosts[0][0]]}:{hosts[0][1]}"
     peer = os.path.join(args.work, "peer-token")  # the servers' own secret (they listen beyond loopback)
     with open(peer, "w") as f:
         f.write(secrets.token_hex(16))
-    sharded = [f"--shards={WORKERS}", f"--peer_token_file={peer}"]
-    procs = [subprocess.Popen(server_command(args, cluster, "w0", None, sharded + job), stdout=log("s0"),
-                              stderr=subprocess.STDOUT)]
-    for i in range(1, WORKERS):
-        procs.append(subprocess.Popen(server_command(args, cluster, f"w{i}", None, sharded + [
-            f"--coordinator={coordinator}"]), stdout=log(f"s{i}"), stderr=subprocess.STDOUT))
+    sharded = [f"--shards={len(hosts)}", f"--peer_token_file={peer}"]
+    order = ["--push_slices_in_order"] if system == "omnilearn-fat-slices" else []
+    procs = [subprocess.Popen(server_command(args, cluster, hosts[0][0], sharded + order + job, hosts[0][1]),
+                              stdout=log("s0"), stderr=subprocess.STDOUT)]
+    for i in range(1, len(hosts)):
+        procs.append(subprocess.Popen(server_command(args, cluster, hosts[i][0], sharded + [
+            f"--coordinator={coordinator}"], hosts[i][1]), stdout=log(f"s{i}"), stderr=subprocess.STDOUT))
     return procs, coordinator
 
 
@@ -413,7 +423,7 @@ def one_run(args, model, level, system):
     hosts = {f"w{i}": args.link for i in range(WORKERS)}
     if system == "omnilearn-1server":
         hosts["ps"] = args.link
-    elif system == "omnilearn-1server-fat":
+    elif system in ("omnilearn-1server-fat", "omnilearn-fat-slices"):
         hosts["ps"] = f"{float(args.link[:-4]) * WORKERS:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
     servers, workers = [], []
@@ -480,6 +490,9 @@ def summarize(args, model, level, system, results, mbytes):
     wire = {"ddp": 2 * (WORKERS - 1) / WORKERS * mbytes / rate, "omnilearn-1server": 2 * WORKERS * mbytes / rate}
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
     wire["omnilearn-1server-fat"] = 2 * mbytes / rate  # each worker's gradient up, then the model down
+    # The slices one after the other: slice s's model comes down while slice s+1's gradient
+    # goes up, so a worker's link carries M each way at once, plus the last slice's model.
+    wire["omnilearn-fat-slices"] = (1 + 1 / args.fat_slices) * mbytes / rate
     pushes = [r.get("push_s") for r in results[0]["rows"][args.skip:]]
     # Communication per rank after its step (DDP: the all_reduce; OmniLearn: push to model
     # back), the sync barrier's wait included: the median over every rank's iterations.
@@ -585,6 +598,7 @@ def parse():
     ap.add_argument("--dataset", type=int, default=1 << 16)
     ap.add_argument("--skip", type=int, default=10, help="first iterations left out (joins, the controller's start)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
+    ap.add_argument("--fat_slices", type=int, default=8, help="omnilearn-fat-slices: the slices on the server host")
     ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
                     "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))

@@ -39,13 +39,19 @@ void GrpcPushStream::Send(const std::vector<int>& tensors) {
   queue_.insert(queue_.end(), tensors.begin(), tensors.end());
 }
 
-absl::StatusOr<PushReply> GrpcPushStream::FinishEarly(const StepEnd& end, uint64_t* model_version,
-                                                      absl::Span<float> weights) {
+void GrpcPushStream::CloseWrites(const StepEnd& end) {
+  if (writes_closed_) return;
   {
     absl::MutexLock lock(&mu_);
     trailer_ = TrailerOf(end);
   }
   StopWriter(/*cancel=*/false);
+  writes_closed_ = true;
+}
+
+absl::StatusOr<PushReply> GrpcPushStream::FinishEarly(const StepEnd& end, uint64_t* model_version,
+                                                      absl::Span<float> weights) {
+  CloseWrites(end);
   finished_ = true;
   absl::ReleasableMutexLock lock(&mu_);  // no reader yet: taken for the annotations' sake
   receiver_.emplace(&layout_, weights);
@@ -90,7 +96,8 @@ void GrpcPushStream::StopWriter(bool cancel) {
     absl::MutexLock lock(&mu_);
     (cancel ? cancelled_ : closing_) = true;
   }
-  writer_.join();
+  if (writer_.joinable()) writer_.join();  // not after CloseWrites
+
 }
 
 // The model's chunks after FinishEarly, into the weights in place, then the call's end.

@@ -59,6 +59,7 @@ class GrpcPushStream : public PushStream {
   ~GrpcPushStream() override;
 
   void Send(const std::vector<int>& tensors) override;
+  void CloseWrites(const StepEnd& end) override;
   absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
                                         absl::Span<float> weights) override;
   bool AwaitTensor(int t) override;
@@ -82,6 +83,7 @@ class GrpcPushStream : public PushStream {
   v1::PushTrailer trailer_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool writes_closed_ = false;  // CloseWrites ran: the writer is done
   bool finished_ = false;
   std::thread writer_;
   std::optional<ModelReceiver> receiver_ ABSL_GUARDED_BY(mu_);  // the model, after FinishEarly

@@ -244,6 +244,46 @@ TEST_CASE("the reply comes back before the model's chunks; each tensor is usable
   REQUIRE(fake->written().back().message.trailer().test_accuracy() == 0.5);
 }
 
+TEST_CASE("CloseWrites writes everything and the trailer before any reply is read; FinishEarly then reads",
+          "[grpc_push_stream]") {
+  const ModelLayout layout = Layout();
+  const std::vector<float> gradient = Iota(15, 1.0f);
+  const std::vector<float> model = Iota(15, 10.0f);
+  FakeStream owned;
+  FakeStream* fake = &owned;
+  fake->responses = Answer(layout, model, 4);
+  Bfloat16Feedback feedback;
+  std::unique_ptr<GrpcPushStream> push = Open(fake, layout, gradient, &feedback);
+  push->Send({1});
+  push->CloseWrites(StepEnd{0.5, 3.0, std::nullopt});
+  const std::vector<FakeStream::Written> w = fake->written();  // all of it, on return
+  REQUIRE(w.size() == 5);
+  REQUIRE(w[1].tensor == "b");
+  REQUIRE(w[4].kind == "trailer");
+  REQUIRE(w[4].message.trailer().compute_seconds() == 0.5);
+  REQUIRE(fake->writes_done());
+  REQUIRE(fake->read() == 0);
+  push->CloseWrites(StepEnd{9, 9, std::nullopt});  // once only
+  std::vector<float> weights(15, 0.0f);
+  uint64_t version = 0;
+  REQUIRE(push->Finish(StepEnd{9, 9, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(fake->written().size() == 5);  // FinishEarly wrote nothing more
+  REQUIRE(version == 4);
+  REQUIRE(weights == model);
+}
+
+TEST_CASE("a push closed but never finished is cancelled without a second join of its writer",
+          "[grpc_push_stream]") {
+  FakeStream owned;
+  owned.responses = Answer(Layout(), Iota(15, 0.0f), 1);
+  Bfloat16Feedback feedback;
+  const std::vector<float> gradient = Iota(15, 1.0f);
+  std::unique_ptr<GrpcPushStream> push = Open(&owned, Layout(), gradient, &feedback);
+  push->CloseWrites(StepEnd{});
+  push.reset();
+  REQUIRE(owned.finished() == 1);
+}
+
 TEST_CASE("in bfloat16 each tensor is encoded with the session's error feedback, push after push",
           "[grpc_push_stream]") {
   const ModelLayout layout = Layout();

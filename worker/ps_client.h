@@ -31,6 +31,10 @@ class PushStream {
   // These tensors (layout indices) of the gradient are final: they are sent in the
   // background (the caller is never held up by the network), each once.
   virtual void Send(const std::vector<int>& tensors) = 0;
+  // Sends the tensors not sent yet and the step's end, and returns once they are written;
+  // FinishEarly then only receives. Optional (FinishEarly writes them when this was not
+  // called): a client that pushes several streams one after the other uses it.
+  virtual void CloseWrites(const StepEnd& end) {}
   // Sends the tensors not sent yet, then the step's end (compute time, loss, accuracy),
   // and then receives as PushPull does: the reply, and the model into `weights` with
   // `*model_version` when it moved. Errors as PushPull's.

@@ -76,6 +76,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
     out.partition_bytes = r.shard_map().partition_bytes();
     out.shard_fingerprint = r.shard_map().fingerprint();
     out.shard_addresses.assign(r.shard_map().addresses().begin(), r.shard_map().addresses().end());
+    out.push_slices_in_order = r.shard_map().push_in_order();
   }
   return out;
 }

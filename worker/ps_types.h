@@ -84,6 +84,7 @@ struct JoinReply {
   int64_t partition_bytes = 0;
   uint64_t shard_fingerprint = 0;
   std::vector<std::string> shard_addresses;
+  bool push_slices_in_order = false;  // ShardMap.push_in_order: one slice's push after the other
 };
 
 // What a step came to, known only once its backward is done: a streamed push's trailer.

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 
 namespace omnilearn {
 namespace worker {
@@ -58,6 +60,7 @@ absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, cons
   }
   for (auto& c : shard_clients_) c->SetSessionBfloat16(r->bfloat16);  // the coordinator chose it
   map_ = *std::move(map);
+  in_order_ = r->push_slices_in_order;
   gradient_.assign(map_->shards(), {});
   weights_.assign(map_->shards(), {});
   for (int s = 0; s < map_->shards(); ++s) {
@@ -151,6 +154,15 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
                                                     absl::Span<const float> gradient, uint64_t* model_version,
                                                     absl::Span<float> weights) {
   if (!map_.has_value()) return coordinator_->PushPull(step, layout, gradient, model_version, weights);
+  if (in_order_ && !gradient.empty()) {
+    // One slice after the other: the streams' order (ShardedPushStream), every tensor at once.
+    absl::StatusOr<std::unique_ptr<PushStream>> stream = StartPushPull(step, layout, gradient);
+    if (!stream.ok()) return stream.status();
+    std::vector<int> all(layout.tensors().size());
+    std::iota(all.begin(), all.end(), 0);
+    (*stream)->Send(all);
+    return (*stream)->Finish(step.step.end, model_version, weights);
+  }
   const PushedStep push = WithShardHold(step);
   std::vector<uint64_t> moved;  // the version a slice's reply brought, if any
   absl::StatusOr<PushReply> reply = ReplyOfEverySlice(
@@ -192,12 +204,20 @@ absl::StatusOr<PushReply> ShardedPsClient::Assemble(const PushedStep& push, cons
   return reply;
 }
 
-// One PushPull stream per slice (ShardedPsClient::StartPushPull). Used by one thread.
+// One PushPull stream per slice (ShardedPsClient::StartPushPull). Used by one thread. In
+// order (ShardMap.push_in_order), slice s + 1's gradient leaves only once slice s's is
+// written with its trailer, slice 0's as backward finishes its tensors, the others' at the
+// end; every slice's reply is read as soon as it comes.
 class ShardedPushStream : public PushStream {
  public:
   ShardedPushStream(ShardedPsClient* client, PushedStep push, absl::Span<const float> gradient,
                     std::vector<std::unique_ptr<PushStream>> slices)
-      : client_(client), push_(std::move(push)), gradient_(gradient), slices_(std::move(slices)) {}
+      : client_(client),
+        push_(std::move(push)),
+        gradient_(gradient),
+        slices_(std::move(slices)),
+        in_order_(client->in_order_),
+        held_(slices_.size()) {}
 
   void Send(const std::vector<int>& tensors) override {
     std::vector<std::vector<int>> by_slice(slices_.size());
@@ -209,16 +229,30 @@ class ShardedPushStream : public PushStream {
       }
     }
     for (size_t s = 0; s < slices_.size(); ++s) {
-      if (!by_slice[s].empty()) slices_[s]->Send(by_slice[s]);
+      if (by_slice[s].empty()) continue;
+      if (in_order_ && s > 0) {
+        held_[s].insert(held_[s].end(), by_slice[s].begin(), by_slice[s].end());
+      } else {
+        slices_[s]->Send(by_slice[s]);
+      }
     }
   }
 
   absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
                                         absl::Span<float> weights) override {
     const int n = static_cast<int>(slices_.size());
+    std::vector<absl::Notification> written(n);
     std::vector<uint64_t> moved;
     absl::StatusOr<PushReply> r = client_->ReplyOfEverySlice(
-        [&](int i, uint64_t* v) { return slices_[i]->FinishEarly(end, v, absl::MakeSpan(client_->weights_[i])); },
+        [&](int i, uint64_t* v) {
+          if (in_order_) {
+            if (i > 0) written[i - 1].WaitForNotification();
+            if (!held_[i].empty()) slices_[i]->Send(held_[i]);
+            slices_[i]->CloseWrites(end);
+            written[i].Notify();
+          }
+          return slices_[i]->FinishEarly(end, v, absl::MakeSpan(client_->weights_[i]));
+        },
         &moved);
     if (!r.ok()) return r.status();
     const PushReply& reply = *r;
@@ -274,6 +308,8 @@ class ShardedPushStream : public PushStream {
   const PushedStep push_;
   absl::Span<const float> gradient_;
   std::vector<std::unique_ptr<PushStream>> slices_;
+  const bool in_order_;
+  std::vector<std::vector<int>> held_;     // in order: slice s's tensors, sent in its turn
   absl::Span<float> weights_;              // the caller's model, after FinishEarly
   bool arriving_ = false;                  // the slices' models are on their way
   std::vector<std::vector<bool>> placed_;  // pieces already in weights_

@@ -1,7 +1,8 @@
 // A PsClient for jobs whose parameters are sharded (docs/SHARDING.md): it talks to the
 // coordinator as the plain client does, and when the coordinator's Join answer names
 // shards, it cuts every gradient into slices (common/shard_map.h), pushes each slice to its
-// server in parallel (the coordinator's carries the step report and decides), and puts the
+// server in parallel, or one after the other when the coordinator says so (the
+// coordinator's carries the step report and decides), and puts the
 // model back together from every slice. A streamed push (StartPushPull) opens one stream
 // per slice: each tensor's pieces leave for their slices as backward finishes it, and the
 // model's tensors are whole as soon as their pieces arrived. Without a shard map it passes
@@ -77,6 +78,7 @@ class ShardedPsClient : public PsClient {
   std::unique_ptr<PsClient> coordinator_;
   Factory factory_;
   std::optional<ShardMap> map_;  // set by a sharded Join
+  bool in_order_ = false;        // the slices' pushes one after the other (JoinReply)
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<PsClient>> shard_clients_;
   std::vector<std::vector<float>> gradient_, weights_;  // per slice

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "catch2/catch.hpp"
 
 namespace omnilearn {
@@ -15,6 +17,21 @@ namespace {
 ModelLayout Layout() { return *ModelLayout::Create({{"w", {2, 3}}, {"b", {4}}}); }
 constexpr int64_t kPartitionBytes = 8;
 
+// What the job's streams were asked, in the order asked ("send 1", "close 0", ...: the
+// call, then the slice). The slices' calls come from several threads.
+struct Calls {
+  void Add(const std::string& call) {
+    absl::MutexLock lock(&mu);
+    seen.push_back(call);
+  }
+  std::vector<std::string> Seen() {
+    absl::MutexLock lock(&mu);
+    return seen;
+  }
+  absl::Mutex mu;
+  std::vector<std::string> seen ABSL_GUARDED_BY(mu);
+};
+
 // One server of the job, holding its slice: a step subtracts the gradient and moves the
 // version by one (or to `reply_version` when a test sets it).
 class FakeSlice : public PsClient {
@@ -24,8 +41,13 @@ class FakeSlice : public PsClient {
     absl::Span<const float> gradient;
     std::vector<int> sent;
     absl::Span<float> weights;
-    void Send(const std::vector<int>& tensors) override { sent.insert(sent.end(), tensors.begin(), tensors.end()); }
+    void Send(const std::vector<int>& tensors) override {
+      server->calls->Add(absl::StrCat("send ", server->slice));
+      sent.insert(sent.end(), tensors.begin(), tensors.end());
+    }
+    void CloseWrites(const StepEnd&) override { server->calls->Add(absl::StrCat("close ", server->slice)); }
     absl::StatusOr<PushReply> FinishEarly(const StepEnd&, uint64_t* model_version, absl::Span<float> w) override {
+      server->calls->Add(absl::StrCat("finish ", server->slice));
       server->streamed.push_back(sent);
       absl::StatusOr<PushReply> r = server->Step(gradient);
       std::copy(server->model.begin(), server->model.end(), w.begin());
@@ -84,6 +106,8 @@ class FakeSlice : public PsClient {
   }
 
   JoinReply join;
+  int slice = 0;
+  Calls* calls = nullptr;
   std::vector<float> model;
   uint64_t version = 0, reply_version = 0;
   double held_seconds = 0;
@@ -93,12 +117,15 @@ class FakeSlice : public PsClient {
 };
 
 struct Job {
-  Job() {
+  explicit Job(bool in_order = false) {
     map = *ShardMap::Plan(Layout(), 2, kPartitionBytes);
     auto c = std::make_unique<FakeSlice>();
     auto s = std::make_unique<FakeSlice>();
     coordinator = c.get();
     shard = s.get();
+    shard->slice = 1;
+    coordinator->calls = shard->calls = &calls;
+    coordinator->join.push_slices_in_order = in_order;
     coordinator->join.worker_id = 1;
     coordinator->join.shards = 2;
     coordinator->join.partition_bytes = kPartitionBytes;
@@ -119,6 +146,7 @@ struct Job {
     REQUIRE(client->shards() == 2);
   }
   ShardMap map;
+  Calls calls;
   FakeSlice* coordinator;
   FakeSlice* shard;
   std::vector<float> model;
@@ -156,6 +184,58 @@ TEST_CASE("a streamed push sends each tensor's pieces to their slices, and the m
   for (int i = 6; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
   REQUIRE((*stream)->AwaitModel().ok());
   for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+}
+
+TEST_CASE("in order, a slice's gradient leaves only once the slice before it is written with its trailer",
+          "[sharded_client]") {
+  for (bool in_order : {false, true}) {
+    Job job(in_order);
+    const std::vector<float> gradient(10, 1.0f);
+    PushedStep push;
+    push.worker_id = 1;
+    auto stream = job.client->StartPushPull(push, Layout(), gradient);
+    REQUIRE(stream.ok());
+    (*stream)->Send({1});  // as backward finishes each tensor; both have pieces in both slices
+    (*stream)->Send({0});
+    const std::vector<std::string> sent = job.calls.Seen();
+    std::vector<float> weights(10, -1.0f);
+    uint64_t version = 0;
+    REQUIRE((*stream)->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+    for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+    if (!in_order) {
+      REQUIRE(sent == std::vector<std::string>{"send 0", "send 1", "send 0", "send 1"});
+      continue;
+    }
+    REQUIRE(sent == std::vector<std::string>{"send 0", "send 0"});  // slice 0's at once, slice 1's held
+    const std::vector<std::string> all = job.calls.Seen();
+    const auto at = [&](const std::string& call) { return std::find(all.begin(), all.end(), call) - all.begin(); };
+    REQUIRE(at("close 0") < at("send 1"));
+    REQUIRE(at("send 1") < at("close 1"));
+    REQUIRE(at("close 1") < at("finish 1"));
+    REQUIRE(at("close 0") < at("finish 0"));
+    std::vector<int> got = job.shard->streamed.at(0);
+    std::sort(got.begin(), got.end());
+    std::vector<int> want(job.map.slice(1).size());
+    std::iota(want.begin(), want.end(), 0);
+    REQUIRE(got == want);  // every piece of slice 1, sent in its turn
+  }
+}
+
+TEST_CASE("in order, a whole push goes through the slices' streams in turn", "[sharded_client]") {
+  Job job(/*in_order=*/true);
+  const std::vector<float> gradient(10, 1.0f);
+  PushedStep push;
+  push.worker_id = 1;
+  push.step.end = StepEnd{0.2, 1.0, std::nullopt};
+  std::vector<float> weights(10, -1.0f);
+  uint64_t version = 0;
+  REQUIRE(job.client->PushPull(push, Layout(), gradient, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(version == 1);
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+  const std::vector<std::string> all = job.calls.Seen();
+  const auto at = [&](const std::string& call) { return std::find(all.begin(), all.end(), call) - all.begin(); };
+  REQUIRE(at("close 0") < at("send 1"));
+  REQUIRE(at("close 1") < static_cast<std::ptrdiff_t>(all.size()));
 }
 
 TEST_CASE("a slice that comes back at another version is pulled at the coordinator's", "[sharded_client]") {

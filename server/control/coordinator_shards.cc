@@ -373,6 +373,7 @@ void CoordinatorShards::FillShardMap(const ShardMap& map, v1::ShardMap* out) con
   out->set_shards(static_cast<uint32_t>(map.shards()));
   out->set_partition_bytes(options_.partition_bytes);
   out->set_fingerprint(map.fingerprint());
+  out->set_push_in_order(options_.push_in_order);
   out->add_addresses(options_.address);
   for (size_t i = 1; i < slots_.size(); ++i) out->add_addresses(slots_[i].address);
 }
@@ -429,7 +430,10 @@ void CoordinatorShards::ModelAdopted(const std::string& joiner) {
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (slots_[i].connected) QueueInit(static_cast<int>(i), /*restore=*/false, 0);
   }
-  if (options_.log) options_.log(absl::StrCat("the model is sharded: ", map_->DebugString()));
+  if (options_.log) {
+    options_.log(absl::StrCat("the model is sharded: ", map_->DebugString(),
+                              options_.push_in_order ? "; workers push the slices one after the other" : ""));
+  }
 }
 
 void CoordinatorShards::JobReset(uint64_t job) {

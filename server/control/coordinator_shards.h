@@ -41,6 +41,9 @@ struct CoordinatorShardsOptions {
   // --reset_when_done: a finished job gives way to the next on the same servers; shards of a
   // release that cannot take a later job's slice (ShardHello.resets_jobs) are refused.
   bool reset_when_done = false;
+  // --push_slices_in_order: the Join answer tells workers to push the slices one after the
+  // other (v1::ShardMap.push_in_order).
+  bool push_in_order = false;
 };
 
 // The longest address a shard may give, and the most checkpoint versions it may list.

@@ -55,6 +55,28 @@ void Adopt(CoordinatorShards& c) {
   c.Hooks().model_adopted("w0");
 }
 
+TEST_CASE("the Join answer's map: the slices' addresses, and the order pushes take", "[coordinator_shards]") {
+  for (bool ordered : {false, true}) {
+    CoordinatorShardsOptions o;
+    o.shards = 3;
+    o.partition_bytes = kPartition;
+    o.address = "coordinator:1";
+    o.push_in_order = ordered;
+    CoordinatorShards c(o);
+    REQUIRE(*c.Register(Hello("s:1", 1)) == 1);
+    REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
+    const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+    v1::ShardMap out;
+    c.FillShardMap(map, &out);
+    REQUIRE(out.shards() == 3);
+    REQUIRE(out.partition_bytes() == kPartition);
+    REQUIRE(out.fingerprint() == map.fingerprint());
+    REQUIRE(std::vector<std::string>(out.addresses().begin(), out.addresses().end()) ==
+            std::vector<std::string>{"coordinator:1", "s:1", "s:2"});
+    REQUIRE(out.push_in_order() == ordered);
+  }
+}
+
 TEST_CASE("shard registration: the job's shape, free slices, and no slice after the first step",
           "[coordinator_shards]") {
   CoordinatorShards c = Make(3);

@@ -33,6 +33,7 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   // A clipped step's norm waits while the shards wait for their members' slices.
   so.norm_wait = o.round_timeout + absl::Seconds(30);
   so.reset_when_done = o.reset_when_done;
+  so.push_in_order = f.push_slices_in_order;
   return std::make_unique<CoordinatorShards>(so);
 }
 

@@ -11,6 +11,10 @@ ABSL_FLAG(int, shards, 1,
           "the job's parameters are cut over this many servers: this one (the coordinator, slice 0) and "
           "shards - 1 shard servers started with --coordinator (docs/SHARDING.md)");
 ABSL_FLAG(double, partition_mb, 4, "sharded jobs: the model's partitions hold at most this many MB");
+ABSL_FLAG(bool, push_slices_in_order, false,
+          "sharded jobs' coordinator: workers push the slices one after the other, slice 0 first, so each "
+          "slice's model comes back while the next one's gradient still goes out; for slices that all live "
+          "on one host whose link is several times a worker's (docs/SHARDING.md)");
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
 ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");
@@ -109,6 +113,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.bind = absl::GetFlag(FLAGS_bind);
   f.shards = absl::GetFlag(FLAGS_shards);
   f.partition_mb = absl::GetFlag(FLAGS_partition_mb);
+  f.push_slices_in_order = absl::GetFlag(FLAGS_push_slices_in_order);
   f.coordinator = absl::GetFlag(FLAGS_coordinator);
   f.shard_index = absl::GetFlag(FLAGS_shard_index);
   f.advertise = absl::GetFlag(FLAGS_advertise);

@@ -16,6 +16,7 @@ struct DaemonFlags {
   std::string bind = "0.0.0.0";
   int shards = 1;
   double partition_mb = 4;
+  bool push_slices_in_order = false;
   std::string coordinator = "";
   int shard_index = 0;
   std::string advertise = "";

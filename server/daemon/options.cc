@@ -145,7 +145,13 @@ ServiceLimits LimitsFromFlags(const DaemonFlags& f) {
 }
 
 absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
-  if (f.shards == 1) return absl::OkStatus();
+  if (f.shards == 1) {
+    if (f.push_slices_in_order) {
+      return absl::InvalidArgumentError(
+          "--push_slices_in_order needs --shards > 1: it orders the pushes of a sharded job's slices");
+    }
+    return absl::OkStatus();
+  }
   if (!f.checkpoint_dir.empty() && f.checkpoint_keep < 2) {
     return absl::InvalidArgumentError(
         "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");

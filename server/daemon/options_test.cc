@@ -79,6 +79,11 @@ TEST_CASE("a sharded job takes every flag one server takes; checkpoints need two
   REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--checkpoint_keep >= 2"));
   f.shards = 1;  // one server: nothing to refuse
   REQUIRE(CheckShardable(f, o).ok());
+  f.push_slices_in_order = true;  // but no slices to order
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--push_slices_in_order needs --shards > 1"));
+  f.shards = 2;
+  f.checkpoint_dir.clear();
+  REQUIRE(CheckShardable(f, o).ok());
 }
 
 TEST_CASE("the address a sharded server advertises, and its partitions' size", "[daemon]") {
