@@ -97,7 +97,6 @@ void GrpcPushStream::StopWriter(bool cancel) {
     (cancel ? cancelled_ : closing_) = true;
   }
   if (writer_.joinable()) writer_.join();  // not after CloseWrites
-
 }
 
 // The model's chunks after FinishEarly, into the weights in place, then the call's end.

@@ -272,8 +272,7 @@ TEST_CASE("CloseWrites writes everything and the trailer before any reply is rea
   REQUIRE(weights == model);
 }
 
-TEST_CASE("a push closed but never finished is cancelled without a second join of its writer",
-          "[grpc_push_stream]") {
+TEST_CASE("a push closed but never finished is cancelled without a second join of its writer", "[grpc_push_stream]") {
   FakeStream owned;
   owned.responses = Answer(Layout(), Iota(15, 0.0f), 1);
   Bfloat16Feedback feedback;

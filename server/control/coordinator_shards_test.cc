@@ -16,13 +16,15 @@ constexpr int64_t kPartition = 64;  // 16 floats: the test model is cut into 4 p
 
 ModelLayout Model() { return *ModelLayout::Create({{"a", {32}}, {"b", {32}}}); }
 
-CoordinatorShards Make(int shards) {
+CoordinatorShardsOptions Options(int shards) {
   CoordinatorShardsOptions o;
   o.shards = shards;
   o.partition_bytes = kPartition;
   o.address = "coordinator:1";
-  return CoordinatorShards(o);
+  return o;
 }
+
+CoordinatorShards Make(int shards) { return CoordinatorShards(Options(shards)); }
 
 v1::ShardHello Hello(const std::string& address, int index = 0, int shards = 3) {
   v1::ShardHello h;
@@ -57,10 +59,7 @@ void Adopt(CoordinatorShards& c) {
 
 TEST_CASE("the Join answer's map: the slices' addresses, and the order pushes take", "[coordinator_shards]") {
   for (bool ordered : {false, true}) {
-    CoordinatorShardsOptions o;
-    o.shards = 3;
-    o.partition_bytes = kPartition;
-    o.address = "coordinator:1";
+    CoordinatorShardsOptions o = Options(3);
     o.push_in_order = ordered;
     CoordinatorShards c(o);
     REQUIRE(*c.Register(Hello("s:1", 1)) == 1);
@@ -317,10 +316,7 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
 }
 
 CoordinatorShards MakeClipped(int shards, const Clock* clock) {
-  CoordinatorShardsOptions o;
-  o.shards = shards;
-  o.partition_bytes = kPartition;
-  o.address = "coordinator:1";
+  CoordinatorShardsOptions o = Options(shards);
   o.optimizer.set_clip_grad_norm(1);
   o.clock = clock;
   return CoordinatorShards(o);
@@ -386,10 +382,7 @@ TEST_CASE("a clipped step's norm goes on without a part that does not come; that
 
 TEST_CASE("a new job on the same servers: every shard gets the next model's slice under the new job's number",
           "[coordinator_shards]") {
-  CoordinatorShardsOptions o;
-  o.shards = 2;
-  o.partition_bytes = kPartition;
-  o.address = "coordinator:1";
+  CoordinatorShardsOptions o = Options(2);
   o.reset_when_done = true;
   CoordinatorShards c(o);
   auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no resets_jobs
