@@ -1,8 +1,10 @@
-"""Async training with Adam/AdamW at the sync learning rate: the server's two async rules
-for Adam (a push is its b/B share of a global-batch step by the square-root rule,
+"""Async training with Adam/AdamW at the sync learning rate: the server's async rules for
+Adam (a push is its b/B share of a global-batch step by the square-root rule,
 --adam_sqrt_scaling; beta1 lowered by the momentum asynchrony adds, 1 - 1/n, as SGD's
-momentum is, with --staleness_damping) against what earlier releases did (a full Adam step
-at lr * b/B, beta1 as configured), at the sync rate and at twice it, beside sync itself.
+momentum is, with --staleness_damping; workers given the weights stepped ahead by the other
+workers' steps their gradient will meet, --adam_weight_prediction) against each left out and
+against what earlier releases did (a full Adam step at lr * b/B, beta1 as configured), at the
+sync rate and at twice it, beside sync itself.
 
 The job is python/examples/char_transformer.py (a GPT-style character model, 2 blocks, dim
 128, context 64, AdamW, clipping; 2 MB of text) with two Python workers on emulated devices
@@ -24,13 +26,15 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "python", "examples", "char_transformer.py")
+BEFORE = "--adam_weight_prediction=off --adam_sqrt_scaling=off --staleness_damping=off"
 RUNS = [  # (label, mode, lr multiple, more server flags)
     ("sync", "sync", 1, ""),
-    ("async: the rules (square-root share, beta1 lowered by 1 - 1/n)", "async", 1, ""),
-    ("async: beta1 lowered, full Adam steps at lr * b/B", "async", 1, "--adam_sqrt_scaling=off"),
-    ("async as before: full steps, beta1 as configured", "async", 1,
-     "--adam_sqrt_scaling=off --staleness_damping=off"),
-    ("async as before, 2x lr (the issue's try)", "async", 2, "--adam_sqrt_scaling=off --staleness_damping=off"),
+    ("async: the rules (square-root share, beta1 lowered by 1 - 1/n, weights predicted)", "async", 1, ""),
+    ("async: the rules without the weight prediction", "async", 1, "--adam_weight_prediction=off"),
+    ("async: beta1 lowered, full Adam steps at lr * b/B", "async", 1,
+     "--adam_weight_prediction=off --adam_sqrt_scaling=off"),
+    ("async as before: full steps, beta1 as configured", "async", 1, BEFORE),
+    ("async as before, 2x lr (the issue's try)", "async", 2, BEFORE),
 ]
 
 

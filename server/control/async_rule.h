@@ -34,6 +34,9 @@ struct AsyncRuleOptions {
   // Adam/AdamW: the square-root rule for a push's share (off: each push is a full Adam
   // step at lr * lr_scale, what earlier releases did).
   bool adam_sqrt_scaling = true;
+  // Adam/AdamW: workers compute on the weights stepped ahead by the other live workers'
+  // pushes that will land first (ParameterStore::Predict; off: on the weights as they are).
+  bool adam_weight_prediction = true;
 };
 
 // `live` >= 1 (the pushing worker is live), `global_batch` >= 1.

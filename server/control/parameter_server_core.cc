@@ -622,7 +622,7 @@ void ParameterServerCore::CompleteRound() {
 
 void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,
                                double lr_scale, double buffer_blend, double momentum, double update_scale,
-                               double sample_share) {
+                               double sample_share, double predict_steps) {
   if (options_.replication.step) {
     ReplicatedStep step;
     step.version = store_.version();
@@ -632,9 +632,11 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
     step.buffer_blend = buffer_blend;
     step.momentum = momentum;
     step.sample_share = sample_share;
+    step.predict_steps = predict_steps;
     options_.replication.step(step);
   }
   store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale, sample_share);
+  store_.Predict(predict_steps);
 }
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
@@ -645,8 +647,12 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   const AsyncStep step =
       AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum, options_.async_rule);
   store_.SetEpoch(Epoch());
+  // Adam's steps follow the moments' direction, so the steps the other live workers' pushes
+  // take before this worker's next gradient lands are about the last one again, each.
+  const bool adam = options_.optimizer.kind != OptimizerKind::kSgd;
+  const double ahead = adam && options_.async_rule.adam_weight_prediction ? LiveCount() - 1.0 : 0.0;
   Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0,
-       step.sample_share);
+       step.sample_share, ahead);
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
@@ -706,7 +712,7 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
   ModelSnapshot snap;
   snap.version = store_.version();
   snap.layout = store_.layout();
-  if (have_version != snap.version) snap.weights = store_.weights();
+  if (have_version != snap.version) snap.weights = store_.served();
   return snap;
 }
 

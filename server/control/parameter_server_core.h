@@ -349,10 +349,11 @@ class ParameterServerCore : public DataPlane {
   // Waits until no push is adding to the round (a close, a reset, a new model need it).
   void AwaitRoundIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The store's step, told to the shards first (options_.replication).
+  // The store's step, told to the shards first (options_.replication), then the weights
+  // workers are given (ParameterStore::Predict: `predict_steps` ahead, 0 = as they are).
   void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, double lr_scale,
-            double buffer_blend, double momentum, double update_scale, double sample_share = 1.0)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+            double buffer_blend, double momentum, double update_scale, double sample_share = 1.0,
+            double predict_steps = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
   // the worker gets its next samples (unless the server stops: action kStop).

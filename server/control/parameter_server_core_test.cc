@@ -236,6 +236,25 @@ TEST_CASE("async pushes apply on arrival with staleness accounting", "[core]") {
   REQUIRE(s.pushes_by_result["applied"] == 3);
 }
 
+TEST_CASE("async Adam: workers get the weights stepped ahead by the other live workers' steps", "[core]") {
+  std::vector<float> pulled[2];
+  for (bool predict : {false, true}) {
+    ServerOptions o = Options(Mode::kAsync, 3);
+    o.optimizer.kind = OptimizerKind::kAdamW;
+    o.optimizer.learning_rate = 0.1;
+    o.async_rule.adam_weight_prediction = predict;
+    auto core = *ParameterServerCore::Create(o);
+    const auto joined = JoinAll(*core, 3);
+    REQUIRE(core->Push(Grad(joined[0].id, joined[0].batch, 0), std::vector<float>(kParams, 2.0f), Soon()).ok());
+    pulled[predict] = Weights(*core, joined[1].id);
+  }
+  // Off: the weights as they are (they moved from 0). On: two more such steps ahead (3 live).
+  for (int i = 0; i < kParams; ++i) {
+    REQUIRE(pulled[0][i] < 0);
+    REQUIRE(pulled[1][i] == Approx(3 * pulled[0][i]));
+  }
+}
+
 TEST_CASE("validation errors leave the model bytes unchanged", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   JoinResult a = *core->Join(Info("a", true), Soon());

@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, staleness_damping, "on",
 ABSL_FLAG(std::string, adam_sqrt_scaling, "on",
           "async/ssp with adam or adamw: on (a push of b samples is its b/B share of a global-batch step: "
           "the square-root rule, the sync --lr works) | off (each push a full Adam step at lr * b/B: ablation)");
+ABSL_FLAG(std::string, adam_weight_prediction, "on",
+          "async/ssp with adam or adamw: on (workers compute on the weights stepped ahead by the steps the "
+          "other live workers' pushes will take first: a stale gradient is computed near the weights it "
+          "meets) | off (on the weights as they are: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
 ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
 ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");
@@ -126,6 +130,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.lr_scaling = absl::GetFlag(FLAGS_lr_scaling);
   f.staleness_damping = absl::GetFlag(FLAGS_staleness_damping);
   f.adam_sqrt_scaling = absl::GetFlag(FLAGS_adam_sqrt_scaling);
+  f.adam_weight_prediction = absl::GetFlag(FLAGS_adam_weight_prediction);
   f.lr = absl::GetFlag(FLAGS_lr);
   f.momentum = absl::GetFlag(FLAGS_momentum);
   f.weight_decay = absl::GetFlag(FLAGS_weight_decay);

@@ -29,6 +29,7 @@ struct DaemonFlags {
   std::string lr_scaling = "on";
   std::string staleness_damping = "on";
   std::string adam_sqrt_scaling = "on";
+  std::string adam_weight_prediction = "on";
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 1e-4;

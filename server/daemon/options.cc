@@ -50,6 +50,8 @@ absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
   if (!damping.ok()) return damping.status();
   auto adam_sqrt = OnOff("adam_sqrt_scaling", f.adam_sqrt_scaling);
   if (!adam_sqrt.ok()) return adam_sqrt.status();
+  auto prediction = OnOff("adam_weight_prediction", f.adam_weight_prediction);
+  if (!prediction.ok()) return prediction.status();
   const std::string aggregation = f.aggregation;
   if (aggregation != "weighted" && aggregation != "mean") {
     return absl::InvalidArgumentError(absl::StrCat("--aggregation=", aggregation, ": want weighted or mean"));
@@ -62,6 +64,7 @@ absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
   o->async_rule.lr_scaling = *lr_scaling;
   o->async_rule.staleness_damping = *damping;
   o->async_rule.adam_sqrt_scaling = *adam_sqrt;
+  o->async_rule.adam_weight_prediction = *prediction;
   o->aggregation = aggregation == "mean" ? ServerOptions::Aggregation::kMean : ServerOptions::Aggregation::kWeighted;
   return absl::OkStatus();
 }

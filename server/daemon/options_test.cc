@@ -31,6 +31,7 @@ TEST_CASE("the flags' defaults make a sync job; each value lands in its option",
   f.lr = 0.003;
   f.beta1 = 0.8;
   f.adam_sqrt_scaling = "off";
+  f.adam_weight_prediction = "off";
   f.lr_decay_epochs = 2;  // a step schedule unless one is named
   f.wire_dtype = "bf16";
   v1::WireDtype wire = v1::WIRE_DTYPE_F32;
@@ -41,6 +42,7 @@ TEST_CASE("the flags' defaults make a sync job; each value lands in its option",
   REQUIRE(o->optimizer.beta1 == 0.8);
   REQUIRE(o->optimizer.schedule == LrSchedule::kStep);
   REQUIRE_FALSE(o->async_rule.adam_sqrt_scaling);
+  REQUIRE_FALSE(o->async_rule.adam_weight_prediction);
   REQUIRE(wire == v1::WIRE_DTYPE_BF16);
 }
 

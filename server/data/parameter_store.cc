@@ -188,6 +188,7 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   spare_state_.assign(state_.size(), nullptr);
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
   spare_.reset();
+  served_.reset();
   version_ = version;
   adam_time_ = static_cast<double>(version);
   return absl::OkStatus();
@@ -279,6 +280,29 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
   weights_ = std::move(next);
   ++version_;
   adam_time_ += share;
+}
+
+void ParameterStore::Predict(double steps) {
+  std::shared_ptr<std::vector<float>> held = std::const_pointer_cast<std::vector<float>>(served_);
+  served_.reset();
+  if (held != nullptr && held.use_count() == 1) served_spare_ = std::move(held);      // no reader holds it
+  if (steps <= 0 || spare_ == nullptr || spare_->size() != weights_->size()) return;  // served() is weights()
+  std::shared_ptr<std::vector<float>> next = std::move(served_spare_);
+  if (next == nullptr || next.use_count() > 1 || next->size() != weights_->size()) {
+    next = std::make_shared<std::vector<float>>(weights_->size());
+  }
+  const float s = static_cast<float>(steps);
+  const float* w = weights_->data();
+  const float* before = spare_->data();
+  float* out = next->data();
+  ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+    for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
+      const int64_t lo = std::max<int64_t>(begin, layout_.offset(t));
+      const int64_t hi = std::min<int64_t>(end, layout_.offset(t) + layout_.size(t));
+      for (int64_t i = lo; i < hi; ++i) out[i] = layout_.is_buffer(t) ? w[i] : w[i] + s * (w[i] - before[i]);
+    }
+  });
+  served_ = std::move(next);
 }
 
 void ParameterStore::DetachHeldState(std::vector<const float*>* copy_from) {

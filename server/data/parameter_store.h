@@ -113,6 +113,15 @@ class ParameterStore {
   void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
              double update_scale = 1.0, double sample_share = 1.0, std::optional<double> norm_squared = std::nullopt);
 
+  // Async: the weights workers are given to compute on, when they differ from weights():
+  // each parameter stepped ahead by `steps` times the last step's displacement (buffers as
+  // they are), so a gradient computed on them was computed near the weights it meets when
+  // it lands after the other workers' `steps` pushes (weight prediction, SpecTrain: Chen et
+  // al., 2018). After Apply; `steps` <= 0, or no step yet: served() is weights().
+  void Predict(double steps);
+  // What a pull gets: the prediction when Predict made one, else weights(). Immutable.
+  std::shared_ptr<const std::vector<float>> served() const { return served_ != nullptr ? served_ : weights_; }
+
   double LearningRate() const;
   // Where training stands in epochs (the step schedule in epochs reads it).
   void SetEpoch(double epoch) { epoch_ = epoch; }
@@ -151,6 +160,8 @@ class ParameterStore {
   ModelLayout layout_;
   std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
   std::shared_ptr<std::vector<float>> spare_;               // the one before: reused once no reader holds it
+  std::shared_ptr<const std::vector<float>> served_;        // Predict's; null: weights_
+  std::shared_ptr<std::vector<float>> served_spare_;        // the prediction before, reused as spare_ is
   std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
   // State buffers a checkpoint held when a step replaced them: reused by a later
   // replacement once nobody holds them (no allocation, no page faults).

@@ -134,6 +134,36 @@ TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)"
   REQUIRE((*s.OptimizerState()[0].second)[2] == 0);  // no optimizer state moves for a buffer
 }
 
+TEST_CASE("a prediction steps the parameters ahead by the last step, not the buffers; 0 serves the weights",
+          "[store]") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdamW;
+  o.learning_rate = 0.1;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(true), {1, 2, 5, 6}).ok());
+  s.Predict(1);  // no step yet: nothing to go by
+  REQUIRE(s.served() == s.weights());
+  s.Apply({1, -1, 7, 8}, 1.0, /*buffer_blend=*/0.5);
+  const std::vector<float> before = {1, 2}, after = {(*s.weights())[0], (*s.weights())[1]};
+  REQUIRE(after[0] < before[0]);
+  s.Predict(2);
+  const std::shared_ptr<const std::vector<float>> served = s.served();
+  REQUIRE(served != s.weights());
+  REQUIRE((*served)[0] == Approx(after[0] + 2 * (after[0] - before[0])));
+  REQUIRE((*served)[1] == Approx(after[1] + 2 * (after[1] - before[1])));
+  REQUIRE((*served)[2] == (*s.weights())[2]);  // a buffer is served as it is
+  REQUIRE((*served)[3] == (*s.weights())[3]);
+  const std::vector<float> held = *served;
+  s.Apply({1, -1, 7, 8}, 1.0, 0.5);
+  s.Predict(1);
+  REQUIRE(*served == held);  // a prediction a reader holds is never overwritten
+  REQUIRE(s.served() != served);
+  s.Apply({1, -1, 7, 8}, 1.0, 0.5);
+  s.Predict(0);  // sync, or one worker: the weights themselves
+  REQUIRE(s.served() == s.weights());
+}
+
 TEST_CASE("Each optimizer names its state, and a checkpoint of another is refused") {
   OptimizerOptions o;
   o.kind = OptimizerKind::kAdam;

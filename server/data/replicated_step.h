@@ -24,8 +24,9 @@ struct ReplicatedStep {
   double update_scale = 1;   // update = sum(weight * gradient) * update_scale
   double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
   double buffer_blend = 1;
-  double momentum = -1;     // < 0: the optimizer's own
-  double sample_share = 1;  // ParameterStore::Apply's
+  double momentum = -1;      // < 0: the optimizer's own
+  double sample_share = 1;   // ParameterStore::Apply's
+  double predict_steps = 0;  // ParameterStore::Predict's, after the step
 };
 
 }  // namespace server

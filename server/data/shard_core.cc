@@ -215,7 +215,7 @@ absl::StatusOr<ModelSnapshot> ShardCore::Pull(WorkerId id, uint64_t have_version
   ModelSnapshot snap;
   snap.version = store_->version();
   snap.layout = store_->layout();
-  if (have_version != snap.version) snap.weights = store_->weights();
+  if (have_version != snap.version) snap.weights = store_->served();
   return snap;
 }
 
@@ -335,6 +335,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   absl::MutexLock lock(&mu_);
   store_->Apply(none ? nothing : sum_.values(), none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend,
                 step.momentum, 1.0, step.sample_share, *norm);
+  store_->Predict(none ? 0.0 : step.predict_steps);
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

@@ -64,6 +64,25 @@ TEST_CASE("a shard replays the coordinator's step: weighted mean of the members'
   REQUIRE(m.find("omnilearn_shard_slices_left_out_total 0\n") != std::string::npos);
 }
 
+TEST_CASE("a step that predicts serves its slice stepped ahead; the parameters only", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  ReplicatedStep step = StepOf(0, {{1, 0, 1}}, 1, 0.1);
+  step.predict_steps = 2;
+  REQUIRE(shard.Step(step).ok());
+  auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
+  REQUIRE(snap.ok());
+  REQUIRE(snap->version == 1);
+  const std::vector<float>& w = *snap->weights;
+  REQUIRE(w[0] == Approx(1 - 3 * 0.1));  // stepped to 0.9, then twice that step ahead
+  REQUIRE(w[1] == Approx(1 - 3 * 0.2));
+  REQUIRE(w[2] == Approx(1 - 3 * 0.3));
+  REQUIRE(w[3] == Approx(10));  // the buffer as it is
+}
+
 TEST_CASE("a clipped job's shard scales its step by the whole model's norm, reduced with the coordinator",
           "[shard_core]") {
   FakeClock clock;

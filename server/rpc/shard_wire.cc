@@ -71,6 +71,7 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
   p.set_buffer_blend(step.buffer_blend);
   p.set_momentum(step.momentum);
   p.set_sample_share(step.sample_share);
+  p.set_predict_steps(step.predict_steps);
   return p;
 }
 
@@ -84,6 +85,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p) {
   step.buffer_blend = p.buffer_blend();
   step.momentum = p.momentum();
   step.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release
+  step.predict_steps = p.predict_steps();
   return step;
 }
 
@@ -118,7 +120,8 @@ absl::Status CheckStep(const v1::ShardStep& step) {
                                 InRange("step.learning_rate", step.learning_rate(), 0, 1e6),
                                 InRange("step.buffer_blend", step.buffer_blend(), 0, 1),
                                 InRange("step.momentum", step.momentum(), -1, 0.999999),
-                                InRange("step.sample_share", step.sample_share(), 0, 1)}) {
+                                InRange("step.sample_share", step.sample_share(), 0, 1),
+                                InRange("step.predict_steps", step.predict_steps(), 0, kMaxPredictSteps)}) {
     if (!s.ok()) return s;
   }
   for (const v1::ShardStepMember& m : step.members()) {

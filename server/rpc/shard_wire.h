@@ -22,7 +22,8 @@ v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);
 
 // The most members a step may name, and the longest session secret a command may carry.
-inline constexpr int kMaxStepMembers = 100000;  // --num_workers' bound
+inline constexpr int kMaxStepMembers = 100000;               // --num_workers' bound
+inline constexpr double kMaxPredictSteps = kMaxStepMembers;  // live workers - 1 at most
 inline constexpr size_t kMaxSessionSecretBytes = 64;
 
 // A coordinator's command, every number range-checked before a shard applies any of it:

@@ -2,6 +2,8 @@
 // coordinator of an earlier release wrote, a shard still reads.
 #include "server/rpc/shard_wire.h"
 
+#include <cmath>
+
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
 
@@ -58,6 +60,16 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   REQUIRE(StepFromProto(p).sample_share == 1.0);
   p.set_sample_share(1.5);
   REQUIRE(absl::StrContains(check(p).message(), "sample_share"));
+  p.set_sample_share(0.25);
+  step.predict_steps = 3;  // async Adam with 4 live workers: the slice served 3 steps ahead
+  REQUIRE(StepFromProto(StepToProto(step)).predict_steps == 3);
+  p.set_predict_steps(-1);
+  REQUIRE(absl::StrContains(check(p).message(), "predict_steps"));
+  p.set_predict_steps(std::nan(""));
+  REQUIRE(absl::StrContains(check(p).message(), "predict_steps"));
+  p.clear_predict_steps();  // an earlier coordinator: the slice as it is
+  REQUIRE(check(p).ok());
+  REQUIRE(StepFromProto(p).predict_steps == 0);
 }
 
 }  // namespace
