@@ -171,28 +171,35 @@ std::vector<float> Iota(int n, float from) {
   return v;
 }
 
-TEST_CASE("tensors leave as backward finishes them, each once; the rest and the trailer at the close",
-          "[grpc_push_stream]") {
+// A push over a fake stream that answers with `model` at `version`: the tests' set-up.
+struct ScriptedPush {
+  ScriptedPush(std::vector<float> values, uint64_t version) : model(std::move(values)) {
+    fake.responses = Answer(layout, model, version);
+    push = Open(&fake, layout, gradient, &feedback);
+  }
   const ModelLayout layout = Layout();
   const std::vector<float> gradient = Iota(15, 1.0f);
-  const std::vector<float> model = Iota(15, 100.0f);
-  FakeStream owned;
-  FakeStream* fake = &owned;
-  fake->responses = Answer(layout, model, 7);
+  const std::vector<float> model;
+  FakeStream fake;
   Bfloat16Feedback feedback;
-  std::unique_ptr<GrpcPushStream> push = Open(fake, layout, gradient, &feedback);
-  push->Send({2});
-  push->Send({0, 2});  // c again: sent once
+  std::unique_ptr<GrpcPushStream> push;  // last: gone before the stream it borrows
+};
+
+TEST_CASE("tensors leave as backward finishes them, each once; the rest and the trailer at the close",
+          "[grpc_push_stream]") {
+  ScriptedPush s(Iota(15, 100.0f), 7);
+  s.push->Send({2});
+  s.push->Send({0, 2});  // c again: sent once
   std::vector<float> weights(15, 0.0f);
   uint64_t version = 0;
   absl::StatusOr<PushReply> reply =
-      push->FinishEarly(StepEnd{0.25, 1.5, std::nullopt}, &version, absl::MakeSpan(weights));
+      s.push->FinishEarly(StepEnd{0.25, 1.5, std::nullopt}, &version, absl::MakeSpan(weights));
   REQUIRE(reply.ok());
   REQUIRE(reply->model_version == 7);
   REQUIRE(reply->next_batch_size == 5);
   REQUIRE(version == 7);
 
-  const std::vector<FakeStream::Written> w = fake->written();
+  const std::vector<FakeStream::Written> w = s.fake.written();
   REQUIRE(w.size() == 5);
   REQUIRE(w[0].kind == "header");
   REQUIRE(w[0].message.header().worker_id() == 3);
@@ -201,86 +208,68 @@ TEST_CASE("tensors leave as backward finishes them, each once; the rest and the 
   for (size_t i = 1; i < 4; ++i) {
     REQUIRE(w[i].kind == "chunk");
     order.push_back(w[i].tensor);
-    const int t = layout.Find(w[i].tensor);
-    const std::vector<float> want(gradient.begin() + layout.offset(t),
-                                  gradient.begin() + layout.offset(t) + layout.size(t));
+    const int t = s.layout.Find(w[i].tensor);
+    const std::vector<float> want(s.gradient.begin() + s.layout.offset(t),
+                                  s.gradient.begin() + s.layout.offset(t) + s.layout.size(t));
     REQUIRE(w[i].values == want);
   }
   REQUIRE(order == std::vector<std::string>{"c", "a", "b"});  // b got no notice: sent at the close
   REQUIRE(w[4].kind == "trailer");
   REQUIRE(w[4].message.trailer().compute_seconds() == 0.25);
   REQUIRE(w[4].message.trailer().train_loss() == 1.5);
-  REQUIRE(fake->writes_done());
+  REQUIRE(s.fake.writes_done());
 
-  REQUIRE(push->AwaitModel().ok());
-  for (int t = 0; t < 3; ++t) REQUIRE(push->AwaitTensor(t));
-  REQUIRE(weights == model);
+  REQUIRE(s.push->AwaitModel().ok());
+  for (int t = 0; t < 3; ++t) REQUIRE(s.push->AwaitTensor(t));
+  REQUIRE(weights == s.model);
 }
 
 TEST_CASE("the reply comes back before the model's chunks; each tensor is usable once its own are in",
           "[grpc_push_stream]") {
-  const ModelLayout layout = Layout();
-  const std::vector<float> gradient = Iota(15, 1.0f);
-  const std::vector<float> model = Iota(15, -50.0f);
-  FakeStream owned;
-  FakeStream* fake = &owned;
-  fake->responses = Answer(layout, model, 9);  // reply, header, a, b, c
-  fake->Release(3);                            // the reply, the header and a's chunk
-  Bfloat16Feedback feedback;
-  std::unique_ptr<GrpcPushStream> push = Open(fake, layout, gradient, &feedback);
+  ScriptedPush s(Iota(15, -50.0f), 9);  // reply, header, a, b, c
+  s.fake.Release(3);                    // the reply, the header and a's chunk
   std::vector<float> weights(15, 0.0f);
   uint64_t version = 0;
-  REQUIRE(push->FinishEarly(StepEnd{0.1, 2.0, 0.5}, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(s.push->FinishEarly(StepEnd{0.1, 2.0, 0.5}, &version, absl::MakeSpan(weights)).ok());
   REQUIRE(version == 9);
-  REQUIRE(push->AwaitTensor(0));  // a's values are in, b's and c's not yet released
+  REQUIRE(s.push->AwaitTensor(0));  // a's values are in, b's and c's not yet released
   REQUIRE(std::vector<float>(weights.begin(), weights.begin() + 4) ==
-          std::vector<float>(model.begin(), model.begin() + 4));
-  REQUIRE(fake->read() == 3);
+          std::vector<float>(s.model.begin(), s.model.begin() + 4));
+  REQUIRE(s.fake.read() == 3);
   REQUIRE(weights[4] == 0.0f);
-  fake->Release(~size_t{0});
-  REQUIRE(push->AwaitTensor(2));
-  REQUIRE(push->AwaitModel().ok());
-  REQUIRE(weights == model);
-  REQUIRE(fake->written().back().message.trailer().test_accuracy() == 0.5);
+  s.fake.Release(~size_t{0});
+  REQUIRE(s.push->AwaitTensor(2));
+  REQUIRE(s.push->AwaitModel().ok());
+  REQUIRE(weights == s.model);
+  REQUIRE(s.fake.written().back().message.trailer().test_accuracy() == 0.5);
 }
 
 TEST_CASE("CloseWrites writes everything and the trailer before any reply is read; FinishEarly then reads",
           "[grpc_push_stream]") {
-  const ModelLayout layout = Layout();
-  const std::vector<float> gradient = Iota(15, 1.0f);
-  const std::vector<float> model = Iota(15, 10.0f);
-  FakeStream owned;
-  FakeStream* fake = &owned;
-  fake->responses = Answer(layout, model, 4);
-  Bfloat16Feedback feedback;
-  std::unique_ptr<GrpcPushStream> push = Open(fake, layout, gradient, &feedback);
-  push->Send({1});
-  push->CloseWrites(StepEnd{0.5, 3.0, std::nullopt});
-  const std::vector<FakeStream::Written> w = fake->written();  // all of it, on return
+  ScriptedPush s(Iota(15, 10.0f), 4);
+  s.push->Send({1});
+  s.push->CloseWrites(StepEnd{0.5, 3.0, std::nullopt});
+  const std::vector<FakeStream::Written> w = s.fake.written();  // all of it, on return
   REQUIRE(w.size() == 5);
   REQUIRE(w[1].tensor == "b");
   REQUIRE(w[4].kind == "trailer");
   REQUIRE(w[4].message.trailer().compute_seconds() == 0.5);
-  REQUIRE(fake->writes_done());
-  REQUIRE(fake->read() == 0);
-  push->CloseWrites(StepEnd{9, 9, std::nullopt});  // once only
+  REQUIRE(s.fake.writes_done());
+  REQUIRE(s.fake.read() == 0);
+  s.push->CloseWrites(StepEnd{9, 9, std::nullopt});  // once only
   std::vector<float> weights(15, 0.0f);
   uint64_t version = 0;
-  REQUIRE(push->Finish(StepEnd{9, 9, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
-  REQUIRE(fake->written().size() == 5);  // FinishEarly wrote nothing more
+  REQUIRE(s.push->Finish(StepEnd{9, 9, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(s.fake.written().size() == 5);  // FinishEarly wrote nothing more
   REQUIRE(version == 4);
-  REQUIRE(weights == model);
+  REQUIRE(weights == s.model);
 }
 
 TEST_CASE("a push closed but never finished is cancelled without a second join of its writer", "[grpc_push_stream]") {
-  FakeStream owned;
-  owned.responses = Answer(Layout(), Iota(15, 0.0f), 1);
-  Bfloat16Feedback feedback;
-  const std::vector<float> gradient = Iota(15, 1.0f);
-  std::unique_ptr<GrpcPushStream> push = Open(&owned, Layout(), gradient, &feedback);
-  push->CloseWrites(StepEnd{});
-  push.reset();
-  REQUIRE(owned.finished() == 1);
+  ScriptedPush s(Iota(15, 0.0f), 1);
+  s.push->CloseWrites(StepEnd{});
+  s.push.reset();
+  REQUIRE(s.fake.finished() == 1);
 }
 
 TEST_CASE("in bfloat16 each tensor is encoded with the session's error feedback, push after push",

@@ -216,7 +216,6 @@ class ShardedPushStream : public PushStream {
         push_(std::move(push)),
         gradient_(gradient),
         slices_(std::move(slices)),
-        in_order_(client->in_order_),
         held_(slices_.size()) {}
 
   void Send(const std::vector<int>& tensors) override {
@@ -230,7 +229,7 @@ class ShardedPushStream : public PushStream {
     }
     for (size_t s = 0; s < slices_.size(); ++s) {
       if (by_slice[s].empty()) continue;
-      if (in_order_ && s > 0) {
+      if (client_->in_order_ && s > 0) {
         held_[s].insert(held_[s].end(), by_slice[s].begin(), by_slice[s].end());
       } else {
         slices_[s]->Send(by_slice[s]);
@@ -245,7 +244,7 @@ class ShardedPushStream : public PushStream {
     std::vector<uint64_t> moved;
     absl::StatusOr<PushReply> r = client_->ReplyOfEverySlice(
         [&](int i, uint64_t* v) {
-          if (in_order_) {
+          if (client_->in_order_) {
             if (i > 0) written[i - 1].WaitForNotification();
             if (!held_[i].empty()) slices_[i]->Send(held_[i]);
             slices_[i]->CloseWrites(end);
@@ -308,7 +307,6 @@ class ShardedPushStream : public PushStream {
   const PushedStep push_;
   absl::Span<const float> gradient_;
   std::vector<std::unique_ptr<PushStream>> slices_;
-  const bool in_order_;
   std::vector<std::vector<int>> held_;     // in order: slice s's tensors, sent in its turn
   absl::Span<float> weights_;              // the caller's model, after FinishEarly
   bool arriving_ = false;                  // the slices' models are on their way

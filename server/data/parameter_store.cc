@@ -95,12 +95,21 @@ StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double 
   return k;
 }
 
+// Tensor t's part of the flat range [begin, end), as offsets into the tensor: [lo, hi),
+// empty when lo >= hi.
+struct TensorPart {
+  TensorPart(const ModelLayout& layout, int t, int64_t begin, int64_t end)
+      : off(layout.offset(t)),
+        lo(std::max<int64_t>(begin, off) - off),
+        hi(std::min<int64_t>(end, off + layout.size(t)) - off) {}
+  const int64_t off, lo, hi;
+};
+
 // Tensor t's elements within the flat range [begin, end): the optimizer's step (a buffer's
 // blend) from the snapshot `weights` into `next`; `m` and `v` the optimizer's state.
 void StepRange(const ModelLayout& layout, OptimizerKind kind, int t, int64_t begin, int64_t end, const StepScalars& k,
                const float* weights, const float* update, float* next, float* m, float* v) {
-  const int64_t off = layout.offset(t);
-  const int64_t lo = std::max<int64_t>(begin, off) - off, hi = std::min<int64_t>(end, off + layout.size(t)) - off;
+  const auto [off, lo, hi] = TensorPart(layout, t, begin, end);
   if (lo >= hi) return;
   const float* w = weights + off;
   float* out = next + off;
@@ -297,9 +306,12 @@ void ParameterStore::Predict(double steps) {
   float* out = next->data();
   ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
     for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
-      const int64_t lo = std::max<int64_t>(begin, layout_.offset(t));
-      const int64_t hi = std::min<int64_t>(end, layout_.offset(t) + layout_.size(t));
-      for (int64_t i = lo; i < hi; ++i) out[i] = layout_.is_buffer(t) ? w[i] : w[i] + s * (w[i] - before[i]);
+      const auto [off, lo, hi] = TensorPart(layout_, t, begin, end);
+      if (layout_.is_buffer(t)) {  // served as it is
+        std::copy(w + off + lo, w + off + hi, out + off + lo);
+        continue;
+      }
+      for (int64_t i = off + lo; i < off + hi; ++i) out[i] = w[i] + s * (w[i] - before[i]);
     }
   });
   served_ = std::move(next);
