@@ -1,10 +1,12 @@
 """Async training with Adam/AdamW at the sync learning rate: the server's async rules for
 Adam (a push is its b/B share of a global-batch step by the square-root rule,
---adam_sqrt_scaling; beta1 lowered by the momentum asynchrony adds, 1 - 1/n, as SGD's
-momentum is, with --staleness_damping; workers given the weights stepped ahead by the other
-workers' steps their gradient will meet, --adam_weight_prediction) against each left out and
+--adam_sqrt_scaling; workers given the weights stepped ahead by the other workers' steps
+their gradient will meet, in those workers' step sizes and paces, --adam_weight_prediction,
+with beta1 as configured; without the prediction beta1 is lowered by the momentum asynchrony
+adds, 1 - 1/n, as SGD's momentum is, with --staleness_damping) against each left out and
 against what earlier releases did (a full Adam step at lr * b/B, beta1 as configured), at the
-sync rate and at twice it, beside sync itself.
+sync rate, at 1.25x it (the README's rule for Adam's async rate) and at twice it, beside sync
+itself.
 
 The job is python/examples/char_transformer.py (a GPT-style character model, 2 blocks, dim
 128, context 64, AdamW, clipping; 2 MB of text) with two Python workers on emulated devices
@@ -29,8 +31,10 @@ EXAMPLE = os.path.join(ROOT, "python", "examples", "char_transformer.py")
 BEFORE = "--adam_weight_prediction=off --adam_sqrt_scaling=off --staleness_damping=off"
 RUNS = [  # (label, mode, lr multiple, more server flags)
     ("sync", "sync", 1, ""),
-    ("async: the rules (square-root share, beta1 lowered by 1 - 1/n, weights predicted)", "async", 1, ""),
-    ("async: the rules without the weight prediction", "async", 1, "--adam_weight_prediction=off"),
+    ("async: the rules at 1.25x the sync rate (the README's rate)", "async", 1.25, ""),
+    ("async: the rules (square-root share, weights predicted, beta1 as configured)", "async", 1, ""),
+    ("async: the rules without the weight prediction (beta1 lowered by 1 - 1/n)", "async", 1,
+     "--adam_weight_prediction=off"),
     ("async: beta1 lowered, full Adam steps at lr * b/B", "async", 1,
      "--adam_weight_prediction=off --adam_sqrt_scaling=off"),
     ("async as before: full steps, beta1 as configured", "async", 1, BEFORE),
@@ -60,7 +64,8 @@ def main():
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "async_adam.md"))
-    ap.add_argument("--runs", type=int, default=len(RUNS), help="the first N rows only (2: sync and the rules)")
+    ap.add_argument("--runs", type=int, default=len(RUNS),
+                    help="the first N rows only (2: sync and the README's rate; 3: and the sync rate)")
     a = ap.parse_args()
     runs = RUNS[:max(1, a.runs)]
     losses = {label: [] for label, *_ in runs}

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace omnilearn {
 namespace server {
@@ -35,13 +36,37 @@ struct AsyncRuleOptions {
   // step at lr * lr_scale, what earlier releases did).
   bool adam_sqrt_scaling = true;
   // Adam/AdamW: workers compute on the weights stepped ahead by the other live workers'
-  // pushes that will land first (ParameterStore::Predict; off: on the weights as they are).
+  // pushes that will land first (ParameterStore::Predict, PredictedSteps; off: on the
+  // weights as they are, and beta1 lowered as staleness_damping says).
   bool adam_weight_prediction = true;
 };
 
-// `live` >= 1 (the pushing worker is live), `global_batch` >= 1.
+// `live` >= 1 (the pushing worker is live), `global_batch` >= 1. `predicted`: the push was
+// computed on weights stepped ahead by the steps it meets (Adam's weight prediction,
+// PredictedSteps), which takes away the staleness that acts as momentum, so the momentum
+// stays as configured (lowered, the job's loss ends higher: docs/results.md).
 AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
-                       AsyncRuleOptions rule = {});
+                       AsyncRuleOptions rule = {}, bool predicted = false);
+
+// Adam/AdamW weight prediction: another live worker as it is seen from a push, the batch
+// it trains now and the seconds between its pushes (smoothed; <= 0: not measured yet).
+struct PeerPace {
+  int64_t batch = 0;
+  double push_interval = 0;
+};
+
+// How far ahead the pushing worker is given the weights (ParameterStore::Predict), in units
+// of the step its push just took (`own`, `own_interval` its own pace): the steps the other
+// live workers take before its next push lands. A peer j pushes own_interval / interval_j
+// times in that time (once when either is not measured; the ratio kept within 1/8..8),
+// each step sized as AsyncStepFor sizes j's batch undamped, lr_scale / sqrt(sample_share)
+// (Adam's step under the square-root rule), against `own`'s size. So a fast worker taking
+// large steps is not told that a slow one's small steps are its own size, and with equal
+// batches a slow worker is given the several steps the fast ones take meanwhile. At most
+// kMaxPredictedSteps.
+inline constexpr double kMaxPredictedSteps = 1000;
+double PredictedSteps(const AsyncStep& own, double own_interval, const std::vector<PeerPace>& peers,
+                      int64_t global_batch, AsyncRuleOptions rule = {});
 
 }  // namespace server
 }  // namespace omnilearn

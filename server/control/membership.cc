@@ -49,6 +49,14 @@ const WorkerRecord* Membership::CurrentNamed(const std::string& name, WorkerId e
   return nullptr;
 }
 
+void WorkerRecord::NotePush(absl::Time now) {
+  if (last_push_at != absl::InfinitePast() && now > last_push_at) {
+    const double seconds = absl::ToDoubleSeconds(now - last_push_at);
+    push_interval = push_interval > 0 ? 0.75 * push_interval + 0.25 * std::min(seconds, 4 * push_interval) : seconds;
+  }
+  last_push_at = now;
+}
+
 size_t Membership::LiveCount() const {
   size_t n = 0;
   for (const auto& [id, w] : workers_) n += w.live() ? 1 : 0;

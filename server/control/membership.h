@@ -45,6 +45,14 @@ struct WorkerRecord {
   bool uses_samples = false;        // joined with a data set size: trains what it is assigned
   SampleBatch assigned;             // samples assigned and not yet trained
   std::string secret;               // the session's secret (JoinResponse.session_secret)
+  // Async: when its last push arrived, and the seconds between its pushes, smoothed (0:
+  // fewer than two pushes). Adam's weight prediction reads the workers' paces.
+  absl::Time last_push_at = absl::InfinitePast();
+  double push_interval = 0;
+
+  // Async: a push arrived at `now`. The interval moves a quarter of the way to the new
+  // one, which counts as at most 4x the smoothed one (a pause moves it gradually).
+  void NotePush(absl::Time now);
 
   // Takes part in rounds (active or pending).
   bool live() const { return state == WorkerState::kActive || state == WorkerState::kPending; }

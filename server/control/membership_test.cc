@@ -122,6 +122,22 @@ TEST_CASE("sync: a round waits for the active workers only; pending ones join th
   REQUIRE(m.Missing(in).size() == 1);  // the next round waits for it
 }
 
+TEST_CASE("a worker's pace: the seconds between its pushes, smoothed, a pause counted as 4x at most", "[membership]") {
+  const absl::Time t0 = absl::UnixEpoch();
+  WorkerRecord w;
+  w.NotePush(t0);
+  REQUIRE(w.push_interval == 0);  // one push: no interval yet
+  w.NotePush(t0 + absl::Seconds(2));
+  REQUIRE(w.push_interval == Approx(2));
+  w.NotePush(t0 + absl::Seconds(3));
+  REQUIRE(w.push_interval == Approx(0.75 * 2 + 0.25 * 1));
+  const double before = w.push_interval;
+  w.NotePush(t0 + absl::Seconds(103));  // paused 100 s
+  REQUIRE(w.push_interval == Approx(0.75 * before + 0.25 * 4 * before));
+  w.NotePush(t0 + absl::Seconds(103));  // the same instant: no interval
+  REQUIRE(w.push_interval == Approx(0.75 * before + before));
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -644,15 +644,12 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   // SGD's momentum or Adam's beta1: asynchrony adds momentum of its own to either.
   const double momentum =
       options_.optimizer.kind == OptimizerKind::kSgd ? options_.optimizer.momentum : options_.optimizer.beta1;
-  const AsyncStep step =
-      AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum, options_.async_rule);
+  const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
+                                      options_.async_rule, PredictsWeights());
   store_.SetEpoch(Epoch());
-  // Adam's steps follow the moments' direction, so the steps the other live workers' pushes
-  // take before this worker's next gradient lands are about the last one again, each.
-  const bool adam = options_.optimizer.kind != OptimizerKind::kSgd;
-  const double ahead = adam && options_.async_rule.adam_weight_prediction ? LiveCount() - 1.0 : 0.0;
+  workers_.Find(info.id)->NotePush(options_.clock->Now());
   Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0,
-       step.sample_share, ahead);
+       step.sample_share, PredictAhead(info.id, step));
   workers_.Find(info.id)->assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
@@ -662,6 +659,18 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   metrics_.rounds.Increment();
   CountAdjustmentTick();
   return s;
+}
+
+double ParameterServerCore::PredictAhead(WorkerId pusher, const AsyncStep& step) const {
+  // Adam's steps follow the moments' direction, so the steps the other live workers' pushes
+  // take before this worker's next gradient lands are about its last one, resized.
+  if (!PredictsWeights()) return 0;
+  std::vector<PeerPace> peers;
+  for (const auto& [id, w] : workers_) {
+    if (id != pusher && w.live()) peers.push_back({w.told_batch > 0 ? w.told_batch : w.last_batch, w.push_interval});
+  }
+  return PredictedSteps(step, workers_.Find(pusher)->push_interval, peers, options_.controller.global_batch,
+                        options_.async_rule);
 }
 
 absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, const std::vector<float>& gradient,

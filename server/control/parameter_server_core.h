@@ -363,6 +363,13 @@ class ParameterServerCore : public DataPlane {
   // Async and ssp: applies one push at once with the staleness rule; returns the
   // staleness.
   uint64_t ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adam/AdamW's weight prediction after `pusher`'s step (PredictedSteps over the other
+  // live workers' batches and paces); 0 for SGD or with the prediction off.
+  double PredictAhead(WorkerId pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async Adam/AdamW with --adam_weight_prediction.
+  bool PredictsWeights() const {
+    return options_.optimizer.kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
+  }
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

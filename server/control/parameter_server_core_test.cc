@@ -237,22 +237,35 @@ TEST_CASE("async pushes apply on arrival with staleness accounting", "[core]") {
 }
 
 TEST_CASE("async Adam: workers get the weights stepped ahead by the other live workers' steps", "[core]") {
-  std::vector<float> pulled[2];
+  // [prediction][staleness damping]
+  std::vector<float> pulled[2][2];
+  std::vector<int64_t> batches;
   for (bool predict : {false, true}) {
-    ServerOptions o = Options(Mode::kAsync, 3);
-    o.optimizer.kind = OptimizerKind::kAdamW;
-    o.optimizer.learning_rate = 0.1;
-    o.async_rule.adam_weight_prediction = predict;
-    auto core = *ParameterServerCore::Create(o);
-    const auto joined = JoinAll(*core, 3);
-    REQUIRE(core->Push(Grad(joined[0].id, joined[0].batch, 0), std::vector<float>(kParams, 2.0f), Soon()).ok());
-    pulled[predict] = Weights(*core, joined[1].id);
+    for (bool damping : {false, true}) {
+      ServerOptions o = Options(Mode::kAsync, 3);
+      o.optimizer.kind = OptimizerKind::kAdamW;
+      o.optimizer.learning_rate = 0.1;
+      o.async_rule.adam_weight_prediction = predict;
+      o.async_rule.staleness_damping = damping;
+      auto core = *ParameterServerCore::Create(o);
+      const auto joined = JoinAll(*core, 3);
+      REQUIRE(core->Push(Grad(joined[0].id, joined[0].batch, 0), std::vector<float>(kParams, 2.0f), Soon()).ok());
+      pulled[predict][damping] = Weights(*core, joined[1].id);
+      batches = {joined[0].batch, joined[1].batch, joined[2].batch};
+    }
   }
-  // Off: the weights as they are (they moved from 0). On: two more such steps ahead (3 live).
+  // Off: the weights as they are (they moved from 0). On: the two other workers' steps
+  // ahead, no pace measured yet: one each, sized by the square-root rule against the
+  // pusher's (B = 8 as 3, 3, 2: not simply 2).
+  const double ahead = (std::sqrt(batches[1]) + std::sqrt(batches[2])) / std::sqrt(batches[0]);
+  REQUIRE(ahead != Approx(2));
   for (int i = 0; i < kParams; ++i) {
-    REQUIRE(pulled[0][i] < 0);
-    REQUIRE(pulled[1][i] == Approx(3 * pulled[0][i]));
+    REQUIRE(pulled[0][0][i] < 0);
+    REQUIRE(pulled[1][0][i] == Approx((1 + ahead) * pulled[0][0][i]));
   }
+  // Damping lowers beta1 (a different first step), but not under the prediction.
+  REQUIRE(pulled[0][1] != pulled[0][0]);
+  REQUIRE(pulled[1][1] == pulled[1][0]);
 }
 
 TEST_CASE("validation errors leave the model bytes unchanged", "[core]") {

@@ -1,5 +1,7 @@
 #include "server/control/sync_round.h"
 
+#include <cmath>
+
 #include "catch2/catch.hpp"
 #include "server/control/async_rule.h"
 #include "server/control/training_stats.h"
@@ -59,6 +61,12 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   REQUIRE(undamped.momentum == Approx(0.9));
   // Adam's beta1 is lowered as SGD's momentum is (the caller passes it in its place).
   REQUIRE(AsyncStepFor(32, 64, 2, 1, 0.9).momentum == Approx(0.4));
+  // ...but not when the push was computed on predicted weights: the prediction takes the
+  // staleness away, and with it the momentum it adds.
+  const AsyncStep predicted = AsyncStepFor(32, 64, 2, 1, 0.9, {}, true);
+  REQUIRE(predicted.momentum == Approx(0.9));
+  REQUIRE(predicted.lr_scale == Approx(0.5));                                   // the rest as without it
+  REQUIRE(AsyncStepFor(32, 64, 2, 3, 0.9, {}, true).lr_scale == Approx(0.25));  // stale pushes still damped
   // Adam's share of a global batch: b/B (capped at 1), 1/n with equal shares, 1 when off.
   REQUIRE(AsyncStepFor(16, 64, 4, 7, 0.9).sample_share == Approx(0.25));  // not damped: a share of samples
   REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.9).sample_share == 1.0);
@@ -89,6 +97,38 @@ TEST_CASE("the job's counters: samples, rounds, accuracy with its version, stale
   s.Restore(1000, 9);
   REQUIRE(s.global_samples() == 1000);
   REQUIRE(s.rounds() == 9);
+}
+
+TEST_CASE("weight prediction counts the other workers' steps in this push's step size and pace", "[async]") {
+  // Two workers, 48 and 16 of B = 64, pushing in turn (equal intervals): Adam's steps are
+  // sqrt(0.75) and sqrt(0.25) of a full one under the square-root rule.
+  const AsyncStep fast = AsyncStepFor(48, 64, 2, 1, 0.9);
+  const AsyncStep slow = AsyncStepFor(16, 64, 2, 1, 0.9);
+  REQUIRE(PredictedSteps(fast, 1.0, {{16, 1.0}}, 64) == Approx(std::sqrt(0.25 / 0.75)));
+  REQUIRE(PredictedSteps(slow, 1.0, {{48, 1.0}}, 64) == Approx(std::sqrt(0.75 / 0.25)));
+  // Equal batches: one step per peer when the paces are equal or not measured yet (n - 1).
+  const AsyncStep quarter = AsyncStepFor(16, 64, 4, 3, 0.9);
+  REQUIRE(PredictedSteps(quarter, 0, {{16, 0}, {16, 0}, {16, 0}}, 64) == Approx(3));
+  REQUIRE(PredictedSteps(quarter, 2.0, {{16, 2.0}, {16, 0}, {16, 2.0}}, 64) == Approx(3));
+  // A worker 4x slower than its peer meets four of its steps; the fast one a quarter of one.
+  const AsyncStep half = AsyncStepFor(32, 64, 2, 1, 0.9);
+  REQUIRE(PredictedSteps(half, 4.0, {{32, 1.0}}, 64) == Approx(4));
+  REQUIRE(PredictedSteps(half, 1.0, {{32, 4.0}}, 64) == Approx(0.25));
+  // A pause does not throw the weights far: the pace ratio stays within 1/8..8.
+  REQUIRE(PredictedSteps(half, 100.0, {{32, 1.0}}, 64) == Approx(8));
+  REQUIRE(PredictedSteps(half, 1.0, {{32, 100.0}}, 64) == Approx(0.125));
+  // A damped (stale) push moved less: the peers' undamped steps are more of it.
+  REQUIRE(PredictedSteps(AsyncStepFor(32, 64, 2, 3, 0.9), 1.0, {{32, 1.0}}, 64) == Approx(2));
+  // Full Adam steps at lr * b/B (the square-root rule off): sizes in proportion to batches.
+  AsyncRuleOptions full_steps;
+  full_steps.adam_sqrt_scaling = false;
+  REQUIRE(PredictedSteps(AsyncStepFor(48, 64, 2, 1, 0.9, full_steps), 1.0, {{16, 1.0}}, 64, full_steps) ==
+          Approx(1.0 / 3));
+  // Bounded (a shard refuses a step beyond its wire bound).
+  REQUIRE(PredictedSteps(AsyncStepFor(1, 1 << 30, 2, 1, 0.9), 100.0, {{1 << 30, 1.0}}, 1 << 30) == kMaxPredictedSteps);
+  // A peer with no batch yet is skipped; a push that moved nothing predicts nothing.
+  REQUIRE(PredictedSteps(half, 1.0, {{0, 1.0}}, 64) == 0);
+  REQUIRE(PredictedSteps(AsyncStep{0, 1, 0, 1}, 1.0, {{32, 1.0}}, 64) == 0);
 }
 
 }  // namespace

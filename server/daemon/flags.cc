@@ -30,14 +30,15 @@ ABSL_FLAG(std::string, aggregation, "weighted",
           "sync: weighted (each push by its batch) | mean (every push once: an ablation)");
 ABSL_FLAG(std::string, lr_scaling, "on", "async/ssp: on (a push's step scales with b/B) | off (1/n each: ablation)");
 ABSL_FLAG(std::string, staleness_damping, "on",
-          "async/ssp: on (stale pushes damped, momentum lowered) | off (plain async: ablation)");
+          "async/ssp: on (stale pushes damped, momentum lowered; Adam's beta1 only without "
+          "--adam_weight_prediction) | off (plain async: ablation)");
 ABSL_FLAG(std::string, adam_sqrt_scaling, "on",
           "async/ssp with adam or adamw: on (a push of b samples is its b/B share of a global-batch step: "
           "the square-root rule, the sync --lr works) | off (each push a full Adam step at lr * b/B: ablation)");
 ABSL_FLAG(std::string, adam_weight_prediction, "on",
           "async/ssp with adam or adamw: on (workers compute on the weights stepped ahead by the steps the "
           "other live workers' pushes will take first: a stale gradient is computed near the weights it "
-          "meets) | off (on the weights as they are: ablation)");
+          "meets, and beta1 stays as configured) | off (on the weights as they are: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
 ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
 ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");

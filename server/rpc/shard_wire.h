@@ -23,7 +23,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p);
 
 // The most members a step may name, and the longest session secret a command may carry.
 inline constexpr int kMaxStepMembers = 100000;               // --num_workers' bound
-inline constexpr double kMaxPredictSteps = kMaxStepMembers;  // live workers - 1 at most
+inline constexpr double kMaxPredictSteps = kMaxStepMembers;  // above PredictedSteps's bound (1000)
 inline constexpr size_t kMaxSessionSecretBytes = 64;
 
 // A coordinator's command, every number range-checked before a shard applies any of it:
