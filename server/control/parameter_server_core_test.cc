@@ -268,6 +268,39 @@ TEST_CASE("async Adam: workers get the weights stepped ahead by the other live w
   REQUIRE(pulled[1][1] == pulled[1][0]);
 }
 
+TEST_CASE("async Adam: a worker that pushes 4x less often than its peer is given 4 of the peer's steps", "[core]") {
+  // The same pushes on three cores: prediction off, on with every push at one instant (no
+  // pace measured: one step per peer), on with the pushes spread on the clock (a every
+  // second, b every 4). Damping off everywhere, so beta1 and the steps are the same.
+  std::vector<float> pulled[3];
+  for (int run = 0; run < 3; ++run) {
+    FakeClock clock;
+    ServerOptions o = FakeTimed(Mode::kAsync, 2, &clock);
+    o.optimizer.kind = OptimizerKind::kAdamW;
+    o.optimizer.learning_rate = 0.1;
+    o.async_rule.adam_weight_prediction = run > 0;
+    o.async_rule.staleness_damping = false;
+    auto core = *ParameterServerCore::Create(o);
+    const std::pair<JoinResult, JoinResult> joined = JoinTwoOnClock(*core, clock);
+    const JoinResult &a = joined.first, &b = joined.second;
+    const absl::Time start = clock.Now();
+    auto push = [&](const JoinResult& w, int second) {  // the seconds never go back
+      if (run == 2) clock.Advance(start + absl::Seconds(second) - clock.Now());
+      REQUIRE(core->Push(Grad(w.id, w.batch, core->version()), std::vector<float>(kParams, 2.0f), Soon()).ok());
+    };
+    for (const auto& [w, second] : std::vector<std::pair<const JoinResult*, int>>{
+             {&a, 0}, {&b, 0}, {&a, 1}, {&a, 2}, {&a, 3}, {&a, 4}, {&b, 4}}) {
+      push(*w, second);
+    }
+    pulled[run] = Weights(*core, b.id);
+  }
+  for (int i = 0; i < kParams; ++i) {
+    const float last_step = pulled[1][i] - pulled[0][i];  // one step ahead of the weights
+    REQUIRE(last_step != 0);
+    REQUIRE(pulled[2][i] - pulled[0][i] == Approx(4 * last_step));
+  }
+}
+
 TEST_CASE("validation errors leave the model bytes unchanged", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   JoinResult a = *core->Join(Info("a", true), Soon());
