@@ -34,7 +34,8 @@ ABSL_FLAG(std::string, staleness_damping, "on",
           "--adam_weight_prediction) | off (plain async: ablation)");
 ABSL_FLAG(std::string, adam_sqrt_scaling, "on",
           "async/ssp with adam or adamw: on (a push of b samples is its b/B share of a global-batch step: "
-          "the square-root rule, the sync --lr works) | off (each push a full Adam step at lr * b/B: ablation)");
+          "the square-root rule; with the prediction 1.25x the sync --lr reaches the sync loss, README) | "
+          "off (each push a full Adam step at lr * b/B: ablation)");
 ABSL_FLAG(std::string, adam_weight_prediction, "on",
           "async/ssp with adam or adamw: on (workers compute on the weights stepped ahead by the steps the "
           "other live workers' pushes will take first: a stale gradient is computed near the weights it "
