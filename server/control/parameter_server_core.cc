@@ -647,10 +647,11 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
                                       options_.async_rule, PredictsWeights());
   store_.SetEpoch(Epoch());
-  workers_.Find(info.id)->NotePush(options_.clock->Now());
+  WorkerRecord& me = *workers_.Find(info.id);
+  me.NotePush(options_.clock->Now());
   Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0,
-       step.sample_share, PredictAhead(info.id, step));
-  workers_.Find(info.id)->assigned.clear();  // trained
+       step.sample_share, PredictAhead(me, step));
+  me.assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
   Account(info);
@@ -661,16 +662,17 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   return s;
 }
 
-double ParameterServerCore::PredictAhead(WorkerId pusher, const AsyncStep& step) const {
+double ParameterServerCore::PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const {
   // Adam's steps follow the moments' direction, so the steps the other live workers' pushes
   // take before this worker's next gradient lands are about its last one, resized.
   if (!PredictsWeights()) return 0;
   std::vector<PeerPace> peers;
   for (const auto& [id, w] : workers_) {
-    if (id != pusher && w.live()) peers.push_back({w.told_batch > 0 ? w.told_batch : w.last_batch, w.push_interval});
+    if (id != pusher.id && w.live()) {
+      peers.push_back({w.told_batch > 0 ? w.told_batch : w.last_batch, w.push_interval});
+    }
   }
-  return PredictedSteps(step, workers_.Find(pusher)->push_interval, peers, options_.controller.global_batch,
-                        options_.async_rule);
+  return PredictedSteps(step, pusher.push_interval, peers, options_.controller.global_batch, options_.async_rule);
 }
 
 absl::StatusOr<PushResult> ParameterServerCore::PushSsp(const PushInfo& info, const std::vector<float>& gradient,

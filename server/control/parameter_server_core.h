@@ -365,7 +365,7 @@ class ParameterServerCore : public DataPlane {
   uint64_t ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adam/AdamW's weight prediction after `pusher`'s step (PredictedSteps over the other
   // live workers' batches and paces); 0 for SGD or with the prediction off.
-  double PredictAhead(WorkerId pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async Adam/AdamW with --adam_weight_prediction.
   bool PredictsWeights() const {
     return options_.optimizer.kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
