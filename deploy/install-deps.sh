@@ -17,6 +17,7 @@ PACKAGES=(
   python3-numpy              # the numpy safetensors reader in the tests and README
   python3-matplotlib         # bench/plot_scale.py
   python3-protobuf python3-torch  # the Python worker library (python/)
+  python3-torchvision        # the ResNet-18 example and bench/peers.py --models=resnet18
   pybind11-dev python3-pybind11 python3-dev pkg-config  # its C++ worker core (omnilearn._core)
   python3-grpcio             # the Python tests' fake server, the stubs' generator
   python3-pytest python3-venv python3-pip python3-setuptools  # its tests and `pip install ./python`

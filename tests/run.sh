@@ -9,6 +9,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ./deploy/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+# Every Python module the checkout imports is there and installed by the scripts above.
+/usr/bin/python3 tests/preflight.py || { echo "0 passed, 1 failed"; exit 1; }
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(//...)

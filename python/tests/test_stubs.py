@@ -21,7 +21,7 @@ class StubsTest(unittest.TestCase):
             self.assertIn("from . import omnilearn_pb2", (out / "omnilearn_pb2_grpc.py").read_text())
             sys.path.insert(0, d)
             try:
-                import gen_pkg.omnilearn_pb2 as fresh
+                import gen_pkg.omnilearn_pb2 as fresh  # preflight: generated just above
             finally:
                 sys.path.remove(d)
         pb2, pb2_grpc = _stubs.load()
