@@ -2,15 +2,22 @@
 # The one test command: installs what is missing, runs every test, prints
 # "N passed, N failed" on a line of its own and exits non-zero on any failure.
 #   ./tests/run.sh                all tests: Bazel (unit, multi-process, Slurm, soak), the unit
-#                                 tests and a multi-process test again under ASan+UBSan, the CMake
-#                                 build, the clang thread-safety build and the fuzzers
+#                                 tests and a multi-process test again under ASan+UBSan, the Python
+#                                 library and the users' models again on today's torch from pip, the
+#                                 CMake build, the CUDA build against pip's LibTorch, the clang
+#                                 thread-safety build and the fuzzers
 #   ./tests/run.sh //server/...   a subset (Bazel target patterns only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ./deploy/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+# Today's torch from pip (pinned, cached: a second run downloads nothing), beside Debian's 1.13.
+venv=
+if [ $# -eq 0 ]; then
+  venv=$(./deploy/install-torch-venv.sh | tail -n 1) || { echo "0 passed, 1 failed"; exit 1; }
+fi
 # Every Python module the checkout imports is there and installed by the scripts above.
-/usr/bin/python3 tests/preflight.py || { echo "0 passed, 1 failed"; exit 1; }
+/usr/bin/python3 tests/preflight.py ${venv:+--venv "$venv/bin/python"} || { echo "0 passed, 1 failed"; exit 1; }
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(//...)
@@ -50,6 +57,12 @@ if [ $# -eq 0 ]; then
   bazel_tests --config=asan -- //common/... //controller/... //server/... \
     //worker:session_test //tests:churn_test -//server/data:optimizer_torch_test
   echo "asan+ubsan: $run_passed passed, $run_failed failed"
+  # The Python library's tests and the users' models (CNN, transformer, LSTM; sync and async;
+  # torch.compile and bf16 autocast) again, on the pip venv's torch, protobuf and grpcio.
+  bazel_tests --test_env=OMNILEARN_PYTHON="$venv/bin/python" -- //python:python_test //tests:users_models_test
+  echo "torch from pip ($venv): $run_passed passed, $run_failed failed"
+  # The C++ worker built and linked against the CUDA LibTorch inside pip's wheel (no GPU needed).
+  step cuda_build_test ./tests/cuda_build_test.sh "$venv"
   # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.
   step cmake_build_test ./tests/cmake_build_test.sh
   # The C++ sources as .clang-format lays them out.

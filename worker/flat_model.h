@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,7 +50,7 @@ class FlatModel {
   void WatchGradients() {
     for (size_t i = 0; i < tensors_.size(); ++i) {
       if (specs_[i].buffer || !tensors_[i].requires_grad()) continue;
-      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(tensors_[i]);
+      AccumulatorPtr acc = torch::autograd::impl::grad_accumulator(tensors_[i]);
       acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
           [this, i](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
             if (ready_) ready_(static_cast<int>(i));
@@ -96,7 +97,9 @@ class FlatModel {
   std::vector<TensorSpec> specs_;
   std::vector<torch::Tensor> tensors_;
   std::vector<int64_t> offsets_;  // per tensor, in the flat vector
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  // A std::shared_ptr up to LibTorch 2.x's c10::intrusive_ptr: whichever this LibTorch returns.
+  using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>()));
+  std::vector<AccumulatorPtr> accumulators_;
   std::function<void(int)> ready_;
 };
 

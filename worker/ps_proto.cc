@@ -36,6 +36,31 @@ Assignment AssignmentOf(const google::protobuf::RepeatedPtrField<v1::SampleSpan>
   return out;
 }
 
+namespace {
+
+v1::OptimizerSpec OptimizerSpecOf(const OptimizerChoice& o) {
+  v1::OptimizerSpec p;
+  p.set_kind(o.kind == "sgd"     ? v1::OPTIMIZER_KIND_SGD
+             : o.kind == "adam"  ? v1::OPTIMIZER_KIND_ADAM
+             : o.kind == "adamw" ? v1::OPTIMIZER_KIND_ADAMW
+                                 : v1::OPTIMIZER_KIND_UNSPECIFIED);  // refused by the server, naming what it runs
+  p.set_lr(o.lr);
+  p.set_momentum(o.momentum);
+  p.set_weight_decay(o.weight_decay);
+  p.set_beta1(o.beta1);
+  p.set_beta2(o.beta2);
+  p.set_eps(o.eps);
+  for (const OptimizerChoice::Group& g : o.groups) {
+    v1::ParamGroup* out = p.add_groups();
+    for (const std::string& t : g.tensors) out->add_tensors(t);
+    out->set_lr(g.lr);
+    out->set_weight_decay(g.weight_decay);
+  }
+  return p;
+}
+
+}  // namespace
+
 v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, bool offer_bfloat16) {
   v1::JoinHeader h;
   h.set_name(r.worker.name);
@@ -51,6 +76,7 @@ v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, boo
   h.add_wire_dtypes(v1::WIRE_DTYPE_F32);
   if (offer_bfloat16) h.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
   h.set_accepts_send_model(true);
+  if (r.worker.optimizer.has_value()) *h.mutable_optimizer() = OptimizerSpecOf(*r.worker.optimizer);
   return h;
 }
 
@@ -87,6 +113,7 @@ void SetStepEnd(const StepEnd& end, Message* m) {
   m->set_compute_seconds(end.compute_seconds);
   m->set_train_loss(end.train_loss);
   if (end.test_accuracy) m->set_test_accuracy(*end.test_accuracy);
+  for (double r : end.group_lr) m->add_group_lr(r);
 }
 
 v1::PushTrailer TrailerOf(const StepEnd& end) {

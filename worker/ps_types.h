@@ -33,6 +33,19 @@ enum class DeviceKind { kCpu, kCuda };
 using Assignment = SampleBatch;
 
 // Who joins: the worker as the server's controller and sampler need to know it.
+// A worker's own optimizer (a torch.optim object, mirrored: JoinHeader.optimizer): the job
+// runs it when this worker brings the job's model; later workers' must equal it.
+struct OptimizerChoice {
+  struct Group {
+    std::vector<std::string> tensors;  // the layout's names
+    double lr = 0;
+    double weight_decay = 0;
+  };
+  std::string kind;  // "sgd", "adam" or "adamw" (another is refused by the server)
+  double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  std::vector<Group> groups;  // torch.optim's param_groups; empty: one of every parameter
+};
+
 struct WorkerInfo {
   std::string name;  // unique per worker process
   std::string host;
@@ -42,6 +55,7 @@ struct WorkerInfo {
   // The samples the job trains in all (epochs x dataset_size, rounded up; JobSamples):
   // the server hands out none past them. 0: the worker stops by itself.
   uint64_t job_samples = 0;
+  std::optional<OptimizerChoice> optimizer;  // none: the job's
 };
 
 // What a worker of `epochs` epochs of a `dataset_size`-sample set trains in all: the
@@ -92,6 +106,9 @@ struct StepEnd {
   double compute_seconds = 0;           // forward + loss + backward, device synchronized
   double train_loss = 0;                // the mini-batch's mean loss
   std::optional<double> test_accuracy;  // in [0, 1], measured on the model this step trained on
+  // Each param group's rate when the worker's scheduler changed it since the last push
+  // (PushHeader.group_lr); empty: unchanged.
+  std::vector<double> group_lr;
 };
 
 // A step as pushed with its gradient.

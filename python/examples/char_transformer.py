@@ -98,6 +98,8 @@ def main():
     p.add_argument("--devices", default="", help="an emulated device per rank, comma-separated (FIXED:PER_SAMPLE)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--evaluate", default="", help="an export: load it strictly and print the validation loss")
+    p.add_argument("--compile", action="store_true", help="train the torch.compile'd model (torch 2.x)")
+    p.add_argument("--autocast", choices=["", "bf16"], default="", help="forward and loss under bf16 autocast")
     a = p.parse_args()
     torch.set_num_threads(1)
     train, valid = corpus(a.text, a.max_bytes, a.context)
@@ -111,10 +113,17 @@ def main():
         return
     rank = int(os.environ.get("OMNILEARN_RANK", "0"))
     devices = [d for d in a.devices.split(",") if d]
-    with omnilearn.Worker(None, model, dataset_size=len(train), epochs=a.epochs,
+    if a.compile and not hasattr(torch, "compile"):
+        sys.exit(f"--compile needs torch 2.0 or newer; this is torch {torch.__version__}")
+    # The batch changes at each re-plan: compiled for dynamic batch sizes from the start
+    # (else torch.compile recompiles at the second size, then goes dynamic).
+    net = torch.compile(model, dynamic=True) if a.compile else model
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16")
+    with omnilearn.Worker(None, net, dataset_size=len(train), epochs=a.epochs,
                           emulate_device=devices[rank % len(devices)] if devices else None) as w:
         for step in w:
-            loss = loss_of(model, train[step.samples])
+            with autocast:  # the gradients stay float32: the parameters are
+                loss = loss_of(net, train[step.samples])
             loss.backward()
             w.push(loss)
         print(f"{w.name}: {w.iteration} steps, {w.samples_seen} samples", flush=True)

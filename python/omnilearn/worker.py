@@ -34,6 +34,7 @@ from typing import Optional
 
 import torch
 
+from omnilearn import optim
 from omnilearn._native import core as _core
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.flat_model import FlatModel, FlatStorage
@@ -147,6 +148,12 @@ def _read_token(auth_token, auth_token_file):
     return token
 
 
+def _uncompiled(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a torch.compile'd model wraps (its tensors and names: no '_orig_mod.'
+    prefix, so the layout and the export are the plain model's); any other model itself."""
+    return getattr(model, "_orig_mod", model) if type(model).__name__ == "OptimizedModule" else model
+
+
 class Worker:
     """A PyTorch training loop as an OmniLearn worker (see the module's doc).
 
@@ -163,6 +170,11 @@ class Worker:
     returns with the server's reply while the new model still arrives into the parameters:
     each module's forward waits for its own tensors only. Read parameters outside a forward
     (a state_dict of your own) after wait_model().
+
+    `optimizer`: a torch.optim object built over the model's parameters (SGD, Adam or
+    AdamW, with param groups): the job runs it when this worker brings the job's model, and
+    its schedulers' rates reach the server with the next push (omnilearn.optim). Do not
+    call its step(): the server steps. Left out, the job runs the server's --optimizer flags.
     """
 
     def __init__(self, server: Optional[str], model: torch.nn.Module, *, name: Optional[str] = None,
@@ -173,7 +185,7 @@ class Worker:
                  tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
                  reconnect_timeout: float = 300.0, connect_timeout: float = 10.0,
                  emulate_device: Optional[str] = None, metrics_port: int = 0, metrics_bind: str = "0.0.0.0",
-                 bucket_mb: float = 4.0, overlap_pull: bool = True, log=None):
+                 bucket_mb: float = 4.0, overlap_pull: bool = True, optimizer=None, log=None):
         server = _from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
@@ -187,7 +199,11 @@ class Worker:
                          max_batch_size=max_batch_size, slowdown=slowdown, emulate_device=emulate_device,
                          tls_cert=tls_cert, tls_key=tls_key)
         self.model = model
-        self.flat = FlatModel(model)
+        inner = _uncompiled(model)
+        self.flat = FlatModel(inner)
+        self.optimizer = optimizer
+        spec = optim.describe(optimizer, inner) if optimizer is not None else None
+        self._sent_rates = (optim.rates(optimizer), 0) if optimizer is not None else None  # (rates, at rejoins)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.epochs = epochs
         self.max_iterations = max_iterations
@@ -211,14 +227,17 @@ class Worker:
             server_hint=f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
             auth_token=token or "", tls_ca=tls_ca or "", tls_cert=tls_cert or "", tls_key=tls_key or "",
             tls_server_name=tls_server_name or "", now=lambda: time.monotonic(), sleep=lambda s: time.sleep(s),
-            log=self._log, epochs=float(epochs or 0))
+            log=self._log, epochs=float(epochs or 0), optimizer=spec)
         _live_cores.add(self._core)
         self._init_progress()
         try:
             self._hook = model.register_forward_pre_hook(self._on_forward)
         except RuntimeError:  # a TorchScript module takes no hooks: steps are timed from their start
             self._hook = None
-        self._setup_overlap(model, 0.0 if emulate_device or slowdown > 1.0 else bucket_mb, overlap_pull)
+        # A compiled model's modules run inside its graph, where a hook cannot wait for a
+        # tensor: its model arrives whole before the next forward.
+        self._setup_overlap(inner, 0.0 if emulate_device or slowdown > 1.0 else bucket_mb,
+                            overlap_pull and inner is model)
         self.metrics = WorkerMetrics(self.name)
         self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
 
@@ -517,12 +536,14 @@ class Worker:
         step = self._require_step()
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
-        end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=float(loss),
-                            test_accuracy=test_accuracy)
+        loss = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=loss, test_accuracy=test_accuracy,
+                            group_lr=self._changed_rates())
+        self._note_server_step()
         if test_accuracy is not None:
             self.metrics.accuracy(test_accuracy)
         self._check_parameters_unchanged()
-        self.metrics.step(end.compute_seconds, float(loss))
+        self.metrics.step(end.compute_seconds, loss)
         update = self.storage.prepare_update(streamed=self._open_push)
         if self._open_push:
             return self._send(None, update, step, end)
@@ -532,6 +553,26 @@ class Worker:
         """Remembers the parameters' version counters as the model arrived (until warned)."""
         if not self._warned_changed:
             self._pulled_versions = self.storage.versions()
+
+    def _changed_rates(self) -> list:
+        """The optimizer's param-group rates when a scheduler changed them since they last
+        went to the server, or the session was established again since (a restarted server
+        lost them); else [] (unchanged)."""
+        if self.optimizer is None:
+            return []
+        now = (optim.rates(self.optimizer), self.rejoins)
+        if now == self._sent_rates:
+            return []
+        self._sent_rates = now
+        return now[0]
+
+    def _note_server_step(self):
+        """The server steps the optimizer's parameters: a scheduler that checks that
+        optimizer.step() ran before scheduler.step() (torch.optim.lr_scheduler warns
+        otherwise, on every step) is told it did, in the attributes it reads."""
+        if self.optimizer is not None:
+            self.optimizer._opt_called = True  # torch 2.x
+            self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1  # torch 1.x
 
     def _check_parameters_unchanged(self):
         """The server owns the optimizer: a step of one's own (opt.step() after backward)

@@ -436,10 +436,13 @@ void BindTypes(py::module_& m) {
   using worker::StepEnd;
   using worker::StepReport;
   py::class_<StepEnd>(m, "StepEnd", "What a step came to (a streamed push's trailer).")
-      .def(py::init([](double compute_seconds, double train_loss, std::optional<double> test_accuracy) {
-             return StepEnd{compute_seconds, train_loss, test_accuracy};
+      .def(py::init([](double compute_seconds, double train_loss, std::optional<double> test_accuracy,
+                       std::vector<double> group_lr) {
+             return StepEnd{compute_seconds, train_loss, test_accuracy, std::move(group_lr)};
            }),
-           py::arg("compute_seconds") = 0.0, py::arg("train_loss") = 0.0, py::arg("test_accuracy") = py::none())
+           py::arg("compute_seconds") = 0.0, py::arg("train_loss") = 0.0, py::arg("test_accuracy") = py::none(),
+           py::arg("group_lr") = std::vector<double>{})
+      .def_readwrite("group_lr", &StepEnd::group_lr)
       .def_readwrite("compute_seconds", &StepEnd::compute_seconds)
       .def_readwrite("train_loss", &StepEnd::train_loss)
       .def_readwrite("test_accuracy", &StepEnd::test_accuracy);
@@ -473,12 +476,37 @@ void BindTypes(py::module_& m) {
       });
 }
 
+// omnilearn.optim's description of a torch.optim object (a dict; None: the job's optimizer).
+std::optional<worker::OptimizerChoice> OptimizerChoiceOf(const py::object& spec) {
+  if (spec.is_none()) return std::nullopt;
+  const py::dict d = spec.cast<py::dict>();
+  worker::OptimizerChoice o;
+  o.kind = d["kind"].cast<std::string>();
+  o.lr = d["lr"].cast<double>();
+  o.momentum = d["momentum"].cast<double>();
+  o.weight_decay = d["weight_decay"].cast<double>();
+  o.beta1 = d["beta1"].cast<double>();
+  o.beta2 = d["beta2"].cast<double>();
+  o.eps = d["eps"].cast<double>();
+  for (const py::handle g : d["groups"].cast<py::list>()) {
+    const py::dict group = g.cast<py::dict>();
+    o.groups.push_back({group["tensors"].cast<std::vector<std::string>>(), group["lr"].cast<double>(),
+                        group["weight_decay"].cast<double>()});
+  }
+  return o;
+}
+
 worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host, const std::string& device,
-                                int64_t max_batch_size, uint64_t dataset_size, double epochs) {
+                                int64_t max_batch_size, uint64_t dataset_size, double epochs,
+                                const py::object& optimizer) {
   if (device != "cpu" && device != "cuda") throw py::value_error("device must be 'cpu' or 'cuda'");
-  return worker::WorkerInfo{
-      name,           host,         device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
-      max_batch_size, dataset_size, worker::JobSamples(epochs, dataset_size)};
+  return worker::WorkerInfo{name,
+                            host,
+                            device == "cuda" ? worker::DeviceKind::kCuda : worker::DeviceKind::kCpu,
+                            max_batch_size,
+                            dataset_size,
+                            worker::JobSamples(epochs, dataset_size),
+                            OptimizerChoiceOf(optimizer)};
 }
 
 }  // namespace
@@ -500,7 +528,7 @@ PYBIND11_MODULE(_core, m) {
                        double connect_timeout, const std::string& server_hint, const std::string& auth_token,
                        const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
                        const std::string& tls_server_name, py::function now, py::function sleep, py::function log,
-                       double epochs) {
+                       double epochs, const py::object& optimizer) {
              omnilearn::worker::ClientOptions o;
              o.rpc_timeout = absl::Seconds(rpc_timeout);
              o.auth_token = auth_token;
@@ -509,14 +537,15 @@ PYBIND11_MODULE(_core, m) {
              o.tls_key = tls_key;
              o.tls_server_name = tls_server_name;
              return std::make_unique<Core>(
-                 target, tensors, omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs), o,
+                 target, tensors,
+                 omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs, optimizer), o,
                  reconnect_timeout, connect_timeout, server_hint, std::move(now), std::move(sleep), std::move(log));
            }),
            py::kw_only(), py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
            py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
            py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"),
            py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"),
-           py::arg("log"), py::arg("epochs") = 0.0)
+           py::arg("log"), py::arg("epochs") = 0.0, py::arg("optimizer") = py::none())
       .def("join", &Core::Join, py::arg("weights"))
       .def("idle", &Core::Idle, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/constant_time.h"
 #include "common/tensor_codec.h"
 #include "server/control/async_rule.h"
@@ -102,6 +103,7 @@ void ParameterServerCore::ResetJob() {
   job_.Next(options_.clock->Now());
   controller_ = *controller::BatchController::Create(options_.controller);  // validated in Create
   store_ = ParameterStore(options_.optimizer);
+  optimizer_from_.clear();
   sampler_ = EpochSampler(options_.data_seed);
   workers_.Clear();
   round_.Reset();
@@ -207,8 +209,10 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     ResetJob();
   }
   if (absl::Status s = CheckJoin(info); !s.ok()) return s;
+  absl::StatusOr<std::optional<OptimizerOptions>> optimizer = JoinOptimizer(info);
+  if (!optimizer.ok()) return optimizer.status();
   // From here on the join succeeds.
-  if (absl::Status s = AdoptModel(info); !s.ok()) return s;
+  if (absl::Status s = AdoptModel(info, *std::move(optimizer)); !s.ok()) return s;
   absl::StatusOr<WorkerId> id = AddWorker(info, now);
   if (!id.ok()) return id.status();
   AwaitStart(deadline, now);
@@ -229,12 +233,37 @@ JoinResult ParameterServerCore::FinishedJoin() {
   return done;
 }
 
-absl::Status ParameterServerCore::AdoptModel(JoinInfo& info) {
+absl::StatusOr<std::optional<OptimizerOptions>> ParameterServerCore::JoinOptimizer(const JoinInfo& info) {
+  if (!info.optimizer.has_value()) return std::nullopt;
+  // CheckJoin passed: a join that brings parameters and meets no model of the same tensors
+  // brings the job's model; any other meets an initialized store.
+  const bool adopts =
+      info.initial_parameters.has_value() && !(store_.initialized() && info.layout.SameTensors(store_.layout()));
+  absl::StatusOr<OptimizerOptions> mirrored =
+      MirrorOptimizer(*info.optimizer, options_.optimizer, adopts ? info.layout : store_.layout());
+  if (!mirrored.ok()) return mirrored.status();
+  const bool sharded = static_cast<bool>(options_.replication.step);
+  if (adopts && !sharded) return std::optional<OptimizerOptions>(*std::move(mirrored));
+  const std::string why = sharded ? "a sharded job runs its servers' --optimizer flags"
+                          : optimizer_from_.empty()
+                              ? "the server's flags or its checkpoint"
+                              : absl::StrCat("from ", optimizer_from_, ", whose model the job took");
+  if (absl::Status s = CheckSameOptimizer(*mirrored, adopts ? options_.optimizer : store_.options(), why); !s.ok()) {
+    return s;
+  }
+  return std::nullopt;
+}
+
+absl::Status ParameterServerCore::AdoptModel(JoinInfo& info, std::optional<OptimizerOptions> optimizer) {
   if (store_.initialized() && info.layout.SameTensors(store_.layout())) return absl::OkStatus();
   if (store_.initialized()) {  // CheckJoin allowed it: untrained and unused
     Event(absl::StrCat("the untrained model is replaced by ", info.name, "'s (another layout)"));
-    store_ = ParameterStore(options_.optimizer);
   }
+  // Each adopted model trains with the optimizer its worker brought, else the flags'.
+  optimizer_from_ = optimizer.has_value() ? info.name : "";
+  if (optimizer.has_value())
+    Event(absl::StrCat("the job runs ", info.name, "'s optimizer: ", DescribeOptimizer(*optimizer)));
+  store_ = ParameterStore(optimizer.value_or(options_.optimizer));
   absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters));
   if (s.ok() && options_.replication.model_adopted) options_.replication.model_adopted(info.name);
   return s;
@@ -426,6 +455,10 @@ absl::StatusOr<PushResult> ParameterServerCore::PushLocked(const PushInfo& info,
   }
   if (!store_.initialized()) return reject("invalid", absl::FailedPreconditionError("the server has no model"));
   if (absl::Status s = CheckPushReport(info); !s.ok()) return reject("invalid", s);
+  if (!info.group_lr.empty()) {  // the worker's scheduler changed the rates
+    if (absl::Status s = store_.SetGroupRates(info.group_lr); !s.ok()) return reject("invalid", s);
+    Event(absl::StrCat(current->name, "'s scheduler set the learning rate to ", absl::StrJoin(info.group_lr, ", ")));
+  }
   if (info.report_only) {
     current->last_seen = now;
     RecordAccuracy(info);
@@ -642,8 +675,8 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
   // SGD's momentum or Adam's beta1: asynchrony adds momentum of its own to either.
-  const double momentum =
-      options_.optimizer.kind == OptimizerKind::kSgd ? options_.optimizer.momentum : options_.optimizer.beta1;
+  const OptimizerOptions& optimizer = store_.options();  // the job's: the flags' or a worker's
+  const double momentum = optimizer.kind == OptimizerKind::kSgd ? optimizer.momentum : optimizer.beta1;
   const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
                                       options_.async_rule, PredictsWeights());
   store_.SetEpoch(Epoch());
@@ -795,9 +828,9 @@ absl::Status ParameterServerCore::LoadCheckpoint(const CheckpointState& state, E
                                                       ", the server runs in mode ", ModeName(options_.mode),
                                                       ": use the same --mode, or --fresh to start over"));
   }
-  if (state.optimizer != OptimizerName(options_.optimizer.kind)) {
+  if (state.optimizer != OptimizerName(store->options().kind)) {
     return absl::FailedPreconditionError(absl::StrCat("the checkpoint's optimizer is ", state.optimizer,
-                                                      ", the server's is ", OptimizerName(options_.optimizer.kind),
+                                                      ", the server's is ", OptimizerName(store->options().kind),
                                                       ": use the same --optimizer, or --fresh to start over"));
   }
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
@@ -826,7 +859,7 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
     return absl::FailedPreconditionError("the checkpoint is of another model than the job's");
   }
   EpochSampler sampler(options_.data_seed);
-  ParameterStore store(options_.optimizer);
+  ParameterStore store(store_.options());  // the job's optimizer (a worker's, if it brought one)
   if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
   (void)sampler.SetJobSamples(sampler_.job_samples());  // the job's end stays where the workers put it
   AwaitRoundIdle();

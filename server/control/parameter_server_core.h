@@ -43,6 +43,7 @@
 #include "server/control/job_life.h"
 #include "server/control/join_check.h"
 #include "server/control/membership.h"
+#include "server/control/optimizer_mirror.h"
 #include "server/control/push_check.h"
 #include "server/control/server_metrics.h"
 #include "server/control/sync_round.h"
@@ -120,6 +121,9 @@ struct JoinInfo {
   uint64_t job_samples = 0;   // > 0: the samples the job trains in all (the worker's epochs)
   WorkerId resume_id = 0;     // the id of this process's previous session, when rejoining
   std::string resume_secret;  // ...and its secret: the session is replaced only when it matches
+  // The worker's own optimizer (a torch.optim object): the job's when this join brings the
+  // job's model, else it must equal the job's. None: the worker takes the job's.
+  std::optional<WantedOptimizer> optimizer;
 };
 
 struct JoinResult {
@@ -333,7 +337,12 @@ class ParameterServerCore : public DataPlane {
   // A join while the job is finished (and not --reset_when_done): stop, saying so.
   JoinResult FinishedJoin() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's model from the join (the first, or one replacing an untrained, unused model).
-  absl::Status AdoptModel(JoinInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The optimizer a join brings for the job to adopt (none: the job keeps its own, which
+  // the worker's, if it sent one, equals); FailedPrecondition when they differ.
+  absl::StatusOr<std::optional<OptimizerOptions>> JoinOptimizer(const JoinInfo& info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the joiner's model, with `optimizer` (else the flags').
+  absl::Status AdoptModel(JoinInfo& info, std::optional<OptimizerOptions> optimizer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The worker's record, its controller entry (a remembered one restored), the event line.
   absl::StatusOr<WorkerId> AddWorker(const JoinInfo& info, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The start barrier: until the workers it expects joined, its time, the deadline or shutdown.
@@ -368,7 +377,7 @@ class ParameterServerCore : public DataPlane {
   double PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async Adam/AdamW with --adam_weight_prediction.
   bool PredictsWeights() const {
-    return options_.optimizer.kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
+    return store_.options().kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
   }
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)
@@ -404,7 +413,8 @@ class ParameterServerCore : public DataPlane {
   ServerMetrics metrics_;
   mutable absl::Mutex mu_;
   controller::BatchController controller_ ABSL_GUARDED_BY(mu_);
-  ParameterStore store_ ABSL_GUARDED_BY(mu_);
+  ParameterStore store_ ABSL_GUARDED_BY(mu_);        // its options(): the job's optimizer
+  std::string optimizer_from_ ABSL_GUARDED_BY(mu_);  // the worker whose optimizer the job runs; empty: the flags'
   Membership workers_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);

@@ -129,6 +129,45 @@ TEST_CASE("a sync round applies exactly the batch-weighted mean", "[core]") {
   REQUIRE(core->Snapshot().rounds == 1);
 }
 
+TEST_CASE("a worker's optimizer comes with its model; a later worker's must be the same; rates come with pushes",
+          "[core]") {
+  auto core = *ParameterServerCore::Create(Options(Mode::kSync, 2));
+  WantedOptimizer sgd;  // plain SGD at 0.5 for w, 0.25 for b
+  sgd.kind = OptimizerKind::kSgd;
+  sgd.lr = 0.5;
+  sgd.groups = {{{"w"}, 0.5, 0}, {{"b"}, 0.25, 0}};
+  JoinInfo first = Info("a", true);
+  first.optimizer = sgd;
+  JoinInfo other = Info("b", false);
+  other.optimizer = sgd;
+  other.optimizer->groups[1].lr = 0.5;
+  JoinResult a, b;
+  std::thread ta([&] { a = *core->Join(first, Soon()); });
+  AwaitState([&] { return core->Snapshot().workers.size() == 1; });
+  const absl::Status refused = core->Join(other, Soon()).status();
+  REQUIRE(refused.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(absl::StrContains(refused.message(), "the job runs SGD(lr=0.5"));
+  REQUIRE(absl::StrContains(refused.message(), "from a, whose model the job took"));
+  other.optimizer = sgd;
+  b = *core->Join(other, Soon());  // the same optimizer
+  ta.join();
+  auto round = [&](std::vector<double> rates) {
+    PushInfo pa = Grad(a.id, 4, core->Snapshot().version), pb = Grad(b.id, 4, core->Snapshot().version);
+    pa.group_lr = std::move(rates);
+    std::thread t([&] { REQUIRE(core->Push(pa, std::vector<float>(kParams, 1.0f), Soon()).ok()); });
+    REQUIRE(core->Push(pb, std::vector<float>(kParams, 1.0f), Soon()).ok());
+    t.join();
+  };
+  round({});
+  REQUIRE(Weights(*core, a.id) == std::vector<float>{-0.5f, -0.5f, -0.5f, -0.5f, -0.25f, -0.25f});
+  round({0.125, 0.0625});  // a's scheduler lowered both rates
+  REQUIRE(Weights(*core, a.id) == std::vector<float>{-0.625f, -0.625f, -0.625f, -0.625f, -0.3125f, -0.3125f});
+  PushInfo bad = Grad(a.id, 4, 2);
+  bad.group_lr = {0.1};  // one rate for two groups
+  REQUIRE(absl::StrContains(core->Push(bad, std::vector<float>(kParams, 1.0f), Soon()).status().message(),
+                            "1 learning rates for the job's 2 param groups"));
+}
+
 TEST_CASE("a push must carry the batch it was assigned, a finite loss, a sane time and accuracy", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   const JoinResult a = *core->Join(Info("a", true), Soon());

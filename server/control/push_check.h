@@ -36,6 +36,9 @@ struct PushInfo {
   // idle). Sync: it is present in the round of `version` and answered when it closes.
   bool idle = false;
   uint64_t emulation_overruns = 0;  // the worker's emulated steps that overran, so far
+  // Each param group's rate as the worker's scheduler set it (sent when it changed; empty:
+  // unchanged): the job steps at these from now on.
+  std::vector<double> group_lr;
   // The caller already checked that every value is finite (the service does it while
   // copying the chunks), so the core need not walk the gradient again.
   bool finite_checked = false;

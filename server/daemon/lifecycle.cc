@@ -22,6 +22,8 @@ void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::
       controller::BalanceName(o.controller.balance).c_str(), WireDtypeName(wire_dtype), o.controller.global_batch,
       o.num_workers, tls ? (f.tls_client_ca.empty() ? "on" : "mutual") : "off", token ? "on" : "off",
       exposer ? absl::StrCat(f.metrics_bind, ":", exposer->port(), "/metrics").c_str() : "off");
+  // What runs, spelled as torch.optim would: the server's defaults are its own (README).
+  std::printf("omnilearn_server optimizer: %s\n", DescribeOptimizer(o.optimizer).c_str());
   std::fflush(stdout);
 }
 

@@ -1,6 +1,8 @@
 // The server's optimizers against LibTorch's own, on the same gradients: SGD with
 // momentum and weight decay, Adam (L2), AdamW (decoupled), and global-norm clipping as
-// torch::nn::utils::clip_grad_norm_ does it. Same results to float tolerance.
+// torch::nn::utils::clip_grad_norm_ does it; each also with two param groups of their own
+// rate and decay, and rates changed mid-run as a scheduler does. Same results to float
+// tolerance.
 #include <torch/torch.h>
 
 #include <random>
@@ -33,8 +35,10 @@ torch::Tensor Slice(const std::vector<float>& flat, int64_t offset, std::vector<
 
 // Runs kSteps steps of ours and of `make_torch` on the same gradients (scaled by
 // `grad_scale` to exercise clipping) and compares the parameters after each step.
+// `new_rates`: each param group's rate from step kSteps / 2 on (a scheduler's), if any.
 template <typename MakeTorch>
-void Compare(const OptimizerOptions& o, MakeTorch make_torch, float grad_scale = 1.0f, double clip = 0) {
+void Compare(const OptimizerOptions& o, MakeTorch make_torch, float grad_scale = 1.0f, double clip = 0,
+             std::vector<double> new_rates = {}) {
   std::mt19937 rng(42);
   const ModelLayout layout = Layout();
   const std::vector<float> init = Random(layout.total_elements(), rng, 1.0f);
@@ -46,6 +50,10 @@ void Compare(const OptimizerOptions& o, MakeTorch make_torch, float grad_scale =
   for (int step = 0; step < kSteps; ++step) {
     std::vector<float> grad = Random(layout.total_elements(), rng, grad_scale);
     for (int64_t i = 0; i < layout.size(1); ++i) grad[layout.offset(1) + i] = 7.0f;  // buffer values
+    if (step == kSteps / 2 && !new_rates.empty()) {
+      REQUIRE(ours.SetGroupRates(new_rates).ok());
+      for (size_t g = 0; g < new_rates.size(); ++g) theirs->param_groups()[g].options().set_lr(new_rates[g]);
+    }
     ours.Apply(grad, 1.0);
     params[0].mutable_grad() = Slice(grad, layout.offset(0), {3, 4});
     params[1].mutable_grad() = Slice(grad, layout.offset(2), {5});
@@ -111,6 +119,64 @@ TEST_CASE("global-norm clipping matches clip_grad_norm_", "[optimizer][torch]") 
         return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1).momentum(0.5));
       },
       /*grad_scale=*/5.0f, /*clip=*/1.0);
+}
+
+// Tensor "a" in group 0 at (lr0, wd0), "b" in group 1 at (lr1, wd1): ours and torch's.
+OptimizerOptions WithGroups(OptimizerOptions o, double lr1, double wd1) {
+  o.groups = {ParamGroup{{0}, o.learning_rate, o.weight_decay}, ParamGroup{{2}, lr1, wd1}};
+  return o;
+}
+
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> TorchGroups(const std::vector<torch::Tensor>& p, Options first,
+                                                           Options second) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{p[0]}, std::make_unique<Options>(first));
+  groups.emplace_back(std::vector<torch::Tensor>{p[1]}, std::make_unique<Options>(second));
+  return groups;
+}
+
+TEST_CASE("SGD with two param groups and a scheduler's rates matches torch::optim::SGD", "[optimizer][torch]") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kSgd;
+  o.learning_rate = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0.01;
+  Compare(WithGroups(o, 0.03, 0),
+          [](std::vector<torch::Tensor> p) {
+            using O = torch::optim::SGDOptions;
+            return std::make_unique<torch::optim::SGD>(
+                TorchGroups(p, O(0.1).momentum(0.9).weight_decay(0.01), O(0.03).momentum(0.9)), O(0.1));
+          },
+          1.0f, 0, {0.05, 0.01});
+}
+
+TEST_CASE("Adam with two param groups and a scheduler's rates matches torch::optim::Adam", "[optimizer][torch]") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.learning_rate = 0.01;
+  o.weight_decay = 0.05;
+  Compare(WithGroups(o, 0.002, 0),
+          [](std::vector<torch::Tensor> p) {
+            using O = torch::optim::AdamOptions;
+            return std::make_unique<torch::optim::Adam>(TorchGroups(p, O(0.01).weight_decay(0.05), O(0.002)), O(0.01));
+          },
+          1.0f, 0, {0.005, 0.001});
+}
+
+TEST_CASE("AdamW with two param groups (no decay on the second) matches torch::optim::AdamW", "[optimizer][torch]") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdamW;
+  o.learning_rate = 0.01;
+  o.weight_decay = 0.1;
+  o.clip_grad_norm = 1.0;
+  Compare(WithGroups(o, 0.01, 0),
+          [](std::vector<torch::Tensor> p) {
+            using O = torch::optim::AdamWOptions;
+            return std::make_unique<torch::optim::AdamW>(
+                TorchGroups(p, O(0.01).weight_decay(0.1), O(0.01).weight_decay(0)), O(0.01));
+          },
+          5.0f, 1.0, {0.001, 0.001});
 }
 
 }  // namespace

@@ -165,6 +165,14 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   if (!(o.eps > 0 && std::isfinite(o.eps))) return bad("eps must be > 0");
   if (!(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm))) return bad("the clipping norm must be >= 0");
   if (!(o.lr_decay_epochs >= 0)) return bad("lr_decay_epochs must be >= 0");
+  for (size_t g = 0; g < o.groups.size(); ++g) {
+    if (!(o.groups[g].lr > 0 && std::isfinite(o.groups[g].lr))) {
+      return bad(absl::StrCat("param group ", g, "'s learning rate must be > 0"));
+    }
+    if (!(o.groups[g].weight_decay >= 0 && std::isfinite(o.groups[g].weight_decay))) {
+      return bad(absl::StrCat("param group ", g, "'s weight decay must be >= 0"));
+    }
+  }
   if (o.lr_decay_steps > 0 && o.lr_decay_epochs > 0) {
     return bad("the step schedule counts versions (lr_decay_steps) or epochs (lr_decay_epochs), not both");
   }
@@ -176,6 +184,33 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
     return bad("the cosine schedule needs cosine_steps > 0 and 0 <= lr_min <= lr");
   }
   return absl::OkStatus();
+}
+
+std::string DescribeOptimizer(const OptimizerOptions& o) {
+  std::string out;
+  if (o.kind == OptimizerKind::kSgd) {
+    out = absl::StrCat("SGD(lr=", o.learning_rate, ", momentum=", o.momentum, ", weight_decay=", o.weight_decay, ")");
+  } else {
+    out = absl::StrCat(o.kind == OptimizerKind::kAdam ? "Adam" : "AdamW", "(lr=", o.learning_rate, ", betas=(", o.beta1,
+                       ", ", o.beta2, "), eps=", o.eps, ", weight_decay=", o.weight_decay, ")");
+  }
+  for (size_t g = 0; g < o.groups.size(); ++g) {
+    absl::StrAppend(&out, g == 0 ? ", param groups: " : "; ", g, ": ", o.groups[g].tensors.size(),
+                    " tensors lr=", o.groups[g].lr, " weight_decay=", o.groups[g].weight_decay);
+  }
+  absl::StrAppend(&out, ", clip_grad_norm=", o.clip_grad_norm, ", warmup_steps=", o.warmup_steps, ", schedule=");
+  switch (o.schedule) {
+    case LrSchedule::kConstant:
+      return absl::StrCat(out, "constant");
+    case LrSchedule::kStep:
+      return absl::StrCat(
+          out, "step(gamma=", o.lr_decay, ", every ",
+          o.lr_decay_epochs > 0 ? absl::StrCat(o.lr_decay_epochs, " epochs") : absl::StrCat(o.lr_decay_steps, " steps"),
+          ")");
+    case LrSchedule::kCosine:
+      return absl::StrCat(out, "cosine(steps=", o.cosine_steps, ", lr_min=", o.lr_min, ")");
+  }
+  return out;
 }
 
 std::vector<std::string> ParameterStore::StateNames() const {
@@ -190,6 +225,7 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
         absl::StrCat("initial parameters have ", values.size(), " values, the layout needs ", layout.total_elements()));
   }
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
+  if (absl::Status s = AssignGroups(layout); !s.ok()) return s;
   layout_ = std::move(layout);
   state_.clear();
   for (size_t i = 0; i < StateNames().size(); ++i)
@@ -203,7 +239,7 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   return absl::OkStatus();
 }
 
-double ParameterStore::LearningRate() const {
+double ParameterStore::ScheduledRate() const {
   const OptimizerOptions& o = options_;
   if (version_ < o.warmup_steps) {
     return o.learning_rate * static_cast<double>(version_ + 1) / static_cast<double>(o.warmup_steps);
@@ -221,6 +257,49 @@ double ParameterStore::LearningRate() const {
     }
   }
   return o.learning_rate;
+}
+
+double ParameterStore::GroupRate(size_t g) const {
+  if (!worker_rates_.empty()) return worker_rates_[g];
+  if (options_.groups.empty()) return ScheduledRate();
+  return ScheduledRate() * options_.groups[g].lr / options_.learning_rate;
+}
+
+absl::Status ParameterStore::SetGroupRates(std::vector<double> rates) {
+  if (rates.size() != group_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(rates.size(), " learning rates for the job's ", group_count(), " param groups"));
+  }
+  for (double r : rates) {
+    if (!(r > 0 && std::isfinite(r))) return absl::InvalidArgumentError(absl::StrCat("a learning rate of ", r));
+  }
+  worker_rates_ = std::move(rates);
+  return absl::OkStatus();
+}
+
+absl::Status ParameterStore::AssignGroups(const ModelLayout& layout) {
+  const int tensors = static_cast<int>(layout.tensors().size());
+  group_of_.assign(tensors, options_.groups.empty() ? 0 : -1);
+  for (size_t g = 0; g < options_.groups.size(); ++g) {
+    for (int t : options_.groups[g].tensors) {
+      if (t < 0 || t >= tensors || layout.is_buffer(t)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("param group ", g, " names tensor ", t, ", not a parameter of the model"));
+      }
+      if (group_of_[t] >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", layout.tensors()[t].name, "' is in param groups ", group_of_[t], " and ", g));
+      }
+      group_of_[t] = static_cast<int>(g);
+    }
+  }
+  for (int t = 0; t < tensors; ++t) {
+    if (group_of_[t] < 0 && !layout.is_buffer(t)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", layout.tensors()[t].name, "' is in no param group"));
+    }
+    group_of_[t] = std::max(group_of_[t], 0);  // a buffer's blend reads no group
+  }
+  return absl::OkStatus();
 }
 
 double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& update, double scale) {
@@ -267,8 +346,14 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
                            double update_scale, double sample_share, std::optional<double> norm_squared) {
   const int tensors = static_cast<int>(layout_.tensors().size());
   const double share = sample_share > 0 ? std::min(sample_share, 1.0) : 1.0;
-  const StepScalars k = ScalarsOf(options_, LearningRate() * lr_scale, adam_time_ + share, share, buffer_blend,
-                                  momentum, update_scale, ClippedScale(update, update_scale, norm_squared));
+  const float clipped = ClippedScale(update, update_scale, norm_squared);
+  std::vector<StepScalars> ks;  // per param group
+  for (size_t g = 0; g < group_count(); ++g) {
+    ks.push_back(ScalarsOf(options_, GroupRate(g) * lr_scale, adam_time_ + share, share, buffer_blend, momentum,
+                           update_scale, clipped));
+    if (!options_.groups.empty())
+      ks.back().wd = ks.back().adam.wd = static_cast<float>(options_.groups[g].weight_decay);
+  }
   std::shared_ptr<std::vector<float>> next = NextSnapshot();
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);
@@ -282,7 +367,8 @@ void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, do
       }
     }
     for (int t = 0; t < tensors; ++t) {
-      StepRange(layout_, options_.kind, t, begin, end, k, weights_->data(), update.data(), next->data(), m, v);
+      StepRange(layout_, options_.kind, t, begin, end, ks[group_of_[t]], weights_->data(), update.data(), next->data(),
+                m, v);
     }
   });
   spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));

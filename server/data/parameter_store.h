@@ -31,6 +31,17 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
 // reduced with the other slices' parts of the step that leaves `version`.
 using NormReduction = std::function<double(uint64_t version, double sum_squares)>;
 
+// A param group (torch.optim's param_groups): tensors of the layout, by index, stepping at
+// their own rate and weight decay; the optimizer's other settings are shared.
+struct ParamGroup {
+  std::vector<int> tensors;
+  double lr = 0;
+  double weight_decay = 0;
+  bool operator==(const ParamGroup& o) const {
+    return tensors == o.tensors && lr == o.lr && weight_decay == o.weight_decay;
+  }
+};
+
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
   double learning_rate = 0.05;  // for one step on a gradient averaged over the global batch
@@ -61,10 +72,19 @@ struct OptimizerOptions {
   // coordinator's slice 0): the norm it clips by is the whole model's. Null: the store
   // holds the whole model.
   NormReduction norm_reduction;
+  // Empty: one group of every parameter at learning_rate and weight_decay. Else every
+  // parameter tensor in exactly one group (checked by Initialize); group g steps at
+  // groups[g].lr times the schedule's factor (the scheduled rate / learning_rate).
+  std::vector<ParamGroup> groups;
 };
 
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
+
+// The optimizer as the server will run it, in torch.optim's words, e.g.
+// "SGD(lr=0.05, momentum=0.9, weight_decay=0.0001), clip_grad_norm=0, schedule=constant":
+// every hyperparameter that applies to its kind, so that a start line says what runs.
+std::string DescribeOptimizer(const OptimizerOptions& o);
 
 // Global-norm clipping's squared norm, the same for a whole model and for a sharded job's
 // slices (whose parts are summed): the squared L2 norm of `update` times `scale` over the
@@ -122,7 +142,16 @@ class ParameterStore {
   // What a pull gets: the prediction when Predict made one, else weights(). Immutable.
   std::shared_ptr<const std::vector<float>> served() const { return served_ != nullptr ? served_ : weights_; }
 
-  double LearningRate() const;
+  // Group 0's rate for the coming step (the job's rate, when it has one group).
+  double LearningRate() const { return GroupRate(0); }
+  // Group g's: the rates a worker's scheduler set (SetGroupRates), else the group's rate
+  // through the options' warm-up and schedule.
+  double GroupRate(size_t g) const;
+  size_t group_count() const { return options_.groups.empty() ? 1 : options_.groups.size(); }
+  // Every group's rate from now on, as a worker's scheduler set it (replacing the options'
+  // schedule). InvalidArgument unless one finite rate > 0 per group. Not checkpointed: the
+  // workers send theirs again after a restart.
+  absl::Status SetGroupRates(std::vector<double> rates);
   // Where training stands in epochs (the step schedule in epochs reads it).
   void SetEpoch(double epoch) { epoch_ = epoch; }
   uint64_t version() const { return version_; }
@@ -146,6 +175,11 @@ class ParameterStore {
 
  private:
   std::vector<std::string> StateNames() const;
+  // The options' rate through warm-up and schedule (group 0's, without a worker's rates).
+  double ScheduledRate() const;
+  // Each tensor's group (group_of_) from options_.groups; InvalidArgument unless every
+  // parameter tensor of the layout is in exactly one group and no buffer is in any.
+  absl::Status AssignGroups(const ModelLayout& layout);
   // The update's scale after global-norm clipping (update_scale when there is none).
   float ClippedScale(const std::vector<float>& update, double update_scale, std::optional<double> norm_squared) const;
   // The buffer the step writes the new snapshot into: the one before when no reader holds it.
@@ -166,6 +200,8 @@ class ParameterStore {
   // State buffers a checkpoint held when a step replaced them: reused by a later
   // replacement once nobody holds them (no allocation, no page faults).
   std::vector<std::shared_ptr<std::vector<float>>> spare_state_;
+  std::vector<int> group_of_;         // per tensor of the layout
+  std::vector<double> worker_rates_;  // SetGroupRates; empty: the schedule's
   uint64_t version_ = 0;
   double adam_time_ = 0;  // adam_time()
   double epoch_ = 0;      // SetEpoch

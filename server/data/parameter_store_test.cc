@@ -80,6 +80,67 @@ TEST_CASE("Options out of range are refused, naming the option") {
   REQUIRE(absl::StrContains(ParseLrSchedule("linear").status().message(), "constant, step or cosine"));
 }
 
+TEST_CASE("The optimizer is described in torch.optim's words, every hyperparameter of its kind") {
+  OptimizerOptions o;
+  REQUIRE(DescribeOptimizer(o) ==
+          "SGD(lr=0.05, momentum=0.9, weight_decay=0.0001), clip_grad_norm=0, warmup_steps=0, schedule=constant");
+  o.kind = OptimizerKind::kAdamW;
+  o.learning_rate = 0.003;
+  o.weight_decay = 0.01;
+  o.clip_grad_norm = 1;
+  o.schedule = LrSchedule::kCosine;
+  o.cosine_steps = 500;
+  REQUIRE(DescribeOptimizer(o) ==
+          "AdamW(lr=0.003, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01), clip_grad_norm=1, warmup_steps=0, "
+          "schedule=cosine(steps=500, lr_min=0)");
+  o.schedule = LrSchedule::kStep;
+  o.lr_decay_epochs = 2;
+  REQUIRE(absl::StrContains(DescribeOptimizer(o), "schedule=step(gamma=0.1, every 2 epochs)"));
+}
+
+TEST_CASE("Param groups cover every parameter once; a scheduler's rates replace the schedule") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kSgd;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  o.learning_rate = 0.5;
+  o.warmup_steps = 4;
+  const ModelLayout two_params = TwoTensors(false);
+  auto refused = [&](std::vector<ParamGroup> groups, const char* says) {
+    o.groups = std::move(groups);
+    ParameterStore store(o);
+    const absl::Status s = store.Initialize(two_params, {1, 1, 1, 1});
+    INFO(s.message());
+    REQUIRE(absl::StrContains(s.message(), says));
+  };
+  refused({ParamGroup{{0}, 0.5, 0}}, "tensor 'bn.running_mean' is in no param group");
+  refused({ParamGroup{{0, 1}, 0.5, 0}, ParamGroup{{1}, 0.1, 0}}, "is in param groups 0 and 1");
+  refused({ParamGroup{{0, 1, 2}, 0.5, 0}}, "names tensor 2, not a parameter");
+  o.groups = {ParamGroup{{0}, 0.5, 0}, ParamGroup{{1}, 0.1, 0}};
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions([&] {
+                              OptimizerOptions bad = o;
+                              bad.groups[1].lr = -1;
+                              return bad;
+                            }())
+                                .message(),
+                            "param group 1's learning rate must be > 0"));
+  ParameterStore store(o);
+  REQUIRE(store.Initialize(two_params, {1, 1, 1, 1}).ok());
+  // Warm-up: each group at its rate times the schedule's factor (1/4 at the first step).
+  REQUIRE(store.GroupRate(0) == 0.125);
+  REQUIRE(store.GroupRate(1) == Approx(0.025));
+  store.Apply({1, 1, 1, 1}, 1.0);
+  REQUIRE((*store.weights())[0] == Approx(1 - 0.125));
+  REQUIRE((*store.weights())[2] == Approx(1 - 0.025));
+  REQUIRE(absl::StrContains(store.SetGroupRates({0.2}).message(), "1 learning rates for the job's 2 param groups"));
+  REQUIRE(absl::StrContains(store.SetGroupRates({0.2, NAN}).message(), "a learning rate of nan"));
+  REQUIRE(store.SetGroupRates({0.2, 0.05}).ok());
+  REQUIRE(store.LearningRate() == 0.2);  // no longer the warm-up's
+  store.Apply({1, 1, 1, 1}, 1.0);
+  REQUIRE((*store.weights())[0] == Approx(1 - 0.125 - 0.2));
+  REQUIRE((*store.weights())[2] == Approx(1 - 0.025 - 0.05));
+}
+
 TEST_CASE("Clipping scales the parameters' gradient to the norm; buffers are not gradients") {
   OptimizerOptions o;
   o.learning_rate = 1.0;

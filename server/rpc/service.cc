@@ -128,6 +128,36 @@ JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
   return info;
 }
 
+// JoinHeader.optimizer as the core takes it; InvalidArgument for a kind this server
+// cannot run (a worker of a later release), naming those it can.
+absl::StatusOr<WantedOptimizer> WantedOptimizerFrom(const v1::OptimizerSpec& p) {
+  WantedOptimizer o;
+  switch (p.kind()) {
+    case v1::OPTIMIZER_KIND_SGD:
+      o.kind = OptimizerKind::kSgd;
+      break;
+    case v1::OPTIMIZER_KIND_ADAM:
+      o.kind = OptimizerKind::kAdam;
+      break;
+    case v1::OPTIMIZER_KIND_ADAMW:
+      o.kind = OptimizerKind::kAdamW;
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("the worker's optimizer (kind ", static_cast<int>(p.kind()),
+                                                     ") is not one this server runs: SGD, Adam or AdamW"));
+  }
+  o.lr = p.lr();
+  o.momentum = p.momentum();
+  o.weight_decay = p.weight_decay();
+  o.beta1 = p.beta1();
+  o.beta2 = p.beta2();
+  o.eps = p.eps();
+  for (const v1::ParamGroup& g : p.groups()) {
+    o.groups.push_back({{g.tensors().begin(), g.tensors().end()}, g.lr(), g.weight_decay()});
+  }
+  return o;
+}
+
 }  // namespace
 
 grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
@@ -144,6 +174,11 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
   // Before anything is allocated for the parameters the join may bring.
   if (absl::Status s = core_->CheckJoinHeader(header.name(), header.host(), *layout); !s.ok()) return ToGrpc(s);
   JoinInfo info = JoinInfoFrom(header, *std::move(layout));
+  if (header.has_optimizer()) {
+    absl::StatusOr<WantedOptimizer> optimizer = WantedOptimizerFrom(header.optimizer());
+    if (!optimizer.ok()) return ToGrpc(optimizer.status());
+    info.optimizer = *std::move(optimizer);
+  }
   if (grpc::Status s = ReadInitialParameters(ctx, reader, &watch, header, &info); !s.ok()) return s;
   watch.Done();  // read: the start barrier may keep the call waiting for minutes
   std::optional<ShardMap> map;

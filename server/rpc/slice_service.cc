@@ -188,6 +188,8 @@ absl::StatusOr<std::vector<float>> SliceService::ReadGradient(Stream* stream, St
       info->compute_seconds = msg.message().trailer().compute_seconds();
       info->train_loss = msg.message().trailer().train_loss();
       if (msg.message().trailer().has_test_accuracy()) info->test_accuracy = msg.message().trailer().test_accuracy();
+      const auto& rates = msg.message().trailer().group_lr();
+      if (!rates.empty()) info->group_lr.assign(rates.begin(), rates.end());
     } else {
       return absl::InvalidArgumentError(msg.message().has_trailer()
                                             ? "Push: a trailer before the gradient was complete or not announced"
@@ -243,6 +245,7 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   info->report_only = header.report_only();
   info->idle = header.idle();
   info->emulation_overruns = header.emulation_overruns();
+  info->group_lr.assign(header.group_lr().begin(), header.group_lr().end());
   std::vector<float> gradient;
   if (!info->out_of_memory && !info->report_only && !info->idle) {
     absl::StatusOr<std::vector<float>> g = ReadGradient(stream, &watch, header, until_complete, info);

@@ -1,0 +1,63 @@
+"""omnilearn.optim: a torch.optim object described as the server runs it, and every one the
+server cannot run refused before the join, saying why."""
+
+import unittest
+
+import torch
+
+from omnilearn import optim
+
+
+def _model():
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+class DescribeTest(unittest.TestCase):
+    def test_sgd_with_torch_defaults_is_one_group(self):
+        m = _model()
+        d = optim.describe(torch.optim.SGD(m.parameters(), lr=20), m)
+        self.assertEqual((d["kind"], d["lr"], d["momentum"], d["weight_decay"], d["groups"]), ("sgd", 20, 0, 0, []))
+
+    def test_adamw_param_groups_name_their_tensors(self):
+        m = _model()
+        decay = [p for n, p in m.named_parameters() if n.endswith("weight")]
+        rest = [p for n, p in m.named_parameters() if n.endswith("bias")]
+        opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0, "lr": 1e-4}], lr=1e-3,
+                                betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
+        d = optim.describe(opt, m)
+        self.assertEqual((d["kind"], d["beta1"], d["beta2"], d["eps"]), ("adamw", 0.8, 0.95, 1e-6))
+        self.assertEqual(d["groups"], [{"tensors": ["0.weight", "2.weight"], "lr": 1e-3, "weight_decay": 0.1},
+                                       {"tensors": ["0.bias", "2.bias"], "lr": 1e-4, "weight_decay": 0.0}])
+        self.assertEqual(optim.rates(opt), [1e-3, 1e-4])
+        opt._opt_called, opt._step_count = True, 1  # as Worker.push marks it: the server stepped
+        torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5).step()
+        self.assertEqual(optim.rates(opt), [5e-4, 5e-5])
+
+    def test_what_the_server_cannot_run_is_refused_naming_why(self):
+        m = _model()
+        cases = [
+            (torch.optim.RMSprop(m.parameters()), "cannot run torch.optim.rmsprop.RMSprop: it runs torch.optim.SGD"),
+            (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True), "nesterov=True"),
+            (torch.optim.Adam(m.parameters(), amsgrad=True), "amsgrad=True"),
+            (torch.optim.SGD([{"params": m[0].parameters(), "momentum": 0.5}, {"params": m[2].parameters()}],
+                             lr=0.1, momentum=0.9), "one momentum for the whole model"),
+            (torch.optim.SGD(m[0].parameters(), lr=0.1), "'2.weight' is in none of the optimizer's param groups"),
+            (torch.optim.SGD(list(m.parameters()) + [torch.nn.Parameter(torch.zeros(5))], lr=0.1),
+             "not a parameter of the worker's model"),
+        ]
+        for opt, says in cases:
+            with self.assertRaises(ValueError) as e:
+                optim.describe(opt, m)
+            self.assertIn(says, str(e.exception))
+
+    def test_a_users_subclass_is_not_the_server_s_optimizer(self):
+        class Mine(torch.optim.SGD):
+            pass
+
+        m = _model()
+        with self.assertRaisesRegex(ValueError, "cannot run .*Mine"):
+            optim.describe(Mine(m.parameters(), lr=0.1), m)
+
+
+if __name__ == "__main__":
+    unittest.main()
