@@ -394,10 +394,11 @@ class Worker:
             if self._core.is_idle:  # the job's samples are all handed out, none is ours
                 self._idle()
                 continue
-            ids, first_epoch = self._core.samples()
+            raw, first_epoch = self._core.samples()
+            ids = torch.frombuffer(bytearray(raw), dtype=torch.int64) if raw else torch.empty(0, dtype=torch.int64)
             if len(ids) and self.dataset_size and int(ids.max()) >= self.dataset_size:
                 raise ValueError(f"the server assigned sample {int(ids.max())} of a data set of {self.dataset_size}")
-            samples = torch.from_numpy(ids) if len(ids) else None
+            samples = ids if len(ids) else None
             epoch = first_epoch if first_epoch >= 0 else self.epoch
             self.storage.zero_grad()
             self._step = Step(self.iteration, len(ids) if len(ids) else self.batch_size, samples, epoch,

@@ -6,11 +6,11 @@
 // It speaks the worker's terms (worker/ps_types.h: steps, replies, assignments); the
 // proto stays inside the gRPC client.
 #include <pybind11/functional.h>
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -276,16 +276,22 @@ class Core {
     session_->Leave(finished);
   }
 
-  // The assigned samples of the next mini-batch: (ids, epoch of the first span), or an
-  // empty array and -1 when the server assigns none.
+  // The assigned samples of the next mini-batch: (ids as native int64 bytes, epoch of the
+  // first span), or empty bytes and -1 when the server assigns none. Bytes, not a numpy
+  // array: pybind11 before 2.12 builds wrong int64 arrays under numpy 2, and the core is
+  // built with whichever pybind11 the machine has (Debian 12's is 2.10).
   py::tuple Samples() {
     const worker::Assignment& spans = session()->samples();
-    py::array_t<int64_t> ids(static_cast<py::ssize_t>(CountSamples(spans)));
-    int64_t* out = ids.mutable_data();
+    std::string ids(CountSamples(spans) * sizeof(int64_t), '\0');
+    char* out = ids.data();
     for (const SampleSpan& s : spans) {
-      for (uint64_t id : s.ids) *out++ = static_cast<int64_t>(id);
+      for (uint64_t id : s.ids) {
+        const int64_t v = static_cast<int64_t>(id);
+        std::memcpy(out, &v, sizeof(v));
+        out += sizeof(v);
+      }
     }
-    return py::make_tuple(ids, spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch));
+    return py::make_tuple(py::bytes(ids), spans.empty() ? -1 : static_cast<int64_t>(spans[0].epoch));
   }
 
   worker::Session* session() { return session_.get(); }
