@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -27,6 +28,17 @@ ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default:
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
 ABSL_FLAG(std::string, device, "auto",
           "cpu | cuda | cuda:N | auto (cuda:0 if LibTorch has CUDA and sees a GPU, else cpu)");
+ABSL_FLAG(std::string, optimizer, "",
+          "this worker's own optimizer, as torch.optim builds it: sgd | adam | adamw; the job runs it when this worker "
+          "brings the job's model (later workers' must be the same); empty: the job's (the server's flags)");
+ABSL_FLAG(double, lr, -1, "with --optimizer: its learning rate (default torch.optim's, 1e-3)");
+ABSL_FLAG(double, momentum, -1, "with --optimizer=sgd: momentum (default 0, as torch.optim.SGD)");
+ABSL_FLAG(double, weight_decay, -1, "with --optimizer: weight decay (default torch.optim's: 0; adamw 0.01)");
+ABSL_FLAG(std::string, betas, "", "with --optimizer=adam|adamw: B1,B2 (default 0.9,0.999)");
+ABSL_FLAG(double, eps, -1, "with --optimizer=adam|adamw: eps (default 1e-8)");
+ABSL_FLAG(std::vector<std::string>, no_decay, {},
+          "with --optimizer: parameters whose names end with one of these (e.g. bias,norm.weight) form a second "
+          "param group without weight decay");
 ABSL_FLAG(std::string, check_device, "",
           "print whether this worker can use the device (cpu, cuda, cuda:N) and exit: 0 yes, 1 no (job scripts)");
 ABSL_FLAG(std::string, warmup, "auto",
@@ -166,6 +178,9 @@ absl::Status TrainerOptionsFromFlags(omnilearn::worker::TrainerOptions* o) {
   o->connect_timeout = absl::Seconds(absl::GetFlag(FLAGS_connect_timeout));
   o->bucket_bytes = static_cast<int64_t>(absl::GetFlag(FLAGS_bucket_mb) * (1 << 20));
   o->server_hint = absl::StrCat("--server=", absl::GetFlag(FLAGS_server));
+  o->optimizer = {absl::GetFlag(FLAGS_optimizer),    absl::GetFlag(FLAGS_lr),    absl::GetFlag(FLAGS_momentum),
+                  absl::GetFlag(FLAGS_weight_decay), absl::GetFlag(FLAGS_betas), absl::GetFlag(FLAGS_eps),
+                  absl::GetFlag(FLAGS_no_decay)};
   if (!o->save_model.empty() && o->model_file.empty()) {
     return absl::InvalidArgumentError("--save_model needs --model_file (a TorchScript module)");
   }

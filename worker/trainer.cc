@@ -165,6 +165,15 @@ absl::StatusOr<std::vector<float>> InitialWeights(const TrainerOptions& o, const
   return weights;
 }
 
+// The trainable tensors' names, in layout order (the optimizer's param groups name them).
+std::vector<std::string> ParameterNames(const ModelLayout& layout) {
+  std::vector<std::string> names;
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
+    if (!layout.is_buffer(t)) names.push_back(layout.tensors()[t].name);
+  }
+  return names;
+}
+
 SessionOptions SessionOptionsFor(const TrainerOptions& o, bool cuda, int64_t dataset_size) {
   SessionOptions so;
   so.worker.name = o.name;
@@ -247,6 +256,9 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     if (!weights.ok()) return weights.status();
     const bool cuda = setup->device.is_cuda();
     SessionOptions so = SessionOptionsFor(o, cuda, setup->train.size());
+    absl::StatusOr<std::optional<OptimizerChoice>> optimizer = OptimizerFromFlags(o.optimizer, ParameterNames(*layout));
+    if (!optimizer.ok()) return optimizer.status();
+    so.worker.optimizer = *std::move(optimizer);
     so.log = [&progress](const std::string& line) { progress.Note(line); };
     Session session(&client, *layout, std::move(so));
     TrainerMetrics series(o.registry, o.name);  // from the start: its counters show 0 at the start barrier

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "worker/optimizer_flags.h"
 #include "worker/ps_client.h"
 
 namespace omnilearn {
@@ -64,6 +65,8 @@ struct TrainerOptions {
   std::string log_samples;
   // Set by a signal handler: the worker leaves the job and Train returns Cancelled.
   const std::atomic<bool>* interrupted = nullptr;
+  // The worker's own optimizer (--optimizer and its flags); kind empty: the job's.
+  OptimizerFlags optimizer;
   // Where to record the omnilearn_trainer_* series (step and communication times,
   // batch size, ...); null = none. Must outlive Train.
   metrics::Registry* registry = nullptr;

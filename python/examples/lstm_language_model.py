@@ -24,7 +24,6 @@ Python's standard library sources (a character model, 256 tokens).
 """
 
 import argparse
-import glob
 import math
 import os
 import sys
@@ -34,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import omnilearn
+from char_transformer import corpus  # the same stream, cut into windows of bptt + 1 tokens (beside this file)
 
 
 class LstmLm(nn.Module):
@@ -48,27 +48,6 @@ class LstmLm(nn.Module):
         # No hidden state in or out: each window starts from zeros (see the module's doc).
         out, _ = self.rnn(self.drop(self.encoder(tokens)))
         return self.decoder(self.drop(out))
-
-
-def windows(path, max_bytes, bptt):
-    """(training windows [N, bptt + 1], validation windows): the stream's bytes, the last 10%
-    held out."""
-    if path:
-        with open(path, "rb") as f:
-            data = f.read(max_bytes)
-    else:
-        data = b""
-        for name in sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py"))):
-            with open(name, "rb") as f:
-                data += f.read()
-            if len(data) >= max_bytes:
-                break
-        data = data[:max_bytes]
-    stream = torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
-    n = (len(stream) - 1) // bptt
-    cut = torch.stack([stream[i * bptt:i * bptt + bptt + 1] for i in range(n)])
-    split = int(n * 0.9)
-    return cut[:split], cut[split:]
 
 
 def loss_of(model, batch):
@@ -86,7 +65,7 @@ def main():
     p.add_argument("--evaluate", default="", help="an export: load it strictly and print the validation perplexity")
     a = p.parse_args()
     torch.set_num_threads(1)
-    train, valid = windows(a.text, a.max_bytes, a.bptt)
+    train, valid = corpus(a.text, a.max_bytes, a.bptt)
     torch.manual_seed(a.seed)  # every worker starts from the same model
     model = LstmLm()
     if a.evaluate:
