@@ -201,9 +201,7 @@ class Worker:
         self.model = model
         inner = _uncompiled(model)
         self.flat = FlatModel(inner)
-        self.optimizer = optimizer
-        spec = optim.describe(optimizer, inner) if optimizer is not None else None
-        self._sent_rates = (optim.rates(optimizer), 0) if optimizer is not None else None  # (rates, at rejoins)
+        spec = self._init_optimizer(optimizer, inner)
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.epochs = epochs
         self.max_iterations = max_iterations
@@ -240,6 +238,14 @@ class Worker:
                             overlap_pull and inner is model)
         self.metrics = WorkerMetrics(self.name)
         self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
+
+    def _init_optimizer(self, optimizer, model):
+        """The user's torch.optim object: its description for the join (None without one)."""
+        self.optimizer = optimizer
+        if optimizer is None:
+            return None
+        self._sent_rates = (optim.rates(optimizer), 0)  # the rates the server has, at this many rejoins
+        return optim.describe(optimizer, model)
 
     def _init_progress(self):
         """Where the worker stands: nothing trained, nothing pushed yet."""
