@@ -51,6 +51,8 @@ std::unique_ptr<server::ParameterServerCore> JoinedCore(const ModelLayout& layou
   o.controller.global_batch = 64 * n;
   o.controller.policy = controller::Policy::kOff;
   o.round_timeout = absl::Seconds(50);
+  o.optimizer.momentum = 0.9;  // SGD with a momentum buffer, as docs/performance.md's figures
+  o.optimizer.weight_decay = 1e-4;
   auto core = *server::ParameterServerCore::Create(o);
   ids->assign(n, 0);
   std::vector<std::thread> joins;

@@ -151,6 +151,7 @@ def run_job(bin_dir, work, name, mode, policy, schedule, epochs, args, server_ex
     lr = "0.05" if mode == "sync" else "0.1"
     server = [f"{bin_dir}/server/omnilearn_server", f"--bind={host}", f"--port={port}", f"--mode={mode}",
               f"--controller={policy}", "--num_workers=4", f"--global_batch={args.global_batch}", f"--lr={lr}",
+              "--momentum=0.9", "--weight_decay=1e-4",
               "--metrics_port=0", "--exit_when_done", f"--summary_json={summary}", "--progress_every_s=0",
               "--adjust_every=5", *server_extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")

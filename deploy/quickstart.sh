@@ -63,7 +63,7 @@ trap cleanup EXIT
 # The server's own lines (joins, plan changes, progress, the end of the job) show here
 # and go to server.log.
 "$bin/server/omnilearn_server" --bind=127.0.0.1 --port="$port" --mode="$mode" --controller="$controller" \
-  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" \
+  --num_workers=4 --global_batch="$global_batch" --summary_json="$summary" --lr="$lr" --momentum=0.9 --weight_decay=1e-4 \
   --lr_decay_steps="$decay_steps" --lr_decay=0.2 --metrics_port="$metrics_port" --metrics_bind=127.0.0.1 \
   --wire_dtype="$wire_dtype" --checkpoint_dir="$out/checkpoints" --export="$out/model.safetensors" --exit_when_done \
   > >(tee "$out/server.log") 2>&1 &

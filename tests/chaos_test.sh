@@ -18,7 +18,7 @@ echo "chaos: seed $SEED, $FAULTS faults"
 JOB=120000  # two epochs of Fashion-MNIST's 60,000
 BATCH=96
 CKPT=(--checkpoint_every_s=1 --checkpoint_keep=4)
-SERVER_FLAGS=(--num_workers=3 --global_batch=$BATCH --lr=0.05 --exit_when_done --round_timeout_s=2 --lease_s=10
+SERVER_FLAGS=("${SGD_FLAGS[@]}" --num_workers=3 --global_batch=$BATCH --lr=0.05 --exit_when_done --round_timeout_s=2 --lease_s=10
               --shards=3 --partition_mb=0.25 --metrics_port=0 --quiet "${CKPT[@]}")
 # Devices emulated at 30 ms + 0.3 ms per sample: steps of a known time whatever the load,
 # about a minute of training undisturbed.

@@ -41,7 +41,7 @@ PS=$("$CLUSTER" addr "$P" ps)
 run_job() {
   local job=$1 balance=$2
   SUMMARY=$WORK/$job.json
-  timeout 200 "$CLUSTER" exec "$P" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=0 --mode=sync \
+  timeout 200 "$CLUSTER" exec "$P" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=0 --mode=sync "${SGD_FLAGS[@]}" \
     --num_workers=2 --global_batch=64 --adjust_every=5 --balance="$balance" --summary_json="$SUMMARY" --quiet \
     > "$WORK/$job.server.log" 2>&1 &
   SERVER_PID=$!

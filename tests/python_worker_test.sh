@@ -118,7 +118,7 @@ PY
 mkdir -p "$WORK/prefix/bin"
 install -m 0755 "$SERVER" "$WORK/prefix/bin/"
 PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 \
-  --server_args="--mode=sync --global_batch=32 --lr=0.05 --quiet --export=$WORK/habits.safetensors \
+  --server_args="--mode=sync --global_batch=32 --lr=0.05 ${SGD_FLAGS[*]} --quiet --export=$WORK/habits.safetensors \
   --checkpoint_dir=$WORK/habits_ckpt" "$RUNFILES/tests/pytorch_habits_job.py" 2 > "$WORK/habits.log" 2>&1 ||
   { tail -n 20 "$WORK/habits.log" >&2; fail "habits: the launcher failed"; }
 grep -q "worker0: .* steps" "$WORK/habits.log" && grep -q "worker1: .* steps" "$WORK/habits.log" ||
@@ -126,7 +126,7 @@ grep -q "worker0: .* steps" "$WORK/habits.log" && grep -q "worker1: .* steps" "$
 # The same job in the several-host layout (`--shards 2`: a coordinator and a shard server),
 # its export loaded below with the others.
 PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 2 --shards 2 \
-  --server_args="--mode=sync --global_batch=32 --lr=0.05 --quiet --export=$WORK/habits_sharded.safetensors" \
+  --server_args="--mode=sync --global_batch=32 --lr=0.05 ${SGD_FLAGS[*]} --quiet --export=$WORK/habits_sharded.safetensors" \
   "$RUNFILES/tests/pytorch_habits_job.py" 2 > "$WORK/habits_sharded.log" 2>&1 ||
   { tail -n 20 "$WORK/habits_sharded.log" >&2; fail "habits: the launcher failed with --shards 2"; }
 grep -q "shard 1 registered" "$WORK/habits_sharded.log" ||

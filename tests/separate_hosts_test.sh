@@ -20,7 +20,7 @@ trap cleanup EXIT
 echo "token-$RANDOM$RANDOM" > "$WORK/token"
 PS=$("$CLUSTER" addr "$TAG" ps)
 timeout 200 "$CLUSTER" exec "$TAG" ps "$SERVER" --bind="$PS" --port=50051 --metrics_port=9400 --metrics_bind="$PS" \
-  --auth_token_file="$WORK/token" --mode=sync --num_workers=2 --global_batch=64 --adjust_every=3 \
+  --auth_token_file="$WORK/token" --mode=sync "${SGD_FLAGS[@]}" --num_workers=2 --global_batch=64 --adjust_every=3 \
   --summary_json="$WORK/hosts.json" --quiet > "$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 STARTED+=("$SERVER_PID")

@@ -109,7 +109,7 @@ echo "slurm: 3 idle nodes (slurmctld on $CTLD_PORT, slurmd on $NODE_PORT-$((NODE
 # ---- the job on one server, by the deploy script as it is
 cd "$WORK"
 export OMNILEARN_BIN=$RUNFILES OMNILEARN_EPOCHS=1 OMNILEARN_MODEL=cnn OMNILEARN_GLOBAL_BATCH=96
-export OMNILEARN_SLOWDOWNS="1 2 1" OMNILEARN_SERVER_FLAGS="--lr=0.05" OMP_NUM_THREADS=1
+export OMNILEARN_SLOWDOWNS="1 2 1" OMNILEARN_SERVER_FLAGS="--lr=0.05 --momentum=0.9 --weight_decay=1e-4" OMP_NUM_THREADS=1
 rc=0
 OMNILEARN_SHARDS=1 timeout 240 /usr/bin/sbatch --wait --nodes=3 --cpus-per-task=1 --time=6 "$SBATCH_SCRIPT" || rc=$?
 JOB=$(ls omnilearn-*.out 2>/dev/null | sed -n 's/omnilearn-\([0-9]*\)\.out/\1/p' | head -n 1 || true)

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/torch_optim_defaults.h"
 
 namespace omnilearn {
 namespace worker {
@@ -16,8 +17,8 @@ absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(abs
 
 // torch.optim's betas, or the flag's "B1,B2".
 absl::Status ParseBetas(const std::string& text, OptimizerChoice* o) {
-  o->beta1 = 0.9;
-  o->beta2 = 0.999;
+  o->beta1 = torch_optim::kBeta1;
+  o->beta2 = torch_optim::kBeta2;
   if (text.empty()) return absl::OkStatus();
   const std::vector<std::string> parts = absl::StrSplit(text, ',');
   if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &o->beta1) || !absl::SimpleAtod(parts[1], &o->beta2)) {
@@ -61,12 +62,14 @@ absl::StatusOr<std::optional<OptimizerChoice>> OptimizerFromFlags(const Optimize
   if (!sgd && f.momentum >= 0) return Bad("momentum is SGD's (Adam and AdamW take --betas)");
   OptimizerChoice o;
   o.kind = f.kind;
-  o.lr = f.lr >= 0 ? f.lr : 1e-3;
-  o.momentum = sgd && f.momentum >= 0 ? f.momentum : 0;
-  o.weight_decay = f.weight_decay >= 0 ? f.weight_decay : (f.kind == "adamw" ? 1e-2 : 0);
+  o.lr = f.lr >= 0 ? f.lr : torch_optim::kLearningRate;
+  o.momentum = sgd && f.momentum >= 0 ? f.momentum : torch_optim::kMomentum;
+  o.weight_decay = f.weight_decay >= 0
+                       ? f.weight_decay
+                       : (f.kind == "adamw" ? torch_optim::kAdamWWeightDecay : torch_optim::kWeightDecay);
   if (!sgd) {
     if (absl::Status s = ParseBetas(f.betas, &o); !s.ok()) return s;
-    o.eps = f.eps >= 0 ? f.eps : 1e-8;
+    o.eps = f.eps >= 0 ? f.eps : torch_optim::kEps;
   }
   if (!f.no_decay.empty()) {
     if (absl::Status s = SplitGroups(f.no_decay, parameter_names, &o); !s.ok()) return s;

@@ -83,6 +83,7 @@ def main():
     server = subprocess.Popen([args.server_bin, "--bind=127.0.0.1", f"--port={args.port}", "--num_workers=2",
                                "--mode=sync", f"--global_batch={args.global_batch}",
                                f"--max_batch={args.global_batch}", "--adjust_every=5", "--lr=0.05",
+                               "--weight_decay=1e-4",
                                "--momentum=0.9", "--exit_when_done", "--metrics_port=0", "--quiet",
                                f"--summary_json={summary}"])
     common = [sys.executable, os.path.abspath(__file__), f"--server_bin={args.server_bin}",

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/flag_checks.h"
+#include "common/torch_optim_defaults.h"
 
 ABSL_FLAG(int, port, 50051, "gRPC port");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address to listen on");
@@ -41,8 +42,10 @@ ABSL_FLAG(std::string, adam_weight_prediction, "on",
           "other live workers' pushes will take first: a stale gradient is computed near the weights it "
           "meets, and beta1 stays as configured) | off (on the weights as they are: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
-ABSL_FLAG(double, momentum, 0.9, "sgd: momentum");
-ABSL_FLAG(double, weight_decay, 1e-4, "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled)");
+ABSL_FLAG(double, momentum, omnilearn::torch_optim::kMomentum, "sgd: momentum (torch.optim.SGD's default: 0)");
+ABSL_FLAG(double, weight_decay, -1,
+          "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled); default: torch.optim's for --optimizer "
+          "(0; adamw 0.01)");
 ABSL_FLAG(double, beta1, 0.9, "adam, adamw: first-moment decay");
 ABSL_FLAG(double, beta2, 0.999, "adam, adamw: second-moment decay");
 ABSL_FLAG(double, eps, 1e-8, "adam, adamw: denominator epsilon");

@@ -31,8 +31,8 @@ struct DaemonFlags {
   std::string adam_sqrt_scaling = "on";
   std::string adam_weight_prediction = "on";
   double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 1e-4;
+  double momentum = 0;
+  double weight_decay = -1;  // < 0: torch.optim's default for the optimizer (OptionsFromFlags)
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;

@@ -10,6 +10,7 @@
 #include "common/enum_names.h"
 #include "common/flag_checks.h"
 #include "common/shard_map.h"
+#include "common/torch_optim_defaults.h"
 #include "controller/controller_flags.h"
 
 namespace omnilearn {
@@ -82,7 +83,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},
       {"lr", f.lr, 1e-12, 100},
       {"momentum", f.momentum, 0, 0.999999},
-      {"weight_decay", f.weight_decay, 0, 10},
+      {"weight_decay", f.weight_decay < 0 ? 0 : f.weight_decay, 0, 10},  // < 0: torch.optim's default
       {"beta1", f.beta1, 0, 0.999999999},
       {"beta2", f.beta2, 0, 0.999999999},
       {"eps", f.eps, 1e-15, 1},
@@ -120,7 +121,10 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
   o.lease = absl::Seconds(f.lease_s);
   o.optimizer.learning_rate = f.lr;
   o.optimizer.momentum = f.momentum;
-  o.optimizer.weight_decay = f.weight_decay;
+  o.optimizer.weight_decay =
+      f.weight_decay >= 0
+          ? f.weight_decay
+          : (o.optimizer.kind == OptimizerKind::kAdamW ? torch_optim::kAdamWWeightDecay : torch_optim::kWeightDecay);
   o.optimizer.beta1 = f.beta1;
   o.optimizer.beta2 = f.beta2;
   o.optimizer.eps = f.eps;

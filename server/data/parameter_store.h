@@ -45,8 +45,8 @@ struct ParamGroup {
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
   double learning_rate = 0.05;  // for one step on a gradient averaged over the global batch
-  double momentum = 0.9;        // sgd
-  double weight_decay = 1e-4;   // sgd, adam: L2 added to the gradient; adamw: decoupled
+  double momentum = 0;          // sgd (torch.optim.SGD's default)
+  double weight_decay = 0;      // sgd, adam: L2 added to the gradient; adamw: decoupled
   double beta1 = 0.9;           // adam, adamw
   double beta2 = 0.999;
   double eps = 1e-8;

@@ -83,7 +83,7 @@ TEST_CASE("Options out of range are refused, naming the option") {
 TEST_CASE("The optimizer is described in torch.optim's words, every hyperparameter of its kind") {
   OptimizerOptions o;
   REQUIRE(DescribeOptimizer(o) ==
-          "SGD(lr=0.05, momentum=0.9, weight_decay=0.0001), clip_grad_norm=0, warmup_steps=0, schedule=constant");
+          "SGD(lr=0.05, momentum=0, weight_decay=0), clip_grad_norm=0, warmup_steps=0, schedule=constant");
   o.kind = OptimizerKind::kAdamW;
   o.learning_rate = 0.003;
   o.weight_decay = 0.01;
