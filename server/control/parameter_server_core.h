@@ -376,7 +376,7 @@ class ParameterServerCore : public DataPlane {
   // live workers' batches and paces); 0 for SGD or with the prediction off.
   double PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async Adam/AdamW with --adam_weight_prediction.
-  bool PredictsWeights() const {
+  bool PredictsWeights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return store_.options().kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
   }
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
