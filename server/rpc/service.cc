@@ -9,6 +9,7 @@
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "server/control/join_check.h"
+#include "server/rpc/shard_wire.h"
 
 namespace omnilearn {
 namespace server {
@@ -132,20 +133,12 @@ JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
 // cannot run (a worker of a later release), naming those it can.
 absl::StatusOr<WantedOptimizer> WantedOptimizerFrom(const v1::OptimizerSpec& p) {
   WantedOptimizer o;
-  switch (p.kind()) {
-    case v1::OPTIMIZER_KIND_SGD:
-      o.kind = OptimizerKind::kSgd;
-      break;
-    case v1::OPTIMIZER_KIND_ADAM:
-      o.kind = OptimizerKind::kAdam;
-      break;
-    case v1::OPTIMIZER_KIND_ADAMW:
-      o.kind = OptimizerKind::kAdamW;
-      break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("the worker's optimizer (kind ", static_cast<int>(p.kind()),
-                                                     ") is not one this server runs: SGD, Adam or AdamW"));
+  const std::optional<OptimizerKind> kind = OptimizerKindFromProto(p.kind());
+  if (!kind.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("the worker's optimizer (kind ", static_cast<int>(p.kind()),
+                                                   ") is not one this server runs: SGD, Adam or AdamW"));
   }
+  o.kind = *kind;
   o.lr = p.lr();
   o.momentum = p.momentum();
   o.weight_decay = p.weight_decay();

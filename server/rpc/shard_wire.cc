@@ -26,27 +26,30 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
   return p;
 }
 
-absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o) {
-  switch (p.optimizer()) {
+std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind) {
+  switch (kind) {
     case v1::OPTIMIZER_KIND_SGD:
-      o->kind = OptimizerKind::kSgd;
-      break;
+      return OptimizerKind::kSgd;
     case v1::OPTIMIZER_KIND_ADAM:
-      o->kind = OptimizerKind::kAdam;
-      break;
+      return OptimizerKind::kAdam;
     case v1::OPTIMIZER_KIND_ADAMW:
-      o->kind = OptimizerKind::kAdamW;
-      break;
-    case v1::OPTIMIZER_KIND_UNSPECIFIED: {  // a coordinator of an earlier release
-      absl::StatusOr<OptimizerKind> kind = ParseOptimizer(p.kind());
-      if (!kind.ok()) return kind.status();
-      o->kind = *kind;
-      break;
-    }
+      return OptimizerKind::kAdamW;
     default:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the coordinator's optimizer is %d, not one this shard knows: a coordinator of a later release?",
-          static_cast<int>(p.optimizer())));
+      return std::nullopt;
+  }
+}
+
+absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o) {
+  if (std::optional<OptimizerKind> kind = OptimizerKindFromProto(p.optimizer()); kind.has_value()) {
+    o->kind = *kind;
+  } else if (p.optimizer() == v1::OPTIMIZER_KIND_UNSPECIFIED) {  // a coordinator of an earlier release
+    absl::StatusOr<OptimizerKind> named = ParseOptimizer(p.kind());
+    if (!named.ok()) return named.status();
+    o->kind = *named;
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the coordinator's optimizer is %d, not one this shard knows: a coordinator of a later release?",
+        static_cast<int>(p.optimizer())));
   }
   o->momentum = p.momentum();
   o->weight_decay = p.weight_decay();

@@ -3,6 +3,8 @@
 #ifndef OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
 #define OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
 
+#include <optional>
+
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
@@ -17,6 +19,8 @@ namespace server {
 v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait);
 // InvalidArgument for an optimizer this release does not know.
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
+// The wire's optimizer kind as the store's; none for UNSPECIFIED or a kind of a later release.
+std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind);
 
 v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);
