@@ -3,7 +3,7 @@
 # CUDA LibTorch inside pip's torch wheel (deploy/requirements-torch.txt), with this machine's
 # CUDA toolkit (nvcc); then `--check_device=cuda` says there is no GPU and `--check_device=cpu`
 # works. Run by tests/run.sh, outside Bazel.
-#   tests/cuda_build_test.sh VENV [BUILD_DIR]   (VENV from deploy/install-torch-venv.sh;
+#   tests/cuda_build_test.sh VENV [BUILD_DIR]   (VENV from deploy/install-venv.sh torch;
 #                                               BUILD_DIR default build/cuda, git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/.."

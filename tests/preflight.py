@@ -4,11 +4,12 @@ installed by the project's own scripts.
     /usr/bin/python3 tests/preflight.py [--venv PYTHON]
 
 Reads deploy/python-modules.txt (module, provider, package) and checks, for Debian's
-/usr/bin/python3 (and with --venv, the pip venv's interpreter for the `pip` rows):
+/usr/bin/python3 (with --venv, the torch venv's interpreter for the `pip` rows; with
+--tf_venv, the TensorFlow venv's for the `pip-tensorflow` rows):
 1. every third-party module imported by a .py file of the checkout is in the table (so a new
    import cannot pass on a machine where its package was installed by hand);
-2. every package of the table is named by deploy/install-deps.sh (debian) or by
-   deploy/requirements-torch.txt (pip);
+2. every package of the table is named by deploy/install-deps.sh (debian),
+   deploy/requirements-torch.txt (pip) or deploy/requirements-tensorflow.txt (pip-tensorflow);
 3. every module of the table imports.
 Each failure names the module, the file that imports it and the package that provides it.
 Imports under `try: ... except ImportError` are optional and not required; an import of a
@@ -24,7 +25,8 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TABLE = ROOT / "deploy" / "python-modules.txt"
-INSTALLERS = {"debian": ROOT / "deploy" / "install-deps.sh", "pip": ROOT / "deploy" / "requirements-torch.txt"}
+INSTALLERS = {"debian": ROOT / "deploy" / "install-deps.sh", "pip": ROOT / "deploy" / "requirements-torch.txt",
+              "pip-tensorflow": ROOT / "deploy" / "requirements-tensorflow.txt"}
 SKIP_DIRS = {".git", "third_party"}
 
 
@@ -120,13 +122,16 @@ def check_imports(table, python, provider):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--venv", help="the pip venv's python: check the table's pip rows there too")
+    parser.add_argument("--venv", help="the torch venv's python: check the table's pip rows there too")
+    parser.add_argument("--tf_venv", help="the TensorFlow venv's python: check the pip-tensorflow rows there")
     args = parser.parse_args()
     table = read_table()
     errors = check_table_coverage(table) + check_installers(table)
     errors += check_imports(table, "/usr/bin/python3", "debian")
     if args.venv:
         errors += check_imports(table, args.venv, "pip")
+    if args.tf_venv:
+        errors += check_imports(table, args.tf_venv, "pip-tensorflow")
     for e in errors:
         print(f"preflight: {e}", file=sys.stderr)
     if errors:

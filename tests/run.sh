@@ -4,20 +4,24 @@
 #   ./tests/run.sh                all tests: Bazel (unit, multi-process, Slurm, soak), the unit
 #                                 tests and a multi-process test again under ASan+UBSan, the Python
 #                                 library and the users' models again on today's torch from pip, the
-#                                 CMake build, the CUDA build against pip's LibTorch, the clang
+#                                 Keras workers on TensorFlow from pip, the CMake build, the CUDA build against pip's LibTorch, the clang
 #                                 thread-safety build and the fuzzers
 #   ./tests/run.sh //server/...   a subset (Bazel target patterns only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 ./deploy/install-deps.sh || { echo "0 passed, 1 failed"; exit 1; }
-# Today's torch from pip (pinned, cached: a second run downloads nothing), beside Debian's 1.13.
+# Today's torch, and TensorFlow with Keras, from pip (pinned, cached: a second run downloads
+# nothing), each in a venv of its own, beside Debian's torch 1.13.
 venv=
+tf_venv=
 if [ $# -eq 0 ]; then
-  venv=$(./deploy/install-torch-venv.sh | tail -n 1) || { echo "0 passed, 1 failed"; exit 1; }
+  venv=$(./deploy/install-venv.sh torch | tail -n 1) || { echo "0 passed, 1 failed"; exit 1; }
+  tf_venv=$(./deploy/install-venv.sh tensorflow | tail -n 1) || { echo "0 passed, 1 failed"; exit 1; }
 fi
 # Every Python module the checkout imports is there and installed by the scripts above.
-/usr/bin/python3 tests/preflight.py ${venv:+--venv "$venv/bin/python"} || { echo "0 passed, 1 failed"; exit 1; }
+/usr/bin/python3 tests/preflight.py ${venv:+--venv "$venv/bin/python"} ${tf_venv:+--tf_venv "$tf_venv/bin/python"} ||
+  { echo "0 passed, 1 failed"; exit 1; }
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(//...)
@@ -61,6 +65,9 @@ if [ $# -eq 0 ]; then
   # torch.compile and bf16 autocast) again, on the pip venv's torch, protobuf and grpcio.
   bazel_tests --test_env=OMNILEARN_PYTHON="$venv/bin/python" -- //python:python_test //tests:users_models_test
   echo "torch from pip ($venv): $run_passed passed, $run_failed failed"
+  # Keras workers (tagged manual: they need this venv) on TensorFlow and Keras from pip.
+  bazel_tests --test_env=OMNILEARN_TF_PYTHON="$tf_venv/bin/python" -- //tests:keras_workers_test
+  echo "tensorflow from pip ($tf_venv): $run_passed passed, $run_failed failed"
   # The C++ worker built and linked against the CUDA LibTorch inside pip's wheel (no GPU needed).
   step cuda_build_test ./tests/cuda_build_test.sh "$venv"
   # The CMake build (GPU hosts) against Debian's LibTorch, with a short training run.

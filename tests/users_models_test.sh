@@ -15,7 +15,7 @@
 #    ReduceLROnPlateau, run by a server started with other flags, against torch.optim in one
 #    process on the same batches.
 # The workers run on OMNILEARN_PYTHON (Debian's /usr/bin/python3 and its torch 1.13 unless
-# set: tests/run.sh runs this test again on the pip venv of deploy/install-torch-venv.sh).
+# set: tests/run.sh runs this test again on the pip venv of deploy/install-venv.sh torch).
 source "$(dirname "$0")/e2e_lib.sh"
 PY=${OMNILEARN_PYTHON:-/usr/bin/python3}
 torch_version=$("$PY" -c 'import torch; print(torch.__version__)') || fail "$PY has no torch"

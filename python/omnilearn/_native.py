@@ -4,8 +4,25 @@ build of it. No slow fallback: without it the package stops at import and says w
 
 import importlib
 import importlib.util
+import os
 import pathlib
 import sys
+
+
+class _OwnLibraries:
+    """Within it, a library loaded binds to its own dependencies first (RTLD_DEEPBIND) when
+    TensorFlow is already loaded: TensorFlow makes its copies of gRPC, protobuf and Abseil
+    global (RTLD_GLOBAL), and the core, built against Debian's, would otherwise call into
+    them and crash. Without TensorFlow nothing changes (a sanitizer's runtime refuses
+    RTLD_DEEPBIND)."""
+
+    def __enter__(self):
+        self.flags = sys.getdlopenflags()
+        if "tensorflow" in sys.modules and hasattr(os, "RTLD_DEEPBIND"):
+            sys.setdlopenflags(self.flags | os.RTLD_DEEPBIND)
+
+    def __exit__(self, *exc):
+        sys.setdlopenflags(self.flags)
 
 
 def _load_core():
@@ -34,4 +51,5 @@ def _load_core():
     ) from error
 
 
-core = _load_core()
+with _OwnLibraries():
+    core = _load_core()

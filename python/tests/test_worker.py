@@ -19,7 +19,7 @@ from torch.nn import functional as F
 import fake_codec as codec
 from omnilearn import flat_model, models
 from omnilearn.run import free_port
-from omnilearn import _stubs, worker as worker_mod
+from omnilearn import _stubs, session as session_mod, worker as worker_mod
 from omnilearn.worker import ServerError, Worker
 
 pb2, pb2_grpc = _stubs.load()
@@ -207,9 +207,10 @@ class WorkerTest(unittest.TestCase):
         self.address = f"127.0.0.1:{port}"
         self.server.start()
         self.clock = FakeTime()
-        patcher = mock.patch.object(worker_mod, "time", self.clock)
-        patcher.start()
-        self.addCleanup(patcher.stop)
+        for module in (session_mod, worker_mod):  # the session's clock, and the arrival hooks'
+            patcher = mock.patch.object(module, "time", self.clock)
+            patcher.start()
+            self.addCleanup(patcher.stop)
         self.addCleanup(self.server.stop, None)
         self.x = torch.randn(64, 1, 28, 28)
         self.y = torch.randint(0, 10, (64,))
