@@ -116,6 +116,7 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const 
   }
   if (workers_.count(id)) return absl::AlreadyExistsError(absl::StrCat("worker ", id, " already added"));
   Worker w;
+  w.filter = StepFilter(options_.steps);
   w.min_batch = limits.min_batch > 0 ? limits.min_batch : options_.min_batch;
   w.max_batch = limits.max_batch > 0 ? limits.max_batch : options_.max_batch;
   if (limits.min_batch < 0 || limits.max_batch < 0 || w.max_batch < w.min_batch) {
@@ -167,10 +168,19 @@ absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
     it->second.link_sum += report.link_seconds;
     it->second.link_count += 1;
   }
-  Window& win = it->second.window[report.batch];
-  win.sum += report.compute_seconds;
-  win.sum_squares += report.compute_seconds * report.compute_seconds;
-  win.count += 1;
+  Worker& w = it->second;
+  std::vector<MeasuredStep> learn;
+  const int warmups_before = w.filter.warmup_dropped();
+  const StepVerdict verdict = w.filter.Judge(report.batch, report.compute_seconds, report.overran, &learn);
+  plan_.steps_warmup += w.filter.warmup_dropped() - warmups_before;
+  if (verdict == StepVerdict::kOverran) ++plan_.steps_overran;
+  if (verdict == StepVerdict::kOutlier) ++plan_.steps_outlier;
+  for (const MeasuredStep& step : learn) {
+    Window& win = w.window[step.batch];
+    win.sum += step.seconds;
+    win.sum_squares += step.seconds * step.seconds;
+    win.count += 1;
+  }
   return absl::OkStatus();
 }
 

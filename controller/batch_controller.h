@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "common/worker_id.h"
 #include "controller/plan_trial.h"
+#include "controller/step_filter.h"
 
 namespace omnilearn {
 namespace controller {
@@ -85,6 +86,9 @@ struct ControllerOptions {
   // change came from noise, a burst of slow steps), and the time histories from before the
   // change come back. A worker that really changed speed keeps the new plan.
   bool revert_worse_plans = true;
+  // Which steps are learnt from (StepFilter): not a worker's warm-up, not an emulated
+  // device's overrun, not an outlier against the worker's own recent steps.
+  StepFilterOptions steps;
 };
 
 struct WorkerLimits {
@@ -99,6 +103,8 @@ struct ComputeReport {
   // The worker's time on the link in an iteration: moving its gradient and its model, not
   // waiting for the others (0 = not known). It does not depend on the batch.
   double link_seconds = 0;
+  // The worker's emulated device overran in this step: its time is the host's, not the device's.
+  bool overran = false;
 };
 
 struct WorkerPlan {
@@ -119,6 +125,11 @@ struct BatchPlan {
   bool reverted = false;
   uint64_t reverts = 0;
   double predicted_spread = 1.0;  // of the plan, by the controller's time model
+  // Steps set aside by the StepFilter, by reason (a first step dropped as warm-up, an
+  // emulated device's overrun, an outlier against the worker's recent steps).
+  uint64_t steps_warmup = 0;
+  uint64_t steps_overran = 0;
+  uint64_t steps_outlier = 0;
 
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };
@@ -192,6 +203,7 @@ class BatchController {
     int64_t max_batch = 1;             // configured ceiling
     int64_t guard_max = 0;             // memory-guard ceiling, 0 = none
     int64_t remembered_batch = 0;      // kPaper: its batch before a restart, until the next Adjust
+    StepFilter filter{StepFilterOptions{}};  // which of its steps are learnt from
     std::map<int64_t, Window> window;  // reports since the last Adjust, by batch
     std::vector<Observation> history;  // newest last, distinct batches
     double last_window_seconds = 0;    // mean time of the last window (kPaper, trials)

@@ -177,8 +177,17 @@ TEST_CASE("our policy leaves a smaller residual spread than the paper's rule", "
   }
 }
 
-TEST_CASE("the paper rule moves b to b*tbar/t outside its dead-band only", "[controller]") {
+// Options that learn from every report as it comes (no StepFilter): for tests that feed a
+// rule one hand-made report at a time.
+ControllerOptions Unfiltered() {
   ControllerOptions opts;
+  opts.steps.judge_first = false;
+  opts.steps.factor = 0;
+  return opts;
+}
+
+TEST_CASE("the paper rule moves b to b*tbar/t outside its dead-band only", "[controller]") {
+  ControllerOptions opts = Unfiltered();
   opts.policy = Policy::kPaper;
   opts.global_batch = 200;
   auto c = BatchController::Create(opts);
@@ -220,8 +229,7 @@ TEST_CASE("out of memory lowers the worker's ceiling and training goes on", "[co
   const auto& last = rounds.back().batches;
   REQUIRE(last[2] > last[0] * 3 / 2);
 
-  ControllerOptions opts;
-  auto c = BatchController::Create(opts);
+  auto c = BatchController::Create(Unfiltered());
   REQUIRE(c.ok());
   REQUIRE(c->AddWorker(1).ok());
   REQUIRE(c->ReportOutOfMemory(1, 200).ok());

@@ -15,9 +15,11 @@ rejoin, stop), sends heartbeats, and rides out server restarts.
 
 The protocol is the C++ worker's own: omnilearn._core (python/src/core.cc) runs
 worker/session.h (join, rejoin, capped and jittered backoff for up to `reconnect_timeout`
-seconds per outage, heartbeats) over the C++ gRPC client. This module keeps the training
-loop's side: steps, timing, emulated devices, and the model's flat storage (FlatStorage),
-which the core sends from and receives into, releasing the GIL while it waits.
+seconds per outage, heartbeats) over the C++ gRPC client. omnilearn.session keeps the
+training loop's side that no framework changes (steps, timing, emulated devices, pushes);
+this module adds PyTorch's: the model's flat storage (FlatStorage), which the core sends
+from and receives into while the GIL is released, the hooks that time a step and stream
+its gradient, and the torch.optim object the server runs.
 """
 
 import time

@@ -109,3 +109,9 @@ def test_fit_needs_a_compiled_model():
         okeras.fit(cnn(), np.zeros((4, 8, 8, 1), np.float32), np.zeros(4, np.int64), server="127.0.0.1:1")
     with pytest.raises(ValueError, match="x holds 4 samples and y 3"):
         okeras._Batches(np.zeros((4, 1)), np.zeros(3))
+
+
+def test_tf_keras_model_is_taken_as_well():
+    """tf.keras (Keras 3 in TensorFlow 2.16 and later) builds models this module takes."""
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2, name="fc")])
+    assert [(n, b) for n, _, b in okeras.model_tensors(model)] == [("fc/kernel", False), ("fc/bias", False)]

@@ -1,0 +1,60 @@
+#include "controller/step_filter.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace omnilearn {
+namespace controller {
+
+StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn) {
+  if (overran) return StepVerdict::kOverran;
+  const MeasuredStep now{batch, seconds};
+  if (!first_seen_) {
+    first_seen_ = true;
+    if (options_.judge_first && options_.factor > 0) {
+      held_ = now;
+      return StepVerdict::kHeld;
+    }
+  }
+  const std::optional<double> bound = Bound(batch);
+  if (bound && seconds > options_.factor * *bound) {
+    if (++outliers_in_row_ < options_.run) return StepVerdict::kOutlier;
+    recent_.clear();  // a change of speed: the steps before it bound nothing any more
+  }
+  outliers_in_row_ = 0;
+  if (held_) JudgeHeld(now, learn);
+  Remember(now);
+  learn->push_back(now);
+  return StepVerdict::kAccepted;
+}
+
+void StepFilter::JudgeHeld(const MeasuredStep& now, std::vector<MeasuredStep>* learn) {
+  const MeasuredStep first = *held_;
+  held_.reset();
+  if (first.batch <= now.batch && first.seconds > options_.factor * now.seconds) {
+    ++warmup_dropped_;
+    return;
+  }
+  Remember(first);
+  learn->push_back(first);
+}
+
+std::optional<double> StepFilter::Bound(int64_t batch) const {
+  if (options_.factor <= 0) return std::nullopt;
+  std::vector<double> times;
+  for (const MeasuredStep& s : recent_) {
+    if (s.batch >= batch) times.push_back(s.seconds);
+  }
+  if (static_cast<int>(times.size()) < options_.min_window) return std::nullopt;
+  const size_t mid = times.size() / 2;
+  std::nth_element(times.begin(), times.begin() + mid, times.end());
+  return times[mid];
+}
+
+void StepFilter::Remember(const MeasuredStep& step) {
+  recent_.push_back(step);
+  while (static_cast<int>(recent_.size()) > options_.window) recent_.pop_front();
+}
+
+}  // namespace controller
+}  // namespace omnilearn
