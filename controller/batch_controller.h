@@ -200,13 +200,13 @@ class BatchController {
   };
   struct Worker {
     int64_t min_batch = 1;
-    int64_t max_batch = 1;             // configured ceiling
-    int64_t guard_max = 0;             // memory-guard ceiling, 0 = none
-    int64_t remembered_batch = 0;      // kPaper: its batch before a restart, until the next Adjust
+    int64_t max_batch = 1;                   // configured ceiling
+    int64_t guard_max = 0;                   // memory-guard ceiling, 0 = none
+    int64_t remembered_batch = 0;            // kPaper: its batch before a restart, until the next Adjust
     StepFilter filter{StepFilterOptions{}};  // which of its steps are learnt from
-    std::map<int64_t, Window> window;  // reports since the last Adjust, by batch
-    std::vector<Observation> history;  // newest last, distinct batches
-    double last_window_seconds = 0;    // mean time of the last window (kPaper, trials)
+    std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
+    std::vector<Observation> history;        // newest last, distinct batches
+    double last_window_seconds = 0;          // mean time of the last window (kPaper, trials)
     int64_t last_window_batch = 0;
     bool window_fresh = false;  // the last Adjust's window had reports
     double link_sum = 0;        // link times reported since the last Adjust

@@ -21,6 +21,11 @@ ABSL_FLAG(std::string, schedule, "", "speed changes, round:worker:speed,... (wor
 ABSL_FLAG(std::string, oom_batches, "", "per worker, batches above this run out of memory (0 = none)");
 ABSL_FLAG(double, samples_per_second, 1000, "throughput of a speed-1 worker");
 ABSL_FLAG(uint64_t, seed, 1, "random seed of the noise");
+ABSL_FLAG(double, first_step_factor, 1, "each worker's first step takes this many times its time (a compile step)");
+ABSL_FLAG(std::string, load_probability, "",
+          "per worker, the probability that its host slows a step --load_factor times (a server beside it)");
+ABSL_FLAG(double, load_factor, 3, "how much a loaded host slows a step");
+ABSL_FLAG(bool, load_overruns, true, "a step its host slowed says its emulated device overran");
 
 namespace omnilearn {
 namespace controller {
@@ -33,7 +38,12 @@ int Run() {
   auto controller = ControllerFromFlags();
   absl::StatusOr<std::vector<double>> links = std::vector<double>{};
   if (!absl::GetFlag(FLAGS_link_ms).empty()) links = ParseSpeeds(absl::GetFlag(FLAGS_link_ms), /*allow_zero=*/true);
-  for (const absl::Status& s : {speeds.status(), schedule.status(), controller.status(), links.status()}) {
+  absl::StatusOr<std::vector<double>> load = std::vector<double>{};
+  if (!absl::GetFlag(FLAGS_load_probability).empty()) {
+    load = ParseSpeeds(absl::GetFlag(FLAGS_load_probability), /*allow_zero=*/true);
+  }
+  for (const absl::Status& s :
+       {speeds.status(), schedule.status(), controller.status(), links.status(), load.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "simulate: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -55,6 +65,10 @@ int Run() {
   o.iterations_per_adjustment = controller->adjust_every;
   o.samples_per_second = absl::GetFlag(FLAGS_samples_per_second);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.first_step_factor = absl::GetFlag(FLAGS_first_step_factor);
+  o.load_probability = *load;
+  o.load_factor = absl::GetFlag(FLAGS_load_factor);
+  o.load_overruns = absl::GetFlag(FLAGS_load_overruns);
   o.controller = controller->options;
   for (double ms : *links) o.link_seconds.push_back(ms / 1000);
   auto rounds = Simulate(o);

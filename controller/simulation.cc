@@ -35,6 +35,15 @@ absl::Status CheckSimulationOptions(const SimulationOptions& options) {
   for (double l : options.link_seconds) {
     if (!(l >= 0)) return absl::InvalidArgumentError("link seconds must be >= 0");
   }
+  if (!options.load_probability.empty() && options.load_probability.size() != n) {
+    return absl::InvalidArgumentError("load_probability needs one value per worker");
+  }
+  for (double p : options.load_probability) {
+    if (!(p >= 0 && p <= 1)) return absl::InvalidArgumentError("a load probability must be in [0, 1]");
+  }
+  if (!(options.first_step_factor >= 1) || !(options.load_factor >= 1)) {
+    return absl::InvalidArgumentError("first_step_factor and load_factor must be >= 1");
+  }
   for (const SpeedChange& c : options.schedule) {
     if (c.worker < 0 || static_cast<size_t>(c.worker) >= n || !(c.speed > 0)) {
       return absl::InvalidArgumentError(absl::StrCat("bad schedule entry for worker ", c.worker));
@@ -42,6 +51,34 @@ absl::Status CheckSimulationOptions(const SimulationOptions& options) {
   }
   return absl::OkStatus();
 }
+
+// What a worker's host does to one step: a factor on its time, and whether its emulated
+// device overran.
+struct HostEffect {
+  double factor = 1;
+  bool overran = false;
+};
+
+// The hosts' disturbances (SimulationOptions), on a random stream apart from the devices'
+// noise: runs without them draw the same noise as before.
+class Hosts {
+ public:
+  explicit Hosts(const SimulationOptions& o) : o_(o), rng_(o.seed ^ 0x9e3779b97f4a7c15ull) {}
+  HostEffect Next(size_t worker, bool first_step) {
+    HostEffect e;
+    if (first_step) e.factor *= o_.first_step_factor;
+    if (!o_.load_probability.empty() && uniform_(rng_) < o_.load_probability[worker]) {
+      e.factor *= o_.load_factor;
+      e.overran = o_.load_overruns;
+    }
+    return e;
+  }
+
+ private:
+  const SimulationOptions& o_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+};
 
 }  // namespace
 
@@ -58,6 +95,7 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
   std::mt19937_64 rng(options.seed);
   std::normal_distribution<double> gauss(0.0, 1.0);
   std::vector<SimulationRound> out;
+  Hosts hosts(options);
   for (int r = 0; r <= options.rounds; ++r) {
     for (const SpeedChange& c : options.schedule) {
       if (c.round == r) speeds[c.worker] = c.speed;
@@ -78,11 +116,13 @@ absl::StatusOr<std::vector<SimulationRound>> Simulate(const SimulationOptions& o
           if (absl::Status s = controller.ReportOutOfMemory(k, row.batches[k]); !s.ok()) return s;
           continue;
         }
-        const double t = row.true_seconds[k] * std::max(0.05, 1 + options.noise * gauss(rng));
+        double t = row.true_seconds[k] * std::max(0.05, 1 + options.noise * gauss(rng));
         // (No draw for a worker without a link: runs without links see the same noise as before.)
         const double l = link(k) > 0 ? link(k) * std::max(0.05, 1 + options.noise * gauss(rng)) : 0;
+        const HostEffect host = hosts.Next(k, r == 0 && i == 0);
+        t *= host.factor;
         row.measured_seconds[k] += t / options.iterations_per_adjustment;
-        if (absl::Status s = controller.Report(k, {row.batches[k], t, l}); !s.ok()) return s;
+        if (absl::Status s = controller.Report(k, {row.batches[k], t, l, host.overran}); !s.ok()) return s;
       }
     }
     row.true_spread = Spread(row.true_seconds);

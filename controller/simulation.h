@@ -36,6 +36,15 @@ struct SimulationOptions {
   // Per worker: batches above this run out of memory (0 = no limit).
   std::vector<int64_t> oom_batches;
   uint64_t seed = 1;
+  // What hosts do that devices do not (drawn from a random stream of their own):
+  // each worker's first step takes this many times its time (compilation, caches; 1: none),
+  double first_step_factor = 1;
+  // and, per worker, this probability that a step is slowed `load_factor` times by its host
+  // (a server beside it taking the cores). Such a step overran its emulated device and says
+  // so when `load_overruns`. Empty: no load.
+  std::vector<double> load_probability;
+  double load_factor = 3;
+  bool load_overruns = true;
   ControllerOptions controller;
 };
 

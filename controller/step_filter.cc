@@ -7,7 +7,7 @@ namespace omnilearn {
 namespace controller {
 
 StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn) {
-  if (overran) return StepVerdict::kOverran;
+  if (overran && options_.set_aside_overruns) return StepVerdict::kOverran;
   const MeasuredStep now{batch, seconds};
   if (!first_seen_) {
     first_seen_ = true;
@@ -18,10 +18,13 @@ StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::
   }
   const std::optional<double> bound = Bound(batch);
   if (bound && seconds > options_.factor * *bound) {
-    if (++outliers_in_row_ < options_.run) return StepVerdict::kOutlier;
-    recent_.clear();  // a change of speed: the steps before it bound nothing any more
+    run_.push_back(now);
+    if (static_cast<int>(run_.size()) < options_.run) return StepVerdict::kOutlier;
+    // A change of speed: the steps before it bound nothing any more, the run's own do. The
+    // run's earlier steps stay unlearnt (a change is learnt from the step that shows it).
+    recent_.assign(run_.begin(), run_.end() - 1);
   }
-  outliers_in_row_ = 0;
+  run_.clear();
   if (held_) JudgeHeld(now, learn);
   Remember(now);
   learn->push_back(now);

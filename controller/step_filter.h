@@ -10,7 +10,7 @@
 // fall as the batch grows). A step at a batch larger than the recent ones is not judged: a
 // memory limit (a batch that thrashes) shows there first, and the controller's memory guard
 // must see it. A run of `run` outliers in a row is a change of speed (a device that slowed
-// down), not noise: that step is accepted and the recent steps start again from it. Faster
+// down), not noise: that step is accepted and the recent steps start again from the run's. Faster
 // is never an outlier: a device that sped up is learnt at once.
 //
 // Pure: no clock, no threads. One per worker.
@@ -26,11 +26,21 @@ namespace omnilearn {
 namespace controller {
 
 struct StepFilterOptions {
-  bool judge_first = true;  // the first step waits for the second, and is dropped when an outlier
-  double factor = 2.0;      // an outlier is slower than factor x its bound (0: no outlier tests)
-  int run = 2;              // this many outliers in a row are a change of speed
-  int window = 8;           // recent accepted steps the bound is taken over (their median)
-  int min_window = 3;       // the outlier test needs this many recent steps at batches >= the step's
+  bool set_aside_overruns = true;  // an emulated device's overrun is not learnt from
+  bool judge_first = true;         // the first step waits for the second, and is dropped when an outlier
+  double factor = 2.0;             // an outlier is slower than factor x its bound (0: no outlier tests)
+  int run = 4;                     // this many outliers in a row are a change of speed
+  int window = 8;                  // recent accepted steps the bound is taken over (their median)
+  int min_window = 3;              // the outlier test needs this many recent steps at batches >= the step's
+
+  // Every step learnt from, as it comes.
+  static StepFilterOptions Off() {
+    StepFilterOptions o;
+    o.set_aside_overruns = false;
+    o.judge_first = false;
+    o.factor = 0;
+    return o;
+  }
 };
 
 // Of the step just judged: learnt from (accepted), held (the first, until the second is
@@ -67,7 +77,7 @@ class StepFilter {
   std::optional<MeasuredStep> held_;  // the first step, until a second is accepted
   bool first_seen_ = false;
   int warmup_dropped_ = 0;
-  int outliers_in_row_ = 0;
+  std::vector<MeasuredStep> run_;    // the outliers in a row so far
   std::deque<MeasuredStep> recent_;  // accepted, newest last
 };
 

@@ -1,8 +1,7 @@
 #include "controller/step_filter.h"
 
-#include <vector>
-
 #include <catch2/catch.hpp>
+#include <vector>
 
 namespace omnilearn {
 namespace controller {
@@ -59,13 +58,14 @@ TEST_CASE("an emulated device's overrun is the host's time, not the device's") {
 }
 
 TEST_CASE("a slow outlier is set aside; a run of them is a change of speed") {
+  const int run = StepFilterOptions{}.run;
   StepFilter f = Steady(32, 0.3, 6);
   CHECK(Judge(f, 32, 1.0) == StepVerdict::kOutlier);
   CHECK(Judge(f, 32, 0.31) == StepVerdict::kAccepted);  // the run is broken
-  CHECK(Judge(f, 32, 1.0) == StepVerdict::kOutlier);
-  CHECK(Judge(f, 32, 1.0) == StepVerdict::kAccepted);  // the second in a row: it slowed down
-  for (int i = 0; i < 2; ++i) CHECK(Judge(f, 32, 1.0) == StepVerdict::kAccepted);
-  CHECK(Judge(f, 32, 2.5) == StepVerdict::kOutlier);  // the new speed bounds the next steps
+  for (int i = 1; i < run; ++i) CHECK(Judge(f, 32, 1.0) == StepVerdict::kOutlier);
+  CHECK(Judge(f, 32, 1.0) == StepVerdict::kAccepted);  // the run is long enough: it slowed down
+  CHECK(Judge(f, 32, 1.1) == StepVerdict::kAccepted);  // the run's steps bound the next at once
+  CHECK(Judge(f, 32, 2.5) == StepVerdict::kOutlier);
 }
 
 TEST_CASE("the bound comes from steps at batches at least as large") {

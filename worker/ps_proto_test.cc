@@ -89,6 +89,11 @@ TEST_CASE("a push's accuracy is sent only when measured; its reply comes back wh
   REQUIRE(h.report_only());
   REQUIRE_FALSE(TrailerOf(StepEnd{1, 2, std::nullopt}).has_test_accuracy());
   REQUIRE(TrailerOf(StepEnd{1, 2, 0.75}).test_accuracy() == 0.75);
+  // The trailer counts the step's own overrun (the header went before the step ran).
+  StepEnd overran{1, 2, std::nullopt};
+  REQUIRE_FALSE(TrailerOf(overran).has_emulation_overruns());
+  overran.emulation_overruns = 3;
+  REQUIRE(TrailerOf(overran).emulation_overruns() == 3);
 
   v1::PushResponse resp;
   resp.set_action(v1::ACTION_REJOIN);

@@ -109,6 +109,8 @@ struct StepEnd {
   // Each param group's rate when the worker's scheduler changed it since the last push
   // (PushHeader.group_lr); empty: unchanged.
   std::vector<double> group_lr;
+  // The worker's emulated steps that overran so far, this one counted (unset: no emulated device).
+  std::optional<uint64_t> emulation_overruns;
 };
 
 // A step as pushed with its gradient.

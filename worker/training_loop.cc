@@ -165,7 +165,8 @@ absl::StatusOr<PushOutcome> TrainingLoop::Exchange(int64_t batch, const StepResu
     report.end.test_accuracy = pending_accuracy_;
     return session_->PushPull(report, grad_, absl::MakeSpan(weights_), reply, changed);
   }
-  const StepEnd end{step.compute_seconds, step.loss, pending_accuracy_};
+  StepEnd end{step.compute_seconds, step.loss, pending_accuracy_};
+  end.emulation_overruns = timing_->overruns();  // this step's overrun counted (the header's is older)
   return session_->FinishPushPull(std::move(push), end, absl::MakeSpan(weights_), reply, changed);
 }
 

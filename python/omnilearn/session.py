@@ -437,7 +437,8 @@ class WorkerSession:
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
         end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=loss, test_accuracy=test_accuracy,
-                            group_lr=self._changed_rates())
+                            group_lr=self._changed_rates(),
+                            emulation_overruns=self._overruns() if self.emulation is not None else None)
         self._before_send()
         if test_accuracy is not None:
             self.metrics.accuracy(test_accuracy)

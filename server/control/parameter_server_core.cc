@@ -363,6 +363,9 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.last_version = info.version;
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
+  // The device emulation overran in this step: its time is the host's (the count is the
+  // worker's own, from its start; a worker that joined again starts over).
+  const bool overran = info.emulation_overruns > w.emulation_overruns;
   w.emulation_overruns = info.emulation_overruns;
   metrics_.worker_emulation_overruns.Add({w.name}).Set(static_cast<double>(info.emulation_overruns));
   stats_.Trained(info.batch, info.train_loss);
@@ -375,7 +378,16 @@ void ParameterServerCore::Account(const PushInfo& info) {
     link = std::max(0.0, info.communication_seconds - std::max(w.last_wait_seconds, info.shard_held_seconds));
     metrics_.worker_link_seconds.Add({w.name}).Observe(link);
   }
-  (void)controller_.Report(info.id, {info.batch, info.compute_seconds, link});
+  ReportStep(info.id, {info.batch, info.compute_seconds, link, overran});
+}
+
+void ParameterServerCore::ReportStep(WorkerId id, const controller::ComputeReport& report) {
+  const controller::BatchPlan& plan = controller_.plan();
+  const uint64_t warmup = plan.steps_warmup, overran = plan.steps_overran, outlier = plan.steps_outlier;
+  (void)controller_.Report(id, report);
+  metrics_.steps_set_aside.Add({"warmup"}).Increment(static_cast<double>(plan.steps_warmup - warmup));
+  metrics_.steps_set_aside.Add({"overran"}).Increment(static_cast<double>(plan.steps_overran - overran));
+  metrics_.steps_set_aside.Add({"outlier"}).Increment(static_cast<double>(plan.steps_outlier - outlier));
 }
 
 void ParameterServerCore::RecordAccuracy(const PushInfo& info) {

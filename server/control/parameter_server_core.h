@@ -308,6 +308,8 @@ class ParameterServerCore : public DataPlane {
   void Readmit(Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   size_t LiveCount() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return workers_.LiveCount(); }
   void Account(const PushInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One step's time to the controller, and the steps it set aside to the metrics.
+  void ReportStep(WorkerId id, const controller::ComputeReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Event(const std::string& line) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Samples trained / the data set's size (0 without a data set).
   double Epoch() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -479,6 +479,51 @@ TEST_CASE("the first plan comes after two rounds, the later ones every adjust_ev
   REQUIRE(core->Snapshot().adjustments == 2);  // then every 10 rounds
 }
 
+// Two identical devices; b's host is loaded (a server beside it takes the cores), so its
+// real compute overruns its emulated time 3x. The overrun steps do not move the plan;
+// the same times without the overrun flag do (the contrast).
+TEST_CASE("steps whose emulated device overran do not move the plan", "[core][controller]") {
+  for (const bool flagged : {true, false}) {
+    CAPTURE(flagged);
+    ServerOptions o = Options(Mode::kSync, 2);
+    o.controller.global_batch = 30;
+    o.controller.policy = controller::Policy::kOmniLearn;
+    o.adjust_every = 2;
+    auto core = *ParameterServerCore::Create(o);
+    JoinResult a, b;
+    std::thread joiner([&] { a = *core->Join(Info("a", true), Soon()); });
+    AwaitState([&] { return core->Snapshot().parameter_count > 0; });
+    b = *core->Join(Info("b", false), Soon());
+    joiner.join();
+    uint64_t overruns = 0;
+    for (int r = 0; r < 12; ++r) {
+      const uint64_t version = core->Snapshot().version;
+      const int64_t batch_a = WorkerOf(core->Snapshot(), a.id).batch;
+      const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
+      PushInfo pa = Grad(a.id, batch_a, version);
+      pa.compute_seconds = 0.01 * static_cast<double>(batch_a);
+      PushInfo pb = Grad(b.id, batch_b, version);
+      const bool loaded = r >= 4;  // the load comes once the plan has settled
+      pb.compute_seconds = 0.01 * static_cast<double>(batch_b) * (loaded ? 3 : 1);
+      if (loaded && flagged) ++overruns;
+      pb.emulation_overruns = overruns;
+      std::thread first([&] { REQUIRE(core->Push(pa, std::vector<float>(kParams, 0.0f), Soon()).ok()); });
+      AwaitState([&] { return AppliedPushes(*core) % 2 == 1; });
+      REQUIRE(core->Push(pb, std::vector<float>(kParams, 0.0f), Soon()).ok());
+      first.join();
+    }
+    const ServerSnapshot s = core->Snapshot();
+    if (flagged) {
+      CHECK(WorkerOf(s, a.id).batch == 15);
+      CHECK(WorkerOf(s, b.id).batch == 15);
+      CHECK(core->registry().Serialize().find("omnilearn_controller_steps_set_aside_total{reason=\"overran\"} 8\n") !=
+            std::string::npos);
+    } else {
+      CHECK(WorkerOf(s, b.id).batch < 10);  // 3x slower: about a quarter of the global batch
+    }
+  }
+}
+
 // Three sync workers of different speeds push exactly the samples they were assigned,
 // while the controller moves their batches.
 TEST_CASE("sync: every sample of an epoch is trained exactly once, whatever the batches", "[core][samples]") {

@@ -49,6 +49,12 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
                                 "Plans the controller took back: their first rounds delivered less than the plan "
                                 "before, and the workers' times were as before the change (noise).")
                        .Add({})),
+      steps_set_aside(r.AddCounter("omnilearn_controller_steps_set_aside_total",
+                                   "Steps the batch controller did not learn from, by reason: warmup (a worker's "
+                                   "first step, an outlier against its second), overran (the worker's emulated "
+                                   "device overran: the host's time), outlier (slower than twice the worker's "
+                                   "recent steps at batches as large).",
+                                   {"reason"})),
       workers(r.AddGauge("omnilearn_workers", "Workers by state (active, pending, dropped, left).", {"state"})),
       train_loss(r.AddGauge("omnilearn_train_loss", "Training loss in the last push.").Add({})),
       test_accuracy(r.AddGauge("omnilearn_test_accuracy", "Last test accuracy a worker reported (0..1).")),

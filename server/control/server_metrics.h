@@ -30,7 +30,8 @@ struct ServerMetrics {
   metrics::Histogram& staleness;
   metrics::Counter& adjustments;
   metrics::Counter& plan_reverts;
-  metrics::Family<metrics::Gauge>& workers;  // {state}
+  metrics::Family<metrics::Counter>& steps_set_aside;  // {reason}
+  metrics::Family<metrics::Gauge>& workers;            // {state}
   metrics::Gauge& train_loss;
   // Series of their own only once a figure exists: absent before, never a made-up 0.
   metrics::Family<metrics::Gauge>& test_accuracy;

@@ -188,6 +188,9 @@ absl::StatusOr<std::vector<float>> SliceService::ReadGradient(Stream* stream, St
       info->compute_seconds = msg.message().trailer().compute_seconds();
       info->train_loss = msg.message().trailer().train_loss();
       if (msg.message().trailer().has_test_accuracy()) info->test_accuracy = msg.message().trailer().test_accuracy();
+      if (msg.message().trailer().has_emulation_overruns()) {
+        info->emulation_overruns = msg.message().trailer().emulation_overruns();
+      }
       const auto& rates = msg.message().trailer().group_lr();
       if (!rates.empty()) info->group_lr.assign(rates.begin(), rates.end());
     } else {
