@@ -175,7 +175,8 @@ def describe_optimizer(optimizer) -> dict:
     if kind is None or not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"the server cannot run {type(optimizer).__module__}.{type(optimizer).__qualname__}: it runs "
                          "keras.optimizers.SGD (learning_rate, momentum, weight_decay), Adam and AdamW "
-                         "(learning_rate, beta_1, beta_2, epsilon, weight_decay)")
+                         "(learning_rate, beta_1, beta_2, epsilon, weight_decay); or pass optimizer=None (to "
+                         "Worker or fit) to run the server's --optimizer flags")
     for option in _UNSUPPORTED:
         if getattr(optimizer, option, None) is not None:
             raise ValueError(f"{type(optimizer).__name__}({option}=...): the server does not run it here "
@@ -319,12 +320,16 @@ class _Progress:
         return logs
 
 
+_COMPILED = object()  # fit()'s optimizer: the compiled model's
+
+
 def fit(model, x, y=None, *, server: Optional[str] = None, epochs: float = 1, validation_data=None,
-        verbose: int = 1, **options):
+        verbose: int = 1, optimizer=_COMPILED, **options):
     """Trains a compiled keras.Model as an OmniLearn worker, as model.fit would, with the
     server's batch sizes and sample assignment: `x` and `y` are arrays (anything indexed
     by an array of sample ids), or `x` alone a source whose source[ids] is (x, y). The
-    compiled loss and metrics are computed; the compiled optimizer runs on the server.
+    compiled loss and metrics are computed; the compiled optimizer runs on the server
+    (`optimizer`: another Keras optimizer, or None for the server's --optimizer flags).
     Each epoch of the job ends with a line of its metrics (and validation_data's, whose
     accuracy is reported to the server as the job's). Returns a keras.callbacks.History.
     `options`: the Worker's (name, emulate_device, ...)."""
@@ -333,8 +338,9 @@ def fit(model, x, y=None, *, server: Optional[str] = None, epochs: float = 1, va
         raise ValueError("fit() needs a compiled model: model.compile(optimizer=..., loss=..., metrics=[...])")
     step_fn = _train_step(model)
     progress = _Progress(model, epochs, verbose)
-    with Worker(server, model, optimizer=model.optimizer, dataset_size=data.size, epochs=epochs,
-                **options) as worker:
+    if optimizer is _COMPILED:
+        optimizer = model.optimizer
+    with Worker(server, model, optimizer=optimizer, dataset_size=data.size, epochs=epochs, **options) as worker:
         epoch, batch = None, 0
         for step in worker:
             if epoch is not None and step.epoch != epoch:

@@ -115,3 +115,10 @@ def test_tf_keras_model_is_taken_as_well():
     """tf.keras (Keras 3 in TensorFlow 2.16 and later) builds models this module takes."""
     model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(2, name="fc")])
     assert [(n, b) for n, _, b in okeras.model_tensors(model)] == [("fc/kernel", False), ("fc/bias", False)]
+
+
+def test_fit_refuses_an_optimizer_the_server_does_not_run_and_says_what_to_do():
+    model = cnn()
+    model.compile(optimizer="rmsprop", loss="mse")  # Keras's default
+    with pytest.raises(ValueError, match="optimizer=None"):
+        okeras.fit(model, np.zeros((4, 8, 8, 1), np.float32), np.zeros((4, 3), np.float32), server="127.0.0.1:1")
