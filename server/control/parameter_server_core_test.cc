@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -447,17 +448,29 @@ TEST_CASE("a crashed worker's name is free again once its lease expired", "[core
   REQUIRE(core->Join(Info("a", false), clock.Now() + absl::Seconds(1)).ok());
 }
 
-TEST_CASE("the first plan comes after two rounds, the later ones every adjust_every", "[core][controller]") {
+// Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
+ServerOptions TwoPlanned(int every) {
   ServerOptions o = Options(Mode::kSync, 2);
   o.controller.global_batch = 30;
   o.controller.policy = controller::Policy::kOmniLearn;
-  o.adjust_every = 10;
-  auto core = *ParameterServerCore::Create(o);
+  o.adjust_every = every;
+  return o;
+}
+
+// Joins "a" (with the model) and "b": both wait for the start.
+std::pair<JoinResult, JoinResult> JoinTwo(ParameterServerCore& core) {
   JoinResult a, b;
-  std::thread joiner([&] { a = *core->Join(Info("a", true), Soon()); });  // both wait for the start
-  AwaitState([&] { return core->Snapshot().parameter_count > 0; });
-  b = *core->Join(Info("b", false), Soon());
+  std::thread joiner([&] { a = *core.Join(Info("a", true), Soon()); });
+  AwaitState([&] { return core.Snapshot().parameter_count > 0; });
+  b = *core.Join(Info("b", false), Soon());
   joiner.join();
+  return {a, b};
+}
+
+TEST_CASE("the first plan comes after two rounds, the later ones every adjust_every", "[core][controller]") {
+  auto core = *ParameterServerCore::Create(TwoPlanned(10));
+  JoinResult a, b;
+  std::tie(a, b) = JoinTwo(*core);
   auto round = [&] {
     const uint64_t version = core->Snapshot().version;
     std::thread first(
@@ -485,16 +498,9 @@ TEST_CASE("the first plan comes after two rounds, the later ones every adjust_ev
 TEST_CASE("steps whose emulated device overran do not move the plan", "[core][controller]") {
   for (const bool flagged : {true, false}) {
     CAPTURE(flagged);
-    ServerOptions o = Options(Mode::kSync, 2);
-    o.controller.global_batch = 30;
-    o.controller.policy = controller::Policy::kOmniLearn;
-    o.adjust_every = 2;
-    auto core = *ParameterServerCore::Create(o);
+    auto core = *ParameterServerCore::Create(TwoPlanned(2));
     JoinResult a, b;
-    std::thread joiner([&] { a = *core->Join(Info("a", true), Soon()); });
-    AwaitState([&] { return core->Snapshot().parameter_count > 0; });
-    b = *core->Join(Info("b", false), Soon());
-    joiner.join();
+    std::tie(a, b) = JoinTwo(*core);
     uint64_t overruns = 0;
     for (int r = 0; r < 12; ++r) {
       const uint64_t version = core->Snapshot().version;
