@@ -2,11 +2,13 @@
 //   bazel run //controller:simulate -- --speeds=1,1,2,4 --noise=0.05 --policy=omnilearn
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/flag_checks.h"
 #include "controller/controller_flags.h"
@@ -31,34 +33,40 @@ namespace omnilearn {
 namespace controller {
 namespace {
 
-int Run() {
-  SimulationOptions o;
-  auto speeds = ParseSpeeds(absl::GetFlag(FLAGS_speeds));
-  auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
-  auto controller = ControllerFromFlags();
-  absl::StatusOr<std::vector<double>> links = std::vector<double>{};
-  if (!absl::GetFlag(FLAGS_link_ms).empty()) links = ParseSpeeds(absl::GetFlag(FLAGS_link_ms), /*allow_zero=*/true);
-  absl::StatusOr<std::vector<double>> load = std::vector<double>{};
-  if (!absl::GetFlag(FLAGS_load_probability).empty()) {
-    load = ParseSpeeds(absl::GetFlag(FLAGS_load_probability), /*allow_zero=*/true);
-  }
-  for (const absl::Status& s :
-       {speeds.status(), schedule.status(), controller.status(), links.status(), load.status()}) {
-    if (!s.ok()) {
-      std::fprintf(stderr, "simulate: %s\n", std::string(s.message()).c_str());
-      return 2;
-    }
-  }
+// A list flag of numbers >= 0 ("" = none).
+absl::StatusOr<std::vector<double>> OptionalList(const std::string& text) {
+  if (text.empty()) return std::vector<double>{};
+  return ParseSpeeds(text, /*allow_zero=*/true);
+}
+
+absl::StatusOr<std::vector<int64_t>> OomBatches() {
+  std::vector<int64_t> out;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_oom_batches), ',', absl::SkipWhitespace())) {
     int64_t v;
     if (!absl::SimpleAtoi(part, &v) || v < 0) {
-      std::fprintf(stderr, "simulate: bad --oom_batches entry '%s'\n", std::string(part).c_str());
-      return 2;
+      return absl::InvalidArgumentError(absl::StrCat("bad --oom_batches entry '", part, "'"));
     }
-    o.oom_batches.push_back(v);
+    out.push_back(v);
   }
+  return out;
+}
+
+// The simulation the flags describe.
+absl::StatusOr<SimulationOptions> OptionsFromFlags() {
+  auto speeds = ParseSpeeds(absl::GetFlag(FLAGS_speeds));
+  auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
+  auto controller = ControllerFromFlags();
+  auto links = OptionalList(absl::GetFlag(FLAGS_link_ms));
+  auto load = OptionalList(absl::GetFlag(FLAGS_load_probability));
+  auto oom = OomBatches();
+  for (const absl::Status& s :
+       {speeds.status(), schedule.status(), controller.status(), links.status(), load.status(), oom.status()}) {
+    if (!s.ok()) return s;
+  }
+  SimulationOptions o;
   o.speeds = *speeds;
   o.schedule = *schedule;
+  o.oom_batches = *oom;
   o.noise = absl::GetFlag(FLAGS_noise);
   o.overhead_seconds = absl::GetFlag(FLAGS_overhead_ms) / 1000.0;
   o.rounds = absl::GetFlag(FLAGS_rounds);
@@ -71,17 +79,16 @@ int Run() {
   o.load_overruns = absl::GetFlag(FLAGS_load_overruns);
   o.controller = controller->options;
   for (double ms : *links) o.link_seconds.push_back(ms / 1000);
-  auto rounds = Simulate(o);
-  if (!rounds.ok()) {
-    std::fprintf(stderr, "simulate: %s\n", std::string(rounds.status().message()).c_str());
-    return 2;
-  }
+  return o;
+}
+
+void Print(const SimulationOptions& o, const std::vector<SimulationRound>& rounds) {
   std::printf("controller=%s workers=%zu global_batch=%ld noise=%.3f overhead_ms=%.1f adjust_every=%d\n",
               PolicyName(o.controller.policy).c_str(), o.speeds.size(), o.controller.global_batch, o.noise,
               absl::GetFlag(FLAGS_overhead_ms), o.iterations_per_adjustment);
   std::printf("spread = max(t)/min(t) of the round's measured mean compute times; ideal = without noise%s\n",
               o.link_seconds.empty() ? "" : "; iteration = ideal compute + link");
-  for (const SimulationRound& r : *rounds) {
+  for (const SimulationRound& r : rounds) {
     std::printf("adj %3d |", r.round);
     for (size_t k = 0; k < r.batches.size(); ++k) {
       std::printf(" w%zu b=%4ld t=%7.2fms |", k, r.batches[k], 1000 * r.measured_seconds[k]);
@@ -90,6 +97,19 @@ int Run() {
     if (!o.link_seconds.empty()) std::printf(" iteration %.3f", r.true_iteration_spread);
     std::printf("\n");
   }
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "simulate: %s\n", std::string(s.message()).c_str());
+  return 2;
+}
+
+int Run() {
+  absl::StatusOr<SimulationOptions> o = OptionsFromFlags();
+  if (!o.ok()) return Fail(o.status());
+  absl::StatusOr<std::vector<SimulationRound>> rounds = Simulate(*o);
+  if (!rounds.ok()) return Fail(rounds.status());
+  Print(*o, *rounds);
   return 0;
 }
 
