@@ -170,11 +170,7 @@ absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
   }
   Worker& w = it->second;
   std::vector<MeasuredStep> learn;
-  const int warmups_before = w.filter.warmup_dropped();
-  const StepVerdict verdict = w.filter.Judge(report.batch, report.compute_seconds, report.overran, &learn);
-  plan_.steps_warmup += w.filter.warmup_dropped() - warmups_before;
-  if (verdict == StepVerdict::kOverran) ++plan_.steps_overran;
-  if (verdict == StepVerdict::kOutlier) ++plan_.steps_outlier;
+  w.filter.Judge(report.batch, report.compute_seconds, report.overran, &learn, &plan_.set_aside);
   for (const MeasuredStep& step : learn) {
     Window& win = w.window[step.batch];
     win.sum += step.seconds;

@@ -125,11 +125,7 @@ struct BatchPlan {
   bool reverted = false;
   uint64_t reverts = 0;
   double predicted_spread = 1.0;  // of the plan, by the controller's time model
-  // Steps set aside by the StepFilter, by reason (a first step dropped as warm-up, an
-  // emulated device's overrun, an outlier against the worker's recent steps).
-  uint64_t steps_warmup = 0;
-  uint64_t steps_overran = 0;
-  uint64_t steps_outlier = 0;
+  StepsSetAside set_aside;        // steps the workers' StepFilters did not learn from, by reason
 
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };

@@ -6,8 +6,12 @@
 namespace omnilearn {
 namespace controller {
 
-StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn) {
-  if (overran && options_.set_aside_overruns) return StepVerdict::kOverran;
+StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn,
+                              StepsSetAside* tally) {
+  if (overran && options_.set_aside_overruns) {
+    ++tally->overran;
+    return StepVerdict::kOverran;
+  }
   const MeasuredStep now{batch, seconds};
   if (!first_seen_) {
     first_seen_ = true;
@@ -19,23 +23,26 @@ StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::
   const std::optional<double> bound = Bound(batch);
   if (bound && seconds > options_.factor * *bound) {
     run_.push_back(now);
-    if (static_cast<int>(run_.size()) < options_.run) return StepVerdict::kOutlier;
+    if (static_cast<int>(run_.size()) < options_.run) {
+      ++tally->outlier;
+      return StepVerdict::kOutlier;
+    }
     // A change of speed: the steps before it bound nothing any more, the run's own do. The
     // run's earlier steps stay unlearnt (a change is learnt from the step that shows it).
     recent_.assign(run_.begin(), run_.end() - 1);
   }
   run_.clear();
-  if (held_) JudgeHeld(now, learn);
+  if (held_) JudgeHeld(now, learn, tally);
   Remember(now);
   learn->push_back(now);
   return StepVerdict::kAccepted;
 }
 
-void StepFilter::JudgeHeld(const MeasuredStep& now, std::vector<MeasuredStep>* learn) {
+void StepFilter::JudgeHeld(const MeasuredStep& now, std::vector<MeasuredStep>* learn, StepsSetAside* tally) {
   const MeasuredStep first = *held_;
   held_.reset();
   if (first.batch <= now.batch && first.seconds > options_.factor * now.seconds) {
-    ++warmup_dropped_;
+    ++tally->warmup;
     return;
   }
   Remember(first);

@@ -47,6 +47,13 @@ struct StepFilterOptions {
 // in), or set aside, and why.
 enum class StepVerdict { kAccepted, kHeld, kOverran, kOutlier };
 
+// Steps set aside so far, by reason.
+struct StepsSetAside {
+  uint64_t warmup = 0;   // a first step, an outlier against the second
+  uint64_t overran = 0;  // an emulated device's overrun
+  uint64_t outlier = 0;  // slower than `factor` x the recent steps' bound
+};
+
 // A step to learn from.
 struct MeasuredStep {
   int64_t batch = 0;
@@ -60,14 +67,13 @@ class StepFilter {
   // The verdict on one step of `batch` samples that took `seconds`; `overran`: its
   // emulated device's time was exceeded by the real compute. Appends to `learn` the steps
   // to learn from now, oldest first: this one when accepted, and the held first step when
-  // this one clears it.
-  StepVerdict Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn);
-  // First steps dropped as warm-up so far (0 or 1).
-  int warmup_dropped() const { return warmup_dropped_; }
+  // this one clears it. What it sets aside (this step, or the held one) is counted in *tally.
+  StepVerdict Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn,
+                    StepsSetAside* tally);
 
  private:
   // The held first step, against `now` (an accepted step): learnt, or dropped as warm-up.
-  void JudgeHeld(const MeasuredStep& now, std::vector<MeasuredStep>* learn);
+  void JudgeHeld(const MeasuredStep& now, std::vector<MeasuredStep>* learn, StepsSetAside* tally);
   // The median time of the recent accepted steps at batches >= `batch`, when there are
   // min_window of them.
   std::optional<double> Bound(int64_t batch) const;
@@ -76,7 +82,6 @@ class StepFilter {
   StepFilterOptions options_;
   std::optional<MeasuredStep> held_;  // the first step, until a second is accepted
   bool first_seen_ = false;
-  int warmup_dropped_ = 0;
   std::vector<MeasuredStep> run_;    // the outliers in a row so far
   std::deque<MeasuredStep> recent_;  // accepted, newest last
 };

@@ -9,9 +9,10 @@ namespace {
 
 // Judges one step; the steps it lets through are added to *learnt.
 StepVerdict Judge(StepFilter& f, int64_t batch, double seconds, std::vector<MeasuredStep>* learnt = nullptr,
-                  bool overran = false) {
+                  bool overran = false, StepsSetAside* tally = nullptr) {
   std::vector<MeasuredStep> learn;
-  const StepVerdict v = f.Judge(batch, seconds, overran, &learn);
+  StepsSetAside ignored;
+  const StepVerdict v = f.Judge(batch, seconds, overran, &learn, tally != nullptr ? tally : &ignored);
   if (learnt != nullptr) learnt->insert(learnt->end(), learn.begin(), learn.end());
   return v;
 }
@@ -25,19 +26,21 @@ StepFilter Steady(int64_t batch, double seconds, int steps, StepFilterOptions op
 TEST_CASE("the first step waits for the second: learnt when like it, dropped when a warm-up outlier") {
   StepFilter compiled(StepFilterOptions{});
   std::vector<MeasuredStep> learnt;
-  CHECK(Judge(compiled, 32, 81.0, &learnt) == StepVerdict::kHeld);  // a compile step
-  CHECK(Judge(compiled, 32, 0.3, &learnt) == StepVerdict::kAccepted);
+  StepsSetAside tally;
+  CHECK(Judge(compiled, 32, 81.0, &learnt, false, &tally) == StepVerdict::kHeld);  // a compile step
+  CHECK(Judge(compiled, 32, 0.3, &learnt, false, &tally) == StepVerdict::kAccepted);
   REQUIRE(learnt.size() == 1);
   CHECK(learnt[0].seconds == 0.3);
-  CHECK(compiled.warmup_dropped() == 1);
+  CHECK(tally.warmup == 1);
 
   StepFilter plain(StepFilterOptions{});
   learnt.clear();
-  CHECK(Judge(plain, 32, 0.33, &learnt) == StepVerdict::kHeld);
-  CHECK(Judge(plain, 64, 0.5, &learnt) == StepVerdict::kAccepted);
+  tally = {};
+  CHECK(Judge(plain, 32, 0.33, &learnt, false, &tally) == StepVerdict::kHeld);
+  CHECK(Judge(plain, 64, 0.5, &learnt, false, &tally) == StepVerdict::kAccepted);
   REQUIRE(learnt.size() == 2);  // oldest first
   CHECK((learnt[0].batch == 32 && learnt[1].batch == 64));
-  CHECK(plain.warmup_dropped() == 0);
+  CHECK(tally.warmup == 0);
 
   StepFilterOptions off;
   off.judge_first = false;
@@ -48,8 +51,10 @@ TEST_CASE("the first step waits for the second: learnt when like it, dropped whe
 TEST_CASE("an emulated device's overrun is the host's time, not the device's") {
   StepFilter f = Steady(32, 0.3, 4);
   std::vector<MeasuredStep> learnt;
-  CHECK(Judge(f, 32, 0.3, &learnt, true) == StepVerdict::kOverran);
+  StepsSetAside tally;
+  CHECK(Judge(f, 32, 0.3, &learnt, true, &tally) == StepVerdict::kOverran);
   CHECK(learnt.empty());
+  CHECK(tally.overran == 1);
   CHECK(Judge(f, 32, 0.3, &learnt) == StepVerdict::kAccepted);
   // The first step overran: the second waits in its place.
   StepFilter g(StepFilterOptions{});
@@ -60,7 +65,9 @@ TEST_CASE("an emulated device's overrun is the host's time, not the device's") {
 TEST_CASE("a slow outlier is set aside; a run of them is a change of speed") {
   const int run = StepFilterOptions{}.run;
   StepFilter f = Steady(32, 0.3, 6);
-  CHECK(Judge(f, 32, 1.0) == StepVerdict::kOutlier);
+  StepsSetAside tally;
+  CHECK(Judge(f, 32, 1.0, nullptr, false, &tally) == StepVerdict::kOutlier);
+  CHECK(tally.outlier == 1);
   CHECK(Judge(f, 32, 0.31) == StepVerdict::kAccepted);  // the run is broken
   for (int i = 1; i < run; ++i) CHECK(Judge(f, 32, 1.0) == StepVerdict::kOutlier);
   CHECK(Judge(f, 32, 1.0) == StepVerdict::kAccepted);  // the run is long enough: it slowed down

@@ -382,12 +382,12 @@ void ParameterServerCore::Account(const PushInfo& info) {
 }
 
 void ParameterServerCore::ReportStep(WorkerId id, const controller::ComputeReport& report) {
-  const controller::BatchPlan& plan = controller_.plan();
-  const uint64_t warmup = plan.steps_warmup, overran = plan.steps_overran, outlier = plan.steps_outlier;
+  const controller::StepsSetAside before = controller_.plan().set_aside;
   (void)controller_.Report(id, report);
-  metrics_.steps_set_aside.Add({"warmup"}).Increment(static_cast<double>(plan.steps_warmup - warmup));
-  metrics_.steps_set_aside.Add({"overran"}).Increment(static_cast<double>(plan.steps_overran - overran));
-  metrics_.steps_set_aside.Add({"outlier"}).Increment(static_cast<double>(plan.steps_outlier - outlier));
+  const controller::StepsSetAside& after = controller_.plan().set_aside;
+  metrics_.steps_set_aside.Add({"warmup"}).Increment(static_cast<double>(after.warmup - before.warmup));
+  metrics_.steps_set_aside.Add({"overran"}).Increment(static_cast<double>(after.overran - before.overran));
+  metrics_.steps_set_aside.Add({"outlier"}).Increment(static_cast<double>(after.outlier - before.outlier));
 }
 
 void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
