@@ -85,13 +85,11 @@ class VariableStorage:
 
     def __init__(self, entries):
         self.entries = entries
-        self.offsets, total = [], 0
-        for _, v, _ in entries:
-            self.offsets.append(total)
-            total += int(np.prod(v.shape, dtype=np.int64))
-        self.total = total
-        self.weights_host = np.zeros(total, dtype=np.float32)
-        self.update_host = np.zeros(total, dtype=np.float32)
+        self.sizes = [int(np.prod(v.shape, dtype=np.int64)) for _, v, _ in entries]
+        self.offsets = [int(o) for o in np.cumsum([0] + self.sizes[:-1])]
+        self.total = sum(self.sizes)
+        self.weights_host = np.zeros(self.total, dtype=np.float32)
+        self.update_host = np.zeros(self.total, dtype=np.float32)
         self.trainable = sum(1 for _, _, b in entries if not b)
         self._gradients = None
         self._assign = None  # received()'s traced function, made at its first call
@@ -101,8 +99,8 @@ class VariableStorage:
         return [(name, [int(d) for d in v.shape], b, _DTYPE_NAMES[_dtype(v)]) for name, v, b in self.entries]
 
     def _spans(self):
-        for (name, v, b), off in zip(self.entries, self.offsets):
-            yield name, v, b, off, int(np.prod(v.shape, dtype=np.int64))
+        for (name, v, b), off, n in zip(self.entries, self.offsets, self.sizes):
+            yield name, v, b, off, n
 
     def prepare_weights(self) -> np.ndarray:
         for _, v, _, off, n in self._spans():
