@@ -196,6 +196,22 @@ absl::StatusOr<uint64_t> Number(const std::map<std::string, std::string>& meta, 
   return v;
 }
 
+// The metadata an earlier release did not write: Adam's time, a shard's slice.
+absl::Status ReadOptional(const std::map<std::string, std::string>& meta, CheckpointState* s) {
+  if (auto t = meta.find("omnilearn.adam_time"); t != meta.end()) {
+    if (!absl::SimpleAtod(t->second, &s->adam_time) || !(s->adam_time >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: malformed omnilearn.adam_time '", t->second, "'"));
+    }
+  }
+  if (meta.count("omnilearn.slice") > 0) {
+    absl::StatusOr<uint64_t> slice = Number(meta, "omnilearn.slice");
+    if (!slice.ok()) return slice.status();
+    if (*slice > kMaxSliceIndex) return absl::InvalidArgumentError("checkpoint: omnilearn.slice out of range");
+    s->slice = static_cast<int>(*slice);
+  }
+  return absl::OkStatus();
+}
+
 // The version in "ckpt-<version>.safetensors", or nullopt for other names.
 std::optional<uint64_t> VersionOf(const std::string& name) {
   if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return std::nullopt;
@@ -261,6 +277,7 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
       {"omnilearn.sampler", SamplerJson(s.sampler)},
   };
   if (s.sharded.has_value()) meta["omnilearn.sharded_job"] = ShardedJobJson(*s.sharded);
+  if (s.slice != 0) meta["omnilearn.slice"] = absl::StrCat(s.slice);
   if (s.adam_time >= 0) meta["omnilearn.adam_time"] = absl::StrFormat("%.17g", s.adam_time);
   return WriteSafetensors(path, tensors, meta);
 }
@@ -289,11 +306,7 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
     s.optimizer_state.emplace_back(std::string(b), std::make_shared<const std::vector<float>>(std::move(*v)));
   }
   s.mode = f->metadata["omnilearn.mode"];
-  if (auto t = f->metadata.find("omnilearn.adam_time"); t != f->metadata.end()) {  // absent before adam_time
-    if (!absl::SimpleAtod(t->second, &s.adam_time) || !(s.adam_time >= 0)) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint: malformed omnilearn.adam_time '", t->second, "'"));
-    }
-  }
+  if (absl::Status st = ReadOptional(f->metadata, &s); !st.ok()) return st;
   s.optimizer = f->metadata["omnilearn.optimizer"];
   for (auto [key, field] : {std::pair<const char*, uint64_t*>{"omnilearn.version", &s.version},
                             {"omnilearn.global_samples", &s.global_samples},
@@ -482,6 +495,44 @@ absl::StatusOr<std::string> CheckpointDir::MoveAside(absl::Time now) const {
   }
   if (absl::Status s = SyncDirectory(dir_); !s.ok()) return s;
   return aside;
+}
+
+absl::StatusOr<std::string> MemoryCheckpoints::Write(const CheckpointState& state) const {
+  absl::MutexLock lock(&mu_);
+  held_[state.version] = state;
+  while (held_.size() > static_cast<size_t>(keep_)) held_.erase(held_.begin());
+  return std::string();
+}
+
+std::vector<uint64_t> MemoryCheckpoints::Versions() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> out;
+  for (auto it = held_.rbegin(); it != held_.rend(); ++it) out.push_back(it->first);
+  return out;
+}
+
+bool MemoryCheckpoints::Has(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  return held_.count(version) > 0;
+}
+
+absl::StatusOr<CheckpointState> MemoryCheckpoints::Load(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(version);
+  if (it == held_.end()) return absl::NotFoundError(absl::StrCat("no checkpoint of version ", version, " in memory"));
+  return it->second;
+}
+
+absl::Status MemoryCheckpoints::DropNewerThan(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  held_.erase(held_.upper_bound(version), held_.end());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MemoryCheckpoints::MoveAside(absl::Time) const {
+  absl::MutexLock lock(&mu_);
+  held_.clear();
+  return std::string();
 }
 
 }  // namespace server

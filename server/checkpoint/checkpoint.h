@@ -16,8 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_layout.h"
 #include "controller/batch_controller.h"
@@ -30,6 +32,7 @@ namespace server {
 inline constexpr char kCheckpointFormat[] = "omnilearn.checkpoint.v1";
 inline constexpr char kExportFormat[] = "omnilearn.model.v1";
 inline constexpr char kOptimizerPrefix[] = "optimizer.";
+inline constexpr uint64_t kMaxSliceIndex = 1 << 20;  // a checkpoint's slice index, as read
 
 // A sharded job as its coordinator's checkpoint records it: the whole model (the
 // checkpoint's own layout is slice 0's) and how it is cut, from which a restarted
@@ -60,6 +63,7 @@ struct CheckpointState {
   SamplerState sampler;               // the epoch's permutation position and samples still to train
   uint64_t job = 1;                   // the daemon's job counter (not restored: a new process starts at 1)
   std::optional<ShardedJob> sharded;  // a sharded job's coordinator (nullopt: one server, or a shard)
+  int slice = 0;                      // a shard's: the slice it holds (0: not a shard's, or an earlier release's)
   absl::Time created = absl::UnixEpoch();
 };
 
@@ -79,8 +83,32 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
 absl::Status ExportModel(const std::string& path, const ModelLayout& layout, const std::vector<float>& weights,
                          uint64_t version);
 
+// Where a server keeps its checkpoints: a directory (CheckpointDir) or, for a sharded job's
+// servers started without one, memory (MemoryCheckpoints: a partition is survived, a
+// process's restart is not).
+class CheckpointStore {
+ public:
+  virtual ~CheckpointStore() = default;
+  // Keeps the state as the checkpoint of its version and drops the oldest beyond the
+  // store's count. Returns the path written ("" in memory).
+  virtual absl::StatusOr<std::string> Write(const CheckpointState& state) const = 0;
+  // The versions held, newest first.
+  virtual std::vector<uint64_t> Versions() const = 0;
+  virtual bool Has(uint64_t version) const = 0;
+  // The checkpoint of `version`: NotFound when there is none; DataLoss when it is unreadable.
+  virtual absl::StatusOr<CheckpointState> Load(uint64_t version) const = 0;
+  // Drops the checkpoints newer than `version` (the job went back to it: they are of a
+  // history that did not happen).
+  virtual absl::Status DropNewerThan(uint64_t version) const = 0;
+  // A new job on the same daemon: the previous job's checkpoints go aside (a directory's
+  // into a sub-directory, whose path is returned; memory's are dropped). "" when nothing moved.
+  virtual absl::StatusOr<std::string> MoveAside(absl::Time now) const = 0;
+  // For messages: the directory, or "memory".
+  virtual std::string where() const = 0;
+};
+
 // A directory of checkpoints named ckpt-<version>.safetensors. Thread-compatible.
-class CheckpointDir {
+class CheckpointDir : public CheckpointStore {
  public:
   // keep >= 1: how many checkpoints to keep (older ones are deleted after each write).
   CheckpointDir(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
@@ -92,25 +120,21 @@ class CheckpointDir {
   absl::Status Prepare() const;
   // Checkpoint paths, newest (highest version) first.
   std::vector<std::string> List() const;
-  // Writes the state as the checkpoint of its version and keeps the newest `keep`.
-  // Returns the path written.
-  absl::StatusOr<std::string> Write(const CheckpointState& state) const;
+  // Writes the state atomically as the checkpoint of its version.
+  absl::StatusOr<std::string> Write(const CheckpointState& state) const override;
   // The newest checkpoint that reads back valid (nullopt when there is none). A corrupt
   // or truncated one is reported through `warn` and skipped for the previous one.
   absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> LoadNewest(
       const std::function<void(const std::string&)>& warn) const;
-  // The versions held here, newest first.
-  std::vector<uint64_t> Versions() const;
-  // Whether the checkpoint of `version` is here.
-  bool Has(uint64_t version) const;
-  // The checkpoint of `version`: NotFound when there is none, as ReadCheckpoint otherwise.
-  absl::StatusOr<CheckpointState> Load(uint64_t version) const;
-  // Deletes the checkpoints newer than `version` (the job went back to it: they are of a
-  // history that did not happen).
-  absl::Status DropNewerThan(uint64_t version) const;
-  // Moves every checkpoint into a new sub-directory "aside-<unix time>" (for --fresh)
-  // and returns its path; nothing is deleted. Empty when there was nothing to move.
-  absl::StatusOr<std::string> MoveAside(absl::Time now) const;
+  std::vector<uint64_t> Versions() const override;
+  bool Has(uint64_t version) const override;
+  // As ReadCheckpoint when the file is there.
+  absl::StatusOr<CheckpointState> Load(uint64_t version) const override;
+  absl::Status DropNewerThan(uint64_t version) const override;
+  // Moves every checkpoint into a new sub-directory "aside-<unix time>" (for --fresh);
+  // nothing is deleted.
+  absl::StatusOr<std::string> MoveAside(absl::Time now) const override;
+  std::string where() const override { return dir_; }
 
   const std::string& dir() const { return dir_; }
 
@@ -125,6 +149,27 @@ class CheckpointDir {
   const std::string dir_;
   const int keep_;
   mutable std::shared_ptr<const Lock> lock_;  // set by Prepare
+};
+
+// The newest `keep` checkpoints held in memory: the captured states themselves (weights
+// and optimizer state shared with the store that stepped on into other buffers), so a
+// checkpoint costs no copy and no disk, and each one kept holds the slice's weights and
+// optimizer state once more. Thread-safe.
+class MemoryCheckpoints : public CheckpointStore {
+ public:
+  explicit MemoryCheckpoints(int keep) : keep_(keep) {}
+  absl::StatusOr<std::string> Write(const CheckpointState& state) const override;
+  std::vector<uint64_t> Versions() const override;
+  bool Has(uint64_t version) const override;
+  absl::StatusOr<CheckpointState> Load(uint64_t version) const override;
+  absl::Status DropNewerThan(uint64_t version) const override;
+  absl::StatusOr<std::string> MoveAside(absl::Time now) const override;
+  std::string where() const override { return "memory"; }
+
+ private:
+  const int keep_;
+  mutable absl::Mutex mu_;
+  mutable std::map<uint64_t, CheckpointState> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace server

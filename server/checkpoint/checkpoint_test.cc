@@ -224,6 +224,35 @@ TEST_CASE("the directory's versions, one loaded by version, and the newer ones d
   REQUIRE(d.Versions() == std::vector<uint64_t>{9, 7});
 }
 
+TEST_CASE("memory keeps the newest K states themselves; a shard's slice index round-trips on disk", "[checkpoint]") {
+  MemoryCheckpoints m(2);
+  REQUIRE(m.Versions().empty());
+  CheckpointState seven = Sample(7);
+  REQUIRE(*m.Write(seven) == "");  // no path: nothing is logged as written
+  for (uint64_t v : {9, 12}) REQUIRE(m.Write(Sample(v)).ok());
+  REQUIRE(m.Versions() == std::vector<uint64_t>{12, 9});
+  REQUIRE_FALSE(m.Has(7));
+  REQUIRE(absl::IsNotFound(m.Load(7).status()));
+  CheckpointState kept = Sample(13);
+  REQUIRE(m.Write(kept).ok());
+  REQUIRE(m.Load(13)->weights == kept.weights);  // the same buffer, not a copy
+  REQUIRE(m.DropNewerThan(12).ok());
+  REQUIRE(m.Versions() == std::vector<uint64_t>{12});
+  RequireSame(*m.Load(12), Sample(12));
+  REQUIRE(*m.MoveAside(absl::Now()) == "");
+  REQUIRE(m.Versions().empty());
+  REQUIRE(m.where() == "memory");
+
+  CheckpointDir d(FreshDir("slice"), 2);
+  REQUIRE(d.Prepare().ok());
+  CheckpointState shard = Sample(3);
+  shard.slice = 2;
+  REQUIRE(d.Write(shard).ok());
+  REQUIRE(d.Load(3)->slice == 2);
+  REQUIRE(d.Write(Sample(4)).ok());
+  REQUIRE(d.Load(4)->slice == 0);
+}
+
 TEST_CASE("a crash mid-write leaves only a partial file that is ignored and cleaned", "[checkpoint]") {
   const std::string dir = FreshDir("partial");
   CheckpointDir d(dir, 3);
@@ -433,7 +462,7 @@ TEST_CASE("the checkpointer writes on its clock's interval, only when the model 
   FakeClock clock;
   auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
   const std::string dir = FreshDir("timer");
-  Checkpointer cp(core.get(), CheckpointDir(dir, 2), absl::Seconds(60));
+  Checkpointer cp(core.get(), std::make_unique<CheckpointDir>(dir, 2), absl::Seconds(60));
   REQUIRE(cp.MaybeCheckpoint()->empty());  // no model yet
   const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
   REQUIRE(core->Push(Grad(j.id, 8, 0), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
@@ -458,7 +487,7 @@ TEST_CASE("a sharded job's recovery goes back to the newest checkpoint every ser
   FakeClock clock;
   auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
   const std::string dir = FreshDir("goback");
-  Checkpointer cp(core.get(), CheckpointDir(dir, 5), absl::Seconds(60));
+  Checkpointer cp(core.get(), std::make_unique<CheckpointDir>(dir, 5), absl::Seconds(60));
   const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
   for (uint64_t v = 0; v < 3; ++v) {
     REQUIRE(core->Push(Grad(j.id, 8, v), std::vector<float>(kParams, 0.5f), clock.Now()).ok());
@@ -480,7 +509,7 @@ TEST_CASE("the checkpointer adds what its caller knows of the job", "[checkpoint
   auto core = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
   const std::string dir = FreshDir("annotated");
   const ShardedJob job{*ModelLayout::Create({{"w", {4096}}}), 2, 4096};
-  Checkpointer cp(core.get(), CheckpointDir(dir, 2), absl::Seconds(60),
+  Checkpointer cp(core.get(), std::make_unique<CheckpointDir>(dir, 2), absl::Seconds(60),
                   [&job](CheckpointState* s) { s->sharded = job; });
   const JoinResult j = *core->Join(Joiner("w0", true), clock.Now() + absl::Seconds(5));
   REQUIRE(core->Push(Grad(j.id, 8, 0), std::vector<float>(kParams, 0.5f), clock.Now()).ok());

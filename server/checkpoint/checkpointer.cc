@@ -8,9 +8,10 @@
 namespace omnilearn {
 namespace server {
 
-Checkpointer::Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every,
-                           std::function<void(CheckpointState*)> complete)
-    : core_(core), dir_(std::move(dir)), every_(every), complete_(std::move(complete)), last_(core->clock().Now()) {}
+Checkpointer::Checkpointer(ParameterServerCore* core, std::unique_ptr<const CheckpointStore> store,
+                           absl::Duration every, std::function<void(CheckpointState*)> complete)
+    : core_(core),
+      store_(std::move(store)), every_(every), complete_(std::move(complete)), last_(core->clock().Now()) {}
 
 absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
   {
@@ -30,18 +31,18 @@ absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
   }
   last_ = core_->clock().Now();
   if (state->job != last_job_) {
-    absl::StatusOr<std::string> aside = dir_.MoveAside(core_->clock().Now());
+    absl::StatusOr<std::string> aside = store_->MoveAside(core_->clock().Now());
     if (!aside.ok()) return aside.status();
     last_job_ = state->job;
   }
-  if (dir_.Has(state->version)) return std::string();
+  if (store_->Has(state->version)) return std::string();
   if (complete_) complete_(&*state);
-  return dir_.Write(*state);
+  return store_->Write(*state);
 }
 
 absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint64_t>>& held) {
   absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> common = dir_.Versions();  // newest first
+  std::vector<uint64_t> common = store_->Versions();  // newest first
   std::string holders = absl::StrCat("the coordinator holds [", absl::StrJoin(common, ", "), "]");
   for (size_t i = 1; i < held.size(); ++i) {
     absl::StrAppend(&holders, ", shard ", i, " [", absl::StrJoin(held[i], ", "), "]");
@@ -51,11 +52,11 @@ absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint
         common.end());
   }
   for (uint64_t v : common) {
-    absl::StatusOr<CheckpointState> state = dir_.Load(v);
+    absl::StatusOr<CheckpointState> state = store_->Load(v);
     if (absl::IsDataLoss(state.status())) continue;  // unreadable: the one before
     if (!state.ok()) return state.status();
     if (absl::Status s = core_->RollBack(*state); !s.ok()) return s;
-    if (absl::Status s = dir_.DropNewerThan(v); !s.ok()) return s;
+    if (absl::Status s = store_->DropNewerThan(v); !s.ok()) return s;
     return v;
   }
   return absl::FailedPreconditionError(absl::StrCat("no checkpoint is common to every server (", holders, ")"));

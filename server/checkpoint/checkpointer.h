@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,15 +27,15 @@ class Checkpointer {
  public:
   // `core` must outlive this. `every` > 0. `complete` (when given) adds to each captured
   // state what the core does not know (a sharded job's whole layout).
-  Checkpointer(ParameterServerCore* core, CheckpointDir dir, absl::Duration every,
+  Checkpointer(ParameterServerCore* core, std::unique_ptr<const CheckpointStore> store, absl::Duration every,
                std::function<void(CheckpointState*)> complete = nullptr);
 
   // Writes a checkpoint when `every` has passed since the last one (or since
-  // construction) and the directory holds none of the model's version yet. Returns the
-  // path written, or "" when none was due. Errors from writing (the previous checkpoints
+  // construction) and the store holds none of the model's version yet. Returns the
+  // path written, or "" when none was due (or the store is memory). Errors from writing (the previous checkpoints
   // stay as they were).
   absl::StatusOr<std::string> MaybeCheckpoint() ABSL_LOCKS_EXCLUDED(mu_);
-  // Writes one now unless the directory holds the model's version already ("" then; a
+  // Writes one now unless the store holds the model's version already ("" then; a
   // rollback drops the newer ones, which are written again). The first checkpoint of a
   // new job on the same daemon (--reset_when_done) moves the previous job's checkpoints
   // aside first, so they neither shadow nor replace the new ones.
@@ -49,7 +50,7 @@ class Checkpointer {
 
  private:
   ParameterServerCore* const core_;
-  const CheckpointDir dir_;
+  const std::unique_ptr<const CheckpointStore> store_;
   const absl::Duration every_;
   const std::function<void(CheckpointState*)> complete_;
   absl::Mutex mu_;  // one checkpoint or rollback at a time

@@ -27,6 +27,7 @@ v1::ShardCommand SessionOpened(WorkerId id, const std::string& secret) {
 
 CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options) : options_(std::move(options)) {
   slots_.resize(static_cast<size_t>(std::max(1, options_.shards)));
+  for (Slot& slot : slots_) slot.missing_since = options_.clock->Now();
 }
 
 void CoordinatorShards::SetRecover(Recover recover) {
@@ -194,6 +195,7 @@ void CoordinatorShards::BeginRecovery(int returned) {
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (static_cast<int>(i) == returned || !slots_[i].connected) continue;
     slots_[i].connected = false;  // its stream ends: it registers again, with what it holds
+    slots_[i].missing_since = options_.clock->Now();
     slots_[i].must_register = true;
     ++slots_[i].generation;
   }
@@ -265,6 +267,7 @@ uint64_t CoordinatorShards::generation(int index) const {
 void CoordinatorShards::Disconnect(int index) {
   absl::MutexLock lock(&mu_);
   if (slots_[index].must_register) return;  // a recovery ended it: not lost
+  if (slots_[index].connected) slots_[index].missing_since = options_.clock->Now();
   slots_[index].connected = false;
   slots_[index].queue.clear();
   if (options_.log) {
@@ -295,6 +298,7 @@ std::vector<CoordinatorShards::ShardInfo> CoordinatorShards::Shards() const {
     info.slice_bytes = map_.has_value() ? map_->slice_elements(static_cast<int>(i)) * int64_t{sizeof(float)} : 0;
     info.steps_sent = slot.steps_sent;
     info.queued = slot.queue.size();
+    info.missing_for = slot.connected ? absl::ZeroDuration() : options_.clock->Now() - slot.missing_since;
     out.push_back(std::move(info));
   }
   return out;
@@ -306,14 +310,28 @@ void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
   auto& queued = registry.AddGauge("omnilearn_coordinator_shard_queued_commands",
                                    "commands (steps, sessions) not yet sent to the shard server", {"shard"});
   auto& sent = registry.AddGauge("omnilearn_coordinator_shard_steps_sent", "steps sent to the shard server", {"shard"});
-  registry.AddCollectHook([this, &connected, &queued, &sent] {
+  auto& missing = registry.AddGauge("omnilearn_coordinator_shard_missing_seconds",
+                                    "how long the slice has had no shard server (0 while connected)", {"shard"});
+  registry.AddCollectHook([this, &connected, &queued, &sent, &missing] {
     for (const ShardInfo& s : Shards()) {
       const std::string label = absl::StrCat(s.index);
       connected.Add({label}).Set(s.connected ? 1 : 0);
+      missing.Add({label}).Set(absl::ToDoubleSeconds(s.missing_for));
       queued.Add({label}).Set(static_cast<double>(s.queued));
       sent.Add({label}).Set(static_cast<double>(s.steps_sent));
     }
   });
+}
+
+std::string CoordinatorShards::WaitingLine() const {
+  std::vector<std::string> missing;
+  for (const ShardInfo& s : Shards()) {
+    if (s.connected) continue;
+    missing.push_back(absl::StrFormat("slice %d (last at %s) for %.0f s", s.index,
+                                      s.address.empty() ? "none yet" : s.address, absl::ToDoubleSeconds(s.missing_for)));
+  }
+  if (missing.empty()) return "";
+  return absl::StrCat("training waits for ", absl::StrJoin(missing, ", "));
 }
 
 absl::Status CoordinatorShards::Missing() const {

@@ -154,10 +154,15 @@ class CoordinatorShards {
     int64_t slice_bytes = 0;
     uint64_t steps_sent = 0;
     size_t queued = 0;
+    absl::Duration missing_for;  // how long the slice has had no shard (0 while connected)
   };
   std::vector<ShardInfo> Shards() const;
-  // Gauges per shard on the coordinator's /metrics: connected, commands queued, steps sent.
+  // Gauges per shard on the coordinator's /metrics: connected, seconds missing, commands
+  // queued, steps sent.
   void ExportMetrics(metrics::Registry& registry);
+  // While training waits for slices without a shard: a line naming each and for how long
+  // ("" when none is missing).
+  std::string WaitingLine() const;
 
  private:
   struct Slot {
@@ -169,6 +174,7 @@ class CoordinatorShards {
     std::vector<uint64_t> checkpoints;  // the versions it said it holds
     uint64_t recovery = 0;              // the recovery it registered in
     bool must_register = false;         // a recovery ended its stream
+    absl::Time missing_since;           // while not connected: since when
   };
   void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -213,6 +213,34 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   }
 }
 
+TEST_CASE("shards back from a partition take their own slices in any order; the missing slice is named with its time",
+          "[coordinator_shards]") {
+  FakeClock clock;
+  CoordinatorShardsOptions o = Options(3);
+  o.clock = &clock;
+  CoordinatorShards c(o);
+  c.SetRecover([](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> { return uint64_t{1}; });
+  REQUIRE(*c.Register(HelloHolding("s:1", 0, {})) == 1);
+  REQUIRE(*c.Register(HelloHolding("s:2", 0, {})) == 2);
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  REQUIRE(c.WaitingLine().empty());
+  clock.Advance(absl::Seconds(3));
+  c.Disconnect(1);  // the coordinator's host cut: both streams end
+  c.Disconnect(2);
+  clock.Advance(absl::Seconds(12));
+  REQUIRE(c.Shards()[0].missing_for == absl::Seconds(12));
+  REQUIRE(c.Shards()[1].connected == false);
+  REQUIRE(c.WaitingLine() == "training waits for slice 1 (last at s:1) for 12 s, slice 2 (last at s:2) for 12 s");
+  // Slice 2's shard comes back first, asking for its own slice: it gets it, not the first free one.
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {1})) == 2);
+  REQUIRE(c.WaitingLine() == "training waits for slice 1 (last at s:1) for 12 s");
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {1})) == 1);
+  REQUIRE(c.Serving().ok());
+  REQUIRE(c.Shards()[0].missing_for == absl::ZeroDuration());
+  for (int shard : {1, 2}) REQUIRE(Drain(c, shard)[0].command.init().index() == static_cast<uint32_t>(shard));
+}
+
 TEST_CASE("no shard's claim ends the job: a shard without a common checkpoint is refused and the job waits",
           "[coordinator_shards]") {
   CoordinatorShards c = Make(2);

@@ -74,7 +74,7 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   PrintListening(f, *o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
   std::atomic<bool> stopping{false};
-  std::thread monitor([&] { Monitor(f, core->get(), checkpointer.get(), &stopping); });
+  std::thread monitor([&] { Monitor(f, core->get(), checkpointer.get(), shards.get(), &stopping); });
   AwaitSignalOrEnd(f, signals, core->get());
   TellWorkersToStop(f, core->get());
   stopping.store(true);

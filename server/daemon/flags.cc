@@ -106,6 +106,9 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
           "keep checkpoints here and resume from the newest valid one at start (empty = no checkpoints)");
 ABSL_FLAG(double, checkpoint_every_s, 60, "seconds between checkpoints (one more is written at shutdown)");
 ABSL_FLAG(int, checkpoint_keep, 3, "checkpoints kept (older ones are deleted)");
+ABSL_FLAG(double, memory_checkpoint_every_s, 2,
+          "sharded jobs whose coordinator has no --checkpoint_dir: seconds between the checkpoints every server keeps "
+          "in memory (the newest --checkpoint_keep), to which the job goes back after a partition");
 ABSL_FLAG(bool, fresh, false,
           "start a new model although --checkpoint_dir holds checkpoints (they are moved aside, not deleted)");
 ABSL_FLAG(std::string, export, "",
@@ -179,6 +182,7 @@ void ReadSecondHalf(DaemonFlags* out) {
   f.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   f.checkpoint_every_s = absl::GetFlag(FLAGS_checkpoint_every_s);
   f.checkpoint_keep = absl::GetFlag(FLAGS_checkpoint_keep);
+  f.memory_checkpoint_every_s = absl::GetFlag(FLAGS_memory_checkpoint_every_s);
   f.fresh = absl::GetFlag(FLAGS_fresh);
   f.export_path = absl::GetFlag(FLAGS_export);
 }

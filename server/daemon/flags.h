@@ -68,6 +68,7 @@ struct DaemonFlags {
   std::string checkpoint_dir = "";
   double checkpoint_every_s = 60;
   int checkpoint_keep = 3;
+  double memory_checkpoint_every_s = 2;  // a sharded job without --checkpoint_dir
   bool fresh = false;
   std::string export_path = "";
 };

@@ -27,8 +27,9 @@ void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::
   std::fflush(stdout);
 }
 
-void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* checkpointer,
+void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* checkpointer, CoordinatorShards* shards,
              const std::atomic<bool>* stopping) {
+  absl::Time last_waiting = absl::Now();
   uint64_t shown_changes = 0;
   const absl::Duration progress_every = absl::Seconds(f.progress_every_s);
   absl::Time last_progress = absl::Now();
@@ -37,6 +38,10 @@ void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* chec
   while (!stopping->load()) {
     absl::SleepFor(absl::Milliseconds(200));
     if (checkpointer != nullptr) ReportCheckpoint(checkpointer->MaybeCheckpoint());
+    if (shards != nullptr && absl::Now() - last_waiting >= absl::Seconds(5)) {
+      last_waiting = absl::Now();
+      if (const std::string line = shards->WaitingLine(); !line.empty()) std::printf("omnilearn_server: %s\n", line.c_str());
+    }
     const ServerSnapshot s = core->Snapshot();
     if (s.job != last_job) last_job = s.job, last_samples = 0, shown_changes = 0;
     if (f.quiet) continue;

@@ -11,6 +11,7 @@
 #include "common/metrics_exposer.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpointer.h"
+#include "server/control/coordinator_shards.h"
 #include "server/control/parameter_server_core.h"
 #include "server/daemon/flags.h"
 
@@ -20,9 +21,9 @@ namespace server {
 void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::WireDtype wire_dtype, bool token,
                     const metrics::MetricsExposer* exposer);
 
-// Until `stopping`: timed checkpoints, a line when the batch plan changes, and progress
-// lines every --progress_every_s.
-void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* checkpointer,
+// Until `stopping`: timed checkpoints, a line when the batch plan changes, progress lines
+// every --progress_every_s, and (a sharded job, `shards`) every 5 s the slices training waits for.
+void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* checkpointer, CoordinatorShards* shards,
              const std::atomic<bool>* stopping);
 
 // Until a signal, or (--exit_when_done) the end of the job.

@@ -101,6 +101,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"metrics_port", d(f.metrics_port), 0, 65535},
       {"checkpoint_every_s", f.checkpoint_every_s, 0.01, 30 * 86400},
       {"checkpoint_keep", d(f.checkpoint_keep), 1, 1000},
+      {"memory_checkpoint_every_s", f.memory_checkpoint_every_s, 0.01, 86400},
       {"progress_every_s", f.progress_every_s, 0, 86400},
       {"shutdown_grace_s", f.shutdown_grace_s, 0, 3600},
       {"max_model_bytes", d(f.max_model_bytes), 4, 1e15},
@@ -159,7 +160,7 @@ absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
     }
     return absl::OkStatus();
   }
-  if (!f.checkpoint_dir.empty() && f.checkpoint_keep < 2) {
+  if (f.checkpoint_keep < 2) {
     return absl::InvalidArgumentError(
         "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");
   }

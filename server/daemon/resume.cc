@@ -67,11 +67,31 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
   return true;
 }
 
+namespace {
+
+// A sharded job's coordinator goes back to its checkpoints when a shard returns.
+void RecoverThrough(Checkpointer* checkpointer, CoordinatorShards* shards) {
+  if (shards == nullptr) return;
+  shards->SetRecover(
+      [checkpointer](const std::vector<std::vector<uint64_t>>& held) { return checkpointer->GoBack(held); });
+}
+
+}  // namespace
+
 absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
                               std::unique_ptr<Checkpointer>* checkpointer) {
+  std::function<void(CheckpointState*)> complete;
+  if (shards != nullptr) complete = [shards](CheckpointState* s) { s->sharded = shards->sharded_job(); };
   const std::string path = f.checkpoint_dir;
   if (path.empty()) {
     if (f.fresh) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
+    if (shards == nullptr) return absl::OkStatus();
+    // No disk: every server of the job keeps its newest checkpoints in memory, so that a
+    // partition (not a restart) has a version common to every slice to go back to.
+    *checkpointer =
+        std::make_unique<Checkpointer>(core, std::make_unique<MemoryCheckpoints>(f.checkpoint_keep),
+                                       absl::Seconds(f.memory_checkpoint_every_s), std::move(complete));
+    RecoverThrough(checkpointer->get(), shards);
     return absl::OkStatus();
   }
   CheckpointDir dir(path, f.checkpoint_keep);
@@ -81,13 +101,9 @@ absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, C
     if (!aside.ok()) return aside.status();
     if (!aside->empty()) std::printf("omnilearn_server: --fresh: moved the old checkpoints to %s\n", aside->c_str());
   }
-  std::function<void(CheckpointState*)> complete;
-  if (shards != nullptr) complete = [shards](CheckpointState* s) { s->sharded = shards->sharded_job(); };
-  *checkpointer = std::make_unique<Checkpointer>(core, dir, absl::Seconds(f.checkpoint_every_s), std::move(complete));
-  if (shards != nullptr) {
-    Checkpointer* c = checkpointer->get();
-    shards->SetRecover([c](const std::vector<std::vector<uint64_t>>& held) { return c->GoBack(held); });
-  }
+  *checkpointer = std::make_unique<Checkpointer>(core, std::make_unique<CheckpointDir>(dir),
+                                                 absl::Seconds(f.checkpoint_every_s), std::move(complete));
+  RecoverThrough(checkpointer->get(), shards);
   return f.fresh ? absl::OkStatus() : ResumeFrom(f, dir, core, shards);
 }
 

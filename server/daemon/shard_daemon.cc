@@ -85,7 +85,10 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   std::fflush(stdout);
   ShardLink link(lo, &shard);
   if (absl::Status s = link.Prepare(); !s.ok()) return Fail(s, 2);
-  if (lo.checkpoint_dir.empty()) log("no --checkpoint_dir: a restart of this shard cannot resume the job");
+  if (lo.checkpoint_dir.empty()) {
+    log("no --checkpoint_dir: the slice's checkpoints are kept in memory (a partition is survived, a restart of this "
+        "shard is not)");
+  }
   const absl::Status ended = RunLinkUntilSignal(link, signals);
   shard.Shutdown();
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -322,6 +322,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
       out->set_slice_bytes(info.slice_bytes);
       out->set_steps_sent(info.steps_sent);
       out->set_queued_commands(static_cast<uint32_t>(info.queued));
+      out->set_missing_seconds(absl::ToDoubleSeconds(info.missing_for));
     }
   }
   for (const WorkerSnapshot& w : s.workers) {

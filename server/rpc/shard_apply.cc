@@ -14,19 +14,26 @@ namespace server {
 ShardApplier::ShardApplier(ShardApplierOptions options, ShardCore* shard)
     : options_(std::move(options)),
       shard_(shard),
-      checkpoints_(options_.checkpoint_dir.empty()
-                       ? std::nullopt
-                       : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)) {}
+      dir_(options_.checkpoint_dir.empty()
+               ? std::nullopt
+               : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)),
+      checkpoints_(dir_.has_value()
+                       ? std::unique_ptr<const CheckpointStore>(std::make_unique<CheckpointDir>(*dir_))
+                       : std::make_unique<MemoryCheckpoints>(options_.checkpoint_keep)) {}
 
-absl::Status ShardApplier::Prepare() const {
-  return checkpoints_.has_value() ? checkpoints_->Prepare() : absl::OkStatus();
+absl::Status ShardApplier::Prepare() {
+  if (!dir_.has_value()) return absl::OkStatus();
+  if (absl::Status s = dir_->Prepare(); !s.ok()) return s;
+  // A restart on the slice's checkpoints asks for that slice again.
+  absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> newest =
+      dir_->LoadNewest([this](const std::string& warning) { Log(warning); });
+  if (newest.ok() && newest->has_value()) disk_index_ = (*newest)->second.slice;
+  return absl::OkStatus();
 }
 
 void ShardApplier::Restart() { pending_.reset(); }
 
-std::vector<uint64_t> ShardApplier::CheckpointVersions() const {
-  return checkpoints_.has_value() ? checkpoints_->Versions() : std::vector<uint64_t>{};
-}
+std::vector<uint64_t> ShardApplier::CheckpointVersions() const { return checkpoints_->Versions(); }
 
 absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
   if (absl::Status s = CheckShardCommand(c); !s.ok()) return s;
@@ -60,12 +67,15 @@ absl::Status ShardApplier::ApplyInit(const v1::ShardInit& init) {
   absl::StatusOr<ShardMap> map = ShardMap::Plan(*layout, options_.shards, options_.partition_bytes);
   if (!map.ok()) return map.status();
   const uint32_t index = init.index();  // >= 1 (CheckShardCommand); compared before any cast
-  if (map->fingerprint() != init.fingerprint() || index >= static_cast<uint32_t>(map->shards()) ||
-      (options_.index != 0 && index != static_cast<uint32_t>(options_.index))) {
+  if (map->fingerprint() != init.fingerprint() || index >= static_cast<uint32_t>(map->shards())) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "this shard's map of the model (%s, fingerprint %016x, slice %d asked) is not the coordinator's "
-        "(fingerprint %016x, slice %u): the shard and the coordinator are of different releases or jobs",
-        map->DebugString(), map->fingerprint(), options_.index, init.fingerprint(), index));
+        "this shard's map of the model (%s, fingerprint %016x) is not the coordinator's (fingerprint %016x, slice "
+        "%u): the shard and the coordinator are of different releases or jobs",
+        map->DebugString(), map->fingerprint(), init.fingerprint(), index));
+  }
+  if (slice_asked() != 0 && index != static_cast<uint32_t>(slice_asked())) {
+    return absl::AbortedError(absl::StrFormat("the coordinator offered slice %u, and this shard %s slice %d", index,
+                                              held_index_ != 0 ? "holds" : "was started for", slice_asked()));
   }
   auto p = std::make_unique<PendingInit>();
   p->init = init;
@@ -99,6 +109,7 @@ absl::Status ShardApplier::FinishInit() {
     return s;
   }
   fingerprint_ = p->fingerprint;
+  held_index_ = static_cast<int>(init.index());
   if (init.job() != 0) job_ = init.job();
   Log(absl::StrFormat("holding slice %u of the model (map fingerprint %016x)", init.index(), fingerprint_));
   return absl::OkStatus();
@@ -106,29 +117,27 @@ absl::Status ShardApplier::FinishInit() {
 
 absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
   const v1::ShardInit& init = p.init;
-  if (!checkpoints_.has_value()) {
-    return absl::FailedPreconditionError(
-        "the coordinator restores the slice from a checkpoint, and this shard keeps none (--checkpoint_dir)");
-  }
   absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
   if (!checkpoint.ok()) return checkpoint.status();
   if (absl::Status s = PrepareNorm(p); !s.ok()) return s;
   if (absl::Status s = shard_->Restore(p.slice, *checkpoint, p.optimizer,
                                        absl::Seconds(init.optimizer().round_timeout_seconds()), init.sync());
       !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(s.message(), " (is ", checkpoints_->dir(), " another job's?)"));
+    return absl::Status(s.code(), absl::StrCat(s.message(), " (is ", checkpoints_->where(), " another job's?)"));
   }
   if (absl::Status s = checkpoints_->DropNewerThan(init.version()); !s.ok()) return s;
   fingerprint_ = p.fingerprint;
+  held_index_ = static_cast<int>(init.index());
   if (init.job() != 0) job_ = init.job();
-  Log(absl::StrCat("slice ", init.index(), " back at its checkpoint of version ", init.version()));
+  Log(absl::StrCat("slice ", init.index(), " back at its checkpoint of version ", init.version(), " (",
+                   checkpoints_->where(), ")"));
   return absl::OkStatus();
 }
 
 absl::Status ShardApplier::BeginJob(uint64_t job) {
   shard_->EndJob();
   std::string aside;
-  if (checkpoints_.has_value() && !checkpoints_->Versions().empty()) {
+  if (!checkpoints_->Versions().empty()) {
     absl::StatusOr<std::string> moved = checkpoints_->MoveAside(absl::Now());
     if (!moved.ok()) return moved.status();
     aside = absl::StrCat("; its checkpoints moved to ", *moved);
@@ -155,9 +164,9 @@ absl::Status ShardApplier::PrepareNorm(const PendingInit& p) {
 }
 
 absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
-  if (!checkpoints_.has_value()) return absl::OkStatus();  // nothing kept: a restart cannot resume (logged at start)
   absl::StatusOr<CheckpointState> state = shard_->Capture();
   if (!state.ok()) return state.status();
+  state->slice = held_index_;
   if (state->version != checkpoint.version()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
@@ -165,7 +174,7 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
   }
   absl::StatusOr<std::string> path = checkpoints_->Write(*state);
   if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
-  Log(absl::StrCat("checkpoint ", *path));
+  if (!path->empty()) Log(absl::StrCat("checkpoint ", *path));
   return absl::OkStatus();
 }
 

@@ -32,7 +32,8 @@ struct ShardApplierOptions {
   int shards = 2;               // the job's, as this shard was started
   int64_t partition_bytes = 0;  // the job's partitions
   int index = 0;                // the slice asked for (0 = any)
-  // The slice's checkpoints, at the versions the coordinator names (empty = none).
+  // The slice's checkpoints, at the versions the coordinator names (empty: the newest
+  // checkpoint_keep in memory, which a partition survives and a restart does not).
   std::string checkpoint_dir;
   int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;  // null = silent
@@ -43,19 +44,24 @@ struct ShardApplierOptions {
 class ShardApplier {
  public:
   ShardApplier(ShardApplierOptions options, ShardCore* shard);
-  // Creates the checkpoint directory (and clears a crash's partial files).
-  absl::Status Prepare() const;
+  // Creates the checkpoint directory (and clears a crash's partial files) and reads which
+  // slice its newest checkpoint holds.
+  absl::Status Prepare();
   // A new registration's stream begins: an init whose values were not all received is
   // forgotten.
   void Restart();
   // Applies one command. An error means the stream cannot go on: InvalidArgument for a
   // field out of range or out of order (a chunk without an init), FailedPrecondition for
-  // a map or slice that is not this shard's, a missed step, a checkpoint it cannot write
-  // or a restore it cannot read.
+  // a map that is not this shard's, a missed step, a checkpoint it cannot write or a
+  // restore it cannot read; Aborted for another slice than the one this shard holds (or
+  // was started for): it registers again, asking for its own.
   absl::Status Apply(const v1::ShardCommand& command);
   // The fingerprint of the map this shard holds a slice of (0 before its first init).
   uint64_t fingerprint() const { return fingerprint_; }
-  // The versions of the slice's checkpoints (empty without a checkpoint directory).
+  // The slice a registration asks for: the one held, else the one this shard was started
+  // for, else the one its newest checkpoint on disk holds (0: any).
+  int slice_asked() const { return held_index_ != 0 ? held_index_ : options_.index != 0 ? options_.index : disk_index_; }
+  // The versions of the slice's checkpoints.
   std::vector<uint64_t> CheckpointVersions() const;
 
  private:
@@ -84,9 +90,12 @@ class ShardApplier {
 
   const ShardApplierOptions options_;
   ShardCore* const shard_;
-  const std::optional<CheckpointDir> checkpoints_;
+  const std::optional<CheckpointDir> dir_;  // with checkpoint_dir
+  const std::unique_ptr<const CheckpointStore> checkpoints_;  // dir_ or memory
   std::unique_ptr<PendingInit> pending_;
   uint64_t fingerprint_ = 0;
+  int held_index_ = 0;  // the slice held (0: none yet)
+  int disk_index_ = 0;  // the slice of the newest checkpoint found at Prepare (0: none)
   uint64_t job_ = 0;  // the coordinator's job of the slice held (0: none, or an earlier release's)
 };
 

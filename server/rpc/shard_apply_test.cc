@@ -186,7 +186,7 @@ TEST_CASE("a restore needs the slice's checkpoint of the version", "[shard_apply
   restore.mutable_init()->set_restore(true);
   restore.mutable_init()->set_version(4);
   ShardApplier none = Make(&shard);
-  REQUIRE(absl::IsFailedPrecondition(none.Apply(restore)));
+  REQUIRE(absl::IsNotFound(none.Apply(restore)));  // nothing in memory yet
   const char* tmp = std::getenv("TEST_TMPDIR");
   ShardApplier kept = Make(&shard, std::string(tmp ? tmp : "/tmp") + "/shard_apply_test");
   REQUIRE(kept.Prepare().ok());
@@ -203,6 +203,68 @@ TEST_CASE("a restore needs the slice's checkpoint of the version", "[shard_apply
   restore.mutable_init()->set_version(0);
   REQUIRE(kept.Apply(restore).ok());
   REQUIRE(shard.version() == 0);
+}
+
+TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a restore goes back to one",
+          "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  REQUIRE(a.Prepare().ok());
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  const std::vector<float> at0 = *shard.Capture()->weights;
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  REQUIRE(a.Apply(Step(0)).ok());
+  checkpoint.mutable_checkpoint()->set_version(1);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(a.Apply(Step(1)).ok());
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1, 0});
+  v1::ShardCommand restore = Init();
+  restore.mutable_init()->set_restore(true);
+  restore.mutable_init()->set_version(0);
+  REQUIRE(a.Apply(restore).ok());
+  REQUIRE(shard.version() == 0);
+  REQUIRE(*shard.Capture()->weights == at0);
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // 1's history was undone
+}
+
+TEST_CASE("a shard asks for the slice it holds, and one offered another slice registers again", "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  REQUIRE(a.slice_asked() == 0);  // a fresh shard takes any free slice
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(a.slice_asked() == 1);
+  ShardCore other({});
+  ShardApplier b({/*shards=*/3, kPartition, /*index=*/2, "", 3, nullptr}, &other);
+  REQUIRE(b.slice_asked() == 2);  // --shard_index
+  v1::ShardCommand init = Init();
+  absl::StatusOr<ShardMap> three = ShardMap::Plan(Model(), 3, kPartition);
+  init.mutable_init()->set_fingerprint(three->fingerprint());
+  const absl::Status offered = b.Apply(init);  // slice 1 of 3
+  REQUIRE(absl::IsAborted(offered));
+  REQUIRE(absl::StrContains(offered.message(), "offered slice 1, and this shard was started for slice 2"));
+  REQUIRE_FALSE(other.initialized());
+  // A restart on the slice's directory asks for the slice its newest checkpoint holds.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/shard_apply_asks";
+  {
+    ShardApplier kept = Make(&shard, dir);
+    REQUIRE(kept.Prepare().ok());
+    REQUIRE(kept.Apply(Init()).ok());
+    for (const v1::ShardCommand& c : Values()) REQUIRE(kept.Apply(c).ok());
+    v1::ShardCommand checkpoint;
+    checkpoint.mutable_checkpoint()->set_version(0);
+    REQUIRE(kept.Apply(checkpoint).ok());
+  }
+  ShardCore restarted({});
+  ShardApplier again = Make(&restarted, dir);
+  REQUIRE(again.slice_asked() == 0);
+  REQUIRE(again.Prepare().ok());
+  REQUIRE(again.slice_asked() == 1);
 }
 
 TEST_CASE("an init of the coordinator's next job replaces the slice: sessions end, checkpoints go aside",

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_security.h"
 #include "common/shard_map.h"
@@ -17,6 +18,9 @@ namespace server {
 namespace {
 
 using CommandReader = grpc::ClientReaderInterface<v1::ShardCommand>;
+
+// How the link logs the coordinator's own request to register again.
+constexpr char kCoordinatorAsks[] = "the coordinator asks: ";
 
 // A registration over the network: the call's reader with the channel it runs on.
 class NetworkRegistration : public CommandReader {
@@ -76,7 +80,7 @@ ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
                                    : StepNormOverNetwork(options_)},
                shard) {}
 
-absl::Status ShardLink::Prepare() const { return applier_.Prepare(); }
+absl::Status ShardLink::Prepare() { return applier_.Prepare(); }
 
 void ShardLink::Stop() {
   absl::MutexLock lock(&mu_);
@@ -95,15 +99,16 @@ absl::Status ShardLink::Run() {
       if (stopped_) return absl::OkStatus();
     }
     if (registered && (absl::IsAborted(s) || absl::IsUnavailable(s))) {
-      // The job goes back to a common checkpoint (Aborted), or the link broke: the
-      // coordinator may be restarting, and it resumes from the servers' common checkpoint.
+      // The job goes back to a common checkpoint, another slice was offered (Aborted), or
+      // the link broke: a partition, or a restarting coordinator, which resumes from the
+      // servers' common checkpoint.
       if (options_.log) {
-        options_.log(absl::IsAborted(s) ? absl::StrCat("the coordinator asks: ", s.message())
+        options_.log(absl::IsAborted(s) ? std::string(s.message())
                                         : absl::StrCat(s.message(), "; registering again for up to ",
                                                        absl::FormatDuration(options_.start_timeout)));
       }
       give_up = clock->Now() + options_.start_timeout;
-      if (absl::IsUnavailable(s)) clock->SleepFor(absl::Seconds(1));
+      if (!absl::StartsWith(s.message(), kCoordinatorAsks)) clock->SleepFor(absl::Seconds(1));
       continue;
     }
     if (registered || !absl::IsUnavailable(s)) return s;
@@ -140,6 +145,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
   }
+  if (absl::IsAborted(applied)) return absl::AbortedError(absl::StrCat(applied.message(), ": registering again"));
   if (!applied.ok()) return applied;
   if (!*registered && finished.error_code() == grpc::StatusCode::UNIMPLEMENTED && !legacy_coordinator_) {
     legacy_coordinator_ = true;
@@ -148,7 +154,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   }
   if (*registered && finished.ok()) return absl::OkStatus();  // the coordinator's job ended
   if (*registered && finished.error_code() == grpc::StatusCode::ABORTED) {
-    return absl::AbortedError(finished.error_message());
+    return absl::AbortedError(absl::StrCat(kCoordinatorAsks, finished.error_message()));
   }
   if (*registered) {
     return absl::UnavailableError(
@@ -197,7 +203,7 @@ v1::ShardHello ShardLink::Hello() const {
   hello.set_address(options_.address);
   hello.set_shards(static_cast<uint32_t>(options_.shards));
   hello.set_partition_bytes(options_.partition_bytes);
-  hello.set_index(static_cast<uint32_t>(options_.index));
+  hello.set_index(static_cast<uint32_t>(applier_.slice_asked()));
   for (uint64_t v : applier_.CheckpointVersions()) hello.add_checkpoint_versions(v);
   hello.set_fingerprint(applier_.fingerprint());
   hello.set_reduces_norm(true);

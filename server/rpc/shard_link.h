@@ -63,16 +63,16 @@ class ShardLink {
  public:
   ShardLink(ShardLinkOptions options, ShardCore* shard);
   // Creates the checkpoint directory (and clears a crash's partial files).
-  absl::Status Prepare() const;
+  absl::Status Prepare();
 
   // Registers (retrying while the coordinator cannot be reached or the slice is still
   // held by a predecessor, up to start_timeout) and applies the commands until Stop()
   // (OK), the job's end (OK) or an error: the coordinator refused this shard (its
   // message), stayed away for start_timeout, or sent something this shard cannot apply
   // (a layout whose map differs, a missed step, a checkpoint it cannot write or read).
-  // When the coordinator asks (ABORTED: the job goes back to a common checkpoint) or the
-  // link breaks (a restarting coordinator resumes from the common checkpoint), it
-  // registers again.
+  // When the coordinator asks (ABORTED: the job goes back to a common checkpoint), offers
+  // another slice than this shard's, or the link breaks (a partition, or a restarting
+  // coordinator), it registers again, asking for the slice it holds.
   absl::Status Run();
   void Stop();
 
