@@ -12,6 +12,10 @@
 #   tests/cluster.sh exec PREFIX HOST CMD...      runs CMD inside the host (one command)
 #   tests/cluster.sh probe PREFIX FROM TO [MB]    sends MB (default 50) over TCP from FROM to
 #                                                 TO; prints the rate it reached in Mbit/s
+#   tests/cluster.sh cut PREFIX A B               cuts the link between hosts A and B both ways:
+#                                                 their packets to each other are dropped
+#                                                 silently (a partition: no error, no reset)
+#   tests/cluster.sh heal PREFIX A B              heals it
 #   tests/cluster.sh down PREFIX                  removes every namespace of PREFIX (idempotent)
 #
 # PREFIX names everything of one cluster (at most 10 characters, e.g. "ol$$"), so clusters
@@ -128,6 +132,23 @@ s.close()
   rm -f "$out"
 }
 
+# This kernel has no netfilter and no tc actions: a cut points each host's neighbour entry
+# for the other at an address no port has, so the bridge floods the frames and nobody
+# takes them. Healing deletes the entries (ARP finds the real ones again).
+mac_nobody() { printf '02:00:00:00:%02x:%02x' "$1" "$2"; }
+cut() {
+  local prefix=$1 a=$2 b=$3 a_addr b_addr
+  a_addr=$(addr "$prefix" "$a")
+  b_addr=$(addr "$prefix" "$b")
+  ip -n "$prefix-$a" neigh replace "$b_addr" lladdr "$(mac_nobody "${a_addr##*.}" "${b_addr##*.}")" nud permanent dev eth0
+  ip -n "$prefix-$b" neigh replace "$a_addr" lladdr "$(mac_nobody "${b_addr##*.}" "${a_addr##*.}")" nud permanent dev eth0
+}
+heal() {
+  local prefix=$1 a=$2 b=$3
+  ip -n "$prefix-$a" neigh del "$(addr "$prefix" "$b")" dev eth0 2>/dev/null || true
+  ip -n "$prefix-$b" neigh del "$(addr "$prefix" "$a")" dev eth0 2>/dev/null || true
+}
+
 down() {
   local prefix=$1 ns
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
@@ -137,13 +158,15 @@ down() {
 }
 
 cmd=${1:-}
-[ $# -ge 2 ] || die "usage: up|addr|exec|probe|down PREFIX ... (see the top of $0)"
+[ $# -ge 2 ] || die "usage: up|addr|exec|probe|cut|heal|down PREFIX ... (see the top of $0)"
 shift
 case "$cmd" in
   up) up "$@" ;;
   addr) [ $# -eq 2 ] || die "usage: addr PREFIX HOST"; addr "$@" ;;
   exec) [ $# -ge 3 ] || die "usage: exec PREFIX HOST CMD..."; run_in "$@" ;;
   probe) [ $# -ge 3 ] || die "usage: probe PREFIX FROM TO [MB]"; probe "$@" ;;
+  cut) [ $# -eq 3 ] || die "usage: cut PREFIX A B"; cut "$@" ;;
+  heal) [ $# -eq 3 ] || die "usage: heal PREFIX A B"; heal "$@" ;;
   down) down "$1" ;;
-  *) die "unknown command '$cmd' (up, addr, exec, probe, down)" ;;
+  *) die "unknown command '$cmd' (up, addr, exec, probe, cut, heal, down)" ;;
 esac

@@ -73,8 +73,7 @@ std::string Table(const v1::GetStatusResponse& s) {
       absl::StrAppend(&out, absl::StrFormat("%-6d %-24s %-13s %10.2f %10d %7d\n", sh.index(), sh.address(),
                                             sh.connected() ? std::string("connected")
                                                            : absl::StrFormat("MISSING %.0fs", sh.missing_seconds()),
-                                            sh.slice_bytes() / 1048576.0,
-                                            sh.steps_sent(), sh.queued_commands()));
+                                            sh.slice_bytes() / 1048576.0, sh.steps_sent(), sh.queued_commands()));
     }
   }
   return out;

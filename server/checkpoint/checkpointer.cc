@@ -11,7 +11,10 @@ namespace server {
 Checkpointer::Checkpointer(ParameterServerCore* core, std::unique_ptr<const CheckpointStore> store,
                            absl::Duration every, std::function<void(CheckpointState*)> complete)
     : core_(core),
-      store_(std::move(store)), every_(every), complete_(std::move(complete)), last_(core->clock().Now()) {}
+      store_(std::move(store)),
+      every_(every),
+      complete_(std::move(complete)),
+      last_(core->clock().Now()) {}
 
 absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
   {

@@ -328,7 +328,8 @@ std::string CoordinatorShards::WaitingLine() const {
   for (const ShardInfo& s : Shards()) {
     if (s.connected) continue;
     missing.push_back(absl::StrFormat("slice %d (last at %s) for %.0f s", s.index,
-                                      s.address.empty() ? "none yet" : s.address, absl::ToDoubleSeconds(s.missing_for)));
+                                      s.address.empty() ? "none yet" : s.address,
+                                      absl::ToDoubleSeconds(s.missing_for)));
   }
   if (missing.empty()) return "";
   return absl::StrCat("training waits for ", absl::StrJoin(missing, ", "));

@@ -53,6 +53,13 @@ absl::Status ResumeFrom(const DaemonFlags& f, const CheckpointDir& dir, Paramete
   return absl::OkStatus();
 }
 
+// A sharded job's coordinator goes back to its checkpoints when a shard returns.
+void RecoverThrough(Checkpointer* checkpointer, CoordinatorShards* shards) {
+  if (shards == nullptr) return;
+  shards->SetRecover(
+      [checkpointer](const std::vector<std::vector<uint64_t>>& held) { return checkpointer->GoBack(held); });
+}
+
 }  // namespace
 
 bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
@@ -67,17 +74,6 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
   return true;
 }
 
-namespace {
-
-// A sharded job's coordinator goes back to its checkpoints when a shard returns.
-void RecoverThrough(Checkpointer* checkpointer, CoordinatorShards* shards) {
-  if (shards == nullptr) return;
-  shards->SetRecover(
-      [checkpointer](const std::vector<std::vector<uint64_t>>& held) { return checkpointer->GoBack(held); });
-}
-
-}  // namespace
-
 absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
                               std::unique_ptr<Checkpointer>* checkpointer) {
   std::function<void(CheckpointState*)> complete;
@@ -88,9 +84,8 @@ absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, C
     if (shards == nullptr) return absl::OkStatus();
     // No disk: every server of the job keeps its newest checkpoints in memory, so that a
     // partition (not a restart) has a version common to every slice to go back to.
-    *checkpointer =
-        std::make_unique<Checkpointer>(core, std::make_unique<MemoryCheckpoints>(f.checkpoint_keep),
-                                       absl::Seconds(f.memory_checkpoint_every_s), std::move(complete));
+    *checkpointer = std::make_unique<Checkpointer>(core, std::make_unique<MemoryCheckpoints>(f.checkpoint_keep),
+                                                   absl::Seconds(f.memory_checkpoint_every_s), std::move(complete));
     RecoverThrough(checkpointer->get(), shards);
     return absl::OkStatus();
   }

@@ -17,9 +17,8 @@ ShardApplier::ShardApplier(ShardApplierOptions options, ShardCore* shard)
       dir_(options_.checkpoint_dir.empty()
                ? std::nullopt
                : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)),
-      checkpoints_(dir_.has_value()
-                       ? std::unique_ptr<const CheckpointStore>(std::make_unique<CheckpointDir>(*dir_))
-                       : std::make_unique<MemoryCheckpoints>(options_.checkpoint_keep)) {}
+      checkpoints_(dir_.has_value() ? std::unique_ptr<const CheckpointStore>(std::make_unique<CheckpointDir>(*dir_))
+                                    : std::make_unique<MemoryCheckpoints>(options_.checkpoint_keep)) {}
 
 absl::Status ShardApplier::Prepare() {
   if (!dir_.has_value()) return absl::OkStatus();

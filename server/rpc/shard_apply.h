@@ -60,7 +60,9 @@ class ShardApplier {
   uint64_t fingerprint() const { return fingerprint_; }
   // The slice a registration asks for: the one held, else the one this shard was started
   // for, else the one its newest checkpoint on disk holds (0: any).
-  int slice_asked() const { return held_index_ != 0 ? held_index_ : options_.index != 0 ? options_.index : disk_index_; }
+  int slice_asked() const {
+    return held_index_ != 0 ? held_index_ : options_.index != 0 ? options_.index : disk_index_;
+  }
   // The versions of the slice's checkpoints.
   std::vector<uint64_t> CheckpointVersions() const;
 
@@ -90,13 +92,13 @@ class ShardApplier {
 
   const ShardApplierOptions options_;
   ShardCore* const shard_;
-  const std::optional<CheckpointDir> dir_;  // with checkpoint_dir
+  const std::optional<CheckpointDir> dir_;                    // with checkpoint_dir
   const std::unique_ptr<const CheckpointStore> checkpoints_;  // dir_ or memory
   std::unique_ptr<PendingInit> pending_;
   uint64_t fingerprint_ = 0;
   int held_index_ = 0;  // the slice held (0: none yet)
   int disk_index_ = 0;  // the slice of the newest checkpoint found at Prepare (0: none)
-  uint64_t job_ = 0;  // the coordinator's job of the slice held (0: none, or an earlier release's)
+  uint64_t job_ = 0;    // the coordinator's job of the slice held (0: none, or an earlier release's)
 };
 
 }  // namespace server

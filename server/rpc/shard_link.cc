@@ -2,8 +2,8 @@
 
 #include <thread>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_security.h"
 #include "common/shard_map.h"
