@@ -84,7 +84,9 @@ TEST_CASE("a sharded job takes every flag one server takes; checkpoints need two
   f.push_slices_in_order = true;  // but no slices to order
   REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--push_slices_in_order needs --shards > 1"));
   f.shards = 2;
-  f.checkpoint_dir.clear();
+  f.checkpoint_dir.clear();  // checkpoints in memory: two kept all the same
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--checkpoint_keep >= 2"));
+  f.checkpoint_keep = 2;
   REQUIRE(CheckShardable(f, o).ok());
 }
 
