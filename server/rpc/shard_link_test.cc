@@ -139,7 +139,7 @@ TEST_CASE("asked back to a checkpoint, or cut off, the link registers again nami
   REQUIRE(rig.coordinator.calls.size() >= 3);
   REQUIRE(rig.coordinator.calls[1].hello.fingerprint() == Map().fingerprint());  // the slice it holds
   REQUIRE(rig.coordinator.calls[1].hello.index() == 1);  // asked for by its index, not "any free"
-  REQUIRE(rig.lines.size() == 4);  // each registration's "holding slice 1" after its values
+  REQUIRE(rig.lines.size() == 4);                        // each registration's "holding slice 1" after its values
   REQUIRE(rig.lines[1] == "the coordinator asks: back to version 0");
   REQUIRE(absl::StartsWith(rig.lines[3], "lost the link to the coordinator coordinator:7000: connection reset"));
   // Lost after registering: start_timeout from the loss, attempts a second apart.
