@@ -40,8 +40,10 @@ void Monitor(const DaemonFlags& f, ParameterServerCore* core, Checkpointer* chec
     if (checkpointer != nullptr) ReportCheckpoint(checkpointer->MaybeCheckpoint());
     if (shards != nullptr && absl::Now() - last_waiting >= absl::Seconds(5)) {
       last_waiting = absl::Now();
-      if (const std::string line = shards->WaitingLine(); !line.empty())
+      if (const std::string line = shards->WaitingLine(); !line.empty()) {
         std::printf("omnilearn_server: %s\n", line.c_str());
+        std::fflush(stdout);
+      }
     }
     const ServerSnapshot s = core->Snapshot();
     if (s.job != last_job) last_job = s.job, last_samples = 0, shown_changes = 0;
