@@ -581,9 +581,8 @@ absl::StatusOr<PushResult> ParameterServerCore::PushIdle(const PushInfo& info, a
   if (!w.assigned.empty()) {
     refused = absl::FailedPreconditionError(absl::StrCat("an idle push from worker ", info.id, ", assigned ",
                                                          CountSamples(w.assigned), " samples: train them"));
-  } else if (info.version > version) {
-    refused = absl::InvalidArgumentError(
-        absl::StrCat("model version ", info.version, " is newer than the server's ", version));
+  } else {
+    refused = CheckPushVersion(info.version, version);
   }
   CountPush(info.id, refused.ok() ? "idle" : "invalid");
   if (!refused.ok()) return refused;

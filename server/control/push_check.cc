@@ -24,10 +24,7 @@ absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& g
   if (info.batch < 1 || info.batch > kMaxPushBatch) {
     return absl::InvalidArgumentError(absl::StrCat("batch size ", info.batch, " out of range"));
   }
-  if (info.version > model_version) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model version ", info.version, " is newer than the server's ", model_version));
-  }
+  if (absl::Status s = CheckPushVersion(info.version, model_version); !s.ok()) return s;
   if (info.out_of_memory) return absl::OkStatus();  // no gradient, no times
   if (!std::isfinite(info.compute_seconds) || info.compute_seconds <= 0 || info.compute_seconds > kMaxComputeSeconds) {
     return absl::InvalidArgumentError(
@@ -49,6 +46,11 @@ absl::Status CheckSessionSecret(WorkerId id, absl::string_view expected, absl::s
   return absl::PermissionDeniedError(absl::StrCat("the call does not carry worker ", id,
                                                   "'s session secret: only the process that joined as ", id,
                                                   " can act for it"));
+}
+
+absl::Status CheckPushVersion(uint64_t pushed, uint64_t held) {
+  if (pushed <= held) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model version ", pushed, " is newer than the server's ", held));
 }
 
 absl::Status CheckGradientValues(const std::vector<float>& gradient, int64_t model_elements, bool finite_checked) {

@@ -58,6 +58,11 @@ absl::Status CheckPushReport(const PushInfo& info);
 absl::Status CheckPushGradient(const PushInfo& info, const std::vector<float>& gradient, uint64_t model_version,
                                int64_t model_elements);
 
+// A push's model version: not newer than the version it pushes to (`held`: the model's,
+// or a shard's slice's). The one version check of both data planes: a version from the
+// future is refused at once, never held. InvalidArgument naming both otherwise.
+absl::Status CheckPushVersion(uint64_t pushed, uint64_t held);
+
 // A gradient's values: `model_elements` of them (the whole model's, or a shard's slice's),
 // all finite unless the caller checked them while copying (`finite_checked`). The one
 // gradient check of both data planes. InvalidArgument naming the counts otherwise.

@@ -162,6 +162,7 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   absl::MutexLock lock(&mu_);
   if (sessions_.count(info.id) == 0) return NoSession(info.id);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  if (absl::Status s = CheckPushVersion(info.version, store_->version()); !s.ok()) return s;
   if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
     return s;
   }

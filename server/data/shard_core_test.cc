@@ -168,6 +168,24 @@ TEST_CASE("sync: a slice of a version the shard has stepped past is answered at 
   control.join();
 }
 
+TEST_CASE("a slice that claims a version from the future is refused at once, as the coordinator refuses it",
+          "[shard_core]") {
+  FakeClock clock;  // never advanced: a held push would wait for ever
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 3, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  std::future<absl::StatusOr<PushResult>> future = std::async(std::launch::async, [&] {
+    return shard.Push(PushOf(1, 4), {1, 1, 1, 1}, absl::InfiniteFuture());
+  });
+  const bool answered = future.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  if (!answered) clock.Advance(absl::Seconds(10));  // let the held call end before failing
+  REQUIRE(answered);
+  const absl::StatusOr<PushResult> r = future.get();
+  REQUIRE(absl::IsInvalidArgument(r.status()));
+  REQUIRE(r.status().message() == "model version 4 is newer than the server's 3");
+  REQUIRE(shard.version() == 3);
+}
+
 TEST_CASE("a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
           "[shard_core]") {
   FakeClock clock;

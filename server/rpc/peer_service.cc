@@ -33,14 +33,13 @@ void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status&
 
 grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
                                 grpc::ServerWriter<v1::ShardCommand>* writer) {
-  if (shards_ == nullptr) {
-    if (grpc::Status auth = workers_->Authorize(ctx); !auth.ok()) return auth;
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this server runs no sharded job: start the coordinator with --shards");
-  }
-  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {
+  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
     LogRefused(ctx, auth);
     return auth;
+  }
+  if (shards_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server runs no sharded job: start the coordinator with --shards");
   }
   uint64_t generation = 0;
   absl::StatusOr<int> index = shards_->Register(*hello, &generation);
@@ -69,12 +68,12 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
 }
 
 grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) {
-  if (shards_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server runs no sharded job");
-  }
-  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {
+  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
     LogRefused(ctx, auth);
     return auth;
+  }
+  if (shards_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server runs no sharded job");
   }
   const std::optional<ShardMap> map = shards_->map();
   if (part->index() == 0 || !map.has_value() || map->fingerprint() != part->fingerprint()) {

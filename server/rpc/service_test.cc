@@ -523,6 +523,19 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
   g.service->EnableShards(&loopback);
   REQUIRE(RegisterShard(g, loopback, "", "").error_code() == grpc::StatusCode::UNAUTHENTICATED);
   REQUIRE(RegisterShard(g, loopback, "", "the-token").ok());
+  // A server of no sharded job checks the caller's credentials before saying so.
+  CoordinatorShards unused(so);
+  Fixture lone("the-token", "the-token");
+  REQUIRE(RegisterShard(lone, unused, "", "").error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  REQUIRE(RegisterShard(lone, unused, "", "the-token").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  for (const std::string& token : {std::string(""), std::string("the-token")}) {
+    grpc::ClientContext ctx;
+    AddBearerToken(ctx, token);
+    v1::ShardNormTotal total;
+    const grpc::Status s = v1::ServerPeers::NewStub(lone.channel)->StepNorm(&ctx, v1::ShardNorm(), &total);
+    REQUIRE(s.error_code() == (token.empty() ? grpc::StatusCode::UNAUTHENTICATED
+                                             : grpc::StatusCode::FAILED_PRECONDITION));
+  }
 }
 
 TEST_CASE("a held service answers every call UNAVAILABLE until it is opened", "[service]") {
@@ -744,6 +757,22 @@ TEST_CASE("a shard server's service serves slices only: the control calls send w
     v1::GetStatusResponse response;
     REQUIRE(stub->GetStatus(&ctx, v1::GetStatusRequest(), &response).error_code() ==
             grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    // Without the workers' token, the control calls are refused for it, before the role.
+    grpc::ClientContext join_ctx, beat_ctx, leave_ctx, status_ctx;
+    v1::JoinResponse joined;
+    std::unique_ptr<grpc::ClientWriter<v1::JoinRequest>> writer = stub->Join(&join_ctx, &joined);
+    writer->WritesDone();
+    REQUIRE(writer->Finish().error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    v1::HeartbeatResponse beat;
+    REQUIRE(stub->Heartbeat(&beat_ctx, v1::HeartbeatRequest(), &beat).error_code() ==
+            grpc::StatusCode::UNAUTHENTICATED);
+    v1::LeaveResponse left;
+    REQUIRE(stub->Leave(&leave_ctx, v1::LeaveRequest(), &left).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    v1::GetStatusResponse status;
+    REQUIRE(stub->GetStatus(&status_ctx, v1::GetStatusRequest(), &status).error_code() ==
+            grpc::StatusCode::UNAUTHENTICATED);
   }
   {
     // The slice calls pass the same gate as the coordinator's: the workers' token first.

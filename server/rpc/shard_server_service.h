@@ -1,6 +1,7 @@
 // The worker-facing service of a shard server: the slice calls (SliceService) on the
 // shard's slice. Workers join, beat and leave at the job's coordinator: those calls are
-// refused here with a line that says so.
+// refused here with a line that says so, to callers that pass the workers' gate (others
+// are told UNAUTHENTICATED, as on every call: credentials before any role).
 #ifndef OMNILEARN_SERVER_RPC_SHARD_SERVER_SERVICE_H_
 #define OMNILEARN_SERVER_RPC_SHARD_SERVER_SERVICE_H_
 
@@ -20,22 +21,23 @@ class ShardServerService final : public SliceService {
                      v1::WireDtype wire_dtype)
       : SliceService(shard, max_wait, std::move(auth_token), limits, wire_dtype) {}
 
-  // FAILED_PRECONDITION: workers join the job's coordinator.
-  grpc::Status Join(grpc::ServerContext*, grpc::ServerReader<v1::JoinRequest>*, v1::JoinResponse*) override {
-    return NotTheCoordinator();
+  // After the gate (Authorize), FAILED_PRECONDITION: workers join the job's coordinator.
+  grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>*, v1::JoinResponse*) override {
+    return NotTheCoordinator(ctx);
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override {
-    return NotTheCoordinator();
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest*, v1::HeartbeatResponse*) override {
+    return NotTheCoordinator(ctx);
   }
-  grpc::Status Leave(grpc::ServerContext*, const v1::LeaveRequest*, v1::LeaveResponse*) override {
-    return NotTheCoordinator();
+  grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest*, v1::LeaveResponse*) override {
+    return NotTheCoordinator(ctx);
   }
-  grpc::Status GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*, v1::GetStatusResponse*) override {
-    return NotTheCoordinator();
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*, v1::GetStatusResponse*) override {
+    return NotTheCoordinator(ctx);
   }
 
  private:
-  static grpc::Status NotTheCoordinator() {
+  grpc::Status NotTheCoordinator(const grpc::ServerContext* ctx) const {
+    if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this is a shard server: workers join the job's coordinator, whose answer names the shards");
   }
