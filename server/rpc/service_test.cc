@@ -533,8 +533,8 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
     AddBearerToken(ctx, token);
     v1::ShardNormTotal total;
     const grpc::Status s = v1::ServerPeers::NewStub(lone.channel)->StepNorm(&ctx, v1::ShardNorm(), &total);
-    REQUIRE(s.error_code() == (token.empty() ? grpc::StatusCode::UNAUTHENTICATED
-                                             : grpc::StatusCode::FAILED_PRECONDITION));
+    REQUIRE(s.error_code() ==
+            (token.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::FAILED_PRECONDITION));
   }
 }
 
