@@ -56,7 +56,7 @@ done
 
 # Prometheus with the shipped configuration; targets from file discovery.
 mkdir -p "$WORK/prom/targets"
-cp "$TEST_SRCDIR/omnilearn/deploy/prometheus.yml" "$WORK/prom/prometheus.yml"
+cp "$TEST_SRCDIR/omnilearn/deploy/prometheus.yml" "$TEST_SRCDIR/omnilearn/deploy/omnilearn-alerts.yml" "$WORK/prom/"
 echo "[{\"targets\": [\"127.0.0.1:$SMP\"]}]" > "$WORK/prom/targets/server.json"
 echo "[{\"targets\": [\"127.0.0.1:${WMP[w0]}\", \"127.0.0.1:${WMP[w1]}\"]}]" > "$WORK/prom/targets/workers.json"
 PP=$(free_port)

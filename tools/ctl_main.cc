@@ -20,6 +20,8 @@
 #include "common/grpc_security.h"
 #include "google/protobuf/util/json_util.h"
 #include "proto/omnilearn.grpc.pb.h"
+#include "server/checkpoint/checkpoint_health.h"
+#include "server/rpc/shard_wire.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
 ABSL_FLAG(double, watch, 0, "refresh every this many seconds until interrupted (0 = once)");
@@ -33,6 +35,12 @@ ABSL_FLAG(std::string, auth_token_file, "", "file holding the server's shared be
 
 namespace omnilearn {
 namespace {
+
+// A server's checkpoints as the status says them ("v120 4s ago", "FAILING (3): ...").
+std::string Checkpoints(const v1::CheckpointStatus& p) {
+  absl::StatusOr<server::CheckpointHealthView> view = server::CheckpointsFromProto(p);
+  return view.ok() ? server::DescribeCheckpoints(*view) : absl::StrCat("? (", view.status().message(), ")");
+}
 
 // The status as a table: the job on one line, then a row per worker (active first).
 std::string Table(const v1::GetStatusResponse& s) {
@@ -52,6 +60,7 @@ std::string Table(const v1::GetStatusResponse& s) {
                                                                                 s.test_accuracy_version())
                                                               : std::string("-"),
                                         s.predicted_spread(), s.plan_changes()));
+  if (s.has_checkpoints()) absl::StrAppend(&out, "checkpoints ", Checkpoints(s.checkpoints()), "\n");
   absl::StrAppend(
       &out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s %8s\n", "WORKER", "HOST", "DEVICE",
                             "STATE", "BATCH", "MEAN COMPUTE", "ITERATIONS", "SAMPLES", "VERSION", "LOSS", "OVERRUNS"));
@@ -67,13 +76,14 @@ std::string Table(const v1::GetStatusResponse& s) {
                                           w->last_model_version(), w->last_train_loss(), w->emulation_overruns()));
   }
   if (s.shards_size() > 0) {
-    absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s\n", "SHARD", "ADDRESS", "STATE", "SLICE MB",
-                                          "STEPS SENT", "QUEUED"));
+    absl::StrAppend(&out, absl::StrFormat("%-6s %-24s %-13s %10s %10s %7s  %s\n", "SHARD", "ADDRESS", "STATE",
+                                          "SLICE MB", "STEPS SENT", "QUEUED", "CHECKPOINTS"));
     for (const v1::ShardStatus& sh : s.shards()) {
-      absl::StrAppend(&out, absl::StrFormat("%-6d %-24s %-13s %10.2f %10d %7d\n", sh.index(), sh.address(),
+      absl::StrAppend(&out, absl::StrFormat("%-6d %-24s %-13s %10.2f %10d %7d  %s\n", sh.index(), sh.address(),
                                             sh.connected() ? std::string("connected")
                                                            : absl::StrFormat("MISSING %.0fs", sh.missing_seconds()),
-                                            sh.slice_bytes() / 1048576.0, sh.steps_sent(), sh.queued_commands()));
+                                            sh.slice_bytes() / 1048576.0, sh.steps_sent(), sh.queued_commands(),
+                                            sh.has_checkpoints() ? Checkpoints(sh.checkpoints()) : "-"));
     }
   }
   return out;

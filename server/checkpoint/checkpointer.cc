@@ -9,11 +9,13 @@ namespace omnilearn {
 namespace server {
 
 Checkpointer::Checkpointer(ParameterServerCore* core, std::unique_ptr<const CheckpointStore> store,
-                           absl::Duration every, std::function<void(CheckpointState*)> complete)
+                           absl::Duration every, std::function<void(CheckpointState*)> complete,
+                           CheckpointHealth* health)
     : core_(core),
       store_(std::move(store)),
       every_(every),
       complete_(std::move(complete)),
+      health_(health),
       last_(core->clock().Now()) {}
 
 absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
@@ -26,6 +28,12 @@ absl::StatusOr<std::string> Checkpointer::MaybeCheckpoint() {
 
 absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
   absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> written = Write();
+  if (health_ != nullptr && !written.ok()) health_->Failed(written.status());
+  return written;
+}
+
+absl::StatusOr<std::string> Checkpointer::Write() {
   absl::StatusOr<CheckpointState> state = core_->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
   if (!state.ok()) {
     // No model yet: nothing to keep.
@@ -40,7 +48,9 @@ absl::StatusOr<std::string> Checkpointer::CheckpointNow() {
   }
   if (store_->Has(state->version)) return std::string();
   if (complete_) complete_(&*state);
-  return store_->Write(*state);
+  absl::StatusOr<std::string> path = store_->Write(*state);
+  if (path.ok() && health_ != nullptr) health_->Written(state->version);
+  return path;
 }
 
 absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint64_t>>& held) {
@@ -56,7 +66,10 @@ absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint
   }
   for (uint64_t v : common) {
     absl::StatusOr<CheckpointState> state = store_->Load(v);
-    if (absl::IsDataLoss(state.status())) continue;  // unreadable: the one before
+    if (absl::IsDataLoss(state.status())) {  // unreadable: the one before
+      if (health_ != nullptr) health_->SkippedCorrupt();
+      continue;
+    }
     if (!state.ok()) return state.status();
     if (absl::Status s = core_->RollBack(*state); !s.ok()) return s;
     if (absl::Status s = store_->DropNewerThan(v); !s.ok()) return s;

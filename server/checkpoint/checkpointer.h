@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/checkpoint_health.h"
 #include "server/control/parameter_server_core.h"
 
 namespace omnilearn {
@@ -26,9 +27,11 @@ namespace server {
 class Checkpointer {
  public:
   // `core` must outlive this. `every` > 0. `complete` (when given) adds to each captured
-  // state what the core does not know (a sharded job's whole layout).
+  // state what the core does not know (a sharded job's whole layout). `health` (when
+  // given, outliving this) is told each checkpoint written or failed and each unreadable
+  // one passed over.
   Checkpointer(ParameterServerCore* core, std::unique_ptr<const CheckpointStore> store, absl::Duration every,
-               std::function<void(CheckpointState*)> complete = nullptr);
+               std::function<void(CheckpointState*)> complete = nullptr, CheckpointHealth* health = nullptr);
 
   // Writes a checkpoint when `every` has passed since the last one (or since
   // construction) and the store holds none of the model's version yet. Returns the
@@ -53,6 +56,10 @@ class Checkpointer {
   const std::unique_ptr<const CheckpointStore> store_;
   const absl::Duration every_;
   const std::function<void(CheckpointState*)> complete_;
+  CheckpointHealth* const health_;  // may be null
+  // The checkpoint itself (CheckpointNow under mu_).
+  absl::StatusOr<std::string> Write() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   absl::Mutex mu_;  // one checkpoint or rollback at a time
   absl::Time last_ ABSL_GUARDED_BY(mu_);
   uint64_t last_job_ ABSL_GUARDED_BY(mu_) = 1;

@@ -299,9 +299,24 @@ std::vector<CoordinatorShards::ShardInfo> CoordinatorShards::Shards() const {
     info.steps_sent = slot.steps_sent;
     info.queued = slot.queue.size();
     info.missing_for = slot.connected ? absl::ZeroDuration() : options_.clock->Now() - slot.missing_since;
+    if (slot.reported.has_value()) {
+      info.checkpoints = Aged(*slot.reported, options_.clock->Now() - slot.reported_at);
+    }
     out.push_back(std::move(info));
   }
   return out;
+}
+
+absl::Status CoordinatorShards::ReportCheckpoints(int index, uint64_t fingerprint, const CheckpointHealthView& view) {
+  absl::MutexLock lock(&mu_);
+  if (index < 1 || index >= static_cast<int>(slots_.size()) || !map_.has_value() ||
+      map_->fingerprint() != fingerprint) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "checkpoints of slice %d of map %016x: not a shard's slice of this job's map", index, fingerprint));
+  }
+  slots_[index].reported = view;
+  slots_[index].reported_at = options_.clock->Now();
+  return absl::OkStatus();
 }
 
 void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
@@ -312,13 +327,23 @@ void CoordinatorShards::ExportMetrics(metrics::Registry& registry) {
   auto& sent = registry.AddGauge("omnilearn_coordinator_shard_steps_sent", "steps sent to the shard server", {"shard"});
   auto& missing = registry.AddGauge("omnilearn_coordinator_shard_missing_seconds",
                                     "how long the slice has had no shard server (0 while connected)", {"shard"});
-  registry.AddCollectHook([this, &connected, &queued, &sent, &missing] {
+  auto& age = registry.AddGauge("omnilearn_coordinator_shard_checkpoint_age_seconds",
+                                "seconds since the shard's newest good checkpoint, as it last reported", {"shard"});
+  auto& failing = registry.AddGauge("omnilearn_coordinator_shard_checkpoint_failing",
+                                    "1 while the shard's newest checkpoint attempt failed", {"shard"});
+  auto& failures = registry.AddGauge("omnilearn_coordinator_shard_checkpoint_failures",
+                                     "checkpoints the shard could not write, as it last reported", {"shard"});
+  registry.AddCollectHook([this, &connected, &queued, &sent, &missing, &age, &failing, &failures] {
     for (const ShardInfo& s : Shards()) {
       const std::string label = absl::StrCat(s.index);
       connected.Add({label}).Set(s.connected ? 1 : 0);
       missing.Add({label}).Set(absl::ToDoubleSeconds(s.missing_for));
       queued.Add({label}).Set(static_cast<double>(s.queued));
       sent.Add({label}).Set(static_cast<double>(s.steps_sent));
+      if (!s.checkpoints.has_value()) continue;
+      age.Add({label}).Set(absl::ToDoubleSeconds(s.checkpoints->newest_age));
+      failing.Add({label}).Set(s.checkpoints->failing() ? 1 : 0);
+      failures.Add({label}).Set(static_cast<double>(s.checkpoints->failures));
     }
   });
 }

@@ -22,6 +22,7 @@
 #include "common/shard_map.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/checkpoint_health.h"
 #include "server/control/parameter_server_core.h"
 
 namespace omnilearn {
@@ -155,10 +156,16 @@ class CoordinatorShards {
     uint64_t steps_sent = 0;
     size_t queued = 0;
     absl::Duration missing_for;  // how long the slice has had no shard (0 while connected)
+    // Its checkpoints as it last reported them, aged to now (none: no report yet).
+    std::optional<CheckpointHealthView> checkpoints;
   };
   std::vector<ShardInfo> Shards() const;
+  // Shard `index`'s checkpoints after one it was told to take (written or failed).
+  // FailedPrecondition for a slice or map (`fingerprint`) that is not this job's.
+  absl::Status ReportCheckpoints(int index, uint64_t fingerprint, const CheckpointHealthView& view)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Gauges per shard on the coordinator's /metrics: connected, seconds missing, commands
-  // queued, steps sent.
+  // queued, steps sent, and its checkpoints' age and failures (as last reported).
   void ExportMetrics(metrics::Registry& registry);
   // While training waits for slices without a shard: a line naming each and for how long
   // ("" when none is missing).
@@ -171,10 +178,12 @@ class CoordinatorShards {
     uint64_t generation = 0;  // a new registration replaces the stream of the old one
     uint64_t steps_sent = 0;
     std::deque<Outgoing> queue;
-    std::vector<uint64_t> checkpoints;  // the versions it said it holds
-    uint64_t recovery = 0;              // the recovery it registered in
-    bool must_register = false;         // a recovery ended its stream
-    absl::Time missing_since;           // while not connected: since when
+    std::vector<uint64_t> checkpoints;             // the versions it said it holds
+    uint64_t recovery = 0;                         // the recovery it registered in
+    bool must_register = false;                    // a recovery ended its stream
+    absl::Time missing_since;                      // while not connected: since when
+    std::optional<CheckpointHealthView> reported;  // its checkpoints' health, as last reported
+    absl::Time reported_at;                        // when
   };
   void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -241,6 +241,41 @@ TEST_CASE("shards back from a partition take their own slices in any order; the 
   for (int shard : {1, 2}) REQUIRE(Drain(c, shard)[0].command.init().index() == static_cast<uint32_t>(shard));
 }
 
+TEST_CASE("a shard's checkpoints as it reported them, aged on the coordinator's clock, in /metrics",
+          "[coordinator_shards]") {
+  FakeClock clock;
+  CoordinatorShardsOptions o = Options(3);
+  o.clock = &clock;
+  CoordinatorShards c(o);
+  metrics::Registry registry;
+  c.ExportMetrics(registry);
+  REQUIRE(*c.Register(Hello("s:1")) == 1);
+  REQUIRE(*c.Register(Hello("s:2")) == 2);
+  CheckpointHealthView failing;
+  failing.newest_version = 4;
+  failing.newest_age = absl::Seconds(20);
+  failing.failures = 3;
+  failing.last_error = "No space left on device";
+  REQUIRE(absl::IsFailedPrecondition(c.ReportCheckpoints(1, 0, failing)));  // no model, no map yet
+  Adopt(c);
+  const uint64_t fingerprint = c.map()->fingerprint();
+  REQUIRE(absl::IsFailedPrecondition(c.ReportCheckpoints(1, fingerprint + 1, failing)));  // another map
+  REQUIRE(absl::IsFailedPrecondition(c.ReportCheckpoints(3, fingerprint, failing)));      // no such slice
+  REQUIRE(absl::IsFailedPrecondition(c.ReportCheckpoints(0, fingerprint, failing)));      // the coordinator's own
+  REQUIRE(c.ReportCheckpoints(1, fingerprint, failing).ok());
+  clock.Advance(absl::Seconds(10));
+  const std::vector<CoordinatorShards::ShardInfo> shards = c.Shards();
+  REQUIRE(shards[0].checkpoints.has_value());
+  REQUIRE(shards[0].checkpoints->newest_age == absl::Seconds(30));
+  REQUIRE(shards[0].checkpoints->failing());
+  REQUIRE_FALSE(shards[1].checkpoints.has_value());  // slice 2 reported nothing yet
+  const std::string text = registry.Serialize();
+  REQUIRE(absl::StrContains(text, "omnilearn_coordinator_shard_checkpoint_age_seconds{shard=\"1\"} 30\n"));
+  REQUIRE(absl::StrContains(text, "omnilearn_coordinator_shard_checkpoint_failing{shard=\"1\"} 1\n"));
+  REQUIRE(absl::StrContains(text, "omnilearn_coordinator_shard_checkpoint_failures{shard=\"1\"} 3\n"));
+  REQUIRE_FALSE(absl::StrContains(text, "omnilearn_coordinator_shard_checkpoint_failing{shard=\"2\"}"));
+}
+
 TEST_CASE("no shard's claim ends the job: a shard without a common checkpoint is refused and the job waits",
           "[coordinator_shards]") {
   CoordinatorShards c = Make(2);

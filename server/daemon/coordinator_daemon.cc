@@ -56,6 +56,7 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   absl::StatusOr<PeerAccess> peers = PeerAccessFromFlags(f, shards != nullptr, *token);
   if (!peers.ok()) return Fail(peers.status(), 2);
   if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  std::unique_ptr<CheckpointHealth> checkpoint_health;  // before the exposer, which reads it
   auto exposer = ExposeMetrics(f, (*core)->registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
 
@@ -68,7 +69,10 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &service.peers(), &bound_port);
   if (!server.ok()) return FailToListen(server.status());
   std::unique_ptr<Checkpointer> checkpointer;
-  if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer); !s.ok()) return Fail(s, 2);
+  if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer, &checkpoint_health); !s.ok()) {
+    return Fail(s, 2);
+  }
+  service.ShowCheckpoints(checkpoint_health.get());
   service.Open();
   const absl::Time start = absl::Now();
   PrintListening(f, *o, bound_port, wire_dtype, !token->empty(), exposer->get());

@@ -33,9 +33,11 @@ absl::Status CheckSameKind(const DaemonFlags& f, const CheckpointState& state) {
 // coordinator (`shards`) then waits for its shards to go back with it to the newest
 // checkpoint every server holds (docs/SHARDING.md).
 absl::Status ResumeFrom(const DaemonFlags& f, const CheckpointDir& dir, ParameterServerCore* core,
-                        CoordinatorShards* shards) {
-  auto loaded = dir.LoadNewest(
-      [](const std::string& warning) { std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str()); });
+                        CoordinatorShards* shards, CheckpointHealth* health) {
+  auto loaded = dir.LoadNewest([health](const std::string& warning) {
+    std::fprintf(stderr, "omnilearn_server: WARNING: %s\n", warning.c_str());
+    health->SkippedCorrupt();
+  });
   if (!loaded.ok()) return loaded.status();
   if (!loaded->has_value()) {
     if (dir.List().empty()) return absl::OkStatus();
@@ -47,6 +49,7 @@ absl::Status ResumeFrom(const DaemonFlags& f, const CheckpointDir& dir, Paramete
   if (s.ok()) s = core->Restore(state);
   if (s.ok() && shards != nullptr) s = shards->Resume(*state.sharded, state.layout);
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
+  health->Resumed(state.version, state.created);
   std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
               file.c_str(), state.version, state.global_samples, state.controller.size(),
               absl::ToDoubleSeconds(absl::Now() - state.created));
@@ -75,17 +78,20 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
 }
 
 absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
-                              std::unique_ptr<Checkpointer>* checkpointer) {
+                              std::unique_ptr<Checkpointer>* checkpointer, std::unique_ptr<CheckpointHealth>* health) {
   std::function<void(CheckpointState*)> complete;
   if (shards != nullptr) complete = [shards](CheckpointState* s) { s->sharded = shards->sharded_job(); };
   const std::string path = f.checkpoint_dir;
+  if (path.empty() && f.fresh) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
+  if (path.empty() && shards == nullptr) return absl::OkStatus();
+  *health = std::make_unique<CheckpointHealth>(&core->clock(), /*in_memory=*/path.empty());
+  (*health)->ExportMetrics(core->registry());
   if (path.empty()) {
-    if (f.fresh) return absl::InvalidArgumentError("--fresh needs --checkpoint_dir");
-    if (shards == nullptr) return absl::OkStatus();
     // No disk: every server of the job keeps its newest checkpoints in memory, so that a
     // partition (not a restart) has a version common to every slice to go back to.
-    *checkpointer = std::make_unique<Checkpointer>(core, std::make_unique<MemoryCheckpoints>(f.checkpoint_keep),
-                                                   absl::Seconds(f.memory_checkpoint_every_s), std::move(complete));
+    *checkpointer =
+        std::make_unique<Checkpointer>(core, std::make_unique<MemoryCheckpoints>(f.checkpoint_keep),
+                                       absl::Seconds(f.memory_checkpoint_every_s), std::move(complete), health->get());
     RecoverThrough(checkpointer->get(), shards);
     return absl::OkStatus();
   }
@@ -96,10 +102,11 @@ absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, C
     if (!aside.ok()) return aside.status();
     if (!aside->empty()) std::printf("omnilearn_server: --fresh: moved the old checkpoints to %s\n", aside->c_str());
   }
-  *checkpointer = std::make_unique<Checkpointer>(core, std::make_unique<CheckpointDir>(dir),
-                                                 absl::Seconds(f.checkpoint_every_s), std::move(complete));
+  *checkpointer =
+      std::make_unique<Checkpointer>(core, std::make_unique<CheckpointDir>(dir), absl::Seconds(f.checkpoint_every_s),
+                                     std::move(complete), health->get());
   RecoverThrough(checkpointer->get(), shards);
-  return f.fresh ? absl::OkStatus() : ResumeFrom(f, dir, core, shards);
+  return f.fresh ? absl::OkStatus() : ResumeFrom(f, dir, core, shards, health->get());
 }
 
 }  // namespace server

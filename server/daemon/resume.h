@@ -23,9 +23,10 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written);
 // --checkpoint_dir: resumes from the newest valid checkpoint (or, with --fresh, moves
 // the old ones aside) and sets up the timer; a sharded coordinator's (`shards`) recovery
 // goes back to these checkpoints. Errors stop the server: a checkpoint that does not fit
-// the flags is never silently replaced by a fresh start.
+// the flags is never silently replaced by a fresh start. When checkpoints are kept,
+// `*health` sees them (and the core's /metrics shows it).
 absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
-                              std::unique_ptr<Checkpointer>* checkpointer);
+                              std::unique_ptr<Checkpointer>* checkpointer, std::unique_ptr<CheckpointHealth>* health);
 
 }  // namespace server
 }  // namespace omnilearn

@@ -76,9 +76,13 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   int bound_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, /*peers=*/nullptr, &bound_port);
   if (!server.ok()) return FailToListen(server.status());
+  // Before the exposer, which reads it at each scrape.
+  CheckpointHealth checkpoint_health(Clock::Real(), /*in_memory=*/f.checkpoint_dir.empty());
+  checkpoint_health.ExportMetrics(shard.registry());
   auto exposer = ExposeMetrics(f, shard.registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
-  const ShardLinkOptions lo = LinkOptionsFromFlags(f, bound_port, *peer_token, *peer_credentials, log);
+  ShardLinkOptions lo = LinkOptionsFromFlags(f, bound_port, *peer_token, *peer_credentials, log);
+  lo.health = &checkpoint_health;
   std::printf("omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n", f.bind.c_str(), f.port,
               lo.address.c_str(), lo.coordinator.c_str(),
               *exposer ? absl::StrCat(f.metrics_bind, ":", (*exposer)->port(), "/metrics").c_str() : "off");

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
+#include "server/rpc/shard_wire.h"
 #include "server/rpc/slice_service.h"
 
 namespace omnilearn {
@@ -23,6 +24,18 @@ grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
                       "(--peer_token_file); the workers' token does not make a caller a server");
 }
 
+grpc::Status PeerService::AdmitPeer(const grpc::ServerContext* ctx) {
+  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
+    LogRefused(ctx, auth);
+    return auth;
+  }
+  if (shards_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server runs no sharded job: start the coordinator with --shards");
+  }
+  return grpc::Status::OK;
+}
+
 void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused) {
   if (std::optional<std::string> line =
           refused_.Line("a shard's registration", ctx->peer(), static_cast<absl::StatusCode>(refused.error_code()),
@@ -33,14 +46,7 @@ void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status&
 
 grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
                                 grpc::ServerWriter<v1::ShardCommand>* writer) {
-  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
-    LogRefused(ctx, auth);
-    return auth;
-  }
-  if (shards_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this server runs no sharded job: start the coordinator with --shards");
-  }
+  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
   uint64_t generation = 0;
   absl::StatusOr<int> index = shards_->Register(*hello, &generation);
   if (!index.ok()) {
@@ -68,13 +74,7 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
 }
 
 grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) {
-  if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
-    LogRefused(ctx, auth);
-    return auth;
-  }
-  if (shards_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this server runs no sharded job");
-  }
+  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
   const std::optional<ShardMap> map = shards_->map();
   if (part->index() == 0 || !map.has_value() || map->fingerprint() != part->fingerprint()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -87,6 +87,15 @@ grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm
   if (!sum.ok()) return ToGrpc(sum.status());
   total->set_sum_squares(*sum);
   return grpc::Status::OK;
+}
+
+grpc::Status PeerService::ReportCheckpoints(grpc::ServerContext* ctx, const v1::ShardCheckpoints* report,
+                                            v1::ShardCheckpointsAck*) {
+  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
+  absl::StatusOr<CheckpointHealthView> view = CheckpointsFromProto(report->checkpoints());
+  if (!view.ok()) return ToGrpc(view.status());
+  const int index = static_cast<int>(std::min<uint32_t>(report->index(), 1u << 20));  // checked against the slots
+  return ToGrpc(shards_->ReportCheckpoints(index, report->fingerprint(), *view));
 }
 
 }  // namespace server

@@ -37,9 +37,15 @@ class PeerService final : public v1::ServerPeers::Service {
                      grpc::ServerWriter<v1::ShardCommand>* writer) override;
   // A clipped job's norm: a shard's part in, the whole model's out (CoordinatorShards::ReduceNorm).
   grpc::Status StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) override;
+  // A shard's checkpoints after one it was told to take (CoordinatorShards::ReportCheckpoints).
+  grpc::Status ReportCheckpoints(grpc::ServerContext* ctx, const v1::ShardCheckpoints* report,
+                                 v1::ShardCheckpointsAck* ack) override;
 
  private:
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
+  // Every call's start: the peer's credentials (a refusal logged), then that this server
+  // runs a sharded job. OK when the call may go on.
+  grpc::Status AdmitPeer(const grpc::ServerContext* ctx);
   void LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused);
 
   const SliceService* const workers_;

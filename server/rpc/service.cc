@@ -297,6 +297,39 @@ grpc::Status ParameterServerService::Leave(grpc::ServerContext* ctx, const v1::L
   return ToGrpc(core_->Leave(request->worker_id(), request->finished()));
 }
 
+namespace {
+
+void ShardToProto(const CoordinatorShards::ShardInfo& info, v1::ShardStatus* out) {
+  out->set_index(static_cast<uint32_t>(info.index));
+  out->set_address(info.address);
+  out->set_connected(info.connected);
+  out->set_slice_bytes(info.slice_bytes);
+  out->set_steps_sent(info.steps_sent);
+  out->set_queued_commands(static_cast<uint32_t>(info.queued));
+  out->set_missing_seconds(absl::ToDoubleSeconds(info.missing_for));
+  if (info.checkpoints.has_value()) *out->mutable_checkpoints() = CheckpointsToProto(*info.checkpoints);
+}
+
+void WorkerToProto(const WorkerSnapshot& w, v1::WorkerStatus* ws) {
+  ws->set_worker_id(w.id);
+  ws->set_name(w.name);
+  ws->set_host(w.host);
+  ws->set_device(ToProto(w.device));
+  ws->set_state(ToProto(w.state));
+  ws->set_batch_size(w.batch);
+  ws->set_last_compute_seconds(w.last_compute_seconds);
+  ws->set_mean_compute_seconds(w.mean_compute_seconds);
+  ws->set_iterations(w.iterations);
+  ws->set_samples(w.samples);
+  ws->set_emulation_overruns(w.emulation_overruns);
+  ws->set_predicted_seconds(w.predicted_seconds);
+  ws->set_max_batch_size(w.max_batch);
+  ws->set_last_train_loss(w.last_loss);
+  ws->set_last_model_version(w.last_version);
+}
+
+}  // namespace
+
 grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                                v1::GetStatusResponse* response) {
   if (grpc::Status auth = Authorize(ctx); !auth.ok()) return auth;
@@ -319,35 +352,10 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_test_accuracy_version(s.test_accuracy_version);
   response->set_rounds(s.rounds);
   if (shards_ != nullptr) {
-    for (const CoordinatorShards::ShardInfo& info : shards_->Shards()) {
-      v1::ShardStatus* out = response->add_shards();
-      out->set_index(static_cast<uint32_t>(info.index));
-      out->set_address(info.address);
-      out->set_connected(info.connected);
-      out->set_slice_bytes(info.slice_bytes);
-      out->set_steps_sent(info.steps_sent);
-      out->set_queued_commands(static_cast<uint32_t>(info.queued));
-      out->set_missing_seconds(absl::ToDoubleSeconds(info.missing_for));
-    }
+    for (const CoordinatorShards::ShardInfo& info : shards_->Shards()) ShardToProto(info, response->add_shards());
   }
-  for (const WorkerSnapshot& w : s.workers) {
-    v1::WorkerStatus* ws = response->add_workers();
-    ws->set_worker_id(w.id);
-    ws->set_name(w.name);
-    ws->set_host(w.host);
-    ws->set_device(ToProto(w.device));
-    ws->set_state(ToProto(w.state));
-    ws->set_batch_size(w.batch);
-    ws->set_last_compute_seconds(w.last_compute_seconds);
-    ws->set_mean_compute_seconds(w.mean_compute_seconds);
-    ws->set_iterations(w.iterations);
-    ws->set_samples(w.samples);
-    ws->set_emulation_overruns(w.emulation_overruns);
-    ws->set_predicted_seconds(w.predicted_seconds);
-    ws->set_max_batch_size(w.max_batch);
-    ws->set_last_train_loss(w.last_loss);
-    ws->set_last_model_version(w.last_version);
-  }
+  if (checkpoints_ != nullptr) *response->mutable_checkpoints() = CheckpointsToProto(checkpoints_->View());
+  for (const WorkerSnapshot& w : s.workers) WorkerToProto(w, response->add_workers());
   return grpc::Status::OK;
 }
 

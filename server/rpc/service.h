@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/omnilearn.grpc.pb.h"
+#include "server/checkpoint/checkpoint_health.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/parameter_server_core.h"
 #include "server/rpc/admission.h"
@@ -45,6 +46,9 @@ class ParameterServerService final : public SliceService {
     shards_ = shards;
     peers_.Enable(shards, std::move(peer_token));
   }
+  // The server's checkpoints, for GetStatus (unset: it keeps none). Before serving;
+  // `health` outlives this.
+  void ShowCheckpoints(const CheckpointHealth* health) { checkpoints_ = health; }
   // The server-to-server service of this server (proto ServerPeers): registered beside
   // this one on the same port.
   PeerService& peers() { return peers_; }
@@ -84,6 +88,7 @@ class ParameterServerService final : public SliceService {
 
   ParameterServerCore* const core_;
   CoordinatorShards* shards_ = nullptr;
+  const CheckpointHealth* checkpoints_ = nullptr;
   RefusalLog refused_joins_;
   PeerService peers_{this, data_};
 };

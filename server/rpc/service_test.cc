@@ -529,12 +529,29 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
   REQUIRE(RegisterShard(lone, unused, "", "").error_code() == grpc::StatusCode::UNAUTHENTICATED);
   REQUIRE(RegisterShard(lone, unused, "", "the-token").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   for (const std::string& token : {std::string(""), std::string("the-token")}) {
-    grpc::ClientContext ctx;
-    AddBearerToken(ctx, token);
+    const grpc::StatusCode expected =
+        token.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::FAILED_PRECONDITION;
+    grpc::ClientContext norm_ctx, report_ctx;
+    AddBearerToken(norm_ctx, token);
+    AddBearerToken(report_ctx, token);
     v1::ShardNormTotal total;
-    const grpc::Status s = v1::ServerPeers::NewStub(lone.channel)->StepNorm(&ctx, v1::ShardNorm(), &total);
-    REQUIRE(s.error_code() ==
-            (token.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::FAILED_PRECONDITION));
+    REQUIRE(v1::ServerPeers::NewStub(lone.channel)->StepNorm(&norm_ctx, v1::ShardNorm(), &total).error_code() ==
+            expected);
+    v1::ShardCheckpointsAck ack;
+    REQUIRE(v1::ServerPeers::NewStub(lone.channel)
+                ->ReportCheckpoints(&report_ctx, v1::ShardCheckpoints(), &ack)
+                .error_code() == expected);
+  }
+  // A sharded coordinator takes checkpoint reports from its servers only, checked first.
+  for (const std::string& peer : {std::string(""), std::string("the-peer")}) {
+    grpc::ClientContext ctx;
+    AddPeerToken(ctx, peer);
+    AddBearerToken(ctx, "the-token");
+    v1::ShardCheckpoints report;
+    report.mutable_checkpoints()->set_newest_age_seconds(-1);  // a bad field, looked at after the credentials
+    v1::ShardCheckpointsAck ack;
+    const grpc::Status s = v1::ServerPeers::NewStub(f.channel)->ReportCheckpoints(&ctx, report, &ack);
+    REQUIRE(s.error_code() == (peer.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::INVALID_ARGUMENT));
   }
 }
 

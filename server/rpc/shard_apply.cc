@@ -25,7 +25,10 @@ absl::Status ShardApplier::Prepare() {
   if (absl::Status s = dir_->Prepare(); !s.ok()) return s;
   // A restart on the slice's checkpoints asks for that slice again.
   absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> newest =
-      dir_->LoadNewest([this](const std::string& warning) { Log(warning); });
+      dir_->LoadNewest([this](const std::string& warning) {
+        Log(warning);
+        if (options_.health != nullptr) options_.health->SkippedCorrupt();
+      });
   if (newest.ok() && newest->has_value()) disk_index_ = (*newest)->second.slice;
   return absl::OkStatus();
 }
@@ -171,10 +174,32 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
         absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
                         state->version));
   }
-  absl::StatusOr<std::string> path = checkpoints_->Write(*state);
-  if (!path.ok()) return absl::Status(path.status().code(), absl::StrCat("checkpoint: ", path.status().message()));
-  if (!path->empty()) Log(absl::StrCat("checkpoint ", *path));
+  Report(checkpoints_->Write(*state), state->version);
   return absl::OkStatus();
+}
+
+void ShardApplier::Report(const absl::StatusOr<std::string>& written, uint64_t version) {
+  if (!written.ok()) {
+    Log(absl::StrCat("checkpoint failed (training goes on; the previous checkpoints stay): ",
+                     written.status().message()));
+  } else if (!written->empty()) {
+    Log(absl::StrCat("checkpoint ", *written));
+  }
+  if (options_.health == nullptr) return;
+  if (written.ok()) {
+    options_.health->Written(version);
+  } else {
+    options_.health->Failed(written.status());
+  }
+  if (!options_.report_checkpoints) return;
+  v1::ShardCheckpoints report;
+  report.set_index(static_cast<uint32_t>(held_index_));
+  report.set_fingerprint(fingerprint_);
+  *report.mutable_checkpoints() = CheckpointsToProto(options_.health->View());
+  // The coordinator's status only: a report that does not arrive is sent again with the next.
+  if (absl::Status s = options_.report_checkpoints(report); !s.ok()) {
+    Log(absl::StrCat("the coordinator did not take this shard's checkpoint report: ", s.message()));
+  }
 }
 
 }  // namespace server

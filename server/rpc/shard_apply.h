@@ -19,6 +19,7 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/checkpoint_health.h"
 #include "server/data/shard_core.h"
 
 namespace omnilearn {
@@ -27,6 +28,8 @@ namespace server {
 // A clipped job's norm reduction (ServerPeers.StepNorm): this slice's part in, the whole
 // model's squared norm out.
 using StepNormCall = std::function<absl::StatusOr<double>(const v1::ShardNorm& part)>;
+// A shard's checkpoints to its coordinator (ServerPeers.ReportCheckpoints).
+using ReportCheckpointsCall = std::function<absl::Status(const v1::ShardCheckpoints& report)>;
 
 struct ShardApplierOptions {
   int shards = 2;               // the job's, as this shard was started
@@ -38,6 +41,11 @@ struct ShardApplierOptions {
   int checkpoint_keep = 3;
   std::function<void(const std::string&)> log;  // null = silent
   StepNormCall step_norm;                       // null: an init that clips is refused
+  // Told of each checkpoint written or failed and each unreadable one passed over (null:
+  // nobody); after each checkpoint, the coordinator is told through report_checkpoints
+  // (null: it is not).
+  CheckpointHealth* health = nullptr;
+  ReportCheckpointsCall report_checkpoints;
 };
 
 // Not thread-safe: one control stream's thread uses it.
@@ -52,9 +60,10 @@ class ShardApplier {
   void Restart();
   // Applies one command. An error means the stream cannot go on: InvalidArgument for a
   // field out of range or out of order (a chunk without an init), FailedPrecondition for
-  // a map that is not this shard's, a missed step, a checkpoint it cannot write or a
-  // restore it cannot read; Aborted for another slice than the one this shard holds (or
-  // was started for): it registers again, asking for its own.
+  // a map that is not this shard's, a missed step or a restore it cannot read; Aborted for
+  // another slice than the one this shard holds (or was started for): it registers again,
+  // asking for its own. A checkpoint it cannot write is not one: the slice goes on (its
+  // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
   // The fingerprint of the map this shard holds a slice of (0 before its first init).
   uint64_t fingerprint() const { return fingerprint_; }
@@ -80,6 +89,8 @@ class ShardApplier {
   absl::Status FinishInit();  // the pending init's values are complete
   absl::Status ApplyRestore(const PendingInit& p);
   absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  // What the checkpoint's write did, to the log, the health and the coordinator.
+  void Report(const absl::StatusOr<std::string>& written, uint64_t version);
   // An init of a later job than the slice held (--reset_when_done): the last job's sessions
   // and pushes end, its checkpoints are moved aside.
   absl::Status BeginJob(uint64_t job);

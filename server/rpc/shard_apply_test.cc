@@ -231,6 +231,51 @@ TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // 1's history was undone
 }
 
+TEST_CASE("a checkpoint the disk cannot take: the slice goes on, the failure is counted and reported",
+          "[shard_apply]") {
+  ShardCore shard({});
+  FakeClock clock;
+  CheckpointHealth health(&clock, /*in_memory=*/false);
+  std::vector<v1::ShardCheckpoints> reports;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/shard_apply_unwritable";
+  ShardApplierOptions o{/*shards=*/2, kPartition, /*index=*/0, dir, 3, nullptr};
+  o.health = &health;
+  o.report_checkpoints = [&](const v1::ShardCheckpoints& r) {
+    reports.push_back(r);
+    return absl::OkStatus();
+  };
+  ShardApplier a(o, &shard);
+  REQUIRE(a.Prepare().ok());
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  // The directory is gone and a file stands in its place: every write fails (as root,
+  // permissions would not stop it).
+  REQUIRE(std::system(("rm -rf " + dir + " && touch " + dir).c_str()) == 0);
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  REQUIRE(a.Apply(checkpoint).ok());  // the stream goes on
+  REQUIRE(health.View().failing());
+  REQUIRE(health.View().failures == 1);
+  REQUIRE(reports.size() == 1);
+  REQUIRE(reports[0].index() == 1);
+  REQUIRE(reports[0].fingerprint() == a.fingerprint());
+  REQUIRE(reports[0].checkpoints().failures() == 1);
+  REQUIRE_FALSE(reports[0].checkpoints().last_error().empty());
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  REQUIRE(a.Apply(Step(0)).ok());  // training goes on
+  // The disk back: the next checkpoint is written and the failure is over.
+  REQUIRE(std::system(("rm -f " + dir + " && mkdir -p " + dir).c_str()) == 0);
+  checkpoint.mutable_checkpoint()->set_version(1);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE_FALSE(health.View().failing());
+  REQUIRE(health.View().newest_version == 1);
+  REQUIRE(reports.size() == 2);
+  REQUIRE(reports[1].checkpoints().newest_version() == 1);
+  REQUIRE(reports[1].checkpoints().last_error().empty());
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1});
+}
+
 TEST_CASE("a shard asks for the slice it holds, and one offered another slice registers again", "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);

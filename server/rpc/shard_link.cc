@@ -69,6 +69,21 @@ StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
   };
 }
 
+// Checkpoint reports over one channel to `options.coordinator`, each bounded by 5 s (a
+// report lost is sent again with the next checkpoint's).
+ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& options) {
+  std::shared_ptr<v1::ServerPeers::Stub> stub =
+      v1::ServerPeers::NewStub(grpc::CreateChannel(options.coordinator, options.credentials));
+  return [stub, token = options.peer_token](const v1::ShardCheckpoints& report) {
+    grpc::ClientContext ctx;
+    AddPeerToken(ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::ShardCheckpointsAck ack;
+    const grpc::Status s = stub->ReportCheckpoints(&ctx, report, &ack);
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  };
+}
+
 }  // namespace
 
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
@@ -77,7 +92,11 @@ ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
                 options_.checkpoint_keep, options_.log,
                 options_.step_norm ? options_.step_norm
                 : options_.open    ? nullptr  // a test's fake coordinator: it gives step_norm when it clips
-                                   : StepNormOverNetwork(options_)},
+                                   : StepNormOverNetwork(options_),
+                options_.health,
+                options_.report_checkpoints ? options_.report_checkpoints
+                : options_.open             ? nullptr
+                                            : ReportCheckpointsOverNetwork(options_)},
                shard) {}
 
 absl::Status ShardLink::Prepare() { return applier_.Prepare(); }

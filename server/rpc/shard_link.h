@@ -56,6 +56,11 @@ struct ShardLinkOptions {
   // A clipped job's norm reduction (ServerPeers.StepNorm). Unset: over a channel to
   // `coordinator` with the peer secret (with `open` set: none).
   StepNormCall step_norm;
+  // The slice's checkpoints as the operator sees them (null: not kept), reported after
+  // each checkpoint through report_checkpoints (ServerPeers.ReportCheckpoints; unset: over
+  // a channel to `coordinator` with the peer secret, with `open` set: not reported).
+  CheckpointHealth* health = nullptr;
+  ReportCheckpointsCall report_checkpoints;
 };
 
 // Thread-safe: Run on one thread, Stop from any.

@@ -159,5 +159,36 @@ absl::Status CheckShardCommand(const v1::ShardCommand& command) {
   }
 }
 
+v1::CheckpointStatus CheckpointsToProto(const CheckpointHealthView& view) {
+  v1::CheckpointStatus p;
+  p.set_in_memory(view.in_memory);
+  p.set_newest_version(view.newest_version);
+  p.set_newest_age_seconds(absl::ToDoubleSeconds(view.newest_age));
+  p.set_failures(view.failures);
+  p.set_last_error(view.last_error.substr(0, kMaxCheckpointErrorBytes));
+  p.set_corrupt_skipped(view.corrupt_skipped);
+  return p;
+}
+
+absl::StatusOr<CheckpointHealthView> CheckpointsFromProto(const v1::CheckpointStatus& p) {
+  constexpr double kYear = 365.0 * 86400;
+  if (!(p.newest_age_seconds() >= 0 && p.newest_age_seconds() <= kYear)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a checkpoint age of %g s is not in [0, a year]", p.newest_age_seconds()));
+  }
+  if (p.last_error().size() > kMaxCheckpointErrorBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat("a checkpoint error of %d bytes is longer than %d",
+                                                      p.last_error().size(), kMaxCheckpointErrorBytes));
+  }
+  CheckpointHealthView view;
+  view.in_memory = p.in_memory();
+  view.newest_version = p.newest_version();
+  view.newest_age = absl::Seconds(p.newest_age_seconds());
+  view.failures = p.failures();
+  view.last_error = p.last_error();
+  view.corrupt_skipped = p.corrupt_skipped();
+  return view;
+}
+
 }  // namespace server
 }  // namespace omnilearn

@@ -6,8 +6,10 @@
 #include <optional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
+#include "server/checkpoint/checkpoint_health.h"
 #include "server/data/parameter_store.h"
 #include "server/data/replicated_step.h"
 
@@ -24,6 +26,13 @@ std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind);
 
 v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);
+
+// A server's checkpoints on the wire (the status, a shard's report), and back:
+// InvalidArgument for an age that is not a finite number of seconds in [0, a year] or an
+// error longer than kMaxCheckpointErrorBytes.
+v1::CheckpointStatus CheckpointsToProto(const CheckpointHealthView& view);
+absl::StatusOr<CheckpointHealthView> CheckpointsFromProto(const v1::CheckpointStatus& p);
+inline constexpr size_t kMaxCheckpointErrorBytes = 4096;
 
 // The most members a step may name, and the longest session secret a command may carry.
 inline constexpr int kMaxStepMembers = 100000;               // --num_workers' bound
