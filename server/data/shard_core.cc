@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "server/control/push_check.h"
 
 namespace omnilearn {
@@ -248,6 +249,7 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_here), options_.clock->Now() + member_wait_);
   if (shutdown_) return absl::UnavailableError("the shard is shutting down");
+  if (absl::Status s = OneModel(step); !s.ok()) return s;
   Taken taken;
   for (const ReplicatedStep::Member& m : step.members) {
     taken.all_weight += m.weight;
@@ -269,6 +271,27 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
     it->second.gradient.clear();
   }
   return taken;
+}
+
+absl::Status ShardCore::OneModel(const ReplicatedStep& step) {
+  if (!sync_) return absl::OkStatus();
+  std::vector<WorkerId> missing;
+  for (const ReplicatedStep::Member& m : step.members) {
+    auto it = pending_.find(m.id);
+    if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+      missing.push_back(m.id);
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  // The coordinator's slice took these members' gradients: a step here without them would
+  // make this slice's model another than the others'. Nothing is applied; the job goes
+  // back to the common checkpoint, where every slice is one model again.
+  slices_left_out_.Increment(static_cast<double>(missing.size()));
+  for (WorkerId id : missing) sessions_.erase(id);  // told to join again
+  return absl::AbortedError(absl::StrFormat(
+      "sync step %d: the slices of worker(s) %s did not come in %.0f s, and every slice must take the same members: "
+      "not taken here; the job goes back to its common checkpoint",
+      step.version, absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(member_wait_)));
 }
 
 void ShardCore::MarkTaken(const ReplicatedStep& step) {

@@ -59,11 +59,14 @@ class ShardCore : public DataPlane {
   bool initialized() const;
   void OpenSession(WorkerId id, std::string secret);
   void CloseSession(WorkerId id);
-  // Takes the step on this slice once every member's slice for its model version is here,
-  // or, past member_wait, with the members that came (the others' weights left out, and
-  // logged): a member whose slice did not come is dropped like a late worker, its session
-  // ended on this shard (its next call is refused NotFound: it joins again), and no later
-  // step waits for it. FailedPrecondition when the slice is not at step.version (a step
+  // Takes the step on this slice once every member's slice for its model version is here.
+  // Past member_wait without one: sync, the step is not taken and fails Aborted (the
+  // coordinator's slice took that member: the shard registers again and every slice goes
+  // back to the common checkpoint, so that all slices stay one model); async, it is taken
+  // with the members that came (the others' weights left out, and logged). Either way a
+  // member whose slice did not come is dropped like a late worker, its session ended on
+  // this shard (its next call is refused NotFound: it joins again), and no later step
+  // waits for it. FailedPrecondition when the slice is not at step.version (a step
   // missed).
   //
   // A clipped job (the optimizer's clip_grad_norm > 0): the step's update is scaled down to
@@ -128,6 +131,10 @@ class ShardCore : public DataPlane {
   // Waits (bounded) for the step's members' slices and takes those that came; a member
   // whose slice did not come is left out and its session ends here.
   absl::StatusOr<Taken> TakeMembers(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync: Aborted, naming them, when a member's slice is not here (their sessions end
+  // here): every slice takes the same members' gradients or the job goes back to its
+  // common checkpoint. Async: OK (a member left out is a step of rate 0 on its own).
+  absl::Status OneModel(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the step: the pushes it took are answered, a sync round's others released.
   void MarkTaken(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -1,5 +1,6 @@
 #include "server/data/shard_core.h"
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -186,12 +187,47 @@ TEST_CASE("a slice that claims a version from the future is refused at once, as 
   REQUIRE(shard.version() == 3);
 }
 
-TEST_CASE("a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
+TEST_CASE("sync: a step whose member's slice never came is not taken here; the member is dropped", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  std::future<absl::StatusOr<PushResult>> pushed = std::async(std::launch::async, [&] {
+    return shard.Push(PushOf(1, 0), {2, 2, 2, 4}, absl::InfiniteFuture());
+  });
+  absl::Status stepped;
+  std::atomic<bool> done{false};
+  std::thread control([&] {
+    stepped = shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 1}}, 0.5, 1));
+    done = true;
+  });
+  // The fake clock moves a second at a time until the step gave up waiting for worker 2.
+  const bool ended = AwaitState(
+      [&] {
+        clock.Advance(absl::Seconds(1));
+        return done.load();
+      },
+      absl::Seconds(30));
+  control.join();
+  REQUIRE(ended);
+  REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 1\n") != std::string::npos);
+  // The coordinator's slice took worker 2's gradient: this slice does not step without it.
+  REQUIRE(absl::IsAborted(stepped));
+  REQUIRE(absl::StrContains(stepped.message(), "worker(s) 2 did not come"));
+  REQUIRE(shard.version() == 0);
+  REQUIRE(*shard.Capture()->weights == std::vector<float>{0, 0, 0, 0});
+  clock.Advance(absl::Seconds(10));  // worker 1's held push ends, not taken
+  REQUIRE_FALSE(pushed.get()->applied);
+  REQUIRE(absl::IsNotFound(shard.Push(PushOf(2, 0), {1, 1, 1, 1}, absl::InfinitePast()).status()));  // joins again
+}
+
+TEST_CASE("async: a member whose slice never comes is left out after the wait, the version moves, and it is dropped",
           "[shard_core]") {
   FakeClock clock;
   std::vector<std::string> log;
   ShardCore shard({&clock, [&](const std::string& l) { log.push_back(l); }});
-  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5), /*sync=*/false).ok());
   shard.OpenSession(1, "a");
   shard.OpenSession(2, "b");
   REQUIRE(shard.Push(PushOf(1, 0), {2, 2, 2, 4}, absl::InfinitePast()).ok());
