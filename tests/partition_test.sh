@@ -11,7 +11,8 @@
 #   shard, shard-disk  h2 cut from both other hosts, without and with --checkpoint_dir
 #   partial            h1 and h2 cut from each other only
 # Each: every process exits 0, exactly 40,000 samples were trained, every slice went back to
-# one version, and the export evaluates to the job's accuracy. Needs root.
+# one version, no slice stepped without a member another slice took (one model across
+# slices), and the export evaluates to the job's accuracy. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 CLUSTER=$RUNFILES/tests/cluster.sh
 [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
@@ -73,6 +74,8 @@ finish() {
   [ "${samples:-0}" = 40000 ] || fail "$case: trained ${samples:-no} samples, not 40000"
   grep -q "every slice is back at version [1-9]" "$WORK/$case.h0.server.log" || [ "$case" = partial ] ||
     fail "$case: the slices did not go back to a common version after the first step"
+  # One model across slices: no slice stepped without a member the others took (sync).
+  ! grep -h "taken without it" "$WORK/$case".h[12].server.log || fail "$case: a slice stepped without a member"
   accuracy=$(json "round(100 * s['test_accuracy'], 2)")
   check_export "$case" "$WORK/$case.safetensors" "$accuracy" --dataset=synthetic > /dev/null
   echo "$case: 40000 samples, $accuracy%, $(grep -o 'every slice is back at version [0-9]*' \

@@ -287,6 +287,15 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakePlainClient(const std::string& tar
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  // A server whose host was cut off without closing the connection is noticed within
+  // 10 s: a call waiting for its answer then fails UNAVAILABLE and the worker reconnects
+  // (partition_test saw a worker whose request had been acknowledged before the cut wait
+  // for that answer until its deadline, having nothing to send that would have found the
+  // connection gone). Servers accept a ping every 4 s (ConfigureServerBuilder).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return MakeGrpcPsClient(grpc::CreateCustomChannel(target, *credentials, args), options);
 }
 

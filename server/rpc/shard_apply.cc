@@ -11,17 +11,23 @@
 namespace omnilearn {
 namespace server {
 
+namespace {
+
+std::unique_ptr<const CheckpointStore> StoreFor(const ShardApplierOptions& o) {
+  if (o.checkpoint_dir.empty()) return std::make_unique<MemoryCheckpoints>(o.checkpoint_keep);
+  return std::make_unique<CheckpointDir>(o.checkpoint_dir, o.checkpoint_keep);
+}
+
+}  // namespace
+
 ShardApplier::ShardApplier(ShardApplierOptions options, ShardCore* shard)
     : options_(std::move(options)),
       shard_(shard),
-      dir_(options_.checkpoint_dir.empty()
-               ? std::nullopt
-               : std::make_optional<CheckpointDir>(options_.checkpoint_dir, options_.checkpoint_keep)),
-      checkpoints_(dir_.has_value() ? std::unique_ptr<const CheckpointStore>(std::make_unique<CheckpointDir>(*dir_))
-                                    : std::make_unique<MemoryCheckpoints>(options_.checkpoint_keep)) {}
+      checkpoints_(StoreFor(options_)),
+      dir_(options_.checkpoint_dir.empty() ? nullptr : static_cast<const CheckpointDir*>(checkpoints_.get())) {}
 
 absl::Status ShardApplier::Prepare() {
-  if (!dir_.has_value()) return absl::OkStatus();
+  if (dir_ == nullptr) return absl::OkStatus();
   if (absl::Status s = dir_->Prepare(); !s.ok()) return s;
   // A restart on the slice's checkpoints asks for that slice again.
   absl::StatusOr<std::optional<std::pair<std::string, CheckpointState>>> newest =

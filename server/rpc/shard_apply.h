@@ -103,8 +103,8 @@ class ShardApplier {
 
   const ShardApplierOptions options_;
   ShardCore* const shard_;
-  const std::optional<CheckpointDir> dir_;                    // with checkpoint_dir
-  const std::unique_ptr<const CheckpointStore> checkpoints_;  // dir_ or memory
+  const std::unique_ptr<const CheckpointStore> checkpoints_;  // a directory (checkpoint_dir) or memory
+  const CheckpointDir* const dir_;                            // checkpoints_ when a directory, else null
   std::unique_ptr<PendingInit> pending_;
   uint64_t fingerprint_ = 0;
   int held_index_ = 0;  // the slice held (0: none yet)
