@@ -170,6 +170,7 @@ absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view se
 
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   if (const Worker* w = workers_.CurrentNamed(info.name, Resumable(workers_, info)); w != nullptr) {
+    name_held_refused_ = options_.clock->Now();
     return absl::AlreadyExistsError(absl::StrFormat(
         "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
         "--name, or wait until that one leaves or its lease (%.0f s) expires",
@@ -200,7 +201,7 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", info.max_batch, " is not in [0, 2^24]"));
   }
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return StopJoin();
+  if (shutdown_) return job_.finished() ? FinishedJoin() : StopJoin();  // a late worker is told the job is over
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   AwaitRoundIdle();  // a reset or a new model must not meet a push still adding
@@ -929,6 +930,11 @@ void ParameterServerCore::UpdateGauges() {
 void ParameterServerCore::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+}
+
+bool ParameterServerCore::RejoinAwaited(absl::Duration window) const {
+  absl::MutexLock lock(&mu_);
+  return options_.clock->Now() - name_held_refused_ < window;
 }
 
 bool ParameterServerCore::NextJoinStartsNewJob() const {

@@ -852,6 +852,30 @@ TEST_CASE("the job finishes when every worker left and one finished; then joins 
   REQUIRE(next.batch == 8);
 }
 
+TEST_CASE("a worker restarted late is awaited by a finished job, and told the job is over even at shutdown",
+          "[core][job]") {
+  FakeClock clock;
+  ServerOptions o = Options(Mode::kAsync, 1);
+  o.clock = &clock;
+  auto core = *ParameterServerCore::Create(o);
+  const JoinResult a = *core->Join(Info("a", true), Soon());
+  const JoinResult b = *core->Join(Info("b", false), Soon());
+  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  REQUIRE(core->Leave(a.id, /*finished=*/true).ok());
+  REQUIRE_FALSE(core->RejoinAwaited(absl::Seconds(3)));
+  // b's process was killed and restarted: its name is still its old session's.
+  REQUIRE(absl::IsAlreadyExists(core->Join(Info("b", false), Soon()).status()));
+  REQUIRE(core->Leave(b.id).ok());  // the old session ends (its lease, here a leave)
+  REQUIRE(core->Snapshot().job_finished);
+  REQUIRE(core->RejoinAwaited(absl::Seconds(3)));  // its next try comes within 2 s: the server waits
+  clock.Advance(absl::Seconds(3));
+  REQUIRE_FALSE(core->RejoinAwaited(absl::Seconds(3)));
+  core->Shutdown();
+  const JoinResult late = *core->Join(Info("b", false), Soon());
+  REQUIRE(late.action == Action::kStop);
+  REQUIRE(late.job_finished);  // not a bare stop: the worker exits 0, saying the job is over
+}
+
 TEST_CASE("shutdown: joins, pushes and heartbeats are told to stop; the server waits for the workers to leave",
           "[core][job]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
