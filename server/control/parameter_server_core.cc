@@ -132,6 +132,7 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
                           absl::ToDoubleSeconds(now - w->last_seen)));
     Retire(*w, WorkerState::kLeft);
     w->expired = true;
+    rejoin_awaited_until_ = std::max(rejoin_awaited_until_, now + options_.lease);
   }
   PruneLeft();
   if (!expired.empty()) {
@@ -170,7 +171,7 @@ absl::Status ParameterServerCore::Authenticate(WorkerId id, absl::string_view se
 
 absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   if (const Worker* w = workers_.CurrentNamed(info.name, Resumable(workers_, info)); w != nullptr) {
-    name_held_refused_ = options_.clock->Now();
+    rejoin_awaited_until_ = std::max(rejoin_awaited_until_, options_.clock->Now() + absl::Seconds(3));
     return absl::AlreadyExistsError(absl::StrFormat(
         "the name '%s' belongs to a live worker (id %d on %s, last heard of %.0f s ago): give this worker another "
         "--name, or wait until that one leaves or its lease (%.0f s) expires",
@@ -932,9 +933,9 @@ void ParameterServerCore::Shutdown() {
   shutdown_ = true;
 }
 
-bool ParameterServerCore::RejoinAwaited(absl::Duration window) const {
+bool ParameterServerCore::RejoinAwaited() const {
   absl::MutexLock lock(&mu_);
-  return options_.clock->Now() - name_held_refused_ < window;
+  return options_.clock->Now() < rejoin_awaited_until_;
 }
 
 bool ParameterServerCore::NextJoinStartsNewJob() const {

@@ -243,11 +243,13 @@ class ParameterServerCore : public DataPlane {
   // The job is finished and the next join starts another (--reset_when_done), whose model
   // may be another.
   bool NextJoinStartsNewJob() const;
-  // Whether, within `window` of now, a join was refused because its name was still a live
-  // session's: a worker restarted before its old session's lease ran out, trying again
-  // (every 2 s at most). A finished job's server (--exit_when_done) waits for it, so that
-  // it is told the job is over instead of finding no server.
-  bool RejoinAwaited(absl::Duration window) const;
+  // Whether a worker may come back now: a join was refused in the last 3 s because its
+  // name was still a live session's (a worker restarted before its old session's lease ran
+  // out, trying again every 2 s at most), or a session's lease expired in the last lease
+  // (its worker cut off or paused, which joins again once it reaches the server). A
+  // finished job's server (--exit_when_done) waits for it, so that it is told the job is
+  // over instead of finding no server.
+  bool RejoinAwaited() const;
 
   // The server's Prometheus series (server_metrics.h); its gauges are brought up to date
   // at each scrape. Callers may add series of their own (process metrics).
@@ -426,7 +428,7 @@ class ParameterServerCore : public DataPlane {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
   JobLife job_ ABSL_GUARDED_BY(mu_);  // its start (for start_timeout), started, finished
-  absl::Time name_held_refused_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // RejoinAwaited
+  absl::Time rejoin_awaited_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // RejoinAwaited
   SyncRound round_ ABSL_GUARDED_BY(mu_);
   // Statistics.
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;

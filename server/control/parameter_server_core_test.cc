@@ -446,6 +446,10 @@ TEST_CASE("a crashed worker's name is free again once its lease expired", "[core
           absl::StatusCode::kAlreadyExists);
   clock.Advance(absl::Seconds(61));
   REQUIRE(core->Join(Info("a", false), clock.Now() + absl::Seconds(1)).ok());
+  // Its worker may come back (cut off, not dead): awaited for one lease, no longer.
+  REQUIRE(core->RejoinAwaited());
+  clock.Advance(absl::Seconds(61));
+  REQUIRE_FALSE(core->RejoinAwaited());
 }
 
 // Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
@@ -862,14 +866,14 @@ TEST_CASE("a worker restarted late is awaited by a finished job, and told the jo
   const JoinResult b = *core->Join(Info("b", false), Soon());
   REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
   REQUIRE(core->Leave(a.id, /*finished=*/true).ok());
-  REQUIRE_FALSE(core->RejoinAwaited(absl::Seconds(3)));
+  REQUIRE_FALSE(core->RejoinAwaited());
   // b's process was killed and restarted: its name is still its old session's.
   REQUIRE(absl::IsAlreadyExists(core->Join(Info("b", false), Soon()).status()));
   REQUIRE(core->Leave(b.id).ok());  // the old session ends (its lease, here a leave)
   REQUIRE(core->Snapshot().job_finished);
-  REQUIRE(core->RejoinAwaited(absl::Seconds(3)));  // its next try comes within 2 s: the server waits
+  REQUIRE(core->RejoinAwaited());  // its next try comes within 2 s: the server waits
   clock.Advance(absl::Seconds(3));
-  REQUIRE_FALSE(core->RejoinAwaited(absl::Seconds(3)));
+  REQUIRE_FALSE(core->RejoinAwaited());
   core->Shutdown();
   const JoinResult late = *core->Join(Info("b", false), Soon());
   REQUIRE(late.action == Action::kStop);

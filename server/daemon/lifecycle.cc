@@ -72,9 +72,9 @@ void AwaitSignalOrEnd(const DaemonFlags& f, const sigset_t& signals, ParameterSe
       std::printf("omnilearn_server: signal %d: shutting down; telling the workers to stop\n", sig);
       break;
     }
-    // A worker restarted late, still waiting for its old session's name, is told the job
-    // is over (its next try comes within 2 s) rather than finding no server.
-    if (f.exit_when_done && core->Snapshot().job_finished && !core->RejoinAwaited(absl::Seconds(3))) {
+    // A worker restarted late (waiting for its old session's name) or cut off at the end
+    // (its lease expired) is told the job is over rather than finding no server.
+    if (f.exit_when_done && core->Snapshot().job_finished && !core->RejoinAwaited()) {
       std::printf("omnilearn_server: the job is finished: exiting (--exit_when_done)\n");
       break;
     }
