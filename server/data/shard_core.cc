@@ -242,8 +242,7 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
     if (shutdown_) return true;
     for (const ReplicatedStep::Member& m : step.members) {
       if (sessions_.count(m.id) == 0) continue;  // closed here: its slice is not awaited
-      auto it = pending_.find(m.id);
-      if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) return false;
+      if (!SliceHere(m)) return false;
     }
     return true;
   };
@@ -253,8 +252,7 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
   Taken taken;
   for (const ReplicatedStep::Member& m : step.members) {
     taken.all_weight += m.weight;
-    auto it = pending_.find(m.id);
-    if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
+    if (!SliceHere(m)) {
       // Like a worker late for a round: dropped. Its session ends here, so no later step
       // waits for it and its next call is told to join again.
       slices_left_out_.Increment();
@@ -266,21 +264,24 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
       }
       continue;
     }
+    Pending& p = pending_.at(m.id);
     taken.taken_weight += m.weight;
-    taken.slices.emplace_back(std::move(it->second.gradient), m.weight);
-    it->second.gradient.clear();
+    taken.slices.emplace_back(std::move(p.gradient), m.weight);
+    p.gradient.clear();
   }
   return taken;
+}
+
+bool ShardCore::SliceHere(const ReplicatedStep::Member& m) const {
+  auto it = pending_.find(m.id);
+  return it != pending_.end() && it->second.version == m.model_version && !it->second.gradient.empty();
 }
 
 absl::Status ShardCore::OneModel(const ReplicatedStep& step) {
   if (!sync_) return absl::OkStatus();
   std::vector<WorkerId> missing;
   for (const ReplicatedStep::Member& m : step.members) {
-    auto it = pending_.find(m.id);
-    if (it == pending_.end() || it->second.version != m.model_version || it->second.gradient.empty()) {
-      missing.push_back(m.id);
-    }
+    if (!SliceHere(m)) missing.push_back(m.id);
   }
   if (missing.empty()) return absl::OkStatus();
   // The coordinator's slice took these members' gradients: a step here without them would

@@ -131,6 +131,8 @@ class ShardCore : public DataPlane {
   // Waits (bounded) for the step's members' slices and takes those that came; a member
   // whose slice did not come is left out and its session ends here.
   absl::StatusOr<Taken> TakeMembers(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether member `m`'s slice for its model version is here, not yet taken.
+  bool SliceHere(const ReplicatedStep::Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync: Aborted, naming them, when a member's slice is not here (their sessions end
   // here): every slice takes the same members' gradients or the job goes back to its
   // common checkpoint. Async: OK (a member left out is a step of rate 0 on its own).
