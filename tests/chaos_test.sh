@@ -10,7 +10,8 @@
 # the coordinator, or a whole host's to every other. Asserted: the job finishes; it
 # trained exactly its samples (2 epochs of Fashion-MNIST: the server hands out none past
 # them, whatever rounds the faults cut short); every process that was not killed exits 0;
-# no slice took a step without a member another slice took (one model across slices); the
+# no slice took a step without a member another slice took, and every slice's step history
+# equals slice 0's at every checkpoint and at the end (one model across slices); the
 # export is of the job's final version, holds every tensor whole and evaluates to the job's
 # accuracy (when that was measured on the final version: a late fault can kill the
 # evaluating worker after its last evaluation). Each wait has a deadline that fails the
@@ -161,6 +162,12 @@ final=$(json "s['model_version']")
 exported=$(PYTHONPATH=$RUNFILES/tools /usr/bin/python3 -c \
   "from load_safetensors import load; print(load('$EXPORT')[1]['omnilearn.version'])")
 [ "$exported" = "$final" ] || fail "the export is of version $exported, the job ended at $final (seed $SEED)"
+# Every slice's step history (a digest of each step's members, chained) equals slice 0's at
+# the final version, so at every version: the export checks it, and each shard checked its
+# own at every checkpoint.
+grep -q "every slice's step history at version $final is slice 0's" "$WORK/coordinator.log" ||
+  fail "the export did not find every slice's step history equal to slice 0's (seed $SEED)"
+! grep -h "step history at version" "$WORK"/shard*.log || fail "a slice's history left slice 0's (seed $SEED)"
 # A late fault can kill the evaluating worker after its last evaluation: the job's accuracy
 # is then of an earlier version, and the export (the final one) is evaluated, not compared.
 measured=$(json "s['test_accuracy_version']")

@@ -11,8 +11,8 @@
 #   shard, shard-disk  h2 cut from both other hosts, without and with --checkpoint_dir
 #   partial            h1 and h2 cut from each other only
 # Each: every process exits 0, exactly 40,000 samples were trained, every slice went back to
-# one version, no slice stepped without a member another slice took (one model across
-# slices), and the export evaluates to the job's accuracy. Needs root.
+# one version, no slice stepped without a member another slice took and every slice's step
+# history equals slice 0's (one model across slices), and the export evaluates to the job's accuracy. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 CLUSTER=$RUNFILES/tests/cluster.sh
 [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
@@ -75,7 +75,11 @@ finish() {
   grep -q "every slice is back at version [1-9]" "$WORK/$case.h0.server.log" || [ "$case" = partial ] ||
     fail "$case: the slices did not go back to a common version after the first step"
   # One model across slices: no slice stepped without a member the others took (sync).
-  ! grep -h "taken without it" "$WORK/$case".h[12].server.log || fail "$case: a slice stepped without a member"
+  ! grep -h "taken without it\|step history at version" "$WORK/$case".h[12].server.log ||
+    fail "$case: a slice stepped without a member"
+  # ...and every slice's step history (each step's members, chained) is slice 0's at the end.
+  grep -q "every slice's step history at version [0-9]* is slice 0's" "$WORK/$case.h0.server.log" ||
+    fail "$case: the export did not find every slice's step history equal to slice 0's"
   accuracy=$(json "round(100 * s['test_accuracy'], 2)")
   check_export "$case" "$WORK/$case.safetensors" "$accuracy" --dataset=synthetic > /dev/null
   echo "$case: 40000 samples, $accuracy%, $(grep -o 'every slice is back at version [0-9]*' \

@@ -196,7 +196,8 @@ absl::StatusOr<uint64_t> Number(const std::map<std::string, std::string>& meta, 
   return v;
 }
 
-// The metadata an earlier release did not write: Adam's time, a shard's slice.
+// The metadata an earlier release did not write: Adam's time, a shard's slice, the step
+// history (16 hex digits).
 absl::Status ReadOptional(const std::map<std::string, std::string>& meta, CheckpointState* s) {
   if (auto t = meta.find("omnilearn.adam_time"); t != meta.end()) {
     if (!absl::SimpleAtod(t->second, &s->adam_time) || !(s->adam_time >= 0)) {
@@ -208,6 +209,11 @@ absl::Status ReadOptional(const std::map<std::string, std::string>& meta, Checkp
     if (!slice.ok()) return slice.status();
     if (*slice > kMaxSliceIndex) return absl::InvalidArgumentError("checkpoint: omnilearn.slice out of range");
     s->slice = static_cast<int>(*slice);
+  }
+  if (auto h = meta.find("omnilearn.history"); h != meta.end()) {
+    if (h->second.size() != 16 || !absl::SimpleHexAtoi(h->second, &s->history)) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint: malformed omnilearn.history '", h->second, "'"));
+    }
   }
   return absl::OkStatus();
 }
@@ -279,6 +285,7 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   if (s.sharded.has_value()) meta["omnilearn.sharded_job"] = ShardedJobJson(*s.sharded);
   if (s.slice != 0) meta["omnilearn.slice"] = absl::StrCat(s.slice);
   if (s.adam_time >= 0) meta["omnilearn.adam_time"] = absl::StrFormat("%.17g", s.adam_time);
+  if (s.history != 0) meta["omnilearn.history"] = absl::StrFormat("%016x", s.history);
   return WriteSafetensors(path, tensors, meta);
 }
 
@@ -351,6 +358,7 @@ CheckpointState CaptureStore(const ParameterStore& store) {
   s.optimizer = OptimizerName(store.options().kind);
   s.version = store.version();
   s.adam_time = store.adam_time();
+  s.history = store.history();
   return s;
 }
 

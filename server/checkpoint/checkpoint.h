@@ -56,6 +56,7 @@ struct CheckpointState {
   std::string mode;             // "sync", "async", "ssp"
   uint64_t version = 0;         // also the learning-rate schedule's position
   double adam_time = -1;        // ParameterStore::adam_time (< 0: not known, the version)
+  uint64_t history = 0;         // ParameterStore::history (0: not known, an earlier release's)
   uint64_t global_samples = 0;  // the epoch position
   uint64_t rounds = 0;
   uint64_t adjustments = 0;

@@ -45,6 +45,7 @@ CheckpointState Sample(uint64_t version) {
   s.global_samples = 123456;
   s.rounds = 77;
   s.adjustments = 9;
+  s.history = 0x0123456789abcdefULL;  // a leading zero digit: written as 16 digits
   controller::WorkerMemory m;
   m.batch = 40;
   m.guard_max = 64;
@@ -72,6 +73,7 @@ void RequireSame(const CheckpointState& a, const CheckpointState& b) {
   REQUIRE(a.optimizer == b.optimizer);
   REQUIRE(a.mode == b.mode);
   REQUIRE(a.adam_time == b.adam_time);
+  REQUIRE(a.history == b.history);
   REQUIRE(a.version == b.version);
   REQUIRE(a.global_samples == b.global_samples);
   REQUIRE(a.rounds == b.rounds);
@@ -112,6 +114,7 @@ TEST_CASE("a checkpoint round trip keeps every field", "[checkpoint]") {
   REQUIRE(f.Find("conv.weight") != nullptr);
   REQUIRE(f.Find("optimizer.momentum/bn.running_var") != nullptr);
   REQUIRE(f.metadata.at("format") == kCheckpointFormat);
+  REQUIRE(f.metadata.at("omnilearn.history") == "0123456789abcdef");
 }
 
 TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cut", "[checkpoint]") {
@@ -348,6 +351,7 @@ TEST_CASE("a restored core continues exactly where the captured one was", "[chec
   REQUIRE(captured->version == 5);
   REQUIRE(captured->global_samples == 40);
   REQUIRE(captured->controller.count("w0") == 1);
+  REQUIRE(captured->history != 0);  // five steps' members
   const std::string dir = FreshDir("restore");
   REQUIRE(WriteCheckpoint(dir + "/c.safetensors", *captured).ok());
   const CheckpointState read = *ReadCheckpoint(dir + "/c.safetensors");
@@ -362,6 +366,10 @@ TEST_CASE("a restored core continues exactly where the captured one was", "[chec
   REQUIRE(a->Push(Grad(j.id, 8, 5), g, clock.Now()).ok());
   REQUIRE(b->Push(Grad(k.id, 8, 5), g, clock.Now()).ok());
   REQUIRE(*a->Pull(j.id, 0)->weights == *b->Pull(k.id, 0)->weights);
+  // The same steps: the same history (worker ids are the servers' own, both 1 here).
+  REQUIRE(j.id == k.id);
+  REQUIRE(a->Pull(j.id, 0)->history == b->Pull(k.id, 0)->history);
+  REQUIRE(b->Pull(k.id, 0)->history != read.history);
   REQUIRE(b->Snapshot().global_samples == 48);
 }
 

@@ -582,12 +582,13 @@ Replication CoordinatorShards::Hooks() {
     };
   }
   r.job_reset = [this](uint64_t job) { JobReset(job); };
-  r.checkpoint = [this](uint64_t version) {
+  r.checkpoint = [this](uint64_t version, uint64_t history) {
     absl::MutexLock lock(&mu_);
     if (version == told_checkpoint_) return;  // a checkpoint interval without a step
     told_checkpoint_ = version;
     v1::ShardCommand c;
     c.mutable_checkpoint()->set_version(version);
+    if (options_.sync) c.mutable_checkpoint()->set_history(history);  // async slices may differ: a step left one out
     Enqueue(c);
   };
   return r;

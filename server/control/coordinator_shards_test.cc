@@ -182,11 +182,12 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   Adopt(c);
   c.Hooks().session_opened(7, "secret");
   c.Hooks().step(ReplicatedStep{});
-  c.Hooks().checkpoint(1);
-  c.Hooks().checkpoint(1);  // an interval without a step: not queued again
+  c.Hooks().checkpoint(1, 0xabc);
+  c.Hooks().checkpoint(1, 0xabc);  // an interval without a step: not queued again
   std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
   REQUIRE(out.size() == 4);  // init, session, step, checkpoint
   REQUIRE(out[3].command.checkpoint().version() == 1);
+  REQUIRE(out[3].command.checkpoint().history() == 0xabc);  // sync: each slice checks its own against it
   (void)Drain(c, 2);
 
   c.Disconnect(2);
@@ -374,7 +375,7 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
   }
   // Workers join with the job's model: the same map.
   REQUIRE(c.PlanFor(Model())->fingerprint() == map.fingerprint());
-  c.Hooks().checkpoint(9);  // the version every server holds: not asked again
+  c.Hooks().checkpoint(9, 0xabc);  // the version every server holds: not asked again
   REQUIRE(Drain(c, 1).empty());
 }
 

@@ -45,6 +45,7 @@ struct PushResult {
 
 struct ModelSnapshot {
   uint64_t version = 0;
+  uint64_t history = 0;  // the steps that brought the model to `version` (ParameterStore::history)
   ModelLayout layout;
   std::shared_ptr<const std::vector<float>> weights;  // null when up to date
 };

@@ -669,9 +669,11 @@ void ParameterServerCore::CompleteRound() {
 void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,
                                double lr_scale, double buffer_blend, double momentum, double update_scale,
                                double sample_share, double predict_steps) {
+  const uint64_t version = store_.version();
+  const uint64_t history = ExtendHistory(store_.history(), version, members);
   if (options_.replication.step) {
     ReplicatedStep step;
-    step.version = store_.version();
+    step.version = version;
     step.members = std::move(members);
     step.update_scale = update_scale;
     step.learning_rate = store_.LearningRate() * lr_scale;
@@ -683,6 +685,7 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
   }
   store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale, sample_share);
   store_.Predict(predict_steps);
+  store_.set_history(history);
 }
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
@@ -768,6 +771,7 @@ absl::StatusOr<ModelSnapshot> ParameterServerCore::Pull(WorkerId id, uint64_t ha
   w->last_seen = options_.clock->Now();
   ModelSnapshot snap;
   snap.version = store_.version();
+  snap.history = store_.history();
   snap.layout = store_.layout();
   if (have_version != snap.version) snap.weights = store_.served();
   return snap;
@@ -830,7 +834,9 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose)
   s.sampler = sampler_.State(outstanding);
   s.job = job_.number();
   s.created = options_.clock->Now();
-  if (purpose == CaptureFor::kCheckpoint && options_.replication.checkpoint) options_.replication.checkpoint(s.version);
+  if (purpose == CaptureFor::kCheckpoint && options_.replication.checkpoint) {
+    options_.replication.checkpoint(s.version, s.history);
+  }
   return s;
 }
 
@@ -848,7 +854,13 @@ absl::Status ParameterServerCore::LoadCheckpoint(const CheckpointState& state, E
   }
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
   if (absl::Status s = sampler->Restore(state.sampler); !s.ok()) return s;
-  return store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
+  if (absl::Status s =
+          store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
+      !s.ok()) {
+    return s;
+  }
+  store->set_history(state.history);
+  return absl::OkStatus();
 }
 
 absl::Status ParameterServerCore::Restore(const CheckpointState& state) {

@@ -70,7 +70,7 @@ struct Replication {
   // `step`, so it blocks the core until every slice's part came (bounded).
   NormReduction norm;
   // A checkpoint of the job is taken at this version: every slice takes its own.
-  std::function<void(uint64_t version)> checkpoint;
+  std::function<void(uint64_t version, uint64_t history)> checkpoint;
   // The job ended and job number `job` begins (--reset_when_done): the next model adopted
   // replaces every slice.
   std::function<void(uint64_t job)> job_reset;

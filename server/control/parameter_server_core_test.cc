@@ -992,7 +992,11 @@ TEST_CASE("after a rollback training waits for the workers of that moment for a 
 TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position, sessions", "[core][rollback]") {
   ServerOptions o = Options(Mode::kSync, 2);
   std::vector<uint64_t> told;  // the versions the shards were told to checkpoint at
-  o.replication.checkpoint = [&told](uint64_t v) { told.push_back(v); };
+  uint64_t told_history = 0;   // and the step history there
+  o.replication.checkpoint = [&](uint64_t v, uint64_t history) {
+    told.push_back(v);
+    told_history = history;
+  };
   auto core = *ParameterServerCore::Create(o);
   const auto joined = JoinAll(*core, 2);
   const JoinResult &a = joined[0], &b = joined[1];
@@ -1008,6 +1012,8 @@ TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position,
   const CheckpointState at1 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
   REQUIRE(told == std::vector<uint64_t>{1});
   REQUIRE(at1.version == 1);
+  REQUIRE(at1.history == ExtendHistory(0, 0, {{a.id, 0, 4}, {b.id, 0, 4}}));  // the round's members, by batch
+  REQUIRE(told_history == at1.history);
   round(2.0f);
   REQUIRE(Weights(*core, a.id)[0] == -3.0f);
   // b waits in the third round when the rollback comes: it wakes and is told to join again.

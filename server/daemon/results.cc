@@ -18,7 +18,8 @@ namespace server {
 namespace {
 
 // The whole model of a sharded job: slice 0 from the coordinator's capture, every other
-// slice pulled from its shard at the same version (under a session of the coordinator's).
+// slice pulled from its shard at the same version (under a session of the coordinator's)
+// and, in sync, with slice 0's step history: one model, or none.
 absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, const CheckpointState& slice0,
                                                  const PeerAccess& peers) {
   const std::optional<ShardMap> map = shards->map();
@@ -28,12 +29,13 @@ absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, cons
   map->Scatter(0, *slice0.weights, absl::MakeSpan(whole));
   constexpr WorkerId kExportSession = ~WorkerId{0};
   const std::string secret = NewSessionSecret();
+  const uint64_t history = slice0.mode == "sync" ? slice0.history : 0;  // async slices may differ by design
   shards->Hooks().session_opened(kExportSession, secret);
   for (const CoordinatorShards::ShardInfo& shard : shards->Shards()) {
     absl::StatusOr<std::vector<float>> slice;
     for (int attempt = 0; attempt < 50; ++attempt) {  // until the shard has the session (its stream's order)
       slice = PullSlice(shard.address, peers.credentials, peers.token, kExportSession, secret,
-                        map->slice_layout(shard.index), slice0.version, absl::Seconds(60));
+                        map->slice_layout(shard.index), slice0.version, history, absl::Seconds(60));
       if (!absl::IsNotFound(slice.status())) break;
       absl::SleepFor(absl::Milliseconds(200));
     }
@@ -41,6 +43,10 @@ absl::StatusOr<std::vector<float>> AssembleModel(CoordinatorShards* shards, cons
     map->Scatter(shard.index, *slice, absl::MakeSpan(whole));
   }
   shards->Hooks().session_closed(kExportSession);
+  if (history != 0) {
+    std::printf("omnilearn_server: every slice's step history at version %lu is slice 0's (%016lx)\n", slice0.version,
+                history);
+  }
   return whole;
 }
 

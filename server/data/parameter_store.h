@@ -158,6 +158,11 @@ class ParameterStore {
   // Adam's step count in global batches: the sum of the steps' sample shares (= version
   // in sync). Kept in checkpoints (CheckpointState::adam_time).
   double adam_time() const { return adam_time_; }
+  // The digest of the steps that brought the model here (ExtendHistory in
+  // data/replicated_step.h; 0: not known). Its cores extend it after each step, as they
+  // alone know the step's members; kept in checkpoints (CheckpointState::history).
+  uint64_t history() const { return history_; }
+  void set_history(uint64_t history) { history_ = history; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
   const OptimizerOptions& options() const { return options_; }
@@ -204,6 +209,7 @@ class ParameterStore {
   std::vector<double> worker_rates_;  // SetGroupRates; empty: the schedule's
   uint64_t version_ = 0;
   double adam_time_ = 0;  // adam_time()
+  uint64_t history_ = 0;  // history()
   double epoch_ = 0;      // SetEpoch
 };
 

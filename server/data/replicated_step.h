@@ -29,6 +29,14 @@ struct ReplicatedStep {
   double predict_steps = 0;  // ParameterStore::Predict's, after the step
 };
 
+// The model's step history as one digest: every step's version and the members whose
+// gradients it took (id, model version, weight), chained from `history` (the digest up to
+// the version before). Slices of one model have equal histories at equal versions: a
+// digest that differs names a slice that took other members in some step. The same in
+// every process (FNV-1a over the fields, the members in id order); 0 is "not known" (a
+// checkpoint of an earlier release), which no chain yields.
+uint64_t ExtendHistory(uint64_t history, uint64_t version, std::vector<ReplicatedStep::Member> members);
+
 }  // namespace server
 }  // namespace omnilearn
 

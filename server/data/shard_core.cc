@@ -75,6 +75,7 @@ absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState&
       !s.ok()) {
     return s;
   }
+  (*store)->set_history(checkpoint.history);
   absl::MutexLock lock(&mu_);
   Install(*std::move(store), member_wait, sync);
   sessions_.clear();
@@ -216,6 +217,7 @@ absl::StatusOr<ModelSnapshot> ShardCore::Pull(WorkerId id, uint64_t have_version
   }
   ModelSnapshot snap;
   snap.version = store_->version();
+  snap.history = store_->history();
   snap.layout = store_->layout();
   if (have_version != snap.version) snap.weights = store_->served();
   return snap;
@@ -265,6 +267,7 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
       continue;
     }
     Pending& p = pending_.at(m.id);
+    taken.members.push_back(m);
     taken.taken_weight += m.weight;
     taken.slices.emplace_back(std::move(p.gradient), m.weight);
     p.gradient.clear();
@@ -361,6 +364,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   store_->Apply(none ? nothing : sum_.values(), none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend,
                 step.momentum, 1.0, step.sample_share, *norm);
   store_->Predict(none ? 0.0 : step.predict_steps);
+  store_->set_history(ExtendHistory(store_->history(), step.version, std::move(taken->members)));
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));

@@ -126,6 +126,7 @@ class ShardCore : public DataPlane {
   // members and of those whose slice came.
   struct Taken {
     std::vector<std::pair<std::vector<float>, double>> slices;
+    std::vector<ReplicatedStep::Member> members;  // whose slices came (the slice's history takes them)
     double all_weight = 0, taken_weight = 0;
   };
   // Waits (bounded) for the step's members' slices and takes those that came; a member

@@ -238,6 +238,8 @@ TEST_CASE("async: a member whose slice never comes is left out after the wait, t
   REQUIRE(snap.ok());
   REQUIRE((*snap->weights)[0] == Approx(-2));  // worker 1's alone, its weight renormalized
   REQUIRE((*snap->weights)[3] == Approx(4));
+  // The slice's history holds the members it took: worker 1 alone, not the step's two.
+  REQUIRE(snap->history == ExtendHistory(0, 0, {{1, 0, 1}}));
   REQUIRE(log.size() == 1);
   REQUIRE(shard.registry().Serialize().find("omnilearn_shard_slices_left_out_total 1\n") != std::string::npos);
   // Worker 2 pushed its other slices (the coordinator keeps it in its rounds) but never

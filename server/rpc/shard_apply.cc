@@ -180,6 +180,15 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
         absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
                         state->version));
   }
+  if (checkpoint.history() != 0 && state->history != checkpoint.history()) {
+    // A step here took other members than the coordinator's: this slice is not one model
+    // with the others. No checkpoint of it is kept; the job goes back to the newest common
+    // one, which every slice wrote with the coordinator's history.
+    return absl::AbortedError(absl::StrFormat(
+        "slice %d's step history at version %d is %016x and the coordinator's %016x: a step took other members "
+        "here; not checkpointed, the job goes back to its common checkpoint",
+        held_index_, state->version, state->history, checkpoint.history()));
+  }
   Report(checkpoints_->Write(*state), state->version);
   return absl::OkStatus();
 }

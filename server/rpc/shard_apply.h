@@ -62,7 +62,8 @@ class ShardApplier {
   // field out of range or out of order (a chunk without an init), FailedPrecondition for
   // a map that is not this shard's, a missed step or a restore it cannot read; Aborted for
   // another slice than the one this shard holds (or was started for): it registers again,
-  // asking for its own. A checkpoint it cannot write is not one: the slice goes on (its
+  // asking for its own, or for a checkpoint whose step history (sync) differs from the
+  // coordinator's. A checkpoint it cannot write is not one: the slice goes on (its
   // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
   // The fingerprint of the map this shard holds a slice of (0 before its first init).

@@ -231,6 +231,35 @@ TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // 1's history was undone
 }
 
+TEST_CASE("sync: a slice whose step history differs from the coordinator's keeps no checkpoint of it",
+          "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  REQUIRE(a.Prepare().ok());
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(a.Apply(Step(0)).ok());  // no members
+  const uint64_t at1 = ExtendHistory(0, 0, {});
+  REQUIRE(shard.Capture()->history == at1);
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(1);
+  checkpoint.mutable_checkpoint()->set_history(at1);  // the coordinator's: the same steps
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1});
+  REQUIRE(a.Apply(Step(1)).ok());
+  // The coordinator's step 1 took worker 7's gradient; this slice's took nobody's.
+  checkpoint.mutable_checkpoint()->set_version(2);
+  checkpoint.mutable_checkpoint()->set_history(ExtendHistory(at1, 1, {{7, 1, 1.0}}));
+  const absl::Status s = a.Apply(checkpoint);
+  REQUIRE(absl::IsAborted(s));  // the shard registers again: the job goes back to version 1
+  REQUIRE(absl::StrContains(s.message(), "step history at version 2"));
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1});
+  // Async (or a coordinator of an earlier release): no history to check.
+  checkpoint.mutable_checkpoint()->set_history(0);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{2, 1});
+}
+
 TEST_CASE("a checkpoint the disk cannot take: the slice goes on, the failure is counted and reported",
           "[shard_apply]") {
   ShardCore shard({});

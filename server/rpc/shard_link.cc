@@ -185,7 +185,8 @@ absl::Status ShardLink::RunOnce(bool* registered) {
 absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
                                              const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                              const std::string& auth_token, uint64_t session, const std::string& secret,
-                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout) {
+                                             const ModelLayout& slice, uint64_t version, uint64_t history,
+                                             absl::Duration timeout) {
   auto stub = v1::ParameterServer::NewStub(grpc::CreateChannel(address, credentials));
   grpc::ClientContext ctx;
   AddBearerToken(ctx, auth_token);  // a Pull, as a worker's: under the export's own session
@@ -203,6 +204,10 @@ absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
     if (!r.has_header() || r.header().model_version() != version) {
       s = absl::FailedPreconditionError(
           absl::StrFormat("the shard at %s sent version %d, not %d", address, r.header().model_version(), version));
+    } else if (history != 0 && r.header().history() != 0 && r.header().history() != history) {
+      s = absl::FailedPreconditionError(absl::StrFormat(
+          "the slice at %s is not one model with slice 0: its step history at version %d is %016x, slice 0's %016x",
+          address, version, r.header().history(), history));
     }
     while (s.ok() && reader->Read(&r))
       s = r.has_chunk() ? assembler.Add(r.chunk()) : absl::InvalidArgumentError("a second header");

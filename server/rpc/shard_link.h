@@ -98,11 +98,14 @@ class ShardLink {
 
 // A shard server's slice at exactly `version`, pulled under the session `session` and
 // its secret (the coordinator's own, for the export); it waits up to `timeout` for the
-// slice to reach the version.
+// slice to reach the version. `history` (0: not checked) is slice 0's step history at
+// `version`: a slice whose own differs (it took other members in some step) is refused
+// FailedPrecondition, as not one model with slice 0.
 absl::StatusOr<std::vector<float>> PullSlice(const std::string& address,
                                              const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                                              const std::string& auth_token, uint64_t session, const std::string& secret,
-                                             const ModelLayout& slice, uint64_t version, absl::Duration timeout);
+                                             const ModelLayout& slice, uint64_t version, uint64_t history,
+                                             absl::Duration timeout);
 
 }  // namespace server
 }  // namespace omnilearn

@@ -127,6 +127,7 @@ grpc::Status SliceService::WriteModel(const ModelSnapshot& snap, int chunk_field
   Envelope first;
   v1::PullHeader* header = first.mutable_header();
   header->set_model_version(snap.version);
+  header->set_history(snap.history);
   *header->mutable_layout() = LayoutToProto(snap.layout);
   header->set_up_to_date(snap.weights == nullptr);
   header->set_wire_dtype(dtype);
