@@ -5,7 +5,7 @@ their gradient will meet, in those workers' step sizes and paces, --adam_weight_
 with beta1 as configured; without the prediction beta1 is lowered by the momentum asynchrony
 adds, 1 - 1/n, as SGD's momentum is, with --staleness_damping) against each left out and
 against what earlier releases did (a full Adam step at lr * b/B, beta1 as configured), at the
-sync rate, at 1.25x it (the README's rule for Adam's async rate) and at twice it, beside sync
+sync rate, at 1.25x it (docs/optimizer.md's rule for Adam's async rate) and at twice it, beside sync
 itself.
 
 The job is python/examples/char_transformer.py (a GPT-style character model, 2 blocks, dim
@@ -31,7 +31,7 @@ EXAMPLE = os.path.join(ROOT, "python", "examples", "char_transformer.py")
 BEFORE = "--adam_weight_prediction=off --adam_sqrt_scaling=off --staleness_damping=off"
 RUNS = [  # (label, mode, lr multiple, more server flags)
     ("sync", "sync", 1, ""),
-    ("async: the rules at 1.25x the sync rate (the README's rate)", "async", 1.25, ""),
+    ("async: the rules at 1.25x the sync rate (docs/optimizer.md's rate)", "async", 1.25, ""),
     ("async: the rules (square-root share, weights predicted, beta1 as configured)", "async", 1, ""),
     ("async: the rules without the weight prediction (beta1 lowered by 1 - 1/n)", "async", 1,
      "--adam_weight_prediction=off"),
@@ -65,7 +65,7 @@ def main():
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "async_adam.md"))
     ap.add_argument("--runs", type=int, default=len(RUNS),
-                    help="the first N rows only (2: sync and the README's rate; 3: and the sync rate)")
+                    help="the first N rows only (2: sync and docs/optimizer.md's rate; 3: and the sync rate)")
     a = ap.parse_args()
     runs = RUNS[:max(1, a.runs)]
     losses = {label: [] for label, *_ in runs}

@@ -70,7 +70,7 @@ class Recorded:
 
 
 def tape_loop(model, x, y, args, ids_out):
-    """The README's custom loop: a tf.function for the step, any batch size."""
+    """docs/keras.md's custom loop: a tf.function for the step, any batch size."""
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     @tf.function(reduce_retracing=True)
@@ -114,7 +114,7 @@ def reference(args):
 def evaluate(args):
     model = make_model()
     before = [v.numpy().copy() for v in model.variables]
-    omnilearn.keras.load_weights(model, args.export)  # the README's one line
+    omnilearn.keras.load_weights(model, args.export)  # docs/python.md's one line
     moved = sum(not np.array_equal(a, v.numpy()) for a, v in zip(before, model.variables))
     bn = model.get_layer("bn1")
     result = {"accuracy": test_accuracy(model), "variables_loaded": moved,

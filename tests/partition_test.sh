@@ -12,7 +12,8 @@
 #   partial            h1 and h2 cut from each other only
 # Each: every process exits 0, exactly 40,000 samples were trained, every slice went back to
 # one version, no slice stepped without a member another slice took and every slice's step
-# history equals slice 0's (one model across slices), and the export evaluates to the job's accuracy. Needs root.
+# history equals slice 0's (one model across slices), and the export evaluates to the
+# job's accuracy. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 CLUSTER=$RUNFILES/tests/cluster.sh
 [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"

@@ -5,7 +5,7 @@
 #    by the C++ worker with a clear error. Then a C++ worker (--dataset=tensors:PATH) and
 #    a Python worker train it together to the accuracy bar. The model holds a non-persistent
 #    bool mask (both workers keep it out of the layout, or their joins would not agree) and
-#    an int64 buffer; its export loads strictly into the model (the README's line) and gives
+#    an int64 buffer; its export loads strictly into the model (docs/python.md's line) and gives
 #    the job's accuracy again.
 # 2. Fashion-MNIST with the CNN: one Python and two C++ workers reach the accuracy of an
 #    all-C++ run of the same job (within 1.5 points, and at least 85%).

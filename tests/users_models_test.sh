@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two architectures a new user brought (issue 39), in a small form, each as the README
+# The two architectures a new user brought (issue 39), in a small form, each as docs/python.md
 # runs it (`python -m omnilearn.run`), each export loaded strictly into a fresh model:
 # 1. python/examples/char_transformer.py: a GPT-style character model with a non-persistent
 #    causal mask, AdamW and clipping on the server, two workers on emulated devices 4x
@@ -31,7 +31,7 @@ export PATH=$WORK/prefix/bin:$PATH
 # ---- 1. the character transformer (128 KiB of text, a tenth of an epoch)
 for mode in sync async; do
   lr=0.003
-  if [ "$mode" = async ]; then lr=0.00375; fi  # the README's rate for async Adam: 1.25x the sync one
+  if [ "$mode" = async ]; then lr=0.00375; fi  # docs/optimizer.md's rate for async Adam: 1.25x the sync one
   timeout 300 "$PY" -m omnilearn.run --nproc 2 \
     --server_args="--mode=$mode --optimizer=adamw --lr=$lr --weight_decay=0.01 --clip_grad_norm=1 \
     --global_batch=32 --quiet --export=$WORK/gpt_$mode.safetensors" \

@@ -7,7 +7,7 @@ gradient clipping on the server. Run it with the launcher:
                      --export=model.safetensors" \\
       python/examples/char_transformer.py --text=corpus.txt --epochs=1 --devices=0:3,0:12
 
-With --mode=async in --server_args, give AdamW 1.25x the sync rate (--lr=0.00375; the README's
+With --mode=async in --server_args, give AdamW 1.25x the sync rate (--lr=0.00375; docs/optimizer.md's
 optimizer table). Each copy is a worker (OMNILEARN_RANK tells them apart); `--devices` gives
 each rank an emulated device (FIXED_MS:MS_PER_SAMPLE, omnilearn.emulation), here 4x apart.
 Then:

@@ -1,7 +1,7 @@
 """OmniLearn's Python worker library: train a model of your own, with your own training
 loop and data, as a worker of an OmniLearn parameter server (next to C++ workers).
 PyTorch: omnilearn.Worker (omnilearn.worker); TensorFlow/Keras: omnilearn.keras. See
-README.md's "Python workers".
+docs/python.md, "Python workers".
 
 Importing the package imports no framework: each name below loads its module (and
 PyTorch) when first used, so a TensorFlow-only environment imports omnilearn.keras alone.

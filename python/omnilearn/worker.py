@@ -213,7 +213,7 @@ class Worker(WorkerSession):
             self._warned_changed = True
             message = ("the model's parameters changed between the pull and push() (an optimizer step of your "
                        "own?): the server runs the optimizer, so that change is overwritten by the next model; "
-                       "drop opt.step() and set the optimizer on the server (README: 'The optimizer')")
+                       "drop opt.step() and set the optimizer on the server (docs/optimizer.md)")
             warnings.warn(message, RuntimeWarning, stacklevel=5)
             self._log(f"warning: {message}")
 

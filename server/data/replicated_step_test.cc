@@ -24,12 +24,12 @@ TEST_CASE("a step history is the same for the same members in any order", "[repl
 TEST_CASE("a step history tells apart every field of every step", "[replicated_step]") {
   const Members ab = {{1, 7, 0.25}, {2, 7, 0.75}};
   const uint64_t h = ExtendHistory(42, 7, ab);
-  CHECK(h != ExtendHistory(43, 7, ab));                             // the history before
-  CHECK(h != ExtendHistory(42, 8, ab));                             // the version
-  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}}));                 // a member left out
-  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {3, 7, 0.75}}));   // another member
-  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {2, 6, 0.75}}));   // a gradient of another version
-  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {2, 7, 0.5}}));    // another weight
+  CHECK(h != ExtendHistory(43, 7, ab));                            // the history before
+  CHECK(h != ExtendHistory(42, 8, ab));                            // the version
+  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}}));                // a member left out
+  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {3, 7, 0.75}}));  // another member
+  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {2, 6, 0.75}}));  // a gradient of another version
+  CHECK(h != ExtendHistory(42, 7, {{1, 7, 0.25}, {2, 7, 0.5}}));   // another weight
   // Two steps' histories chain: the same steps in another order differ.
   const Members a = {{1, 0, 1}}, b = {{2, 1, 1}};
   CHECK(ExtendHistory(ExtendHistory(0, 0, a), 1, b) != ExtendHistory(ExtendHistory(0, 0, b), 1, a));
