@@ -11,7 +11,9 @@ Checked in README.md, docs/*.md and deploy/README.md:
   omnilearn_ctl, //controller:simulate) is one that binary lists in --helpfull; a flag given
   to a script of the repository (`bench/peers.py`, `python -m omnilearn.run`,
   `tests/cluster.sh`) is written in that script;
-- a flag in the prose (`--lease_s`) is one of some OmniLearn program.
+- a flag in the prose (`--lease_s`) is one of some OmniLearn program;
+- docs/ARCHITECTURE.md's table of the server's folders agrees with their BUILD files: every
+  package a folder's libraries depend on is one its row says it may use.
 Usage: docs_test.py README SERVER WORKER CTL SIMULATE: the checkout's README.md (its real path
 is the checkout's root: Bazel's runfiles link to the sources) and the four binaries, built."""
 
@@ -176,6 +178,51 @@ class Checker:
                     self.problems.append(f"{page}: `{span}`: no OmniLearn program has --{flag}")
 
 
+def allowed_by_table(text):
+    """docs/ARCHITECTURE.md's "may use" column: {"//server/x": {"//pkg", ...}}."""
+    rows = re.findall(r"^\| `server/(\w+)/` \| .*? \| (.*?) \|$", text, re.M)
+    allowed, above = {}, set()
+    for folder, may_use in rows:
+        packages = set()
+        if "everything" in may_use:
+            packages = {"*"}
+        if "all of the above" in may_use:
+            packages |= above | set().union(*allowed.values())
+        for used in re.findall(r"`(\w+)/", may_use):
+            packages.add(("//server/" if used in SERVER_FOLDERS else "//") + used)
+        allowed["//server/" + folder] = packages
+        above.add("//server/" + folder)
+    return allowed
+
+
+SERVER_FOLDERS = ("control", "data", "checkpoint", "rpc", "daemon")
+
+
+def build_dependencies(build_text):
+    """The packages a BUILD file's libraries and binaries depend on (tests and visibility aside)."""
+    packages = set()
+    for kind, body in re.findall(r"^(\w+)\(\n(.*?)^\)", build_text, re.M | re.S):
+        if kind.endswith("_test") or kind == "package_group":
+            continue
+        body = re.sub(r"visibility = \[.*?\]", "", body, flags=re.S)
+        packages |= set(re.findall(r'"(//[\w/]+)(?::[^"]*)?"', body))
+    return packages
+
+
+def check_architecture(root, problems):
+    with open(os.path.join(root, "docs/ARCHITECTURE.md")) as f:
+        allowed = allowed_by_table(f.read())
+    if set(allowed) != {"//server/" + f for f in SERVER_FOLDERS}:
+        problems.append(f"docs/ARCHITECTURE.md: the table names {sorted(allowed)}, not the server's folders")
+    for package, may_use in allowed.items():
+        with open(os.path.join(root, package[2:], "BUILD")) as f:
+            used = build_dependencies(f.read()) - {package, "//third_party"}
+        if "*" in may_use:
+            continue
+        for dep in sorted(used - may_use - {"//common"}):
+            problems.append(f"docs/ARCHITECTURE.md: {package} depends on {dep}, which its row does not allow")
+
+
 def main():
     root, binaries = os.path.dirname(os.path.realpath(sys.argv[1])), sys.argv[2:6]
     checker = Checker(root, binaries)
@@ -183,6 +230,7 @@ def main():
     pages = doc_files(root)
     for page in pages:
         checker.check_page(page, known)
+    check_architecture(root, checker.problems)
     for problem in checker.problems:
         print(problem)
     print(f"docs_test: {len(pages)} pages, {len(checker.problems)} problems")

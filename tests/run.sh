@@ -74,6 +74,8 @@ if [ $# -eq 0 ]; then
   step cmake_build_test ./tests/cmake_build_test.sh
   # The C++ sources as .clang-format lays them out.
   step format_check ./tests/format_check.sh
+  # The build refuses an edge up the server's layers (server/BUILD's package groups).
+  step layering_check ./tests/layering_check.sh
   # clang-14 with -Werror=thread-safety, ASan, UBSan; each libFuzzer target for 60 s.
   step fuzz_test ./tests/fuzz_test.sh
 fi
