@@ -35,12 +35,12 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-double BatchController::Observation::RelativeError() const {
+double Observation::RelativeError() const {
   if (samples < 2) return kSingleSampleError;
   return std::sqrt(m2 / (samples - 1) / samples) / mean_seconds;
 }
 
-BatchController::Observation BatchController::Window::ToObservation(int64_t batch) const {
+Observation BatchController::Window::ToObservation(int64_t batch) const {
   const double mean = sum / count;
   return Observation{batch, mean, static_cast<double>(count), std::max(0.0, sum_squares - count * mean * mean)};
 }
@@ -108,7 +108,7 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const 
   };
   if (memory.batch < 0 || memory.guard_max < 0) return bad("batch or ceiling");
   if (memory.history.size() > kMaxObservations) return bad("history");
-  for (const WorkerMemory::Observation& o : memory.history) {
+  for (const Observation& o : memory.history) {
     if (o.batch < 1 || !std::isfinite(o.mean_seconds) || o.mean_seconds <= 0 || !std::isfinite(o.samples) ||
         o.samples < 1 || !std::isfinite(o.m2) || o.m2 < 0) {
       return bad("observation");
@@ -124,9 +124,7 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const 
         absl::StrCat("worker ", id, ": bad batch bounds [", w.min_batch, ", ", w.max_batch, "]"));
   }
   w.guard_max = memory.guard_max > 0 ? std::max(memory.guard_max, w.min_batch) : 0;
-  for (const WorkerMemory::Observation& o : memory.history) {
-    w.history.push_back(Observation{o.batch, o.mean_seconds, o.samples, o.m2});
-  }
+  w.history = memory.history;
   // kPaper re-plans from batches: the remembered ones keep their ratios until the next
   // adjustment, whoever else is (or is not yet) back.
   w.remembered_batch = memory.batch;
@@ -141,7 +139,7 @@ absl::StatusOr<WorkerMemory> BatchController::Remember(WorkerId id) const {
   WorkerMemory m;
   m.batch = plan_.batch(id);
   m.guard_max = it->second.guard_max;
-  for (const Observation& o : it->second.history) m.history.push_back({o.batch, o.mean_seconds, o.samples, o.m2});
+  m.history = it->second.history;
   return m;
 }
 

@@ -130,16 +130,20 @@ struct BatchPlan {
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };
 
+// A worker's step times at one batch size, pooled (Welford): what its time model is fitted
+// on, and what a checkpoint keeps of it.
+struct Observation {
+  int64_t batch = 0;
+  double mean_seconds = 0;
+  double samples = 0;
+  double m2 = 0;                 // sum of squared deviations from the mean
+  double RelativeError() const;  // of mean_seconds
+};
+
 // What the controller has learnt about one worker: its batch, its memory-guard ceiling
 // and its time observations. A checkpoint keeps it by worker name, so a restarted server
 // re-balances at once when the worker comes back instead of starting from equal batches.
 struct WorkerMemory {
-  struct Observation {
-    int64_t batch = 0;
-    double mean_seconds = 0;
-    double samples = 0;
-    double m2 = 0;  // sum of squared deviations from the mean
-  };
   int64_t batch = 0;
   int64_t guard_max = 0;  // 0 = none
   std::vector<Observation> history;
@@ -181,13 +185,6 @@ class BatchController {
   const ControllerOptions& options() const { return options_; }
 
  private:
-  struct Observation {
-    int64_t batch = 0;
-    double mean_seconds = 0;
-    double samples = 0;
-    double m2 = 0;                 // sum of squared deviations from the mean (Welford)
-    double RelativeError() const;  // of mean_seconds
-  };
   struct Window {
     double sum = 0;
     double sum_squares = 0;

@@ -548,7 +548,7 @@ TEST_CASE("impossible memories are refused and change nothing", "[controller][me
   REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
   m.history = {{10, std::nan(""), 5, 0}};
   REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
-  m.history = std::vector<WorkerMemory::Observation>(20, {10, 0.1, 5, 0});
+  m.history = std::vector<Observation>(20, {10, 0.1, 5, 0});
   REQUIRE(c->AddWorker(1, {}, m).code() == absl::StatusCode::kInvalidArgument);
   m = {};
   m.batch = -3;

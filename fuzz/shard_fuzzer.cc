@@ -7,6 +7,7 @@
 // a refused command leaves the slice's version where it was.
 #include <cstring>
 #include <numeric>
+#include <variant>
 #include <vector>
 
 #include "common/tensor_codec.h"
@@ -69,7 +70,7 @@ class Harness {
     o.shards = kShards;
     o.partition_bytes = kPartition;
     o.address = "coordinator:1";
-    o.optimizer = server::OptimizerToProto(server::OptimizerOptions(), absl::Milliseconds(5));
+    o.member_wait = absl::Milliseconds(5);
     return o;
   }
 
@@ -85,7 +86,7 @@ class Harness {
     }
     recover_ok_ = in.Byte() & 1;
     const int before = coordinator_.registered();
-    absl::StatusOr<int> index = coordinator_.Register(hello);
+    absl::StatusOr<int> index = coordinator_.Register(server::RegistrationFromProto(hello));
     if (!index.ok()) {
       if (absl::IsInvalidArgument(index.status()) && coordinator_.registered() != before) __builtin_trap();
       return;
@@ -102,8 +103,8 @@ class Harness {
     const uint64_t generation = coordinator_.generation(index);
     server::CoordinatorShards::Outgoing out;
     for (int n = 0; n < 64 && coordinator_.Next(index, generation, &out, absl::InfinitePast()).ok(); ++n) {
-      if (out.command.kind_case() == v1::ShardCommand::KIND_NOT_SET) return;
-      if (!applier_.Apply(out.command).ok()) return;
+      if (std::holds_alternative<std::monostate>(out.command)) return;
+      if (!applier_.Apply(server::CommandToProto(out.command)).ok()) return;
       if (out.values == nullptr) continue;
       const omnilearn::ModelLayout slice = coordinator_.SliceLayout(index);
       omnilearn::ForEachChunk(slice, out.values->data(), 40, [&](v1::TensorChunk& chunk) {
@@ -138,8 +139,10 @@ class Harness {
         if (step.ParseFromString(in.Bytes()) && adopted_) hooks.step(server::StepFromProto(step));
         return;
       }
-      default:
-        return hooks.checkpoint(in.U16());
+      default: {
+        const uint64_t version = in.U16();
+        return hooks.checkpoint(version, in.U16());  // any history: a shard's check refuses the others
+      }
     }
   }
 

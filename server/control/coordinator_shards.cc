@@ -6,9 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/tensor_codec.h"
 #include "server/control/join_check.h"
-#include "server/rpc/shard_wire.h"
 
 namespace omnilearn {
 namespace server {
@@ -16,12 +14,7 @@ namespace server {
 namespace {
 
 // The command that opens a worker's session on a shard.
-v1::ShardCommand SessionOpened(WorkerId id, const std::string& secret) {
-  v1::ShardCommand c;
-  c.mutable_session()->set_worker_id(id);
-  c.mutable_session()->set_session_secret(secret);
-  return c;
-}
+ShardCommand SessionOpened(WorkerId id, const std::string& secret) { return ShardSessionCommand{id, secret, false}; }
 
 }  // namespace
 
@@ -35,9 +28,9 @@ void CoordinatorShards::SetRecover(Recover recover) {
   recover_ = std::move(recover);
 }
 
-absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) const {
-  // Range-checked before any cast: a slice index is a uint32 on the wire.
-  const uint32_t asked = hello.index();
+absl::StatusOr<int> CoordinatorShards::FreeSlice(const ShardRegistration& hello) const {
+  // Range-checked before any cast.
+  const uint64_t asked = hello.index;
   if (asked == 0) {
     for (size_t i = 1; i < slots_.size(); ++i) {
       if (!slots_[i].connected) return static_cast<int>(i);
@@ -45,7 +38,7 @@ absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) co
     return absl::FailedPreconditionError("every slice of this job has its shard already");
   }
   if (asked >= slots_.size()) {
-    return absl::FailedPreconditionError(absl::StrFormat("there is no slice %u: this job has slices 1 to %d", asked,
+    return absl::FailedPreconditionError(absl::StrFormat("there is no slice %d: this job has slices 1 to %d", asked,
                                                          static_cast<int>(slots_.size()) - 1));
   }
   const int index = static_cast<int>(asked);
@@ -58,32 +51,32 @@ absl::StatusOr<int> CoordinatorShards::FreeSlice(const v1::ShardHello& hello) co
   return index;
 }
 
-absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes) {
-  if (hello.shards() != static_cast<uint32_t>(shards) || hello.partition_bytes() != partition_bytes) {
+absl::Status CheckShardRegistration(const ShardRegistration& hello, int shards, int64_t partition_bytes) {
+  if (hello.shards != static_cast<uint64_t>(shards) || hello.partition_bytes != partition_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "this shard was started for %u shards of %d-byte partitions, and this coordinator's job has %d shards of "
+        "this shard was started for %d shards of %d-byte partitions, and this coordinator's job has %d shards of "
         "%d-byte partitions: start the shard with the coordinator's --shards and --partition_mb",
-        hello.shards(), hello.partition_bytes(), shards, partition_bytes));
+        hello.shards, hello.partition_bytes, shards, partition_bytes));
   }
-  const std::string& address = hello.address();
+  const std::string& address = hello.address;
   if (address.empty()) return absl::InvalidArgumentError("a shard must say where workers reach it");
   if (!IsPrintableWord(address, kMaxShardAddressBytes)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a shard's address is a host:port of at most %d printable characters without spaces, not %d bytes",
         kMaxShardAddressBytes, address.size()));
   }
-  if (hello.checkpoint_versions_size() > kMaxShardCheckpoints) {
+  if (hello.checkpoint_versions.size() > static_cast<size_t>(kMaxShardCheckpoints)) {
     return absl::InvalidArgumentError(absl::StrFormat("a shard lists %d checkpoints; a server keeps at most %d",
-                                                      hello.checkpoint_versions_size(), kMaxShardCheckpoints));
+                                                      hello.checkpoint_versions.size(), kMaxShardCheckpoints));
   }
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const {
-  if (map_.has_value() && hello.fingerprint() != 0 && hello.fingerprint() != map_->fingerprint()) {
+absl::Status CoordinatorShards::MayTakeSlice(const ShardRegistration& hello) const {
+  if (map_.has_value() && hello.fingerprint != 0 && hello.fingerprint != map_->fingerprint()) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "this shard held a slice of another map (fingerprint %016x; this job's is %016x): it is another job's shard",
-        hello.fingerprint(), map_->fingerprint()));
+        hello.fingerprint, map_->fingerprint()));
   }
   if (!stepped_) return absl::OkStatus();
   if (!recover_) {
@@ -93,7 +86,7 @@ absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const 
   }
   // A slice that has trained goes only to a shard that brings checkpoints to go back to:
   // one that claims none would leave the job nowhere to go.
-  if (hello.checkpoint_versions_size() == 0) {
+  if (hello.checkpoint_versions.empty()) {
     return absl::FailedPreconditionError(
         "the job has trained already, and this shard holds no checkpoint of its slice: start it on the slice's "
         "--checkpoint_dir");
@@ -101,16 +94,16 @@ absl::Status CoordinatorShards::MayTakeSlice(const v1::ShardHello& hello) const 
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uint64_t* generation) {
-  if (absl::Status s = CheckShardHello(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
-  if (options_.optimizer.clip_grad_norm() > 0 && !hello.reduces_norm()) {
+absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, uint64_t* generation) {
+  if (absl::Status s = CheckShardRegistration(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
+  if (options_.optimizer.clip_grad_norm > 0 && !hello.reduces_norm) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address(),
+        absl::StrCat("the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address,
                      " is of a release that cannot take part in it: run this release's omnilearn_server there"));
   }
-  if (options_.reset_when_done && !hello.resets_jobs()) {
+  if (options_.reset_when_done && !hello.resets_jobs) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator starts a new job when one ends (--reset_when_done), and the shard at ", hello.address(),
+        "the coordinator starts a new job when one ends (--reset_when_done), and the shard at ", hello.address,
         " is of a release that cannot take a new job's slice: run this release's omnilearn_server there"));
   }
   int index = 0;
@@ -121,13 +114,13 @@ absl::StatusOr<int> CoordinatorShards::Register(const v1::ShardHello& hello, uin
     if (!free.ok()) return free.status();
     index = *free;
     Slot& slot = slots_[index];
-    slot.address = hello.address();
+    slot.address = hello.address;
     slot.connected = true;
     slot.must_register = false;
     ++slot.generation;
     if (generation != nullptr) *generation = slot.generation;
     slot.queue.clear();
-    slot.checkpoints.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().end());
+    slot.checkpoints = hello.checkpoint_versions;
     if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
     if (!stepped_) {
       if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
@@ -249,13 +242,13 @@ absl::Status CoordinatorShards::Next(int index, uint64_t generation, Outgoing* o
     return absl::CancelledError("another registration took this slice");
   }
   if (slots_[index].queue.empty()) {
-    out->command.Clear();
+    out->command = std::monostate();
     out->values = nullptr;
     return shutdown_ ? absl::CancelledError("the coordinator is shutting down") : absl::OkStatus();
   }
   *out = std::move(slots_[index].queue.front());
   slots_[index].queue.pop_front();
-  if (out->command.has_step()) ++slots_[index].steps_sent;
+  if (std::holds_alternative<ReplicatedStep>(out->command)) ++slots_[index].steps_sent;
   return absl::OkStatus();
 }
 
@@ -412,14 +405,16 @@ void CoordinatorShards::ForgetInitial(const std::string& joiner) {
   stashed_.erase(joiner);
 }
 
-void CoordinatorShards::FillShardMap(const ShardMap& map, v1::ShardMap* out) const {
+ShardMapAnswer CoordinatorShards::Answer(const ShardMap& map) const {
   absl::MutexLock lock(&mu_);
-  out->set_shards(static_cast<uint32_t>(map.shards()));
-  out->set_partition_bytes(options_.partition_bytes);
-  out->set_fingerprint(map.fingerprint());
-  out->set_push_in_order(options_.push_in_order);
-  out->add_addresses(options_.address);
-  for (size_t i = 1; i < slots_.size(); ++i) out->add_addresses(slots_[i].address);
+  ShardMapAnswer a;
+  a.shards = map.shards();
+  a.partition_bytes = options_.partition_bytes;
+  a.fingerprint = map.fingerprint();
+  a.push_in_order = options_.push_in_order;
+  a.addresses.push_back(options_.address);
+  for (size_t i = 1; i < slots_.size(); ++i) a.addresses.push_back(slots_[i].address);
+  return a;
 }
 
 ModelLayout CoordinatorShards::SliceLayout(int index) const {
@@ -437,7 +432,7 @@ std::optional<ShardMap> CoordinatorShards::map() const {
   return map_;
 }
 
-void CoordinatorShards::Enqueue(const v1::ShardCommand& command) {
+void CoordinatorShards::Enqueue(const ShardCommand& command) {
   if (recovering_) return;  // every slice is about to be restored: nothing before it counts
   for (size_t i = 1; i < slots_.size(); ++i) {
     if (slots_[i].connected) slots_[i].queue.push_back(Outgoing{command, nullptr});
@@ -446,15 +441,17 @@ void CoordinatorShards::Enqueue(const v1::ShardCommand& command) {
 
 void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   Outgoing o;
-  v1::ShardInit* init = o.command.mutable_init();
-  init->set_index(static_cast<uint32_t>(index));
-  *init->mutable_layout() = LayoutToProto(*layout_);
-  init->set_version(version);
-  *init->mutable_optimizer() = options_.optimizer;
-  init->set_fingerprint(map_->fingerprint());
-  init->set_sync(options_.sync);
-  init->set_restore(restore);
-  init->set_job(job_);
+  ShardInitCommand init;
+  init.index = index;
+  init.layout = *layout_;
+  init.version = version;
+  init.fingerprint = map_->fingerprint();
+  init.optimizer = options_.optimizer;
+  init.member_wait = options_.member_wait;
+  init.sync = options_.sync;
+  init.restore = restore;
+  init.job = job_;
+  o.command = std::move(init);
   if (!restore) {
     auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
     map_->Gather(index, *initial_, absl::MakeSpan(*values));
@@ -563,19 +560,14 @@ Replication CoordinatorShards::Hooks() {
   r.session_closed = [this](WorkerId id) {
     absl::MutexLock lock(&mu_);
     sessions_.erase(id);
-    v1::ShardCommand c;
-    c.mutable_session()->set_worker_id(id);
-    c.mutable_session()->set_closed(true);
-    Enqueue(c);
+    Enqueue(ShardSessionCommand{id, "", /*closed=*/true});
   };
   r.step = [this](const ReplicatedStep& step) {
     absl::MutexLock lock(&mu_);
     stepped_ = true;
-    v1::ShardCommand c;
-    *c.mutable_step() = StepToProto(step);
-    Enqueue(c);
+    Enqueue(step);
   };
-  if (options_.optimizer.clip_grad_norm() > 0) {
+  if (options_.optimizer.clip_grad_norm > 0) {
     r.norm = [this](uint64_t version, double sum_squares) {
       absl::StatusOr<double> total = ReduceNorm(version, 0, sum_squares, options_.clock->Now() + options_.norm_wait);
       return total.ok() ? *total : sum_squares;  // slice 0's part is never refused
@@ -586,10 +578,8 @@ Replication CoordinatorShards::Hooks() {
     absl::MutexLock lock(&mu_);
     if (version == told_checkpoint_) return;  // a checkpoint interval without a step
     told_checkpoint_ = version;
-    v1::ShardCommand c;
-    c.mutable_checkpoint()->set_version(version);
-    if (options_.sync) c.mutable_checkpoint()->set_history(history);  // async slices may differ: a step left one out
-    Enqueue(c);
+    // Async slices may differ by design (a step left a member out): their history is not checked.
+    Enqueue(ShardCheckpointCommand{version, options_.sync ? history : 0});
   };
   return r;
 }

@@ -20,10 +20,10 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/shard_map.h"
-#include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/checkpoint/checkpoint_health.h"
 #include "server/control/parameter_server_core.h"
+#include "server/control/shard_commands.h"
 
 namespace omnilearn {
 namespace server {
@@ -31,19 +31,20 @@ namespace server {
 struct CoordinatorShardsOptions {
   int shards = 1;  // the coordinator (slice 0) and shards - 1 shard servers
   int64_t partition_bytes = ShardMap::kDefaultPartitionBytes;
-  std::string address;           // the coordinator's, as workers reach it
-  v1::ShardOptimizer optimizer;  // what every shard's optimizer must share
-  bool sync = true;              // the job's mode is sync (rounds)
+  std::string address;                             // the coordinator's, as workers reach it
+  OptimizerOptions optimizer;                      // what every shard's optimizer must share
+  absl::Duration member_wait = absl::Seconds(30);  // a shard's step waits this long for a member's slice
+  bool sync = true;                                // the job's mode is sync (rounds)
   const Clock* clock = Clock::Real();
   std::function<void(const std::string&)> log;
   // A job that clips (optimizer.clip_grad_norm > 0): how long a step's norm waits for every
   // slice's part (the shards wait up to round_timeout for their members' slices first).
   absl::Duration norm_wait = absl::Seconds(60);
   // --reset_when_done: a finished job gives way to the next on the same servers; shards of a
-  // release that cannot take a later job's slice (ShardHello.resets_jobs) are refused.
+  // release that cannot take a later job's slice (ShardRegistration::resets_jobs) are refused.
   bool reset_when_done = false;
   // --push_slices_in_order: the Join answer tells workers to push the slices one after the
-  // other (v1::ShardMap.push_in_order).
+  // other (ShardMapAnswer::push_in_order).
   bool push_in_order = false;
 };
 
@@ -54,14 +55,14 @@ inline constexpr int kMaxShardCheckpoints = 1000;
 // A registration's fields, range-checked before anything is taken from them:
 // FailedPrecondition for another shard count or partition size than the job's,
 // InvalidArgument for an empty, overlong or unprintable address or too many checkpoints.
-absl::Status CheckShardHello(const v1::ShardHello& hello, int shards, int64_t partition_bytes);
+absl::Status CheckShardRegistration(const ShardRegistration& hello, int shards, int64_t partition_bytes);
 
 // Thread-safe.
 class CoordinatorShards {
  public:
   // What a shard's stream sends next: a command, with the slice's values after an init.
   struct Outgoing {
-    v1::ShardCommand command;
+    ShardCommand command;
     std::shared_ptr<const std::vector<float>> values;  // init: the slice's first values
   };
 
@@ -85,10 +86,10 @@ class CoordinatorShards {
   // What a checkpoint records of the job once a model was adopted (nullopt before).
   std::optional<ShardedJob> sharded_job() const;
 
-  // A shard server registers. Returns its index. The hello is checked (CheckShardHello);
+  // A shard server registers. Returns its index. The hello is checked (CheckShardRegistration);
   // FailedPrecondition when every slice has its shard, for a shard of another map
   // (fingerprint), for a shard that cannot reduce a clipped job's norm
-  // (ShardHello.reduces_norm) or take a later job's slice (resets_jobs, with
+  // (ShardRegistration::reduces_norm) or take a later job's slice (resets_jobs, with
   // reset_when_done), for one returning after the job's first step without checkpoints (or
   // to a coordinator that keeps none: its slice's training would be lost), and for the
   // registration that leaves no checkpoint common to every server (its slice stays free
@@ -100,7 +101,7 @@ class CoordinatorShards {
   // holds; the last registration runs the Recover hook and queues every shard a restore
   // of the common version. Until then pushes are refused and joins wait (Serving).
   // `*generation` (when given) names this registration's stream for Next.
-  absl::StatusOr<int> Register(const v1::ShardHello& hello, uint64_t* generation = nullptr);
+  absl::StatusOr<int> Register(const ShardRegistration& hello, uint64_t* generation = nullptr);
   // The next command for shard `index`'s stream of `generation`, waiting until `deadline`
   // (an empty command when none came). Aborted: the shard must register again (a recovery began); Cancelled:
   // the stream ends (the shard was replaced, or shutdown and nothing is left to send).
@@ -124,7 +125,7 @@ class CoordinatorShards {
   void StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
                     std::shared_ptr<const std::vector<float>> values);
   void ForgetInitial(const std::string& joiner);
-  void FillShardMap(const ShardMap& map, v1::ShardMap* out) const;
+  ShardMapAnswer Answer(const ShardMap& map) const;
   // Slice `index`'s layout (the model was adopted: an init was queued).
   ModelLayout SliceLayout(int index) const;
   // The job's whole layout once a model was adopted.
@@ -185,21 +186,21 @@ class CoordinatorShards {
     std::optional<CheckpointHealthView> reported;  // its checkpoints' health, as last reported
     absl::Time reported_at;                        // when
   };
-  void Enqueue(const v1::ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Enqueue(const ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ModelAdopted(const std::string& joiner);
   // Job number `job` begins (--reset_when_done): the last job's model, map, sessions and
   // norms are forgotten; the next model adopted goes to every shard in place of its slice.
   void JobReset(uint64_t job);
   // Register's parts: the slice a hello may take, and a registration after the first step.
-  absl::StatusOr<int> FreeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int> FreeSlice(const ShardRegistration& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts a recovery: the streams of the shards other than `returned` (0: all) end; they
   // register again, saying which checkpoints they hold.
   void BeginRecovery(int returned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's rules for a slice: the map's fingerprint, and after the first step a
   // coordinator with checkpoints and a shard that brings some.
-  absl::Status MayTakeSlice(const v1::ShardHello& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MayTakeSlice(const ShardRegistration& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Missing() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorShardsOptions options_;

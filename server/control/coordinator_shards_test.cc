@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 #include <thread>
+#include <variant>
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
@@ -26,22 +27,30 @@ CoordinatorShardsOptions Options(int shards) {
 
 CoordinatorShards Make(int shards) { return CoordinatorShards(Options(shards)); }
 
-v1::ShardHello Hello(const std::string& address, int index = 0, int shards = 3) {
-  v1::ShardHello h;
-  h.set_address(address);
-  h.set_shards(static_cast<uint32_t>(shards));
-  h.set_partition_bytes(kPartition);
-  h.set_index(static_cast<uint32_t>(index));
+ShardRegistration Hello(const std::string& address, int index = 0, int shards = 3) {
+  ShardRegistration h;
+  h.address = address;
+  h.shards = static_cast<uint64_t>(shards);
+  h.partition_bytes = kPartition;
+  h.index = static_cast<uint64_t>(index);
   return h;
 }
+
+// An outgoing command of one kind (the test fails on another).
+template <typename Command>
+const Command& As(const CoordinatorShards::Outgoing& o) {
+  REQUIRE(std::holds_alternative<Command>(o.command));
+  return std::get<Command>(o.command);
+}
+const ShardInitCommand& InitOf(const CoordinatorShards::Outgoing& o) { return As<ShardInitCommand>(o); }
+const ShardSessionCommand& SessionOf(const CoordinatorShards::Outgoing& o) { return As<ShardSessionCommand>(o); }
 
 // The commands queued for shard `index`, without waiting.
 std::vector<CoordinatorShards::Outgoing> Drain(CoordinatorShards& c, int index) {
   std::vector<CoordinatorShards::Outgoing> out;
   CoordinatorShards::Outgoing o;
   const uint64_t current = c.generation(index);
-  while (c.Next(index, current, &o, absl::InfinitePast()).ok() &&
-         o.command.kind_case() != v1::ShardCommand::KIND_NOT_SET) {
+  while (c.Next(index, current, &o, absl::InfinitePast()).ok() && !std::holds_alternative<std::monostate>(o.command)) {
     out.push_back(o);
   }
   return out;
@@ -65,14 +74,12 @@ TEST_CASE("the Join answer's map: the slices' addresses, and the order pushes ta
     REQUIRE(*c.Register(Hello("s:1", 1)) == 1);
     REQUIRE(*c.Register(Hello("s:2", 2)) == 2);
     const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
-    v1::ShardMap out;
-    c.FillShardMap(map, &out);
-    REQUIRE(out.shards() == 3);
-    REQUIRE(out.partition_bytes() == kPartition);
-    REQUIRE(out.fingerprint() == map.fingerprint());
-    REQUIRE(std::vector<std::string>(out.addresses().begin(), out.addresses().end()) ==
-            std::vector<std::string>{"coordinator:1", "s:1", "s:2"});
-    REQUIRE(out.push_in_order() == ordered);
+    const ShardMapAnswer out = c.Answer(map);
+    REQUIRE(out.shards == 3);
+    REQUIRE(out.partition_bytes == kPartition);
+    REQUIRE(out.fingerprint == map.fingerprint());
+    REQUIRE(out.addresses == std::vector<std::string>{"coordinator:1", "s:1", "s:2"});
+    REQUIRE(out.push_in_order == ordered);
   }
 }
 
@@ -119,19 +126,19 @@ TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and s
   const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
   std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
   REQUIRE(out.size() == 4);
-  REQUIRE(out[0].command.has_init());
-  REQUIRE(out[0].command.init().index() == 1);
-  REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+  REQUIRE(std::holds_alternative<ShardInitCommand>(out[0].command));
+  REQUIRE(InitOf(out[0]).index == 1);
+  REQUIRE(InitOf(out[0]).fingerprint == map.fingerprint());
   std::vector<float> all(Model().total_elements());
   std::iota(all.begin(), all.end(), 0.0f);
   std::vector<float> slice(map.slice_elements(1));
   map.Gather(1, all, absl::MakeSpan(slice));
   REQUIRE(*out[0].values == slice);
-  REQUIRE(out[1].command.session().worker_id() == 7);
-  REQUIRE(out[1].command.session().session_secret() == "secret");
-  REQUIRE(out[2].command.step().members(0).weight() == 2.0);
-  REQUIRE(out[2].command.step().learning_rate() == 0.1);
-  REQUIRE(out[3].command.session().closed());
+  REQUIRE(SessionOf(out[1]).id == 7);
+  REQUIRE(SessionOf(out[1]).secret == "secret");
+  REQUIRE(As<ReplicatedStep>(out[2]).members.at(0).weight == 2.0);
+  REQUIRE(As<ReplicatedStep>(out[2]).learning_rate == 0.1);
+  REQUIRE(SessionOf(out[3]).closed);
 
   std::vector<CoordinatorShards::ShardInfo> info = c.Shards();
   REQUIRE(info.size() == 2);
@@ -162,9 +169,9 @@ TEST_CASE("a replaced shard's old stream ends", "[coordinator_shards]") {
   REQUIRE(absl::IsCancelled(c.Next(1, now, &o, absl::InfinitePast())));
 }
 
-v1::ShardHello HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions, int shards = 3) {
-  v1::ShardHello h = Hello(address, index, shards);
-  for (uint64_t v : versions) h.add_checkpoint_versions(v);
+ShardRegistration HelloHolding(const std::string& address, int index, std::vector<uint64_t> versions, int shards = 3) {
+  ShardRegistration h = Hello(address, index, shards);
+  h.checkpoint_versions = std::move(versions);
   return h;
 }
 
@@ -186,8 +193,8 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   c.Hooks().checkpoint(1, 0xabc);  // an interval without a step: not queued again
   std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
   REQUIRE(out.size() == 4);  // init, session, step, checkpoint
-  REQUIRE(out[3].command.checkpoint().version() == 1);
-  REQUIRE(out[3].command.checkpoint().history() == 0xabc);  // sync: each slice checks its own against it
+  REQUIRE(As<ShardCheckpointCommand>(out[3]).version == 1);
+  REQUIRE(As<ShardCheckpointCommand>(out[3]).history == 0xabc);  // sync: each slice checks its own against it
   (void)Drain(c, 2);
 
   c.Disconnect(2);
@@ -208,8 +215,8 @@ TEST_CASE("a shard back after the first step: every shard registers again and al
   for (int shard : {1, 2}) {
     out = Drain(c, shard);
     REQUIRE(out.size() == 1);  // the restore alone: no step, no session of before
-    REQUIRE(out[0].command.init().restore());
-    REQUIRE(out[0].command.init().version() == 4);
+    REQUIRE(InitOf(out[0]).restore);
+    REQUIRE(InitOf(out[0]).version == 4);
     REQUIRE(out[0].values == nullptr);
   }
 }
@@ -239,7 +246,7 @@ TEST_CASE("shards back from a partition take their own slices in any order; the 
   REQUIRE(*c.Register(HelloHolding("s:1", 1, {1})) == 1);
   REQUIRE(c.Serving().ok());
   REQUIRE(c.Shards()[0].missing_for == absl::ZeroDuration());
-  for (int shard : {1, 2}) REQUIRE(Drain(c, shard)[0].command.init().index() == static_cast<uint32_t>(shard));
+  for (int shard : {1, 2}) REQUIRE(InitOf(Drain(c, shard)[0]).index == static_cast<uint32_t>(shard));
 }
 
 TEST_CASE("a shard's checkpoints as it reported them, aged on the coordinator's clock, in /metrics",
@@ -308,30 +315,30 @@ TEST_CASE("every field of a shard's registration is range-checked", "[coordinato
   CoordinatorShards c = Make(3);
   // The slice index: 2^31 and 2^32-1 are no slices (they once became -2^31 and -1).
   for (uint32_t index : {3u, 1u << 31, 0xffffffffu}) {
-    v1::ShardHello h = Hello("s:1");
-    h.set_index(index);
+    ShardRegistration h = Hello("s:1");
+    h.index = index;
     REQUIRE(absl::IsFailedPrecondition(c.Register(h).status()));
   }
-  v1::ShardHello shards = Hello("s:1");
-  shards.set_shards(0xffffffffu);  // once cast to -1
+  ShardRegistration shards = Hello("s:1");
+  shards.shards = 0xffffffffu;  // once cast to -1
   REQUIRE(absl::IsFailedPrecondition(c.Register(shards).status()));
-  v1::ShardHello partition = Hello("s:1");
-  partition.set_partition_bytes(-kPartition);
+  ShardRegistration partition = Hello("s:1");
+  partition.partition_bytes = -kPartition;
   REQUIRE(absl::IsFailedPrecondition(c.Register(partition).status()));
   REQUIRE(absl::IsInvalidArgument(c.Register(Hello(std::string(256, 'a'))).status()));
   REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s:1\nforged log line")).status()));
   REQUIRE(absl::IsInvalidArgument(c.Register(Hello("s 1")).status()));
-  v1::ShardHello versions = Hello("s:1");
-  for (int i = 0; i <= kMaxShardCheckpoints; ++i) versions.add_checkpoint_versions(i);
+  ShardRegistration versions = Hello("s:1");
+  for (int i = 0; i <= kMaxShardCheckpoints; ++i) versions.checkpoint_versions.push_back(i);
   REQUIRE(absl::IsInvalidArgument(c.Register(versions).status()));
   REQUIRE(c.registered() == 0);  // none of them took a slice
   Adopt(c);
-  v1::ShardHello other = Hello("s:1");
-  other.set_fingerprint(c.map()->fingerprint() ^ 1);  // a shard of another job's map
+  ShardRegistration other = Hello("s:1");
+  other.fingerprint = c.map()->fingerprint() ^ 1;  // a shard of another job's map
   auto refused = c.Register(other);
   REQUIRE(absl::IsFailedPrecondition(refused.status()));
   REQUIRE(absl::StrContains(refused.status().message(), "fingerprint"));
-  other.set_fingerprint(c.map()->fingerprint());
+  other.fingerprint = c.map()->fingerprint();
   REQUIRE(c.Register(other).ok());
 }
 
@@ -369,9 +376,9 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
   for (int shard : {1, 2}) {
     std::vector<CoordinatorShards::Outgoing> out = Drain(c, shard);
     REQUIRE(out.size() == 1);
-    REQUIRE(out[0].command.init().restore());
-    REQUIRE(out[0].command.init().version() == 9);
-    REQUIRE(out[0].command.init().fingerprint() == map.fingerprint());
+    REQUIRE(InitOf(out[0]).restore);
+    REQUIRE(InitOf(out[0]).version == 9);
+    REQUIRE(InitOf(out[0]).fingerprint == map.fingerprint());
   }
   // Workers join with the job's model: the same map.
   REQUIRE(c.PlanFor(Model())->fingerprint() == map.fingerprint());
@@ -381,7 +388,7 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
 
 CoordinatorShards MakeClipped(int shards, const Clock* clock) {
   CoordinatorShardsOptions o = Options(shards);
-  o.optimizer.set_clip_grad_norm(1);
+  o.optimizer.clip_grad_norm = 1;
   o.clock = clock;
   return CoordinatorShards(o);
 }
@@ -393,9 +400,9 @@ TEST_CASE("a clipped job: shards that cannot reduce the norm are refused; every 
   auto old = c.Register(Hello("s:1", 1));  // a shard of an earlier release: no reduces_norm
   REQUIRE(absl::IsFailedPrecondition(old.status()));
   REQUIRE(absl::StrContains(old.status().message(), "--clip_grad_norm"));
-  v1::ShardHello h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
-  h1.set_reduces_norm(true);
-  h2.set_reduces_norm(true);
+  ShardRegistration h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
+  h1.reduces_norm = true;
+  h2.reduces_norm = true;
   REQUIRE(*c.Register(h1) == 1);
   REQUIRE(*c.Register(h2) == 2);
   Replication hooks = c.Hooks();
@@ -420,9 +427,9 @@ TEST_CASE("a clipped step's norm goes on without a part that does not come; that
           "[coordinator_shards]") {
   FakeClock clock;
   CoordinatorShards c = MakeClipped(3, &clock);
-  v1::ShardHello h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
-  h1.set_reduces_norm(true);
-  h2.set_reduces_norm(true);
+  ShardRegistration h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
+  h1.reduces_norm = true;
+  h2.reduces_norm = true;
   REQUIRE(*c.Register(h1) == 1);
   REQUIRE(*c.Register(h2) == 2);
   // Slice 2's part never comes: at the deadline slice 0 goes on with the parts it has, and
@@ -452,15 +459,15 @@ TEST_CASE("a new job on the same servers: every shard gets the next model's slic
   auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no resets_jobs
   REQUIRE(absl::IsFailedPrecondition(old.status()));
   REQUIRE(absl::StrContains(old.status().message(), "--reset_when_done"));
-  v1::ShardHello hello = Hello("s:1", 1, 2);
-  hello.set_resets_jobs(true);
+  ShardRegistration hello = Hello("s:1", 1, 2);
+  hello.resets_jobs = true;
   REQUIRE(*c.Register(hello) == 1);
   Adopt(c);
   ReplicatedStep step;
   c.Hooks().step(step);
   std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
   REQUIRE(out.size() == 2);
-  REQUIRE(out[0].command.init().job() == 1);
+  REQUIRE(InitOf(out[0]).job == 1);
   // The job ends and the next begins: its model goes to the connected shard at version 0,
   // with no step between (the slice may be sent again until the new job's first step).
   c.Hooks().job_reset(2);
@@ -468,9 +475,9 @@ TEST_CASE("a new job on the same servers: every shard gets the next model's slic
   Adopt(c);
   out = Drain(c, 1);
   REQUIRE(out.size() == 1);
-  REQUIRE(out[0].command.init().job() == 2);
-  REQUIRE(out[0].command.init().version() == 0);
-  REQUIRE_FALSE(out[0].command.init().restore());
+  REQUIRE(InitOf(out[0]).job == 2);
+  REQUIRE(InitOf(out[0]).version == 0);
+  REQUIRE_FALSE(InitOf(out[0]).restore);
   REQUIRE(out[0].values != nullptr);
 }
 

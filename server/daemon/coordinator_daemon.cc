@@ -27,7 +27,8 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   so.shards = f.shards;
   so.partition_bytes = PartitionBytes(f);
   so.address = AdvertisedAddress(f, f.port);
-  so.optimizer = OptimizerToProto(o.optimizer, o.round_timeout);
+  so.optimizer = o.optimizer;
+  so.member_wait = o.round_timeout;
   so.log = o.log;
   so.sync = o.mode == Mode::kSync;
   // A clipped step's norm waits while the shards wait for their members' slices.

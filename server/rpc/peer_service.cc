@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -48,7 +49,7 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
                                 grpc::ServerWriter<v1::ShardCommand>* writer) {
   if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
   uint64_t generation = 0;
-  absl::StatusOr<int> index = shards_->Register(*hello, &generation);
+  absl::StatusOr<int> index = shards_->Register(RegistrationFromProto(*hello), &generation);
   if (!index.ok()) {
     LogRefused(ctx, ToGrpc(index.status()));
     return ToGrpc(index.status());
@@ -56,8 +57,8 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
   CoordinatorShards::Outgoing out;
   absl::Status next;
   while (!ctx->IsCancelled() && (next = shards_->Next(*index, generation, &out, absl::Now() + absl::Seconds(1))).ok()) {
-    if (out.command.kind_case() == v1::ShardCommand::KIND_NOT_SET) continue;  // nothing for a second
-    if (!writer->Write(out.command)) break;
+    if (std::holds_alternative<std::monostate>(out.command)) continue;  // nothing for a second
+    if (!writer->Write(CommandToProto(out.command))) break;
     if (out.values == nullptr) continue;
     // The slice's first values, in the slice layout's chunks.
     const ModelLayout slice = shards_->SliceLayout(*index);

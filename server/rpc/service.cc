@@ -196,7 +196,7 @@ grpc::Status ParameterServerService::JoinCall(grpc::ServerContext* ctx, grpc::Se
     return grpc::Status::OK;
   }
   if (!r.ok()) return ToGrpc(r.status());
-  if (map.has_value()) shards_->FillShardMap(*map, response->mutable_shard_map());
+  if (map.has_value()) ShardMapToProto(shards_->Answer(*map), response->mutable_shard_map());
   FillJoinResponse(*r, header, response);
   return grpc::Status::OK;
 }

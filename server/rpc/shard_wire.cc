@@ -1,8 +1,11 @@
 #include "server/rpc/shard_wire.h"
 
 #include <cmath>
+#include <string>
+#include <variant>
 
 #include "absl/strings/str_format.h"
+#include "common/tensor_codec.h"
 
 // ShardOptimizer.kind is deprecated; this file writes and reads it for shards and coordinators of the previous release.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -58,6 +61,68 @@ absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o
   o->eps = p.eps();
   o->clip_grad_norm = p.clip_grad_norm();
   return absl::OkStatus();
+}
+
+ShardRegistration RegistrationFromProto(const v1::ShardHello& hello) {
+  ShardRegistration r;
+  r.address = hello.address();
+  r.shards = hello.shards();
+  r.partition_bytes = hello.partition_bytes();
+  r.index = hello.index();
+  r.checkpoint_versions.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().end());
+  r.fingerprint = hello.fingerprint();
+  r.reduces_norm = hello.reduces_norm();
+  r.resets_jobs = hello.resets_jobs();
+  return r;
+}
+
+namespace {
+
+// Each command's message, for CommandToProto's visitor.
+struct CommandEncoder {
+  v1::ShardCommand* out;
+  void operator()(std::monostate) const {}
+  void operator()(const ShardInitCommand& c) const {
+    v1::ShardInit* init = out->mutable_init();
+    init->set_index(static_cast<uint32_t>(c.index));
+    *init->mutable_layout() = LayoutToProto(c.layout);
+    init->set_version(c.version);
+    *init->mutable_optimizer() = OptimizerToProto(c.optimizer, c.member_wait);
+    init->set_fingerprint(c.fingerprint);
+    init->set_sync(c.sync);
+    init->set_restore(c.restore);
+    init->set_job(c.job);
+  }
+  void operator()(const ShardSessionCommand& c) const {
+    v1::ShardSession* session = out->mutable_session();
+    session->set_worker_id(c.id);
+    if (c.closed) {
+      session->set_closed(true);
+    } else {
+      session->set_session_secret(c.secret);
+    }
+  }
+  void operator()(const ReplicatedStep& step) const { *out->mutable_step() = StepToProto(step); }
+  void operator()(const ShardCheckpointCommand& c) const {
+    out->mutable_checkpoint()->set_version(c.version);
+    out->mutable_checkpoint()->set_history(c.history);
+  }
+};
+
+}  // namespace
+
+v1::ShardCommand CommandToProto(const ShardCommand& command) {
+  v1::ShardCommand out;
+  std::visit(CommandEncoder{&out}, command);
+  return out;
+}
+
+void ShardMapToProto(const ShardMapAnswer& answer, v1::ShardMap* out) {
+  out->set_shards(static_cast<uint32_t>(answer.shards));
+  out->set_partition_bytes(answer.partition_bytes);
+  out->set_fingerprint(answer.fingerprint);
+  out->set_push_in_order(answer.push_in_order);
+  for (const std::string& address : answer.addresses) out->add_addresses(address);
 }
 
 v1::ShardStep StepToProto(const ReplicatedStep& step) {

@@ -1,5 +1,6 @@
-// The coordinator's decisions as its shards receive them (docs/SHARDING.md): the
-// optimizer's settings and the steps, both ways, in one place.
+// The coordinator's decisions as its shards receive them (docs/SHARDING.md): a shard's
+// registration, the commands CoordinatorShards queues (control/shard_commands.h), the
+// optimizer's settings and the steps, each way, in one place.
 #ifndef OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
 #define OMNILEARN_SERVER_RPC_SHARD_WIRE_H_
 
@@ -10,6 +11,7 @@
 #include "absl/time/time.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint_health.h"
+#include "server/control/shard_commands.h"
 #include "server/data/parameter_store.h"
 #include "server/data/replicated_step.h"
 
@@ -23,6 +25,13 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
 // The wire's optimizer kind as the store's; none for UNSPECIFIED or a kind of a later release.
 std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind);
+
+// A shard's hello as the coordinator judges it (the fields as sent: CheckShardRegistration
+// checks them), and the commands of a shard's stream (std::monostate: an empty command).
+ShardRegistration RegistrationFromProto(const v1::ShardHello& hello);
+v1::ShardCommand CommandToProto(const ShardCommand& command);
+// A Join's answer of the job's map.
+void ShardMapToProto(const ShardMapAnswer& answer, v1::ShardMap* out);
 
 v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);

@@ -72,6 +72,61 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   REQUIRE(StepFromProto(p).predict_steps == 0);
 }
 
+TEST_CASE("the coordinator's commands and a shard's hello, each way", "[shard_wire]") {
+  v1::ShardHello hello;
+  hello.set_address("s:1");
+  hello.set_shards(3);
+  hello.set_partition_bytes(64);
+  hello.set_index(2);
+  hello.add_checkpoint_versions(9);
+  hello.add_checkpoint_versions(4);
+  hello.set_fingerprint(0xfeed);
+  hello.set_reduces_norm(true);
+  const ShardRegistration r = RegistrationFromProto(hello);
+  REQUIRE(r.address == "s:1");
+  REQUIRE(r.shards == 3);
+  REQUIRE(r.partition_bytes == 64);
+  REQUIRE(r.index == 2);
+  REQUIRE(r.checkpoint_versions == std::vector<uint64_t>{9, 4});
+  REQUIRE(r.fingerprint == 0xfeed);
+  REQUIRE(r.reduces_norm);
+  REQUIRE_FALSE(r.resets_jobs);
+
+  ShardInitCommand init;
+  init.index = 2;
+  init.layout = *ModelLayout::Create({{"a", {4}}});
+  init.version = 7;
+  init.fingerprint = 0xfeed;
+  init.member_wait = absl::Seconds(5);
+  init.restore = true;
+  init.job = 3;
+  const v1::ShardCommand i = CommandToProto(init);
+  REQUIRE(i.init().index() == 2);
+  REQUIRE(i.init().layout().tensors_size() == 1);
+  REQUIRE(i.init().version() == 7);
+  REQUIRE(i.init().fingerprint() == 0xfeed);
+  REQUIRE(i.init().optimizer().round_timeout_seconds() == 5);
+  REQUIRE(i.init().sync());
+  REQUIRE(i.init().restore());
+  REQUIRE(i.init().job() == 3);
+  const v1::ShardCommand opened = CommandToProto(ShardSessionCommand{7, "secret", false});
+  REQUIRE(opened.session().worker_id() == 7);
+  REQUIRE(opened.session().session_secret() == "secret");
+  REQUIRE_FALSE(opened.session().closed());
+  const v1::ShardCommand closed = CommandToProto(ShardSessionCommand{7, "secret", true});
+  REQUIRE(closed.session().closed());
+  REQUIRE(closed.session().session_secret().empty());  // a closed session's secret does not travel
+  ReplicatedStep step;
+  step.version = 4;
+  step.members = {{7, 4, 2.0}};
+  REQUIRE(StepFromProto(CommandToProto(step).step()).members.at(0).weight == 2.0);
+  const v1::ShardCommand checkpoint = CommandToProto(ShardCheckpointCommand{5, 0xabc});
+  REQUIRE(checkpoint.checkpoint().version() == 5);
+  REQUIRE(checkpoint.checkpoint().history() == 0xabc);
+  REQUIRE(CommandToProto(std::monostate()).kind_case() == v1::ShardCommand::KIND_NOT_SET);
+  for (const v1::ShardCommand& c : {i, opened, closed, checkpoint}) REQUIRE(CheckShardCommand(c).ok());
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn
