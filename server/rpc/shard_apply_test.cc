@@ -31,6 +31,14 @@ ShardApplier Make(ShardCore* shard, std::string dir = "") {
   return ShardApplier({/*shards=*/2, kPartition, /*index=*/0, std::move(dir), 3, nullptr}, shard);
 }
 
+// Prepared (checkpoints in memory), then the coordinator's init and its values: the shard
+// holds slice 1 at version 0.
+void HoldSlice(ShardApplier& a) {
+  REQUIRE(a.Prepare().ok());
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+}
+
 v1::ShardCommand Session(WorkerId id, std::string secret) {
   v1::ShardCommand c;
   c.mutable_session()->set_worker_id(id);
@@ -209,9 +217,7 @@ TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a
           "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);
-  REQUIRE(a.Prepare().ok());
-  REQUIRE(a.Apply(Init()).ok());
-  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  HoldSlice(a);
   const std::vector<float> at0 = *shard.Capture()->weights;
   v1::ShardCommand checkpoint;
   checkpoint.mutable_checkpoint()->set_version(0);
@@ -235,9 +241,7 @@ TEST_CASE("sync: a slice whose step history differs from the coordinator's keeps
           "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);
-  REQUIRE(a.Prepare().ok());
-  REQUIRE(a.Apply(Init()).ok());
-  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  HoldSlice(a);
   REQUIRE(a.Apply(Step(0)).ok());  // no members
   const uint64_t at1 = ExtendHistory(0, 0, {});
   REQUIRE(shard.Capture()->history == at1);
