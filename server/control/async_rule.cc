@@ -6,11 +6,11 @@
 namespace omnilearn {
 namespace server {
 
-AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
-                       AsyncRuleOptions rule, bool predicted) {
+StepSettings AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
+                          AsyncRuleOptions rule, bool predicted) {
   const double n = static_cast<double>(std::max<size_t>(1, live));
   const double share = rule.lr_scaling ? static_cast<double>(batch) / static_cast<double>(global_batch) : 1.0 / n;
-  AsyncStep step;
+  StepSettings step;
   step.lr_scale = share * (rule.staleness_damping ? std::min(1.0, n / (1.0 + static_cast<double>(staleness))) : 1.0);
   step.buffer_blend = std::min(1.0, share);
   step.momentum = rule.staleness_damping && !predicted ? std::max(0.0, momentum - (1.0 - 1.0 / n)) : momentum;
@@ -21,11 +21,11 @@ AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_
 namespace {
 
 // The displacement of an Adam step, up to the learning rate and the moments' direction.
-double StepSize(const AsyncStep& step) { return step.lr_scale / std::sqrt(std::max(step.sample_share, 1e-12)); }
+double StepSize(const StepSettings& step) { return step.lr_scale / std::sqrt(std::max(step.sample_share, 1e-12)); }
 
 }  // namespace
 
-double PredictedSteps(const AsyncStep& own, double own_interval, const std::vector<PeerPace>& peers,
+double PredictedSteps(const StepSettings& own, double own_interval, const std::vector<PeerPace>& peers,
                       int64_t global_batch, AsyncRuleOptions rule) {
   const double own_size = StepSize(own);
   if (!(own_size > 0)) return 0;
@@ -36,7 +36,7 @@ double PredictedSteps(const AsyncStep& own, double own_interval, const std::vect
     const double pushes =
         own_interval > 0 && p.push_interval > 0 ? std::clamp(own_interval / p.push_interval, 0.125, 8.0) : 1.0;
     // Undamped: a peer pushing in turn is n - 1 versions behind.
-    const AsyncStep theirs = AsyncStepFor(p.batch, global_batch, live, live - 1, 0, rule);
+    const StepSettings theirs = AsyncStepFor(p.batch, global_batch, live, live - 1, 0, rule);
     steps += pushes * StepSize(theirs) / own_size;
   }
   return std::min(steps, kMaxPredictedSteps);

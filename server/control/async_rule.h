@@ -15,15 +15,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "server/data/step_settings.h"
+
 namespace omnilearn {
 namespace server {
-
-struct AsyncStep {
-  double lr_scale = 1;      // (b / B) * damping
-  double buffer_blend = 1;  // min(1, b / B)
-  double momentum = 0;      // max(0, momentum - (1 - 1/n))
-  double sample_share = 1;  // b / B (1/n without lr_scaling; 1 without adam_sqrt_scaling)
-};
 
 // The ablation's switches (the defaults are the rule above). Without `lr_scaling` every
 // push takes the equal share 1/n instead of b/B (batch-proportional steps off); without
@@ -45,8 +40,11 @@ struct AsyncRuleOptions {
 // computed on weights stepped ahead by the steps it meets (Adam's weight prediction,
 // PredictedSteps), which takes away the staleness that acts as momentum, so the momentum
 // stays as configured (lowered, the job's loss ends higher: docs/results.md).
-AsyncStep AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
-                       AsyncRuleOptions rule = {}, bool predicted = false);
+// The push's step: lr_scale (b / B) * damping, buffer_blend min(1, b / B), momentum
+// max(0, momentum - (1 - 1/n)), sample_share b / B (1/n without lr_scaling; 1 without
+// adam_sqrt_scaling).
+StepSettings AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
+                          AsyncRuleOptions rule = {}, bool predicted = false);
 
 // Adam/AdamW weight prediction: another live worker as it is seen from a push, the batch
 // it trains now and the seconds between its pushes (smoothed; <= 0: not measured yet).
@@ -65,7 +63,7 @@ struct PeerPace {
 // batches a slow worker is given the several steps the fast ones take meanwhile. At most
 // kMaxPredictedSteps.
 inline constexpr double kMaxPredictedSteps = 1000;
-double PredictedSteps(const AsyncStep& own, double own_interval, const std::vector<PeerPace>& peers,
+double PredictedSteps(const StepSettings& own, double own_interval, const std::vector<PeerPace>& peers,
                       int64_t global_batch, AsyncRuleOptions rule = {});
 
 }  // namespace server

@@ -118,7 +118,7 @@ TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and s
   ReplicatedStep step;
   step.version = 0;
   step.members = {{7, 0, 2.0}};
-  step.update_scale = 0.5;
+  step.settings.update_scale = 0.5;
   step.learning_rate = 0.1;
   c.Hooks().step(step);
   c.Hooks().session_closed(7);

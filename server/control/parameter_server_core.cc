@@ -652,7 +652,9 @@ void ParameterServerCore::CompleteRound() {
     store_.SetEpoch(Epoch());
     std::vector<ReplicatedStep::Member> members;
     for (const auto& [id, weight] : round_.contributions()) members.push_back({id, store_.version(), weight});
-    Step(round_.sum(), std::move(members), 1.0, 1.0, -1, 1.0 / round_.weight());
+    StepSettings mean;  // sum(b_k g_k) / sum(b_k), the optimizer's own momentum
+    mean.update_scale = 1.0 / round_.weight();
+    Step(round_.sum(), std::move(members), mean);
     stats_.Round();
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
@@ -667,23 +669,19 @@ void ParameterServerCore::CompleteRound() {
 }
 
 void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,
-                               double lr_scale, double buffer_blend, double momentum, double update_scale,
-                               double sample_share, double predict_steps) {
+                               const StepSettings& settings, double predict_steps) {
   const uint64_t version = store_.version();
   const uint64_t history = ExtendHistory(store_.history(), version, members);
   if (options_.replication.step) {
     ReplicatedStep step;
     step.version = version;
     step.members = std::move(members);
-    step.update_scale = update_scale;
-    step.learning_rate = store_.LearningRate() * lr_scale;
-    step.buffer_blend = buffer_blend;
-    step.momentum = momentum;
-    step.sample_share = sample_share;
+    step.settings = settings;
+    step.learning_rate = store_.LearningRate() * settings.lr_scale;
     step.predict_steps = predict_steps;
     options_.replication.step(step);
   }
-  store_.Apply(update, lr_scale, buffer_blend, momentum, update_scale, sample_share);
+  store_.Apply(update, settings);
   store_.Predict(predict_steps);
   store_.set_history(history);
 }
@@ -693,13 +691,12 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   // SGD's momentum or Adam's beta1: asynchrony adds momentum of its own to either.
   const OptimizerOptions& optimizer = store_.options();  // the job's: the flags' or a worker's
   const double momentum = optimizer.kind == OptimizerKind::kSgd ? optimizer.momentum : optimizer.beta1;
-  const AsyncStep step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
-                                      options_.async_rule, PredictsWeights());
+  const StepSettings step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
+                                         options_.async_rule, PredictsWeights());
   store_.SetEpoch(Epoch());
   WorkerRecord& me = *workers_.Find(info.id);
   me.NotePush(options_.clock->Now());
-  Step(gradient, {{info.id, info.version, 1.0}}, step.lr_scale, step.buffer_blend, step.momentum, 1.0,
-       step.sample_share, PredictAhead(me, step));
+  Step(gradient, {{info.id, info.version, 1.0}}, step, PredictAhead(me, step));
   me.assigned.clear();  // trained
   stats_.CountStaleness(s);
   metrics_.staleness.Observe(static_cast<double>(s));
@@ -711,7 +708,7 @@ uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::ve
   return s;
 }
 
-double ParameterServerCore::PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const {
+double ParameterServerCore::PredictAhead(const WorkerRecord& pusher, const StepSettings& step) const {
   // Adam's steps follow the moments' direction, so the steps the other live workers' pushes
   // take before this worker's next gradient lands are about its last one, resized.
   if (!PredictsWeights()) return 0;

@@ -369,8 +369,7 @@ class ParameterServerCore : public DataPlane {
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The store's step, told to the shards first (options_.replication), then the weights
   // workers are given (ParameterStore::Predict: `predict_steps` ahead, 0 = as they are).
-  void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, double lr_scale,
-            double buffer_blend, double momentum, double update_scale, double sample_share = 1.0,
+  void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, const StepSettings& settings,
             double predict_steps = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountAdjustmentTick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reply to a push. `batch` < 0: the worker's batch in the plan. With `assign`
@@ -383,7 +382,7 @@ class ParameterServerCore : public DataPlane {
   uint64_t ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adam/AdamW's weight prediction after `pusher`'s step (PredictedSteps over the other
   // live workers' batches and paces); 0 for SGD or with the prediction off.
-  double PredictAhead(const WorkerRecord& pusher, const AsyncStep& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  double PredictAhead(const WorkerRecord& pusher, const StepSettings& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async Adam/AdamW with --adam_weight_prediction.
   bool PredictsWeights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return store_.options().kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;

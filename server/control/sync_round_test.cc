@@ -41,30 +41,30 @@ TEST_CASE("a round sums b * g, reuses its storage, and tells members the closed 
 
 TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[async]") {
   // 4 live workers, each pushing a quarter of B = 64.
-  AsyncStep fresh = AsyncStepFor(16, 64, 4, 3, 0.9);
+  StepSettings fresh = AsyncStepFor(16, 64, 4, 3, 0.9);
   REQUIRE(fresh.lr_scale == Approx(0.25));  // s = n - 1: not damped
   REQUIRE(fresh.buffer_blend == Approx(0.25));
-  REQUIRE(fresh.momentum == Approx(0.9 - 0.75));
-  AsyncStep stale = AsyncStepFor(16, 64, 4, 7, 0.9);
+  REQUIRE(*fresh.momentum == Approx(0.9 - 0.75));
+  StepSettings stale = AsyncStepFor(16, 64, 4, 7, 0.9);
   REQUIRE(stale.lr_scale == Approx(0.25 * 4 / 8.0));
-  REQUIRE(AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
-  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);     // a share above B: capped
-  REQUIRE(AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);          // never negative
+  REQUIRE(*AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);      // a share above B: capped
+  REQUIRE(*AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);          // never negative
   // The ablation's switches: equal shares instead of b/B; no damping, plain momentum.
   AsyncRuleOptions equal_share;
   equal_share.lr_scaling = false;
   REQUIRE(AsyncStepFor(48, 64, 4, 0, 0.9, equal_share).lr_scale == Approx(0.25));
   AsyncRuleOptions plain;
   plain.staleness_damping = false;
-  const AsyncStep undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
+  const StepSettings undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
   REQUIRE(undamped.lr_scale == Approx(0.25));
-  REQUIRE(undamped.momentum == Approx(0.9));
+  REQUIRE(*undamped.momentum == Approx(0.9));
   // Adam's beta1 is lowered as SGD's momentum is (the caller passes it in its place).
-  REQUIRE(AsyncStepFor(32, 64, 2, 1, 0.9).momentum == Approx(0.4));
+  REQUIRE(*AsyncStepFor(32, 64, 2, 1, 0.9).momentum == Approx(0.4));
   // ...but not when the push was computed on predicted weights: the prediction takes the
   // staleness away, and with it the momentum it adds.
-  const AsyncStep predicted = AsyncStepFor(32, 64, 2, 1, 0.9, {}, true);
-  REQUIRE(predicted.momentum == Approx(0.9));
+  const StepSettings predicted = AsyncStepFor(32, 64, 2, 1, 0.9, {}, true);
+  REQUIRE(*predicted.momentum == Approx(0.9));
   REQUIRE(predicted.lr_scale == Approx(0.5));                                   // the rest as without it
   REQUIRE(AsyncStepFor(32, 64, 2, 3, 0.9, {}, true).lr_scale == Approx(0.25));  // stale pushes still damped
   // Adam's share of a global batch: b/B (capped at 1), 1/n with equal shares, 1 when off.
@@ -102,16 +102,16 @@ TEST_CASE("the job's counters: samples, rounds, accuracy with its version, stale
 TEST_CASE("weight prediction counts the other workers' steps in this push's step size and pace", "[async]") {
   // Two workers, 48 and 16 of B = 64, pushing in turn (equal intervals): Adam's steps are
   // sqrt(0.75) and sqrt(0.25) of a full one under the square-root rule.
-  const AsyncStep fast = AsyncStepFor(48, 64, 2, 1, 0.9);
-  const AsyncStep slow = AsyncStepFor(16, 64, 2, 1, 0.9);
+  const StepSettings fast = AsyncStepFor(48, 64, 2, 1, 0.9);
+  const StepSettings slow = AsyncStepFor(16, 64, 2, 1, 0.9);
   REQUIRE(PredictedSteps(fast, 1.0, {{16, 1.0}}, 64) == Approx(std::sqrt(0.25 / 0.75)));
   REQUIRE(PredictedSteps(slow, 1.0, {{48, 1.0}}, 64) == Approx(std::sqrt(0.75 / 0.25)));
   // Equal batches: one step per peer when the paces are equal or not measured yet (n - 1).
-  const AsyncStep quarter = AsyncStepFor(16, 64, 4, 3, 0.9);
+  const StepSettings quarter = AsyncStepFor(16, 64, 4, 3, 0.9);
   REQUIRE(PredictedSteps(quarter, 0, {{16, 0}, {16, 0}, {16, 0}}, 64) == Approx(3));
   REQUIRE(PredictedSteps(quarter, 2.0, {{16, 2.0}, {16, 0}, {16, 2.0}}, 64) == Approx(3));
   // A worker 4x slower than its peer meets four of its steps; the fast one a quarter of one.
-  const AsyncStep half = AsyncStepFor(32, 64, 2, 1, 0.9);
+  const StepSettings half = AsyncStepFor(32, 64, 2, 1, 0.9);
   REQUIRE(PredictedSteps(half, 4.0, {{32, 1.0}}, 64) == Approx(4));
   REQUIRE(PredictedSteps(half, 1.0, {{32, 4.0}}, 64) == Approx(0.25));
   // A pause does not throw the weights far: the pace ratio stays within 1/8..8.
@@ -128,7 +128,7 @@ TEST_CASE("weight prediction counts the other workers' steps in this push's step
   REQUIRE(PredictedSteps(AsyncStepFor(1, 1 << 30, 2, 1, 0.9), 100.0, {{1 << 30, 1.0}}, 1 << 30) == kMaxPredictedSteps);
   // A peer with no batch yet is skipped; a push that moved nothing predicts nothing.
   REQUIRE(PredictedSteps(half, 1.0, {{0, 1.0}}, 64) == 0);
-  REQUIRE(PredictedSteps(AsyncStep{0, 1, 0, 1}, 1.0, {{32, 1.0}}, 64) == 0);
+  REQUIRE(PredictedSteps(StepSettings{/*lr_scale=*/0}, 1.0, {{32, 1.0}}, 64) == 0);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ void Compare(const OptimizerOptions& o, MakeTorch make_torch, float grad_scale =
       REQUIRE(ours.SetGroupRates(new_rates).ok());
       for (size_t g = 0; g < new_rates.size(); ++g) theirs->param_groups()[g].options().set_lr(new_rates[g]);
     }
-    ours.Apply(grad, 1.0);
+    ours.Apply(grad);
     params[0].mutable_grad() = Slice(grad, layout.offset(0), {3, 4});
     params[1].mutable_grad() = Slice(grad, layout.offset(2), {5});
     if (clip > 0) torch::nn::utils::clip_grad_norm_(params, clip);

@@ -72,11 +72,11 @@ struct StepScalars {
 // `lr`: the rate after the schedule and the step's scale; `time`: Adam's count after this
 // step, in global batches (1 first in sync); `share`: the step's part of a global batch
 // (Apply's square-root rule); `scale`: the update's scale after clipping.
-StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double share, double buffer_blend,
-                      double momentum, double update_scale, float scale) {
+StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double share, const StepSettings& step,
+                      float scale) {
   // Adam's first moment: the step's `momentum` when given (the async rule lowers beta1
   // as it lowers SGD's momentum), per global batch; a push of share f decays it by ^f.
-  const double beta1 = o.kind != OptimizerKind::kSgd && momentum >= 0 ? momentum : o.beta1;
+  const double beta1 = o.kind != OptimizerKind::kSgd && step.momentum.has_value() ? *step.momentum : o.beta1;
   const float b1 = static_cast<float>(std::pow(beta1, share)), b2 = static_cast<float>(std::pow(o.beta2, share));
   const float eps = static_cast<float>(o.eps / std::sqrt(share));
   const float bias1 = static_cast<float>(1 - std::pow(beta1, time));
@@ -85,9 +85,9 @@ StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double 
   k.lr = static_cast<float>(lr);
   k.wd = static_cast<float>(o.weight_decay);
   k.scale = scale;
-  k.us = static_cast<float>(update_scale);
-  k.mu = static_cast<float>(momentum >= 0 ? momentum : o.momentum);
-  k.blend = static_cast<float>(buffer_blend);
+  k.us = static_cast<float>(step.update_scale);
+  k.mu = static_cast<float>(step.momentum.value_or(o.momentum));
+  k.blend = static_cast<float>(step.buffer_blend);
   // A step's momentum is at most the configured one (the async rule only damps it).
   k.velocity = o.momentum != 0 || k.mu != 0;
   const float step_size = static_cast<float>(lr / std::sqrt(share)) / bias1;
@@ -342,15 +342,13 @@ std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
   return next;
 }
 
-void ParameterStore::Apply(const std::vector<float>& update, double lr_scale, double buffer_blend, double momentum,
-                           double update_scale, double sample_share, std::optional<double> norm_squared) {
+void ParameterStore::Apply(const std::vector<float>& update, const StepSettings& step) {
   const int tensors = static_cast<int>(layout_.tensors().size());
-  const double share = sample_share > 0 ? std::min(sample_share, 1.0) : 1.0;
-  const float clipped = ClippedScale(update, update_scale, norm_squared);
+  const double share = step.sample_share > 0 ? std::min(step.sample_share, 1.0) : 1.0;
+  const float clipped = ClippedScale(update, step.update_scale, step.norm_squared);
   std::vector<StepScalars> ks;  // per param group
   for (size_t g = 0; g < group_count(); ++g) {
-    ks.push_back(ScalarsOf(options_, GroupRate(g) * lr_scale, adam_time_ + share, share, buffer_blend, momentum,
-                           update_scale, clipped));
+    ks.push_back(ScalarsOf(options_, GroupRate(g) * step.lr_scale, adam_time_ + share, share, step, clipped));
     if (!options_.groups.empty())
       ks.back().wd = ks.back().adam.wd = static_cast<float>(options_.groups[g].weight_decay);
   }

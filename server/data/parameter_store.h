@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_layout.h"
+#include "server/data/step_settings.h"
 
 namespace omnilearn {
 namespace server {
@@ -106,19 +107,13 @@ class ParameterStore {
   absl::Status Initialize(ModelLayout layout, std::vector<float> values, uint64_t version = 0);
   bool initialized() const { return weights_ != nullptr; }
 
-  // One optimizer step with the rate LearningRate() * lr_scale on the parameters'
-  // slots of `update` (their gradient), and, for buffer tensors, a blend of the current
-  // values toward the update's (b += buffer_blend * (u - b); 1 = take them). For SGD a
-  // gradient's total displacement is lr * lr_scale * g / (1 - momentum), so a push with
-  // lr_scale = b/B moves the model by its share of one global-batch step. `momentum`
-  // overrides OptimizerOptions::momentum (SGD) or beta1 (Adam, AdamW) for this step when
-  // >= 0. `update` is
-  // taken times `update_scale` (a sum of b_k * g_k times 1 / sum b_k is the weighted
-  // mean). Bumps the version. `update` must have layout().total_elements() finite values
-  // (checked by callers).
+  // One optimizer step (StepSettings: the rate LearningRate() * lr_scale) on the
+  // parameters' slots of `update` (their gradient), and, for buffer tensors, a blend of the
+  // current values toward the update's. For SGD a gradient's total displacement is
+  // lr * lr_scale * g / (1 - momentum). Bumps the version. `update` must have
+  // layout().total_elements() finite values (checked by callers).
   //
-  // `sample_share` is the part of a global batch the step stands for: 1 in sync, b/B for
-  // an async push (AsyncStep::sample_share). Adam and AdamW follow the square-root
+  // `sample_share`, the part of a global batch the step stands for: Adam and AdamW follow the square-root
   // scaling rule for adaptive methods (Malladi et al., NeurIPS 2022, "On the SDEs and
   // Scaling Rules for Adaptive Gradient Algorithms"): a step on share f of the batch
   // moves by lr * lr_scale / sqrt(f) (lr_scale carries f itself, as for SGD: so sqrt(f)
@@ -127,11 +122,9 @@ class ParameterStore {
   // the samples). So n pushes of B/n samples follow the trajectory of one global-batch
   // step at the sync rate. SGD ignores it.
   //
-  // With clip_grad_norm, `norm_squared` is the squared norm to clip by when the caller
-  // has it (a shard's slice: the whole model's, reduced with the other slices); without
-  // it the store takes its own update's, through the options' norm_reduction if any.
-  void Apply(const std::vector<float>& update, double lr_scale, double buffer_blend = 1.0, double momentum = -1,
-             double update_scale = 1.0, double sample_share = 1.0, std::optional<double> norm_squared = std::nullopt);
+  // With clip_grad_norm and no `norm_squared`, the store clips by its own update's norm,
+  // through the options' norm_reduction if any.
+  void Apply(const std::vector<float>& update, const StepSettings& step = {});
 
   // Async: the weights workers are given to compute on, when they differ from weights():
   // each parameter stepped ahead by `steps` times the last step's displacement (buffers as

@@ -12,6 +12,20 @@ namespace omnilearn {
 namespace server {
 namespace {
 
+// A step's settings in Apply's order of old: the rate's scale, the buffers' blend, the
+// momentum (< 0: the optimizer's own), the update's scale, the sample share, the norm.
+StepSettings Settings(double lr_scale, double buffer_blend = 1, double momentum = -1, double update_scale = 1,
+                      double sample_share = 1, std::optional<double> norm_squared = std::nullopt) {
+  StepSettings s;
+  s.lr_scale = lr_scale;
+  s.buffer_blend = buffer_blend;
+  if (momentum >= 0) s.momentum = momentum;
+  s.update_scale = update_scale;
+  s.sample_share = sample_share;
+  s.norm_squared = norm_squared;
+  return s;
+}
+
 ModelLayout TwoTensors(bool second_is_buffer) {
   return *ModelLayout::Create({TensorSpec{"w", {2}}, TensorSpec{"bn.running_mean", {2}, second_is_buffer}});
 }
@@ -129,14 +143,14 @@ TEST_CASE("Param groups cover every parameter once; a scheduler's rates replace 
   // Warm-up: each group at its rate times the schedule's factor (1/4 at the first step).
   REQUIRE(store.GroupRate(0) == 0.125);
   REQUIRE(store.GroupRate(1) == Approx(0.025));
-  store.Apply({1, 1, 1, 1}, 1.0);
+  store.Apply({1, 1, 1, 1});
   REQUIRE((*store.weights())[0] == Approx(1 - 0.125));
   REQUIRE((*store.weights())[2] == Approx(1 - 0.025));
   REQUIRE(absl::StrContains(store.SetGroupRates({0.2}).message(), "1 learning rates for the job's 2 param groups"));
   REQUIRE(absl::StrContains(store.SetGroupRates({0.2, NAN}).message(), "a learning rate of nan"));
   REQUIRE(store.SetGroupRates({0.2, 0.05}).ok());
   REQUIRE(store.LearningRate() == 0.2);  // no longer the warm-up's
-  store.Apply({1, 1, 1, 1}, 1.0);
+  store.Apply({1, 1, 1, 1});
   REQUIRE((*store.weights())[0] == Approx(1 - 0.125 - 0.2));
   REQUIRE((*store.weights())[2] == Approx(1 - 0.025 - 0.05));
 }
@@ -149,7 +163,7 @@ TEST_CASE("Clipping scales the parameters' gradient to the norm; buffers are not
   o.clip_grad_norm = 1.0;
   ParameterStore s(o);
   REQUIRE(s.Initialize(TwoTensors(true), {0, 0, 0, 0}).ok());
-  s.Apply({3, 4, 100, 100}, 1.0);  // norm 5 -> 1; the buffer's 100s are values
+  s.Apply({3, 4, 100, 100});  // norm 5 -> 1; the buffer's 100s are values
   const std::vector<float>& w = *s.weights();
   REQUIRE(w[0] == Approx(-0.6).margin(1e-5));
   REQUIRE(w[1] == Approx(-0.8).margin(1e-5));
@@ -164,7 +178,7 @@ TEST_CASE("SGD without momentum steps without a velocity; a damped step of a mom
   o.weight_decay = 0.1;
   ParameterStore plain(o);
   REQUIRE(plain.Initialize(TwoTensors(false), {1, 2, 3, 4}).ok());
-  plain.Apply({1, 1, 1, 1}, 1.0);
+  plain.Apply({1, 1, 1, 1});
   for (int i = 0; i < 4; ++i) {
     const float w0 = static_cast<float>(i + 1);
     REQUIRE((*plain.weights())[i] == Approx(w0 - 0.5f * (1 + 0.1f * w0)));
@@ -174,9 +188,9 @@ TEST_CASE("SGD without momentum steps without a velocity; a damped step of a mom
   o.weight_decay = 0;
   ParameterStore damped(o);
   REQUIRE(damped.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
-  damped.Apply({1, 1, 1, 1}, 1.0, 1.0, /*momentum=*/0);
+  damped.Apply({1, 1, 1, 1}, Settings(1.0, 1.0, /*momentum=*/0));
   REQUIRE((*damped.weights())[0] == Approx(-0.5));
-  damped.Apply({0, 0, 0, 0}, 1.0);  // v = 0.9 * 1 + 0
+  damped.Apply({0, 0, 0, 0});  // v = 0.9 * 1 + 0
   REQUIRE((*damped.weights())[0] == Approx(-0.5 - 0.45));
 }
 
@@ -187,7 +201,7 @@ TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)"
   o.weight_decay = 0;
   ParameterStore s(o);
   REQUIRE(s.Initialize(TwoTensors(true), {1, 1, 2, 4}).ok());
-  s.Apply({0, 0, 6, 8}, 1.0, /*buffer_blend=*/0.25);
+  s.Apply({0, 0, 6, 8}, Settings(1.0, /*buffer_blend=*/0.25));
   const std::vector<float>& w = *s.weights();
   REQUIRE(w[0] == 1);            // zero gradient
   REQUIRE(w[2] == Approx(3.0));  // 2 + 0.25 * (6 - 2)
@@ -205,7 +219,7 @@ TEST_CASE("a prediction steps the parameters ahead by the last step, not the buf
   REQUIRE(s.Initialize(TwoTensors(true), {1, 2, 5, 6}).ok());
   s.Predict(1);  // no step yet: nothing to go by
   REQUIRE(s.served() == s.weights());
-  s.Apply({1, -1, 7, 8}, 1.0, /*buffer_blend=*/0.5);
+  s.Apply({1, -1, 7, 8}, Settings(1.0, /*buffer_blend=*/0.5));
   const std::vector<float> before = {1, 2}, after = {(*s.weights())[0], (*s.weights())[1]};
   REQUIRE(after[0] < before[0]);
   s.Predict(2);
@@ -216,11 +230,11 @@ TEST_CASE("a prediction steps the parameters ahead by the last step, not the buf
   REQUIRE((*served)[2] == (*s.weights())[2]);  // a buffer is served as it is
   REQUIRE((*served)[3] == (*s.weights())[3]);
   const std::vector<float> held = *served;
-  s.Apply({1, -1, 7, 8}, 1.0, 0.5);
+  s.Apply({1, -1, 7, 8}, Settings(1.0, 0.5));
   s.Predict(1);
   REQUIRE(*served == held);  // a prediction a reader holds is never overwritten
   REQUIRE(s.served() != served);
-  s.Apply({1, -1, 7, 8}, 1.0, 0.5);
+  s.Apply({1, -1, 7, 8}, Settings(1.0, 0.5));
   s.Predict(0);  // sync, or one worker: the weights themselves
   REQUIRE(s.served() == s.weights());
 }
@@ -256,7 +270,7 @@ double AdamPushes(OptimizerKind kind, double weight_decay, double f, int pushes,
   o.weight_decay = weight_decay;
   ParameterStore s(o);
   REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
-  for (int i = 0; i < pushes; ++i) s.Apply({g}, f, 1.0, -1, 1.0, f);
+  for (int i = 0; i < pushes; ++i) s.Apply({g}, Settings(f, 1.0, -1, 1.0, f));
   if (adam_time != nullptr) *adam_time = s.adam_time();
   return (*s.weights())[0];
 }
@@ -285,7 +299,7 @@ TEST_CASE("Adam's square-root rule: a push of share f steps sqrt(f) of a full st
     for (int walk = 0; walk < 300; ++walk) {
       ParameterStore s(o);
       REQUIRE(s.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {0.0f}).ok());
-      for (int i = 0; i < static_cast<int>(25 / f); ++i) s.Apply({noise(rng)}, f, 1.0, -1, 1.0, sqrt_share);
+      for (int i = 0; i < static_cast<int>(25 / f); ++i) s.Apply({noise(rng)}, Settings(f, 1.0, -1, 1.0, sqrt_share));
       sum += (*s.weights())[0] * (*s.weights())[0];
     }
     return std::sqrt(sum / 300);
@@ -300,8 +314,8 @@ TEST_CASE("Adam's square-root rule: a push of share f steps sqrt(f) of a full st
   adam.learning_rate = 0.1;
   ParameterStore lowered(adam);
   REQUIRE(lowered.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
-  lowered.Apply({1.0f}, 1.0, 1.0, 0.4);
-  lowered.Apply({-1.0f}, 1.0, 1.0, 0.4);
+  lowered.Apply({1.0f}, Settings(1.0, 1.0, 0.4));
+  lowered.Apply({-1.0f}, Settings(1.0, 1.0, 0.4));
   REQUIRE((*lowered.weights())[0] == Approx(0.9 + 0.1 * 0.36 / 0.84).epsilon(1e-4));  // float moments
   // The decoupled decay stays linear in the samples: four quarter pushes decay as one step.
   const double decayed = AdamPushes(OptimizerKind::kAdamW, 0.5, 0.25, 4, 0.0f);
@@ -312,8 +326,8 @@ TEST_CASE("Adam's square-root rule: a push of share f steps sqrt(f) of a full st
   ParameterStore a(sgd), b(sgd);
   REQUIRE(a.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
   REQUIRE(b.Initialize(*ModelLayout::Create({TensorSpec{"w", {1}}}), {1.0f}).ok());
-  a.Apply({2.0f}, 0.25, 1.0, -1, 1.0, 0.25);
-  b.Apply({2.0f}, 0.25);
+  a.Apply({2.0f}, Settings(0.25, 1.0, -1, 1.0, 0.25));
+  b.Apply({2.0f}, Settings(0.25));
   REQUIRE(*a.weights() == *b.weights());
 }
 
@@ -333,14 +347,14 @@ TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reu
   ParameterStore s(o);
   REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
   std::shared_ptr<const std::vector<float>> held = s.weights();  // a pull in flight
-  s.Apply({1, 1, 1, 1}, 1.0);
-  s.Apply({1, 1, 1, 1}, 1.0);  // the spare is `held`: still read, so not reused
+  s.Apply({1, 1, 1, 1});
+  s.Apply({1, 1, 1, 1});  // the spare is `held`: still read, so not reused
   REQUIRE(*held == std::vector<float>{0, 0, 0, 0});
   REQUIRE((*s.weights())[0] == -2);
   const float* before = s.weights()->data();
-  s.Apply({1, 1, 1, 1}, 1.0);
+  s.Apply({1, 1, 1, 1});
   held.reset();
-  s.Apply({1, 1, 1, 1}, 1.0);  // the snapshot of two steps ago, released: its storage is reused
+  s.Apply({1, 1, 1, 1});  // the snapshot of two steps ago, released: its storage is reused
   REQUIRE(s.weights()->data() == before);
   REQUIRE((*s.weights())[3] == -4);
 }
@@ -374,8 +388,8 @@ TEST_CASE("a captured optimizer state is not copied and not overwritten; the ste
     return g;
   };
   auto step_both = [&](float base) {
-    captured.Apply(gradient(base), 1.0);
-    plain.Apply(gradient(base), 1.0);
+    captured.Apply(gradient(base));
+    plain.Apply(gradient(base));
   };
   step_both(0.5f);
   const float* in_place = captured.OptimizerState()[0].second->data();
@@ -425,9 +439,10 @@ TEST_CASE("Slices of a clipped model step as the whole model does: the norm is r
   REQUIRE(slice0.Initialize(first, {1, 1, 0}).ok());
   REQUIRE(slice1.Initialize(second, {1, 1}).ok());
   for (int step = 0; step < 2; ++step) {  // the second step carries momentum
-    model.Apply(update, 1.0, 1.0, -1, 0.5);
-    slice0.Apply(u1, 1.0, 1.0, -1, 0.5);
-    slice1.Apply(u2, 1.0, 1.0, -1, 0.5, 1.0, UpdateSumSquares(first, u1, 0.5) + UpdateSumSquares(second, u2, 0.5));
+    model.Apply(update, Settings(1.0, 1.0, -1, 0.5));
+    slice0.Apply(u1, Settings(1.0, 1.0, -1, 0.5));
+    slice1.Apply(
+        u2, Settings(1.0, 1.0, -1, 0.5, 1.0, UpdateSumSquares(first, u1, 0.5) + UpdateSumSquares(second, u2, 0.5)));
   }
   REQUIRE(reduced_at == std::vector<uint64_t>{0, 1});
   // |0.5 x (3, 4, 12, 0)| = 6.5: every parameter's update is scaled by 2 / 6.5; the buffer
@@ -445,7 +460,7 @@ TEST_CASE("Slices of a clipped model step as the whole model does: the norm is r
   // A slice alone (no reduction, no total) would clip by its own smaller norm: it differs.
   ParameterStore alone(o);
   REQUIRE(alone.Initialize(first, {1, 1, 0}).ok());
-  alone.Apply(u1, 1.0, 1.0, -1, 0.5);
+  alone.Apply(u1, Settings(1.0, 1.0, -1, 0.5));
   REQUIRE((*alone.weights())[0] != Approx(1 - 0.1 * 1.5 * 2 / 6.5));
 }
 

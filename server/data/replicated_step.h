@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/worker_id.h"
+#include "server/data/step_settings.h"
 
 namespace omnilearn {
 namespace server {
@@ -21,11 +22,10 @@ struct ReplicatedStep {
     double weight = 1;
   };
   std::vector<Member> members;
-  double update_scale = 1;   // update = sum(weight * gradient) * update_scale
+  // The coordinator's settings (update = sum(weight * gradient) * update_scale). A shard's
+  // store runs at rate 1: it takes `learning_rate` as its lr_scale, not settings.lr_scale.
+  StepSettings settings;
   double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
-  double buffer_blend = 1;
-  double momentum = -1;      // < 0: the optimizer's own
-  double sample_share = 1;   // ParameterStore::Apply's
   double predict_steps = 0;  // ParameterStore::Predict's, after the step
 };
 

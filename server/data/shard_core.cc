@@ -348,7 +348,8 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   // The core's RoundSum: each slice added in stripes split across cores. A member whose
   // slice never came leaves its weight out of the mean (async: a step of rate 0, which
   // keeps the version in step with the coordinator's).
-  const double scale = taken->taken_weight > 0 ? step.update_scale * taken->all_weight / taken->taken_weight : 0;
+  const double scale =
+      taken->taken_weight > 0 ? step.settings.update_scale * taken->all_weight / taken->taken_weight : 0;
   sum_.Start(elements);
   uint64_t rotation = 0;
   for (auto& [gradient, weight] : taken->slices) {
@@ -360,9 +361,13 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   // A clipped job's every step gives its part (0 without slices): the others wait for it.
   absl::StatusOr<std::optional<double>> norm = NormToClipBy(step.version, none ? nothing : sum_.values());
   if (!norm.ok()) return norm.status();
+  StepSettings settings = step.settings;
+  settings.lr_scale = none ? 0.0 : step.learning_rate;  // the store runs at rate 1: the coordinator's rate
+  if (none) settings.buffer_blend = 0;
+  settings.update_scale = 1.0;  // the sum took the step's scale
+  settings.norm_squared = *norm;
   absl::MutexLock lock(&mu_);
-  store_->Apply(none ? nothing : sum_.values(), none ? 0.0 : step.learning_rate, none ? 0.0 : step.buffer_blend,
-                step.momentum, 1.0, step.sample_share, *norm);
+  store_->Apply(none ? nothing : sum_.values(), settings);
   store_->Predict(none ? 0.0 : step.predict_steps);
   store_->set_history(ExtendHistory(store_->history(), step.version, std::move(taken->members)));
   MarkTaken(step);

@@ -34,7 +34,7 @@ ReplicatedStep StepOf(uint64_t version, std::vector<ReplicatedStep::Member> memb
   ReplicatedStep s;
   s.version = version;
   s.members = std::move(members);
-  s.update_scale = scale;
+  s.settings.update_scale = scale;
   s.learning_rate = lr;
   return s;
 }

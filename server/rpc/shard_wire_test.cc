@@ -43,8 +43,8 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   step.version = 7;
   step.members = {{3, 6, 0.25}};
   step.learning_rate = 0.01;
-  step.momentum = 0.4;
-  step.sample_share = 0.25;
+  step.settings.momentum = 0.4;
+  step.settings.sample_share = 0.25;
   v1::ShardStep p = StepToProto(step);
   auto check = [](const v1::ShardStep& s) {
     v1::ShardCommand command;
@@ -53,11 +53,14 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   };
   REQUIRE(check(p).ok());
   ReplicatedStep back = StepFromProto(p);
-  REQUIRE(back.sample_share == 0.25);
-  REQUIRE(back.momentum == 0.4);
+  REQUIRE(back.settings.sample_share == 0.25);
+  REQUIRE(back.settings.momentum == 0.4);
   REQUIRE(back.members.size() == 1);
+  step.settings.momentum.reset();  // the optimizer's own: -1 on the wire, none again
+  REQUIRE(StepToProto(step).momentum() == -1);
+  REQUIRE_FALSE(StepFromProto(StepToProto(step)).settings.momentum.has_value());
   p.clear_sample_share();
-  REQUIRE(StepFromProto(p).sample_share == 1.0);
+  REQUIRE(StepFromProto(p).settings.sample_share == 1.0);
   p.set_sample_share(1.5);
   REQUIRE(absl::StrContains(check(p).message(), "sample_share"));
   p.set_sample_share(0.25);
