@@ -17,15 +17,8 @@
 # evaluating worker after its last evaluation). Each wait has a deadline that fails the
 # test. Needs root (network namespaces).
 source "$(dirname "$0")/e2e_lib.sh"
-CLUSTER=$RUNFILES/tests/cluster.sh
-[ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
-P=och$$
+use_cluster och
 HOSTS=(c s1 s2 w0 w1 w2)
-cleanup() {
-  stop_all
-  "$CLUSTER" down "$P"
-}
-trap cleanup EXIT
 "$CLUSTER" up "$P" c=1gbit s1=1gbit s2=1gbit w0=1gbit w1=1gbit w2=1gbit > /dev/null
 C=$("$CLUSTER" addr "$P" c)
 head -c 32 /dev/urandom | base64 > "$WORK/peer.token"

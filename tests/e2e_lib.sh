@@ -19,6 +19,25 @@ trap stop_all EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# use_cluster NAME [SUFFIX...]: this test runs on the emulated cluster (tests/cluster.sh; needs
+# root). Sets CLUSTER (the script) and P (NAME and this shell's pid: the hosts' prefix); at
+# exit the processes started are stopped and the hosts of P (and of P followed by each SUFFIX)
+# taken down.
+use_cluster() {
+  CLUSTER=$RUNFILES/tests/cluster.sh
+  [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
+  P=$1$$
+  CLUSTER_PREFIXES=("$P")
+  local suffix
+  for suffix in "${@:2}"; do CLUSTER_PREFIXES+=("$P$suffix"); done
+  trap cluster_cleanup EXIT
+}
+cluster_cleanup() {
+  stop_all
+  local prefix
+  for prefix in "${CLUSTER_PREFIXES[@]}"; do "$CLUSTER" down "$prefix"; done
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # launch_server NAME [flags...]: a server on $PORT in the background, its output in

@@ -6,15 +6,7 @@
 # (the default), the worker behind the slow link gets the smaller batch; a cluster whose
 # set-up fails, or whose user fails, leaves nothing behind. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
-CLUSTER=$RUNFILES/tests/cluster.sh
-[ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
-P=olc$$
-cleanup() {
-  stop_all
-  "$CLUSTER" down "$P"
-  "$CLUSTER" down "${P}x"
-}
-trap cleanup EXIT
+use_cluster olc x  # and a second cluster, ${P}x, for the bad rate and the failing user
 namespaces() { ip netns list | awk '{print $1}' | grep -c "^$1-" || true; }
 
 # A set-up that fails half way (a bad rate for the second host) removes the first host.

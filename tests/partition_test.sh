@@ -15,14 +15,7 @@
 # history equals slice 0's (one model across slices), and the export evaluates to the
 # job's accuracy. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
-CLUSTER=$RUNFILES/tests/cluster.sh
-[ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
-P=olp$$
-cleanup() {
-  stop_all
-  "$CLUSTER" down "$P"
-}
-trap cleanup EXIT
+use_cluster olp
 "$CLUSTER" up "$P" h0=1gbit h1=1gbit h2=1gbit > /dev/null
 H0=$("$CLUSTER" addr "$P" h0)
 CUT_S=15
