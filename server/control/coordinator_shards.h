@@ -48,10 +48,6 @@ struct CoordinatorShardsOptions {
   bool push_in_order = false;
 };
 
-// The longest address a shard may give, and the most checkpoint versions it may list.
-inline constexpr int kMaxShardAddressBytes = 255;
-inline constexpr int kMaxShardCheckpoints = 1000;
-
 // A registration's fields, range-checked before anything is taken from them:
 // FailedPrecondition for another shard count or partition size than the job's,
 // InvalidArgument for an empty, overlong or unprintable address or too many checkpoints.

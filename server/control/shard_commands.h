@@ -19,9 +19,14 @@
 namespace omnilearn {
 namespace server {
 
+// The longest address a shard may give, and the most checkpoint versions it may list.
+inline constexpr int kMaxShardAddressBytes = 255;
+inline constexpr int kMaxShardCheckpoints = 1000;
+
 // A shard server's registration: the job it was started for, the slice it asks for, what it
 // holds and what its release can do. Fields as the shard sent them, unchecked
-// (CheckShardRegistration checks them before anything is taken from them).
+// (CheckShardRegistration checks them before anything is taken from them), but for at most
+// kMaxShardCheckpoints + 1 versions: a longer list is refused without being copied whole.
 struct ShardRegistration {
   std::string address;  // where workers reach it
   uint64_t shards = 0;  // the job's shard count and partitions, as it was started

@@ -1,5 +1,6 @@
 #include "server/rpc/shard_wire.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <variant>
@@ -69,7 +70,9 @@ ShardRegistration RegistrationFromProto(const v1::ShardHello& hello) {
   r.shards = hello.shards();
   r.partition_bytes = hello.partition_bytes();
   r.index = hello.index();
-  r.checkpoint_versions.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().end());
+  // One past the bound is enough for the check to refuse the list: a hostile one is not copied.
+  const int kept = std::min(hello.checkpoint_versions_size(), kMaxShardCheckpoints + 1);
+  r.checkpoint_versions.assign(hello.checkpoint_versions().begin(), hello.checkpoint_versions().begin() + kept);
   r.fingerprint = hello.fingerprint();
   r.reduces_norm = hello.reduces_norm();
   r.resets_jobs = hello.resets_jobs();

@@ -94,6 +94,8 @@ TEST_CASE("the coordinator's commands and a shard's hello, each way", "[shard_wi
   REQUIRE(r.fingerprint == 0xfeed);
   REQUIRE(r.reduces_norm);
   REQUIRE_FALSE(r.resets_jobs);
+  for (int i = 0; i < 3 * kMaxShardCheckpoints; ++i) hello.add_checkpoint_versions(i);
+  REQUIRE(RegistrationFromProto(hello).checkpoint_versions.size() == kMaxShardCheckpoints + 1);  // still refused
 
   ShardInitCommand init;
   init.index = 2;
