@@ -362,6 +362,17 @@ CheckpointState CaptureStore(const ParameterStore& store) {
   return s;
 }
 
+absl::Status RestoreStore(const CheckpointState& state, ParameterStore* store) {
+  if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
+  if (absl::Status s =
+          store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
+      !s.ok()) {
+    return s;
+  }
+  store->set_history(state.history);
+  return absl::OkStatus();
+}
+
 class CheckpointDir::Lock {
  public:
   // The lock of `dir`, its LOCK file naming this process; FailedPrecondition naming the

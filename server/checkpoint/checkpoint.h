@@ -72,6 +72,10 @@ struct CheckpointState {
 // shared): layout, weights, optimizer state, optimizer and version. The store must hold a
 // model.
 CheckpointState CaptureStore(const ParameterStore& store);
+// CaptureStore's inverse: the checkpoint's model, optimizer state, version, Adam time and
+// step history into a store without a model (ParameterStore::Restore's errors);
+// InvalidArgument for a checkpoint without weights.
+absl::Status RestoreStore(const CheckpointState& state, ParameterStore* store);
 
 // Writes atomically (temporary file, fsync, rename, fsync of the directory).
 absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& state);

@@ -849,15 +849,8 @@ absl::Status ParameterServerCore::LoadCheckpoint(const CheckpointState& state, E
                                                       ", the server's is ", OptimizerName(store->options().kind),
                                                       ": use the same --optimizer, or --fresh to start over"));
   }
-  if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
   if (absl::Status s = sampler->Restore(state.sampler); !s.ok()) return s;
-  if (absl::Status s =
-          store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
-      !s.ok()) {
-    return s;
-  }
-  store->set_history(state.history);
-  return absl::OkStatus();
+  return RestoreStore(state, store);  // refuses a checkpoint without weights
 }
 
 absl::Status ParameterServerCore::Restore(const CheckpointState& state) {

@@ -70,12 +70,7 @@ absl::Status ShardCore::Restore(const ModelLayout& slice, const CheckpointState&
   }
   absl::StatusOr<std::unique_ptr<ParameterStore>> store = SliceStore(optimizer);
   if (!store.ok()) return store.status();
-  if (absl::Status s = (*store)->Restore(slice, *checkpoint.weights, checkpoint.optimizer_state, checkpoint.version,
-                                         checkpoint.adam_time);
-      !s.ok()) {
-    return s;
-  }
-  (*store)->set_history(checkpoint.history);
+  if (absl::Status s = RestoreStore(checkpoint, store->get()); !s.ok()) return s;  // its layout is `slice`
   absl::MutexLock lock(&mu_);
   Install(*std::move(store), member_wait, sync);
   sessions_.clear();
