@@ -47,6 +47,17 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// The elements of a tensor to write: InvalidArgument for a bad shape or an unknown dtype.
+absl::StatusOr<int64_t> CheckedElements(const std::string& name, const std::vector<int64_t>& shape,
+                                        absl::string_view dtype) {
+  const int64_t n = Elements(shape);
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has a bad shape"));
+  if (!IsTensorDtype(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has an unknown dtype '", dtype, "'"));
+  }
+  return n;
+}
+
 struct Header {
   std::map<std::string, std::string> metadata;
   std::vector<SafetensorsEntry> tensors;
@@ -235,29 +246,42 @@ absl::StatusOr<ModelLayout> SafetensorsFile::Layout(const std::vector<std::strin
 
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata) {
+  // F32 is written from the caller's floats; any other type from its bytes, made once.
+  std::vector<std::string> encoded(tensors.size());
+  std::vector<RawTensorView> raw;
+  raw.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorView& t = tensors[i];
+    absl::StatusOr<int64_t> n = CheckedElements(t.name, t.shape, t.dtype);
+    if (!n.ok()) return n.status();
+    absl::string_view bytes(reinterpret_cast<const char*>(t.values), static_cast<size_t>(*n) * sizeof(float));
+    if (t.dtype != "F32") bytes = encoded[i] = EncodeTensorValues(t.dtype, t.values, *n);
+    raw.push_back({t.name, t.shape, t.dtype, bytes});
+  }
+  return WriteRawSafetensors(path, raw, metadata);
+}
+
+absl::Status WriteRawSafetensors(const std::string& path, const std::vector<RawTensorView>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
   if (metadata.count(kChecksumKey)) return absl::InvalidArgumentError("metadata key omnilearn.crc32 is reserved");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::set<std::string> names;
   uint64_t offset = 0;
   uLong crc = crc32_z(0L, Z_NULL, 0);
-  std::vector<std::string> encoded;
-  encoded.reserve(tensors.size());
-  for (const TensorView& t : tensors) {
+  for (const RawTensorView& t : tensors) {
     if (t.name.empty() || t.name == kMetadataKey || !names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("bad or repeated tensor name '", t.name, "'"));
     }
-    const int64_t n = Elements(t.shape);
-    if (n < 0) return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has a bad shape"));
-    if (!IsTensorDtype(t.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has an unknown dtype '", t.dtype, "'"));
+    absl::StatusOr<int64_t> n = CheckedElements(t.name, t.shape, t.dtype);
+    if (!n.ok()) return n.status();
+    const uint64_t bytes = static_cast<uint64_t>(*n) * TensorDtypeBytes(t.dtype);
+    if (bytes != t.bytes.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has ", t.bytes.size(), " bytes, not the ",
+                                                     bytes, " of its shape in ", t.dtype));
     }
-    // F32 is written from the caller's floats; any other type from its bytes, made once.
-    encoded.push_back(t.dtype == "F32" ? std::string() : EncodeTensorValues(t.dtype, t.values, n));
-    const uint64_t bytes = static_cast<uint64_t>(n) * TensorDtypeBytes(t.dtype);
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    const void* data = t.dtype == "F32" ? static_cast<const void*>(t.values) : encoded.back().data();
-    crc = crc32_z(crc, static_cast<const Bytef*>(data), bytes);
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(t.bytes.data()), bytes);
   }
   nlohmann::ordered_json meta = nlohmann::ordered_json::object();
   for (const auto& [k, v] : metadata) meta[k] = v;
@@ -269,11 +293,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
   return WriteFileAtomically(path, [&](const ByteSink& write) {
     if (!write(length, 8) || !write(text.data(), text.size())) return absl::OkStatus();  // reported by the caller
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const TensorView& t = tensors[i];
-      const bool ok = t.dtype == "F32" ? write(t.values, static_cast<size_t>(Elements(t.shape)) * sizeof(float))
-                                       : write(encoded[i].data(), encoded[i].size());
-      if (!ok) break;
+    for (const RawTensorView& t : tensors) {
+      if (!write(t.bytes.data(), t.bytes.size())) break;
     }
     return absl::OkStatus();
   });

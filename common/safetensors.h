@@ -5,7 +5,7 @@
 // then the raw little-endian tensor data, the tensors contiguous and in offset order.
 // Tensors are written from float32 values (the server's type) in each tensor's own dtype
 // (common/tensor_dtype.h), and read back as float32 from any of them. Loads in Python with
-// safetensors.torch.load_file, or with numpy in twenty lines (README.md).
+// safetensors.torch.load_file, or with this reader through omnilearn.tensor_files.
 #ifndef OMNILEARN_COMMON_SAFETENSORS_H_
 #define OMNILEARN_COMMON_SAFETENSORS_H_
 
@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/model_layout.h"
 #include "common/tensor_dtype.h"
 
@@ -39,6 +40,20 @@ struct TensorView {
 // errors (the previous file at `path`, if any, is then left as it was).
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata);
+
+// One tensor to write as it is: `bytes` are product(shape) little-endian values of `dtype`
+// (data sets and arrays written from Python), valid during the call.
+struct RawTensorView {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;
+  absl::string_view bytes;
+};
+
+// The same file from bytes: what WriteSafetensors does after encoding. Same errors, and
+// InvalidArgument when a tensor's bytes are not its shape's size in its dtype.
+absl::Status WriteRawSafetensors(const std::string& path, const std::vector<RawTensorView>& tensors,
+                                 const std::map<std::string, std::string>& metadata);
 
 struct SafetensorsEntry {
   std::string name;

@@ -192,6 +192,26 @@ TEST_CASE("tensors are written in their own dtype and read back as float32", "[s
   REQUIRE(absl::IsInvalidArgument(WriteSafetensors(path, {{"w", {2}, w.data(), "C64"}}, {})));
 }
 
+TEST_CASE("tensors written as bytes are read back as the same bytes", "[safetensors]") {
+  const std::string path = TempPath("raw_written.safetensors");
+  const int64_t labels[3] = {4, -2, 9};
+  const std::string labels_bytes(reinterpret_cast<const char*>(labels), sizeof(labels));
+  REQUIRE(WriteRawSafetensors(path,
+                              {{"y", {3}, "I64", labels_bytes}, {"m", {2}, "BOOL", absl::string_view("\x01\x00", 2)}},
+                              {{"k", "v"}})
+              .ok());
+  absl::StatusOr<RawSafetensorsFile> raw = ReadRawSafetensors(path);  // checksum verified
+  REQUIRE(raw.ok());
+  REQUIRE(raw->data == labels_bytes + std::string("\x01\x00", 2));
+  REQUIRE((raw->Find("m")->dtype == "BOOL" && raw->Find("m")->byte_offset == 24));
+  REQUIRE(raw->metadata.at("k") == "v");
+  // Bytes that are not the shape's size in the dtype, and the checks the float writer has.
+  REQUIRE(absl::IsInvalidArgument(WriteRawSafetensors(path, {{"y", {4}, "I64", labels_bytes}}, {})));
+  REQUIRE(absl::IsInvalidArgument(WriteRawSafetensors(path, {{"y", {3}, "C64", labels_bytes}}, {})));
+  REQUIRE(absl::IsInvalidArgument(WriteRawSafetensors(path, {{"y", {-3}, "I64", labels_bytes}}, {})));
+  REQUIRE(ReadRawSafetensors(path)->data == raw->data);  // the refused writes left the file as it was
+}
+
 TEST_CASE("a write that fails before the rename leaves the previous file intact", "[safetensors]") {
   const std::string path = TempPath("atomic.safetensors");
   REQUIRE(WriteSample(path).ok());

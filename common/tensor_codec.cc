@@ -21,7 +21,7 @@ absl::StatusOr<ModelLayout> ParseLayout(const v1::ModelLayout& proto) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' has an unknown dtype ", dtype));
     }
     specs.push_back(
-        TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.buffer(), std::string(kTensorDtypes[dtype])});
+        TensorSpec{t.name(), {t.shape().begin(), t.shape().end()}, t.buffer(), std::string(kTensorDtypes[dtype].name)});
   }
   return ModelLayout::Create(std::move(specs));
 }
@@ -33,7 +33,8 @@ v1::ModelLayout LayoutToProto(const ModelLayout& layout) {
     s->set_name(t.name);
     for (int64_t d : t.shape) s->add_shape(d);
     s->set_buffer(t.buffer);
-    const auto dtype = std::find(std::begin(kTensorDtypes), std::end(kTensorDtypes), t.dtype);
+    const auto dtype = std::find_if(std::begin(kTensorDtypes), std::end(kTensorDtypes),
+                                    [&](const TensorDtype& d) { return d.name == t.dtype; });
     s->set_dtype(static_cast<v1::TensorDtype>(dtype - std::begin(kTensorDtypes)));  // Create checked it
   }
   return out;

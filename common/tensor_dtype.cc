@@ -86,11 +86,8 @@ float AsFloat(T v) {
 }  // namespace
 
 int TensorDtypeBytes(absl::string_view dtype) {
-  // Bytes per element, in kTensorDtypes' order.
-  constexpr int kBytes[] = {4, 8, 2, 2, 8, 4, 2, 1, 1, 1};
-  static_assert(std::size(kBytes) == std::size(kTensorDtypes), "one width per dtype");
-  for (size_t i = 0; i < std::size(kTensorDtypes); ++i) {
-    if (kTensorDtypes[i] == dtype) return kBytes[i];
+  for (const TensorDtype& t : kTensorDtypes) {
+    if (t.name == dtype) return t.bytes;
   }
   return 0;
 }

@@ -12,9 +12,20 @@
 
 namespace omnilearn {
 
-// In the order of the proto's TensorDtype (F32 first: what a tensor without one is).
-inline constexpr absl::string_view kTensorDtypes[] = {"F32", "F64", "F16", "BF16", "I64",
-                                                      "I32", "I16", "I8",  "U8",   "BOOL"};
+// One tensor type: its safetensors name (what layouts, checkpoints and the wire's index
+// name it by), its bytes per element, and the name numpy, PyTorch and TensorFlow give it.
+struct TensorDtype {
+  absl::string_view name;
+  int bytes;
+  absl::string_view framework_name;
+};
+
+// Every type, in the order of the proto's TensorDtype (F32 first: what a tensor without one
+// is). The one table: the LibTorch worker binds its types to it (worker/torch_dtype.cc) and
+// the Python library reads it from omnilearn._core (python/omnilearn/tensor_files.py).
+inline constexpr TensorDtype kTensorDtypes[] = {
+    {"F32", 4, "float32"}, {"F64", 8, "float64"}, {"F16", 2, "float16"}, {"BF16", 2, "bfloat16"}, {"I64", 8, "int64"},
+    {"I32", 4, "int32"},   {"I16", 2, "int16"},   {"I8", 1, "int8"},     {"U8", 1, "uint8"},      {"BOOL", 1, "bool"}};
 
 // bfloat16: a float32's upper 16 bits, rounded to nearest even; NaN stays NaN, Inf Inf.
 // Inline: the wire's bfloat16 loops (common/tensor_codec.h) vectorize through them.

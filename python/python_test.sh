@@ -26,7 +26,7 @@ mkdir -p src/proto src/python/src src/common src/worker
 cp "$OMNILEARN_PROTO" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
 cp -L "$RUNFILES/python/src/core.cc" src/python/src/
-cp -L "$RUNFILES"/common/{clock,constant_time,grpc_chunks,grpc_raw,grpc_security,metrics,model_layout,sample_span,shard_map,tensor_codec,tensor_dtype,training_mode}.* \
+cp -L "$RUNFILES"/common/{atomic_file,clock,constant_time,grpc_chunks,grpc_raw,grpc_security,metrics,model_layout,safetensors,sample_span,shard_map,tensor_codec,tensor_dtype,training_mode}.* \
   src/common/
 cp -L "$RUNFILES"/worker/{emulated_device.cc,emulated_device.h,trainer_metrics.cc,trainer_metrics.h,grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} src/worker/
 cp -L "$RUNFILES"/worker/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \

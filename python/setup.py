@@ -44,7 +44,7 @@ CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/push_buckets.
                 "worker/emulated_device.cc", "worker/trainer_metrics.cc", "worker/sharded_ps_client.cc", "worker/ps_proto.cc", "worker/ps_types.cc", "common/clock.cc",
                 "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",
                 "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc",
-                "common/metrics.cc"]
+                "common/metrics.cc", "common/safetensors.cc", "common/atomic_file.cc"]
 PKG_CONFIG = ["grpc++", "protobuf", "absl_statusor", "absl_synchronization", "absl_str_format", "absl_time",
               "absl_strings"]
 
@@ -87,7 +87,7 @@ class BuildCore(build_ext):
         ext.include_dirs += [str(ROOT), str(gen), pybind11.get_include()]
         args = shlex.split(flags)
         ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden"] + [a for a in args if a.startswith("-I")]
-        ext.extra_link_args += [a for a in args if not a.startswith("-I")]
+        ext.extra_link_args += [a for a in args if not a.startswith("-I")] + ["-lz"]
         super().build_extension(ext)
 
 

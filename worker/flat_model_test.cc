@@ -34,10 +34,11 @@ TEST_CASE("the layout lists the parameters, then the buffers, each with the mode
 }
 
 TEST_CASE("every layout type has one torch type, both ways; other names none", "[flat_model]") {
-  for (absl::string_view name : kTensorDtypes) {
-    const std::optional<torch::ScalarType> type = ScalarTypeOf(name);
+  for (const TensorDtype& t : kTensorDtypes) {
+    const std::optional<torch::ScalarType> type = ScalarTypeOf(t.name);
     REQUIRE(type.has_value());
-    REQUIRE(DtypeName(*type) == std::string(name));
+    REQUIRE(DtypeName(*type) == std::string(t.name));
+    REQUIRE(c10::elementSize(*type) == static_cast<size_t>(t.bytes));
   }
   REQUIRE_FALSE(ScalarTypeOf("C64").has_value());
   REQUIRE_FALSE(ScalarTypeOf("f32").has_value());

@@ -59,12 +59,21 @@ struct WorkerInfo {
 };
 
 // What a worker of `epochs` epochs of a `dataset_size`-sample set trains in all: the
-// worker's own end test (global samples >= epochs x dataset_size) holds exactly there.
+// worker's own end test (TrainingDone) holds exactly there.
 inline uint64_t JobSamples(double epochs, uint64_t dataset_size) {
   if (!(epochs > 0) || dataset_size == 0) return 0;
   const double total = epochs * static_cast<double>(dataset_size);
   const uint64_t whole = static_cast<uint64_t>(total);
   return static_cast<double>(whole) < total ? whole + 1 : whole;
+}
+
+// The end of a worker's training loop, one rule for the C++ worker and the Python library
+// (bound as omnilearn._core.training_done): the job's global samples reached epochs x
+// dataset_size (epochs > 0), or this worker ran its own max_iterations (> 0).
+inline bool TrainingDone(uint64_t global_samples, double epochs, uint64_t dataset_size, int64_t iterations,
+                         int64_t max_iterations) {
+  const uint64_t job = JobSamples(epochs, dataset_size);
+  return (job > 0 && global_samples >= job) || (max_iterations > 0 && iterations >= max_iterations);
 }
 
 // One Join call (the session fills in everything but `worker`).

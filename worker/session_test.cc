@@ -188,6 +188,17 @@ SessionOptions Options(const FakeClock* clock, std::vector<std::string>* log) {
 
 const std::vector<float> kMine = {1, 2, 3};
 
+TEST_CASE("training ends at the job's samples, rounded up, or at the worker's own iterations", "[session]") {
+  REQUIRE(JobSamples(2.5, 10) == 25);
+  REQUIRE(JobSamples(1.0 / 3, 10) == 4);  // 3.33...: the worker ends once 4 are trained
+  REQUIRE_FALSE(TrainingDone(3, 1.0 / 3, 10, 1, 0));
+  REQUIRE(TrainingDone(4, 1.0 / 3, 10, 1, 0));
+  REQUIRE_FALSE(TrainingDone(1000, 0, 10, 5, 6));  // no epochs: the iterations alone
+  REQUIRE(TrainingDone(0, 0, 10, 6, 6));
+  REQUIRE(TrainingDone(0, 2, 10, 6, 6));             // whichever comes first
+  REQUIRE_FALSE(TrainingDone(1 << 20, 2, 0, 1, 0));  // epochs of an unknown data set never end by count
+}
+
 TEST_CASE("the first worker brings the model, the others never send theirs", "[session]") {
   FakeClock clock;
   FakeServer server;

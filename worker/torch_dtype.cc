@@ -1,28 +1,31 @@
 #include "worker/torch_dtype.h"
 
-#include <utility>
+#include <iterator>
+
+#include "common/tensor_dtype.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
 
-constexpr std::pair<absl::string_view, torch::ScalarType> kTypes[] = {
-    {"F32", torch::kFloat32}, {"F64", torch::kFloat64}, {"F16", torch::kFloat16}, {"BF16", torch::kBFloat16},
-    {"I64", torch::kInt64},   {"I32", torch::kInt32},   {"I16", torch::kInt16},   {"I8", torch::kInt8},
-    {"U8", torch::kUInt8},    {"BOOL", torch::kBool}};
+// LibTorch's type of each of kTensorDtypes, in its order.
+constexpr torch::ScalarType kScalarTypes[] = {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16,
+                                              torch::kInt64,   torch::kInt32,   torch::kInt16,   torch::kInt8,
+                                              torch::kUInt8,   torch::kBool};
+static_assert(std::size(kScalarTypes) == std::size(kTensorDtypes), "one torch type per dtype");
 
 }  // namespace
 
 std::string DtypeName(torch::ScalarType type) {
-  for (const auto& [name, t] : kTypes) {
-    if (t == type) return std::string(name);
+  for (size_t i = 0; i < std::size(kScalarTypes); ++i) {
+    if (kScalarTypes[i] == type) return std::string(kTensorDtypes[i].name);
   }
   return c10::toString(type);
 }
 
 std::optional<torch::ScalarType> ScalarTypeOf(absl::string_view name) {
-  for (const auto& [n, t] : kTypes) {
-    if (n == name) return t;
+  for (size_t i = 0; i < std::size(kTensorDtypes); ++i) {
+    if (kTensorDtypes[i].name == name) return kScalarTypes[i];
   }
   return std::nullopt;
 }

@@ -89,8 +89,7 @@ absl::StatusOr<TrainerResult> TrainingLoop::Run() {
     ++it;
     Record(it, batch, step, spans, reply, model_changed, comm_seconds);
     const double global = static_cast<double>(reply.global_samples);
-    finished = (o_.epochs > 0 && global >= o_.epochs * setup_->train.size()) ||
-               (o_.max_iterations > 0 && it >= o_.max_iterations);
+    finished = TrainingDone(reply.global_samples, o_.epochs, setup_->train.size(), it, o_.max_iterations);
     if (o_.evaluate && evaluations_.Due(global, finished)) EvaluateAt(global);
     if (finished) {
       if (absl::Status s = ReportFinalAccuracy(step.loss); !s.ok()) return s;
@@ -141,7 +140,9 @@ absl::StatusOr<bool> TrainingLoop::Idle() {
   }
   if (changed) params_->Load(weights_);
   const double global = static_cast<double>(reply.global_samples);
-  if (!(o_.epochs > 0 && global >= o_.epochs * setup_->train.size())) return false;
+  if (!TrainingDone(reply.global_samples, o_.epochs, setup_->train.size(), result_.iterations, o_.max_iterations)) {
+    return false;
+  }
   if (o_.evaluate && evaluations_.Due(global, true)) EvaluateAt(global);
   if (absl::Status s = ReportFinalAccuracy(result_.last_loss); !s.ok()) return s;
   return true;

@@ -28,7 +28,7 @@ for s in $(cat $G/core_sources.txt) $G/gen/proto/omnilearn.pb.cc $G/gen/proto/om
   g++ -std=c++17 -O2 -fPIC -fvisibility=hidden -w -include cstdint -I. -I$G/gen -isystem $G/include -I$PB -I$PYINC -c $s \
     -o $O/$(echo $s | tr / _).o &
 done; wait
-g++ -shared -o python/omnilearn/_core$EXT $O/*.o $(sed "s|@G@|$G|" $G/core_libs.txt) \
+g++ -shared -o python/omnilearn/_core$EXT $O/*.o $(sed "s|@G@|$G|" $G/core_libs.txt) -lz \
   -Wl,-rpath,$G/lib || { echo "the core did not link"; exit 1; }
 rm -rf python/omnilearn/_generated; cp -r $G/stubs python/omnilearn/_generated
 PYTHONPATH=python python3 -c 'import omnilearn, omnilearn.worker; print("omnilearn imports")' || exit 1

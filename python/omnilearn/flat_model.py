@@ -16,12 +16,12 @@ receives the model straight into the parameters' storage.
 import numpy as np
 import torch
 
+from omnilearn.tensor_files import FRAMEWORK_NAMES
+
 _FLOAT = np.dtype("<f4")
 # A tensor's type as the layout names it (safetensors' names; the proto's TensorDtype):
 # the server computes in float32 and its export writes each tensor back in this type.
-DTYPE_NAMES = {torch.float32: "F32", torch.float64: "F64", torch.float16: "F16", torch.bfloat16: "BF16",
-               torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-               torch.bool: "BOOL"}
+DTYPE_NAMES = {getattr(torch, framework): name for name, framework in FRAMEWORK_NAMES.items()}
 
 
 def dtype_name(name: str, t: torch.Tensor) -> str:

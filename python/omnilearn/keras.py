@@ -38,7 +38,8 @@ from omnilearn.session import ServerError, Step, WorkerSession
 
 __all__ = ["ServerError", "Step", "Worker", "fit", "load_weights", "model_tensors", "save_weights"]
 
-_DTYPE_NAMES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16"}
+# The floating types of the one dtype table: what a variable the server holds may be.
+_DTYPE_NAMES = {framework: name for name, framework in tensor_files.FRAMEWORK_NAMES.items() if "float" in framework}
 
 
 def _name(variable) -> str:

@@ -312,9 +312,9 @@ class WorkerSession:
 
     # ------------------------------------------------------------------ steps
     def _done(self) -> bool:
-        if self.max_iterations and self.iteration >= self.max_iterations:
-            return True
-        return bool(self.epochs) and self.global_samples >= self.epochs * self.dataset_size
+        """The C++ worker's end rule (worker/ps_types.h's TrainingDone)."""
+        return _core.training_done(self.global_samples, float(self.epochs or 0), self.dataset_size, self.iteration,
+                                   self.max_iterations)
 
     @property
     def epoch(self) -> int:

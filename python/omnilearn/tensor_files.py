@@ -1,21 +1,28 @@
 """Files of named arrays, in numpy and no framework: safetensors (the server's exports
-and checkpoints, the C++ worker's --dataset=tensors:PATH) and Fashion-MNIST's IDX files.
-omnilearn.data gives them to PyTorch, omnilearn.keras to TensorFlow."""
+and checkpoints, the C++ worker's --dataset=tensors:PATH), read and written by the C++
+reader and writer the server uses (common/safetensors, bound in omnilearn._core), and
+Fashion-MNIST's IDX files. omnilearn.data gives them to PyTorch, omnilearn.keras to
+TensorFlow."""
 
 import gzip
-import json
 import os
 import struct
 
 import numpy as np
 
+from omnilearn._native import core
+
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530  # the C++ worker's normalization (worker/dataset.cc)
 
-# safetensors dtype names <-> numpy (little-endian). BF16 has no numpy type: read() widens it.
-DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
-          "I8": "i1", "U8": "u1", "BOOL": "?"}
-_NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
+# The one dtype table (common/tensor_dtype.h, through omnilearn._core): each safetensors
+# name's bytes per element and the name numpy, PyTorch and TensorFlow give the type.
+DTYPE_TABLE = [(name, width, framework) for name, width, framework in core.tensor_dtypes()]
+FRAMEWORK_NAMES = {name: framework for name, _, framework in DTYPE_TABLE}
+# numpy's type of each, little-endian. BF16 has none: read() widens it to float32.
+DTYPES = {name: np.dtype(framework).newbyteorder("<") for name, _, framework in DTYPE_TABLE if framework != "bfloat16"}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_NOT_FOUND = 5  # absl's (and gRPC's) NOT_FOUND
 
 
 def fashion_mnist_raw(train: bool, directory: str = FASHION_MNIST_DIR):
@@ -42,54 +49,40 @@ def normalize_fashion_mnist(images: np.ndarray) -> np.ndarray:
 
 
 def write(path: str, arrays: dict, metadata: dict = None) -> None:
-    """Writes `arrays` (name -> numpy array) as a safetensors file, to PATH.tmp and then
-    renamed: a reader never sees half a file."""
-    header, blobs, offset = {}, [], 0
+    """Writes `arrays` (name -> numpy array) as a safetensors file with common/safetensors's
+    writer: atomically (a reader never sees half a file), with the data's CRC-32 in the
+    metadata. ValueError for a dtype outside DTYPES, a bad name or reserved metadata."""
+    tensors = []
     for name, a in arrays.items():
         a = np.asarray(a)
-        a = a.astype(a.dtype.newbyteorder("<") if a.dtype.itemsize > 1 else a.dtype, order="C", copy=False)
+        a = a.astype(a.dtype.newbyteorder("<"), copy=False) if a.dtype.itemsize > 1 else a
         if a.dtype not in _NAMES:
             raise ValueError(f"tensor '{name}': dtype {a.dtype} is not one of {sorted(DTYPES)}")
-        blob = a.tobytes()
-        header[name] = {"dtype": _NAMES[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(blob)]}
-        blobs.append(blob)
-        offset += len(blob)
-    if metadata:
-        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+        tensors.append((name, _NAMES[a.dtype], np.require(a, requirements="C")))  # 0-d stays 0-d
+    _call(core.write_safetensors, path, tensors, {str(k): str(v) for k, v in (metadata or {}).items()})
 
 
 def read(path: str):
     """(name -> numpy array, name -> its dtype name in the file, the __metadata__ dict) of a
-    safetensors file; a BF16 tensor comes as float32 (its bits are a float32's upper half)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    if len(raw) < 8:
-        raise ValueError(f"{path}: not a safetensors file (too short)")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if 8 + n > len(raw):
-        raise ValueError(f"{path}: header of {n} bytes runs past the file")
-    header = json.loads(raw[8:8 + n])
-    data = memoryview(raw)[8 + n:]
+    safetensors file, read and checked by common/safetensors's reader (offsets, sizes, the
+    checksum when present); a BF16 tensor comes as float32 (its bits are a float32's upper
+    half). FileNotFoundError for no file, ValueError for a corrupt or unsupported one."""
+    data, entries, metadata = _call(core.read_safetensors, path)
     arrays, dtypes = {}, {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        dtypes[name] = e["dtype"]
-        if e["dtype"] == "BF16":
-            bits = np.frombuffer(data[begin:end], dtype="<u2").astype(np.uint32) << 16
-            arrays[name] = bits.view(np.float32).reshape(e["shape"])
-            continue
-        if e["dtype"] not in DTYPES:
-            raise ValueError(f"{path}: tensor '{name}' has unsupported dtype {e['dtype']}")
-        arrays[name] = np.frombuffer(data[begin:end], dtype=DTYPES[e["dtype"]]).reshape(e["shape"]).copy()
-    return arrays, dtypes, header.get("__metadata__", {})
+    for name, dtype, shape, offset, size in entries:
+        dtypes[name] = dtype
+        if dtype == "BF16":
+            bits = np.frombuffer(data, "<u2", size // 2, offset).astype(np.uint32) << 16
+            arrays[name] = bits.view(np.float32).reshape(shape)
+        else:
+            arrays[name] = np.frombuffer(data, DTYPES[dtype], size // DTYPES[dtype].itemsize, offset).reshape(shape)
+    return arrays, dtypes, metadata
+
+
+def _call(function, path, *args):
+    """`function(path, *args)`, the core's errors as Python's."""
+    try:
+        return function(os.fspath(path), *args)
+    except core.Error as e:
+        code, message = e.args
+        raise (FileNotFoundError if code == _NOT_FOUND else ValueError)(message) from None

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,8 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/model_layout.h"
+#include "common/safetensors.h"
+#include "common/tensor_dtype.h"
 #include "worker/emulated_device.h"
 #include "worker/ps_client.h"
 #include "worker/ps_types.h"
@@ -437,6 +440,64 @@ void BindWorkerMetrics(py::module_& m) {
       .def("exposition", &WorkerMetrics::Exposition);
 }
 
+// A C-contiguous buffer's bytes (a numpy array's data), or ValueError.
+absl::string_view ContiguousBytes(const py::buffer_info& info, const std::string& name) {
+  py::ssize_t stride = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != stride) {
+      throw py::value_error("tensor '" + name + "' is not C-contiguous");
+    }
+    stride *= info.shape[d];
+  }
+  return absl::string_view(static_cast<const char*>(info.ptr), static_cast<size_t>(info.size * info.itemsize));
+}
+
+// Safetensors files through common/safetensors (one reader and writer, with its checks and
+// checksum) and the one dtype table, for omnilearn.tensor_files.
+void BindTensorFiles(py::module_& m) {
+  m.def("tensor_dtypes", [] {
+    std::vector<std::tuple<std::string, int, std::string>> out;
+    for (const TensorDtype& t : kTensorDtypes) out.emplace_back(t.name, t.bytes, t.framework_name);
+    return out;
+  });
+  m.def(
+      "read_safetensors",
+      [](const std::string& path) {
+        absl::StatusOr<RawSafetensorsFile> f;
+        {
+          py::gil_scoped_release unlocked;
+          f = ReadRawSafetensors(path);
+        }
+        if (!f.ok()) Raise(f.status());
+        std::vector<std::tuple<std::string, std::string, std::vector<int64_t>, int64_t, int64_t>> entries;
+        for (const SafetensorsEntry& e : f->tensors) {
+          entries.emplace_back(e.name, e.dtype, e.shape, e.byte_offset, e.elements * TensorDtypeBytes(e.dtype));
+        }
+        return py::make_tuple(py::bytearray(f->data.data(), f->data.size()), entries, f->metadata);
+      },
+      py::arg("path"));
+  m.def(
+      "write_safetensors",
+      [](const std::string& path, const std::vector<std::tuple<std::string, std::string, py::buffer>>& tensors,
+         const std::map<std::string, std::string>& metadata) {
+        std::vector<py::buffer_info> buffers;  // held (and the arrays with them) during the write
+        std::vector<RawTensorView> views;
+        for (const auto& [name, dtype, buffer] : tensors) {
+          buffers.push_back(buffer.request());
+          const py::buffer_info& b = buffers.back();
+          views.push_back(
+              {name, std::vector<int64_t>(b.shape.begin(), b.shape.end()), dtype, ContiguousBytes(b, name)});
+        }
+        absl::Status s;
+        {
+          py::gil_scoped_release unlocked;
+          s = WriteRawSafetensors(path, views, metadata);
+        }
+        if (!s.ok()) Raise(s);
+      },
+      py::arg("path"), py::arg("tensors"), py::arg("metadata"));
+}
+
 void BindTypes(py::module_& m) {
   using worker::PushReply;
   using worker::StepEnd;
@@ -526,6 +587,9 @@ PYBIND11_MODULE(_core, m) {
   omnilearn::BindTypes(m);
   omnilearn::BindEmulatedDevice(m);
   omnilearn::BindWorkerMetrics(m);
+  omnilearn::BindTensorFiles(m);
+  m.def("training_done", &omnilearn::worker::TrainingDone, py::arg("global_samples"), py::arg("epochs"),
+        py::arg("dataset_size"), py::arg("iterations"), py::arg("max_iterations"));
   py::class_<Core>(m, "Core")
       .def(py::init([](const std::string& target,
                        const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,

@@ -28,7 +28,8 @@ class TensorFileTest(unittest.TestCase):
             self.assertEqual(n % 8, 0)  # the data section starts aligned
             header = json.loads(raw[8:8 + n])
             self.assertEqual(header["train_y"]["dtype"], "I64")
-            self.assertEqual(header["__metadata__"], {"classes": "5"})
+            self.assertEqual(header["__metadata__"]["classes"], "5")
+            self.assertRegex(header["__metadata__"]["omnilearn.crc32"], "^[0-9a-f]{8}$")  # the C++ writer's
             back = data.load_tensors(path)
             self.assertFalse(os.path.exists(path + ".tmp"))
         self.assertEqual(set(back), set(tensors))
@@ -44,11 +45,18 @@ class TensorFileTest(unittest.TestCase):
             data.save_tensors(path, {"x": torch.zeros(4)})
             raw = open(path, "rb").read()
             open(path, "wb").write(raw[:6])
-            with self.assertRaisesRegex(ValueError, "too short"):
+            with self.assertRaisesRegex(ValueError, "shorter than 8 bytes"):
                 data.load_tensors(path)
             open(path, "wb").write(struct.pack("<Q", 1 << 20) + raw[8:])
-            with self.assertRaisesRegex(ValueError, "runs past"):
+            with self.assertRaisesRegex(ValueError, "header length past the end"):
                 data.load_tensors(path)
+            open(path, "wb").write(raw[:-1] + bytes([raw[-1] ^ 1]))
+            with self.assertRaisesRegex(ValueError, "checksum"):
+                data.load_tensors(path)
+            with self.assertRaises(FileNotFoundError):
+                data.load_tensors(os.path.join(d, "none.safetensors"))
+            with self.assertRaisesRegex(ValueError, "reserved"):
+                data.save_tensors(path, {"x": torch.zeros(1)}, metadata={"omnilearn.crc32": "0"})
 
 
 @unittest.skipUnless(os.path.exists(os.path.join(data.FASHION_MNIST_DIR, "t10k-images-idx3-ubyte.gz")),
