@@ -11,21 +11,10 @@ namespace omnilearn {
 namespace controller {
 namespace {
 
-// Observations a worker's time model keeps (distinct batch sizes, newest last).
-constexpr size_t kMaxObservations = 4;
-// Observations at batches spanning less than this fraction are fitted as proportional:
-// closer together, measurement noise swamps the fixed part of the time.
-constexpr double kMinRelativeSpan = 0.25;
 // Reports an observation needs before the memory guard trusts its throughput.
 constexpr double kGuardMinSamples = 3;
-// The fixed part of a worker's time is at most this fraction of its newest time.
-constexpr double kMaxFixedFraction = 0.9;
-// Relative standard error assumed for a mean of fewer than two samples.
-constexpr double kSingleSampleError = 0.1;
 // Standard errors a throughput drop must exceed to be trusted by the memory guard.
 constexpr double kGuardConfidence = 3.0;
-// Weight of a window's mean link time against what was learnt before it.
-constexpr double kLinkSmoothing = 0.5;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -34,16 +23,6 @@ double Median(std::vector<double> v) {
 }
 
 }  // namespace
-
-double Observation::RelativeError() const {
-  if (samples < 2) return kSingleSampleError;
-  return std::sqrt(m2 / (samples - 1) / samples) / mean_seconds;
-}
-
-Observation BatchController::Window::ToObservation(int64_t batch) const {
-  const double mean = sum / count;
-  return Observation{batch, mean, static_cast<double>(count), std::max(0.0, sum_squares - count * mean * mean)};
-}
 
 absl::StatusOr<Policy> ParsePolicy(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
@@ -117,6 +96,7 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const 
   if (workers_.count(id)) return absl::AlreadyExistsError(absl::StrCat("worker ", id, " already added"));
   Worker w;
   w.filter = StepFilter(options_.steps);
+  w.estimator = WorkerEstimator(EstimatorOptions{options_.change_threshold, options_.history_samples});
   w.min_batch = limits.min_batch > 0 ? limits.min_batch : options_.min_batch;
   w.max_batch = limits.max_batch > 0 ? limits.max_batch : options_.max_batch;
   if (limits.min_batch < 0 || limits.max_batch < 0 || w.max_batch < w.min_batch) {
@@ -124,7 +104,7 @@ absl::Status BatchController::AddWorker(WorkerId id, WorkerLimits limits, const 
         absl::StrCat("worker ", id, ": bad batch bounds [", w.min_batch, ", ", w.max_batch, "]"));
   }
   w.guard_max = memory.guard_max > 0 ? std::max(memory.guard_max, w.min_batch) : 0;
-  w.history = memory.history;
+  w.estimator.set_history(memory.history);
   // kPaper re-plans from batches: the remembered ones keep their ratios until the next
   // adjustment, whoever else is (or is not yet) back.
   w.remembered_batch = memory.batch;
@@ -139,7 +119,7 @@ absl::StatusOr<WorkerMemory> BatchController::Remember(WorkerId id) const {
   WorkerMemory m;
   m.batch = plan_.batch(id);
   m.guard_max = it->second.guard_max;
-  m.history = it->second.history;
+  m.history = it->second.estimator.history();
   return m;
 }
 
@@ -162,19 +142,11 @@ absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
   if (!std::isfinite(report.link_seconds) || report.link_seconds < 0) {
     return absl::InvalidArgumentError(absl::StrCat("link seconds must be finite and >= 0, got ", report.link_seconds));
   }
-  if (report.link_seconds > 0) {
-    it->second.link_sum += report.link_seconds;
-    it->second.link_count += 1;
-  }
   Worker& w = it->second;
+  if (report.link_seconds > 0) w.estimator.AddLink(report.link_seconds);
   std::vector<MeasuredStep> learn;
   w.filter.Judge(report.batch, report.compute_seconds, report.overran, &learn, &plan_.set_aside);
-  for (const MeasuredStep& step : learn) {
-    Window& win = w.window[step.batch];
-    win.sum += step.seconds;
-    win.sum_squares += step.seconds * step.seconds;
-    win.count += 1;
-  }
+  for (const MeasuredStep& step : learn) w.estimator.AddStep(step.batch, step.seconds);
   return absl::OkStatus();
 }
 
@@ -186,80 +158,16 @@ absl::Status BatchController::ReportOutOfMemory(WorkerId id, int64_t batch) {
   // Bisect between the largest batch known to fit and the one that failed, but give
   // up at least (1 - oom_backoff) of the failing batch.
   int64_t known_good = w.min_batch;
-  for (const Observation& o : w.history) {
+  for (const Observation& o : w.estimator.history()) {
     if (o.batch < batch) known_good = std::max(known_good, o.batch);
   }
   const int64_t cap = std::max<int64_t>(
       w.min_batch, std::min<int64_t>({batch - 1, static_cast<int64_t>(std::floor(batch * options_.oom_backoff)),
                                       std::max(known_good, (known_good + batch) / 2)}));
   if (w.guard_max == 0 || cap < w.guard_max) w.guard_max = cap;
-  // Measurements at or above the failing batch describe a state that no longer exists.
-  w.history.erase(
-      std::remove_if(w.history.begin(), w.history.end(), [&](const Observation& o) { return o.batch > cap; }),
-      w.history.end());
+  w.estimator.DropAbove(cap);  // measured above the cap: a state that no longer exists
   Replan();
   return absl::OkStatus();
-}
-
-void BatchController::FoldWindow(Worker& w) {
-  double total = 0;
-  int count = 0;
-  for (const auto& [batch, win] : w.window) {
-    const Observation fresh = win.ToObservation(batch);
-    total += win.sum;
-    count += win.count;
-    auto it =
-        std::find_if(w.history.begin(), w.history.end(), [b = batch](const Observation& o) { return o.batch == b; });
-    if (it != w.history.end()) {
-      if (std::abs(fresh.mean_seconds - it->mean_seconds) > options_.change_threshold * it->mean_seconds) {
-        // Same batch, different time: the worker's speed changed. Start over.
-        w.history.assign(1, fresh);
-        continue;
-      }
-      // Merge (Chan et al.), then cap the memory so the mean stays adaptive.
-      Observation o = *it;
-      const double n = o.samples + fresh.samples;
-      const double delta = fresh.mean_seconds - o.mean_seconds;
-      o.m2 += fresh.m2 + delta * delta * o.samples * fresh.samples / n;
-      o.mean_seconds += delta * fresh.samples / n;
-      o.samples = n;
-      if (n > options_.history_samples) {
-        o.m2 *= options_.history_samples / n;
-        o.samples = options_.history_samples;
-      }
-      w.history.erase(it);
-      w.history.push_back(o);
-    } else {
-      // A new batch size: keep the history only if it roughly predicts the new time.
-      // A grown batch that is far slower than predicted may be memory thrash rather than
-      // a slower worker: let the guard judge it before the history goes.
-      if (!w.history.empty()) {
-        const TimeModel m = FitModel(w);
-        const double predicted = m.a + m.c * batch;
-        if (std::abs(fresh.mean_seconds - predicted) > 2 * options_.change_threshold * predicted) {
-          ApplyMemoryGuard(w, w.history.back(), fresh);
-          w.history.clear();
-        }
-      }
-      w.history.push_back(fresh);
-      if (w.history.size() > kMaxObservations) w.history.erase(w.history.begin());
-    }
-  }
-  w.window_fresh = count > 0;
-  if (count > 0) {
-    w.last_window_seconds = total / count;
-    w.last_window_batch = w.window.size() == 1 ? w.window.begin()->first : 0;
-  }
-  w.window.clear();
-  // Link times: the window's mean, smoothed across windows (a link's rate drifts slowly;
-  // one congested window should not swing the plan).
-  if (w.link_count > 0) {
-    const double mean = w.link_sum / w.link_count;
-    w.link_seconds = w.link_count_total > 0 ? kLinkSmoothing * mean + (1 - kLinkSmoothing) * w.link_seconds : mean;
-    w.link_count_total += w.link_count;
-    w.link_sum = 0;
-    w.link_count = 0;
-  }
 }
 
 void BatchController::ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now) {
@@ -275,51 +183,11 @@ void BatchController::ApplyMemoryGuard(Worker& w, const Observation& before, con
   }
 }
 
-BatchController::TimeModel BatchController::FitModel(const Worker& w) const {
-  TimeModel m;
-  if (w.history.empty()) return m;
-  m.measured = true;
-  // Pooled over every observation, weighted by samples: t = c * b (batches too close
-  // together to tell a fixed part) or t = a + c * b (weighted least squares).
-  double sw = 0, sb = 0, st = 0, sbb = 0, stb = 0, rel_var = 0, dof = 0;
-  int64_t lo = w.history.front().batch, hi = lo;
-  double min_t = w.history.front().mean_seconds;
-  for (const Observation& o : w.history) {
-    sw += o.samples;
-    sb += o.samples * o.batch;
-    st += o.samples * o.mean_seconds;
-    sbb += o.samples * o.batch * o.batch;
-    stb += o.samples * o.mean_seconds * o.batch;
-    rel_var += o.m2 / (o.mean_seconds * o.mean_seconds);
-    dof += o.samples - 1;
-    lo = std::min(lo, o.batch);
-    hi = std::max(hi, o.batch);
-    min_t = std::min(min_t, o.mean_seconds);
-  }
-  m.relative_error = dof >= 1 ? std::sqrt(rel_var / dof / sw) : kSingleSampleError;
-  m.c = st / sb;
-  if (hi - lo < kMinRelativeSpan * hi) return m;
-  const double mb = sb / sw, mt = st / sw;
-  const double slope = (stb - sw * mb * mt) / (sbb - sw * mb * mb);
-  if (!(slope > 0)) return m;
-  const double a = mt - slope * mb;
-  if (a < 0) {
-    m.c = stb / sbb;  // through the origin
-  } else if (a > kMaxFixedFraction * min_t) {
-    m.a = kMaxFixedFraction * min_t;
-    m.c = (stb - m.a * sb) / sbb;
-  } else {
-    m.a = a;
-    m.c = slope;
-  }
-  return m;
-}
-
-std::map<WorkerId, BatchController::TimeModel> BatchController::Models() const {
+std::map<WorkerId, TimeModel> BatchController::Models() const {
   std::map<WorkerId, TimeModel> models;
   std::vector<double> as, cs;
   for (const auto& [id, w] : workers_) {
-    TimeModel m = FitModel(w);
+    TimeModel m = w.estimator.Fit();
     if (m.measured) {
       as.push_back(m.a);
       cs.push_back(m.c);
@@ -345,85 +213,25 @@ std::map<WorkerId, BatchController::TimeModel> BatchController::Models() const {
 std::map<WorkerId, double> BatchController::ChargedLinks() const {
   double baseline = std::numeric_limits<double>::infinity();
   for (const auto& [id, w] : workers_) {
-    if (w.link_count_total > 0) baseline = std::min(baseline, w.link_seconds);
+    if (w.estimator.link_known()) baseline = std::min(baseline, w.estimator.link_seconds());
   }
   std::map<WorkerId, double> charged;
   for (const auto& [id, w] : workers_) {
     if (!std::isfinite(baseline)) {
       charged[id] = 0;  // no link measured yet
     } else {
-      const double over = w.link_count_total > 0 ? w.link_seconds - (1 + options_.link_band) * baseline : 0;
+      const double over =
+          w.estimator.link_known() ? w.estimator.link_seconds() - (1 + options_.link_band) * baseline : 0;
       charged[id] = baseline + std::max(0.0, over);
     }
   }
   return charged;
 }
 
-int64_t BatchController::FeasibleTotal() const {
-  int64_t lo = 0, hi = 0;
-  for (const auto& [id, w] : workers_) {
-    lo += w.min_batch;
-    hi += w.ceiling();
-  }
-  return std::clamp(options_.global_batch, lo, hi);
-}
-
-std::map<WorkerId, int64_t> BatchController::RoundToTotal(const std::map<WorkerId, double>& targets) const {
-  std::map<WorkerId, int64_t> out;
-  int64_t sum = 0;
-  for (const auto& [id, r] : targets) {
-    const Worker& w = workers_.at(id);
-    const double clamped = std::clamp(r, static_cast<double>(w.min_batch), static_cast<double>(w.ceiling()));
-    out[id] = static_cast<int64_t>(std::floor(clamped));
-    sum += out[id];
-  }
-  const int64_t total = FeasibleTotal();
-  // Hand out (or take back) single samples by largest (smallest) remainder.
-  while (sum != total) {
-    const bool grow = sum < total;
-    WorkerId pick = 0;
-    double best = grow ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-    bool found = false;
-    for (const auto& [id, r] : targets) {
-      const Worker& w = workers_.at(id);
-      const int64_t b = out[id];
-      if (grow ? b >= w.ceiling() : b <= w.min_batch) continue;
-      const double rem = r - b;
-      if (grow ? rem > best : rem < best) {
-        best = rem;
-        pick = id;
-        found = true;
-      }
-    }
-    if (!found) break;  // cannot happen: total is feasible
-    out[pick] += grow ? 1 : -1;
-    sum += grow ? 1 : -1;
-  }
+Bounds BatchController::bounds() const {
+  Bounds out;
+  for (const auto& [id, w] : workers_) out[id] = BatchBounds{w.min_batch, w.ceiling()};
   return out;
-}
-
-std::map<WorkerId, int64_t> BatchController::SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const {
-  const double total = static_cast<double>(FeasibleTotal());
-  auto batch_at = [&](WorkerId id, double t) {
-    const Worker& w = workers_.at(id);
-    const TimeModel& m = models.at(id);
-    return std::clamp((t - m.a) / m.c, static_cast<double>(w.min_batch), static_cast<double>(w.ceiling()));
-  };
-  double t_lo = std::numeric_limits<double>::infinity(), t_hi = 0;
-  for (const auto& [id, w] : workers_) {
-    const TimeModel& m = models.at(id);
-    t_lo = std::min(t_lo, m.a + m.c * w.min_batch);
-    t_hi = std::max(t_hi, m.a + m.c * w.ceiling());
-  }
-  for (int i = 0; i < 200; ++i) {  // sum of batch_at(., T) grows monotonically with T
-    const double mid = 0.5 * (t_lo + t_hi);
-    double sum = 0;
-    for (const auto& [id, w] : workers_) sum += batch_at(id, mid);
-    (sum < total ? t_lo : t_hi) = mid;
-  }
-  std::map<WorkerId, double> targets;
-  for (const auto& [id, w] : workers_) targets[id] = batch_at(id, t_hi);
-  return RoundToTotal(targets);
 }
 
 std::map<WorkerId, int64_t> BatchController::PaperRule() {
@@ -431,8 +239,8 @@ std::map<WorkerId, int64_t> BatchController::PaperRule() {
   std::map<WorkerId, double> times;
   double tbar = 0;
   for (const auto& [id, w] : workers_) {
-    if (w.last_window_batch != plan_.batch(id)) continue;
-    times[id] = w.last_window_seconds;
+    if (w.estimator.last_window_batch() != plan_.batch(id)) continue;
+    times[id] = w.estimator.last_window_seconds();
     tbar += times[id];
   }
   std::map<WorkerId, double> targets;
@@ -452,21 +260,6 @@ std::map<WorkerId, int64_t> BatchController::PaperRule() {
   for (const auto& [id, r] : targets) sum += r;
   for (auto& [id, r] : targets) r *= FeasibleTotal() / sum;  // the global batch stays constant
   return RoundToTotal(targets);
-}
-
-double BatchController::Spread(const std::map<WorkerId, TimeModel>& models,
-                               const std::map<WorkerId, int64_t>& batches) const {
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  int n = 0;
-  for (const auto& [id, b] : batches) {
-    const TimeModel& m = models.at(id);
-    if (!m.measured) continue;
-    const double t = m.a + m.c * b;
-    lo = std::min(lo, t);
-    hi = std::max(hi, t);
-    ++n;
-  }
-  return n < 2 ? 1.0 : hi / lo;
 }
 
 double BatchController::EffectiveDeadband(const std::map<WorkerId, TimeModel>& models) const {
@@ -498,7 +291,7 @@ void BatchController::SetPlan(const std::map<WorkerId, int64_t>& batches, const 
     WorkerPlan& wp = next.workers[id];
     wp.batch = b;
     wp.max_batch = workers_.at(id).ceiling();
-    wp.predicted_seconds = m.measured ? m.a + m.c * b : 0;
+    wp.predicted_seconds = m.measured ? m.Seconds(b) : 0;
     next.total += b;
   }
   next.adjustment = plan_.adjustment;
@@ -549,11 +342,14 @@ void BatchController::Replan() {
 
 const BatchPlan& BatchController::Adjust() {
   std::map<WorkerId, std::vector<Observation>> before;
-  for (const auto& [id, w] : workers_) before[id] = w.history;
+  for (const auto& [id, w] : workers_) before[id] = w.estimator.history();
   for (auto& [id, w] : workers_) {
     w.remembered_batch = 0;  // from now on the measurements speak
-    FoldWindow(w);
-    if (w.history.size() >= 2) ApplyMemoryGuard(w, w.history[w.history.size() - 2], w.history.back());
+    // A grown batch far slower than predicted may be memory thrash rather than a slower
+    // worker: the guard judges it before its history goes.
+    for (const WorkerEstimator::Surprise& s : w.estimator.Fold()) ApplyMemoryGuard(w, s.before, s.now);
+    const std::vector<Observation>& history = w.estimator.history();
+    if (history.size() >= 2) ApplyMemoryGuard(w, history[history.size() - 2], history.back());
   }
   ++plan_.adjustment;
   if (workers_.empty()) {
@@ -585,9 +381,10 @@ std::optional<double> BatchController::WindowThroughput(const std::map<WorkerId,
   const std::map<WorkerId, double> links = ChargedLinks();
   double slowest = 0;
   for (const auto& [id, w] : workers_) {
-    if (!w.window_fresh || w.last_window_batch != current.at(id)) return std::nullopt;
+    const WorkerEstimator& e = w.estimator;
+    if (!e.window_fresh() || e.last_window_batch() != current.at(id)) return std::nullopt;
     const double link = options_.balance == Balance::kIteration ? links.at(id) : 0;
-    slowest = std::max(slowest, w.last_window_seconds + link);
+    slowest = std::max(slowest, e.last_window_seconds() + link);
   }
   if (!(slowest > 0)) return std::nullopt;
   return static_cast<double>(FeasibleTotal()) / slowest;
@@ -596,12 +393,9 @@ std::optional<double> BatchController::WindowThroughput(const std::map<WorkerId,
 bool BatchController::TimesAsBefore(const std::map<WorkerId, std::vector<Observation>>& before) const {
   for (const auto& [id, w] : workers_) {
     auto it = before.find(id);
-    if (it == before.end() || it->second.empty() || !w.window_fresh) return false;
-    Worker then = w;
-    then.history = it->second;
-    const TimeModel m = FitModel(then);
-    const double predicted = m.a + m.c * w.last_window_batch;
-    if (std::abs(w.last_window_seconds - predicted) > options_.change_threshold * predicted) return false;
+    if (it == before.end() || it->second.empty() || !w.estimator.window_fresh()) return false;
+    const double predicted = FitTimeModel(it->second).Seconds(w.estimator.last_window_batch());
+    if (std::abs(w.estimator.last_window_seconds() - predicted) > options_.change_threshold * predicted) return false;
   }
   return true;
 }
@@ -615,7 +409,7 @@ void BatchController::AdjustOmniLearn(const std::map<WorkerId, int64_t>& current
     if (TimesAsBefore(trial_histories_)) {
       // Noise: the models from before the change predict this window; what the change
       // detector learnt from the burst goes, and so does the plan it made.
-      for (auto& [id, w] : workers_) w.history = trial_histories_.at(id);
+      for (auto& [id, w] : workers_) w.estimator.set_history(trial_histories_.at(id));
       trial_.Reverted();
       SetPlan(trial_.previous(), Models());
       plan_.reverted = true;

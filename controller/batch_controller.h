@@ -1,4 +1,7 @@
 // The proportional batch controller: turns per-worker compute reports into a batch plan.
+// It is the policy (when to re-plan, keep, revert, cap a worker's memory) over two parts:
+// the estimator of each worker's time model (time_model.h) and the equal-time solver
+// (equal_time_solver.h); which steps are learnt from is StepFilter's (step_filter.h).
 //
 // Pure library: no gRPC, no torch, no threads, no clock reads. Feed it reports, read a plan.
 #ifndef OMNILEARN_CONTROLLER_BATCH_CONTROLLER_H_
@@ -14,8 +17,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/worker_id.h"
+#include "controller/equal_time_solver.h"
 #include "controller/plan_trial.h"
 #include "controller/step_filter.h"
+#include "controller/time_model.h"
 
 namespace omnilearn {
 namespace controller {
@@ -130,16 +135,6 @@ struct BatchPlan {
   int64_t batch(WorkerId id) const;  // 0 for an unknown worker
 };
 
-// A worker's step times at one batch size, pooled (Welford): what its time model is fitted
-// on, and what a checkpoint keeps of it.
-struct Observation {
-  int64_t batch = 0;
-  double mean_seconds = 0;
-  double samples = 0;
-  double m2 = 0;                 // sum of squared deviations from the mean
-  double RelativeError() const;  // of mean_seconds
-};
-
 // What the controller has learnt about one worker: its batch, its memory-guard ceiling
 // and its time observations. A checkpoint keeps it by worker name, so a restarted server
 // re-balances at once when the worker comes back instead of starting from equal batches.
@@ -185,52 +180,34 @@ class BatchController {
   const ControllerOptions& options() const { return options_; }
 
  private:
-  struct Window {
-    double sum = 0;
-    double sum_squares = 0;
-    int count = 0;
-    Observation ToObservation(int64_t batch) const;
-  };
   struct Worker {
     int64_t min_batch = 1;
     int64_t max_batch = 1;                   // configured ceiling
     int64_t guard_max = 0;                   // memory-guard ceiling, 0 = none
     int64_t remembered_batch = 0;            // kPaper: its batch before a restart, until the next Adjust
     StepFilter filter{StepFilterOptions{}};  // which of its steps are learnt from
-    std::map<int64_t, Window> window;        // reports since the last Adjust, by batch
-    std::vector<Observation> history;        // newest last, distinct batches
-    double last_window_seconds = 0;          // mean time of the last window (kPaper, trials)
-    int64_t last_window_batch = 0;
-    bool window_fresh = false;  // the last Adjust's window had reports
-    double link_sum = 0;        // link times reported since the last Adjust
-    int link_count = 0;
-    double link_seconds = 0;  // smoothed link time; valid when link_count_total > 0
-    int64_t link_count_total = 0;
+    WorkerEstimator estimator;               // its time model and link time
     int64_t ceiling() const { return guard_max > 0 && guard_max < max_batch ? guard_max : max_batch; }
-  };
-  struct TimeModel {
-    double a = 0;  // fixed seconds per iteration
-    double c = 0;  // seconds per sample
-    bool measured = false;
-    double relative_error = 0;  // standard error of the model's times, relative
   };
 
   explicit BatchController(const ControllerOptions& options) : options_(options) {}
 
-  void FoldWindow(Worker& w);
   // Caps `w` at before.batch when growing to now.batch lowered its throughput.
   void ApplyMemoryGuard(Worker& w, const Observation& before, const Observation& now);
-  TimeModel FitModel(const Worker& w) const;
+  // Every worker's time model; one not measured yet is taken to be typical of the others
+  // (the medians), and with Balance::kIteration its charged link time is a fixed part.
   std::map<WorkerId, TimeModel> Models() const;
   // Balance::kIteration: the link time charged to each worker (see link_band).
   std::map<WorkerId, double> ChargedLinks() const;
-  // Integer batches with equal predicted times, summing to the feasible global batch.
-  std::map<WorkerId, int64_t> SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const;
+  Bounds bounds() const;  // each worker's min and ceiling
+  int64_t FeasibleTotal() const { return controller::FeasibleTotal(options_.global_batch, bounds()); }
+  std::map<WorkerId, int64_t> SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const {
+    return controller::SolveEqualTime(models, bounds(), FeasibleTotal());
+  }
+  std::map<WorkerId, int64_t> RoundToTotal(const std::map<WorkerId, double>& targets) const {
+    return controller::RoundToTotal(targets, bounds(), FeasibleTotal());
+  }
   std::map<WorkerId, int64_t> PaperRule();
-  // Largest-remainder rounding of real targets within bounds to an exact total.
-  std::map<WorkerId, int64_t> RoundToTotal(const std::map<WorkerId, double>& targets) const;
-  int64_t FeasibleTotal() const;
-  double Spread(const std::map<WorkerId, TimeModel>& models, const std::map<WorkerId, int64_t>& batches) const;
   // The dead-band in force: wider while the measurements are noisy or few.
   double EffectiveDeadband(const std::map<WorkerId, TimeModel>& models) const;
   bool PlanIsValid() const;
