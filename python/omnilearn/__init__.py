@@ -11,7 +11,8 @@ import importlib
 
 _LAZY = {"FlatModel": "flat_model", "fashion_mnist": "data", "load_tensors": "data", "save_tensors": "data",
          "load_state_dict": "state", "load_torchscript": "state", "save_state_dict": "state",
-         "save_torchscript": "state", "ServerError": "session", "Step": "session", "Worker": "worker"}
+         "save_torchscript": "state", "ServerError": "session", "Step": "session", "Worker": "worker",
+         "WorkerOptions": "options"}
 
 __all__ = sorted(_LAZY)
 

@@ -201,8 +201,8 @@ def _device_kind(entries) -> str:
 
 class Worker(WorkerSession):
     """A Keras model (Keras 3 on TensorFlow, or tf.keras) as an OmniLearn worker (see the
-    module's doc). The session's options (server, name, dataset_size, epochs,
-    emulate_device, TLS, timeouts, metrics...) are WorkerSession's (omnilearn.session).
+    module's doc). The session's options (name, dataset_size, epochs, TLS, timeouts,
+    emulate_device, metrics...) are omnilearn.options.WorkerOptions' fields, as keywords.
 
     Each step's compute time runs from the moment the step is handed out to push() (the
     data's gathering included); call start_compute() to start it later. The gradient leaves

@@ -23,6 +23,7 @@ import numpy as np
 from omnilearn._native import core as _core
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.metrics import WorkerMetrics
+from omnilearn.options import WorkerOptions
 
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
@@ -93,42 +94,6 @@ class _Logger:
         self.logger.info("[%s] %s", self.name, line)
 
 
-def _from_env(value, variable):
-    """An argument left out (None) takes its value from the environment, torchrun-style."""
-    return value if value is not None else (os.environ.get(variable) or None)
-
-
-def _check_arguments(*, dataset_size, epochs, max_iterations, max_batch_size, slowdown, emulate_device, tls_cert,
-                     tls_key):
-    if epochs > 0 and dataset_size <= 0:
-        raise ValueError("epochs needs dataset_size (the training set's sample count)")
-    if epochs < 0 or max_iterations < 0 or dataset_size < 0 or max_batch_size < 0:
-        raise ValueError("epochs, max_iterations, dataset_size and max_batch_size must be >= 0")
-    if not slowdown >= 1.0:
-        raise ValueError("slowdown must be >= 1")
-    # An emulated device (omnilearn.emulation) sets the whole step time; slowdown is for real compute.
-    if emulate_device and slowdown != 1.0:
-        raise ValueError("emulate_device sets the whole step time: leave slowdown (real compute) out")
-    if bool(tls_cert) != bool(tls_key):
-        raise ValueError("tls_cert and tls_key go together")
-
-
-def _tls_from_env(ca, cert, key, server_name):
-    """The TLS arguments, each left out (None) taken from OMNILEARN_TLS_CA, _CERT, _KEY, _SERVER_NAME."""
-    return tuple(_from_env(v, f"OMNILEARN_TLS_{k}")
-                 for v, k in ((ca, "CA"), (cert, "CERT"), (key, "KEY"), (server_name, "SERVER_NAME")))
-
-
-def _read_token(auth_token, auth_token_file):
-    if not auth_token_file:
-        return auth_token
-    with open(auth_token_file) as f:
-        token = f.read().strip()
-    if not token:
-        raise ValueError(f"{auth_token_file} holds no token")
-    return token
-
-
 class WorkerSession:
     """A worker's session and steps, for any framework (see the module's doc).
 
@@ -139,60 +104,36 @@ class WorkerSession:
     model into weights_host), zero_grad() and new_step(). `tensors`: (name, shape,
     is_buffer, dtype name) in layout order. `device`: "cuda" or "cpu".
 
-    Left out, `server`, `name`, `auth_token_file` and the TLS files come from the
-    environment: OMNILEARN_SERVER, OMNILEARN_NAME, OMNILEARN_AUTH_TOKEN_FILE, OMNILEARN_TLS_CA,
-    OMNILEARN_TLS_CERT, OMNILEARN_TLS_KEY, OMNILEARN_TLS_SERVER_NAME (python -m omnilearn.run
-    sets the first two). A server never reached is an error after `connect_timeout` seconds
-    (at once when its name does not resolve); one lost after joining is waited for up to
-    `reconnect_timeout`. Lines go to the logging module's "omnilearn" logger unless `log` is
-    given; `metrics_port` serves this worker's Prometheus series at /metrics.
-    `emulate_device` paces steps as a device of that profile (omnilearn.emulation);
-    `slowdown` stretches real compute by that factor.
+    `server` left out comes from OMNILEARN_SERVER. The other keywords are WorkerOptions'
+    (omnilearn.options: the job, the connection, emulated devices, metrics and logs).
     """
 
     def __init__(self, server: Optional[str], storage, tensors, *, device: str = "cpu", optimizer_spec=None,
-                 name: Optional[str] = None, host: Optional[str] = None, dataset_size: int = 0, epochs: float = 0.0,
-                 max_iterations: int = 0, max_batch_size: int = 0, slowdown: float = 1.0,
-                 auth_token: Optional[str] = None, auth_token_file: Optional[str] = None,
-                 tls_ca: Optional[str] = None, tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
-                 tls_server_name: Optional[str] = None, rpc_timeout: float = 600.0,
-                 reconnect_timeout: float = 300.0, connect_timeout: float = 10.0,
-                 emulate_device: Optional[str] = None, metrics_port: int = 0, metrics_bind: str = "0.0.0.0",
-                 log=None):
-        server = _from_env(server, "OMNILEARN_SERVER")
+                 **options):
+        server = server if server is not None else (os.environ.get("OMNILEARN_SERVER") or None)
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
-        name = _from_env(name, "OMNILEARN_NAME")
-        if auth_token is None:
-            auth_token_file = _from_env(auth_token_file, "OMNILEARN_AUTH_TOKEN_FILE")
-        tls_ca, tls_cert, tls_key, tls_server_name = _tls_from_env(tls_ca, tls_cert, tls_key, tls_server_name)
-        _check_arguments(dataset_size=dataset_size, epochs=epochs, max_iterations=max_iterations,
-                         max_batch_size=max_batch_size, slowdown=slowdown, emulate_device=emulate_device,
-                         tls_cert=tls_cert, tls_key=tls_key)
+        o = self.options = WorkerOptions(**options).resolved()
         self.storage = storage
-        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
-        self.epochs = epochs
-        self.max_iterations = max_iterations
-        self.dataset_size = dataset_size
-        self.slowdown = slowdown
+        self.name = o.name or f"{socket.gethostname()}-{os.getpid()}"
+        self.epochs, self.max_iterations, self.dataset_size = o.epochs, o.max_iterations, o.dataset_size
+        self.slowdown = o.slowdown
         # Its clock is this module's (looked up at each call), so a test's fake time drives both.
-        self.emulation = EmulatedDevice(emulate_device, seed=zlib.crc32(self.name.encode()),
+        self.emulation = EmulatedDevice(o.emulate_device, seed=zlib.crc32(self.name.encode()),
                                         now=lambda: time.perf_counter(),
-                                        sleep=lambda s: time.sleep(s)) if emulate_device else None
+                                        sleep=lambda s: time.sleep(s)) if o.emulate_device else None
         self._profile = None  # the emulated profile last logged
-        self._log = log or _Logger(self.name)
+        self._log = o.log or _Logger(self.name)
         self._device_kind = device
-        token = _read_token(auth_token, auth_token_file)
         # The session, its backoff on this module's clock (a test's fake time drives it).
         self._core = _core.Core(
-            target=server, tensors=tensors, name=self.name, host=host or socket.gethostname(),
-            device=device, max_batch_size=max_batch_size,
-            dataset_size=dataset_size, rpc_timeout=rpc_timeout, reconnect_timeout=reconnect_timeout,
-            connect_timeout=connect_timeout,
+            target=server, tensors=tensors, name=self.name, host=o.host or socket.gethostname(),
+            device=device, max_batch_size=o.max_batch_size, dataset_size=o.dataset_size,
+            rpc_timeout=o.rpc_timeout, reconnect_timeout=o.reconnect_timeout, connect_timeout=o.connect_timeout,
             server_hint=f"server '{server}': Worker's server argument or OMNILEARN_SERVER",
-            auth_token=token or "", tls_ca=tls_ca or "", tls_cert=tls_cert or "", tls_key=tls_key or "",
-            tls_server_name=tls_server_name or "", now=lambda: time.monotonic(), sleep=lambda s: time.sleep(s),
-            log=self._log, epochs=float(epochs or 0), optimizer=optimizer_spec)
+            auth_token=o.token() or "", tls_ca=o.tls_ca or "", tls_cert=o.tls_cert or "", tls_key=o.tls_key or "",
+            tls_server_name=o.tls_server_name or "", now=lambda: time.monotonic(), sleep=lambda s: time.sleep(s),
+            log=self._log, epochs=float(o.epochs or 0), optimizer=optimizer_spec)
         _live_cores.add(self._core)
         self._init_progress()
         self._bucket_bytes = 0  # the gradient leaves whole at push() unless a framework streams it
@@ -203,7 +144,7 @@ class WorkerSession:
         self.arrival_wait_seconds = 0.0  # all steps
         self._times_forward = False  # the framework marks a step's start (start_compute) itself
         self.metrics = WorkerMetrics(self.name)
-        self._metrics_server = self.metrics.serve(metrics_bind, metrics_port) if metrics_port else None
+        self._metrics_server = self.metrics.serve(o.metrics_bind, o.metrics_port) if o.metrics_port else None
 
     def _init_progress(self):
         """Where the worker stands: nothing trained, nothing pushed yet."""

@@ -44,8 +44,8 @@ def _uncompiled(model: torch.nn.Module) -> torch.nn.Module:
 
 class Worker(WorkerSession):
     """A PyTorch training loop as an OmniLearn worker (see the module's doc). The session's
-    options (server, name, dataset_size, epochs, emulate_device, TLS, timeouts, metrics...)
-    are WorkerSession's (omnilearn.session).
+    options (name, dataset_size, epochs, TLS, timeouts, emulate_device, metrics...) are
+    omnilearn.WorkerOptions' fields, given as keywords.
 
     Communication off the critical path: the gradient leaves in buckets of about `bucket_mb`
     MB while backward runs (0: whole, at push()), and with `overlap_pull` (CPU models) push()
@@ -79,8 +79,7 @@ class Worker(WorkerSession):
         self._times_forward = self._hook is not None
         # A compiled model's modules run inside its graph, where a hook cannot wait for a
         # tensor: its model arrives whole before the next forward.
-        streams = not (options.get("emulate_device") or options.get("slowdown", 1.0) > 1.0)
-        self._setup_overlap(inner, bucket_mb if streams else 0.0, overlap_pull and inner is model)
+        self._setup_overlap(inner, bucket_mb if self.options.streams_gradients else 0.0, overlap_pull and inner is model)
 
     def _init_optimizer(self, optimizer, model):
         """The user's torch.optim object: its description for the join (None without one)."""
