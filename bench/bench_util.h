@@ -17,7 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "server/control/parameter_server_core.h"
 #include "server/rpc/service.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 namespace omnilearn {
 namespace bench {

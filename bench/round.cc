@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/tensor_codec.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 ABSL_FLAG(std::string, sizes, "1,100", "model sizes in MB");
 ABSL_FLAG(int, workers, 4, "workers");

@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/tensor_codec.h"
-#include "worker/ps_client.h"
+#include "worker/client/ps_client.h"
 
 ABSL_FLAG(std::string, sizes, "1,16,100,256", "model sizes in MB");
 ABSL_FLAG(double, seconds, 4, "time per measurement (at least 3 repetitions each)");

@@ -15,8 +15,8 @@
 #include "common/large_buffers.h"
 #include "common/model_layout.h"
 #include "common/tensor_codec.h"
-#include "worker/ps_client.h"
-#include "worker/session.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/session.h"
 
 ABSL_FLAG(std::string, server, "", "host:port");
 ABSL_FLAG(int, megabytes, 16, "the model's size (S)");

@@ -21,7 +21,7 @@ struct TensorDtype {
 };
 
 // Every type, in the order of the proto's TensorDtype (F32 first: what a tensor without one
-// is). The one table: the LibTorch worker binds its types to it (worker/torch_dtype.cc) and
+// is). The one table: the LibTorch worker binds its types to it (worker/trainer/torch_dtype.cc) and
 // the Python library reads it from omnilearn._core (python/omnilearn/tensor_files.py).
 inline constexpr TensorDtype kTensorDtypes[] = {
     {"F32", 4, "float32"}, {"F64", 8, "float64"}, {"F16", 2, "float16"}, {"BF16", 2, "bfloat16"}, {"I64", 8, "int64"},

@@ -111,7 +111,8 @@ std::vector<WorkerEstimator::Surprise> WorkerEstimator::Fold() {
 }
 
 void WorkerEstimator::Merge(Observation fresh, std::vector<Surprise>* surprises) {
-  auto it = std::find_if(history_.begin(), history_.end(), [&](const Observation& o) { return o.batch == fresh.batch; });
+  auto it =
+      std::find_if(history_.begin(), history_.end(), [&](const Observation& o) { return o.batch == fresh.batch; });
   if (it != history_.end()) {
     if (std::abs(fresh.mean_seconds - it->mean_seconds) > options_.change_threshold * it->mean_seconds) {
       history_.assign(1, fresh);  // same batch, different time: the worker's speed changed

@@ -22,16 +22,18 @@ assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__  # the
 
 # pip install ./python from a copy of the checkout (runfiles are read-only): the stubs and
 # the C++ core are built by setup.py from the proto and the core's sources.
-mkdir -p src/proto src/python/src src/common src/worker
+mkdir -p src/proto src/python/src src/common src/worker/client src/worker/devices src/worker/trainer
 cp "$OMNILEARN_PROTO" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
 cp -L "$RUNFILES/python/src/core.cc" src/python/src/
 cp -L "$RUNFILES"/common/{atomic_file,clock,constant_time,grpc_chunks,grpc_raw,grpc_security,metrics,model_layout,safetensors,sample_span,shard_map,tensor_codec,tensor_dtype,training_mode}.* \
   src/common/
-cp -L "$RUNFILES"/worker/{emulated_device.cc,emulated_device.h,trainer_metrics.cc,trainer_metrics.h,grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} src/worker/
-cp -L "$RUNFILES"/worker/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \
-  "$RUNFILES"/worker/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h} \
-  src/worker/
+cp -L "$RUNFILES"/worker/client/{grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} \
+  "$RUNFILES"/worker/client/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \
+  "$RUNFILES"/worker/client/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h} \
+  src/worker/client/
+cp -L "$RUNFILES"/worker/devices/emulated_device.{cc,h} src/worker/devices/
+cp -L "$RUNFILES"/worker/trainer/trainer_metrics.{cc,h} src/worker/trainer/
 rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
 if [ -n "${OMNILEARN_PYTHON:-}" ]; then

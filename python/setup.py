@@ -1,6 +1,6 @@
 """pip install ./python: the omnilearn package, with its gRPC stubs generated from
 ../proto/omnilearn.proto and its C++ worker core (omnilearn._core: python/src/core.cc over
-worker/session and the gRPC client of the checkout) compiled at build time against
+worker/client/session and the gRPC client of the checkout) compiled at build time against
 Debian's gRPC, protobuf and Abseil (pkg-config), pybind11 and python3-dev.
 
 Debian 12's pip installs into a virtual environment (PEP 668); one that sees Debian's
@@ -39,9 +39,9 @@ if not BUILD_DIR:
     atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 
 # What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
-CORE_SOURCES = ["python/src/core.cc", "worker/session.cc", "worker/push_buckets.cc", "worker/grpc_ps_client.cc",
-                "worker/grpc_push_stream.cc", "worker/model_receiver.cc",
-                "worker/emulated_device.cc", "worker/trainer_metrics.cc", "worker/sharded_ps_client.cc", "worker/ps_proto.cc", "worker/ps_types.cc", "common/clock.cc",
+CORE_SOURCES = ["python/src/core.cc", "worker/client/session.cc", "worker/client/push_buckets.cc", "worker/client/grpc_ps_client.cc",
+                "worker/client/grpc_push_stream.cc", "worker/client/model_receiver.cc",
+                "worker/devices/emulated_device.cc", "worker/trainer/trainer_metrics.cc", "worker/client/sharded_ps_client.cc", "worker/client/ps_proto.cc", "worker/client/ps_types.cc", "common/clock.cc",
                 "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",
                 "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc",
                 "common/metrics.cc", "common/safetensors.cc", "common/atomic_file.cc"]

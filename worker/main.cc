@@ -18,10 +18,10 @@
 #include "common/large_buffers.h"
 #include "common/metrics.h"
 #include "common/metrics_exposer.h"
-#include "worker/device.h"
-#include "worker/model.h"
-#include "worker/ps_client.h"
-#include "worker/trainer.h"
+#include "worker/client/ps_client.h"
+#include "worker/devices/device.h"
+#include "worker/trainer/model.h"
+#include "worker/trainer/trainer.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
 ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default: <hostname>-<pid>)");

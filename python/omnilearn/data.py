@@ -1,5 +1,5 @@
 """Data sets as tensors: Fashion-MNIST's IDX files (normalized as the C++ worker does,
-worker/dataset.cc), and files of named tensors (safetensors) that the C++ worker reads
+worker/trainer/dataset.cc), and files of named tensors (safetensors) that the C++ worker reads
 with --dataset=tensors:PATH."""
 
 import numpy as np

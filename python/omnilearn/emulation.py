@@ -1,5 +1,5 @@
 """Emulated devices for the Python worker: the C++ worker's --emulate_device itself
-(worker/emulated_device.h, bound as omnilearn._core.EmulatedDevice), so both languages
+(worker/devices/emulated_device.h, bound as omnilearn._core.EmulatedDevice), so both languages
 pace steps by one rule. Every step takes FIXED_MS + MS_PER_SAMPLE x batch milliseconds of
 wall time, times a per-step normal factor of relative standard deviation JITTER (clamped to
 [0.5, 1.5]). The real forward, loss and backward run first; the worker waits out the rest and

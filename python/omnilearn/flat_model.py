@@ -5,7 +5,7 @@ carries their gradients), then the persistent buffers (BatchNorm statistics: a p
 carries their values). A non-persistent buffer (register_buffer(..., persistent=False),
 e.g. a causal mask) is not model state, as state_dict() says: it stays with each worker.
 Names and shapes must match the other workers'. The same rules as the C++ worker's
-FlatModel (worker/trainer.cc).
+FlatModel (worker/trainer/trainer.cc).
 
 FlatModel describes the model and copies its values in and out; FlatStorage makes the
 model's tensors views of one flat vector (and their gradients views of another), so the

@@ -9,7 +9,7 @@ from omnilearn._native import core as _core
 
 
 class WorkerMetrics:
-    """The worker's series: the C++ worker's own (worker/trainer_metrics.h, bound as
+    """The worker's series: the C++ worker's own (worker/trainer/trainer_metrics.h, bound as
     omnilearn._core.WorkerMetrics), fed by the Python worker and served by `serve`."""
 
     def __init__(self, name: str):

@@ -1,4 +1,4 @@
-"""The C++ worker's built-in models (worker/model.cc) in PyTorch, tensor for tensor: a
+"""The C++ worker's built-in models (worker/trainer/model.cc) in PyTorch, tensor for tensor: a
 Python worker with one of these trains the same job as C++ workers with --model=NAME."""
 
 import torch

@@ -253,7 +253,7 @@ class WorkerSession:
 
     # ------------------------------------------------------------------ steps
     def _done(self) -> bool:
-        """The C++ worker's end rule (worker/ps_types.h's TrainingDone)."""
+        """The C++ worker's end rule (worker/client/ps_types.h's TrainingDone)."""
         return _core.training_done(self.global_samples, float(self.epochs or 0), self.dataset_size, self.iteration,
                                    self.max_iterations)
 

@@ -23,7 +23,7 @@ from omnilearn.flat_model import DTYPE_NAMES
 _OPTIMIZER_PREFIX = "optimizer."
 # TorchScript forgets which buffers are not persistent (a scripted module's state_dict has
 # them all): the names go in the file beside it, one per line, and both workers read them.
-# The C++ worker's name for it is worker/model.cc's kNonPersistentBuffersFile.
+# The C++ worker's name for it is worker/trainer/model.cc's kNonPersistentBuffersFile.
 NON_PERSISTENT_BUFFERS_FILE = "omnilearn/non_persistent_buffers"
 _TORCH_DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 

@@ -13,7 +13,7 @@ import numpy as np
 from omnilearn._native import core
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
-FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530  # the C++ worker's normalization (worker/dataset.cc)
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530  # the C++ worker's normalization (worker/trainer/dataset.cc)
 
 # The one dtype table (common/tensor_dtype.h, through omnilearn._core): each safetensors
 # name's bytes per element and the name numpy, PyTorch and TensorFlow give the type.

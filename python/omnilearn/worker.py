@@ -14,7 +14,7 @@ the new model in the same call (PushPull), follows the server's actions (continu
 rejoin, stop), sends heartbeats, and rides out server restarts.
 
 The protocol is the C++ worker's own: omnilearn._core (python/src/core.cc) runs
-worker/session.h (join, rejoin, capped and jittered backoff for up to `reconnect_timeout`
+worker/client/session.h (join, rejoin, capped and jittered backoff for up to `reconnect_timeout`
 seconds per outage, heartbeats) over the C++ gRPC client. omnilearn.session keeps the
 training loop's side that no framework changes (steps, timing, emulated devices, pushes);
 this module adds PyTorch's: the model's flat storage (FlatStorage), which the core sends

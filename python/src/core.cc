@@ -1,9 +1,9 @@
-// omnilearn._core: the C++ worker core (worker/session, the gRPC client with its
+// omnilearn._core: the C++ worker core (worker/client/session, the gRPC client with its
 // zero-copy chunks, heartbeats and reconnects) for Python workers. The Python side hands
 // it flat float32 buffers (numpy views of the model's flat storage): gradients are sent
 // from them and the model is received straight into them. Network waits release the
 // GIL. Errors raise omnilearn._core.Error(code, message), code being absl's (= gRPC's).
-// It speaks the worker's terms (worker/ps_types.h: steps, replies, assignments); the
+// It speaks the worker's terms (worker/client/ps_types.h: steps, replies, assignments); the
 // proto stays inside the gRPC client.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
@@ -24,11 +24,11 @@
 #include "common/model_layout.h"
 #include "common/safetensors.h"
 #include "common/tensor_dtype.h"
-#include "worker/emulated_device.h"
-#include "worker/ps_client.h"
-#include "worker/ps_types.h"
-#include "worker/session.h"
-#include "worker/trainer_metrics.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/ps_types.h"
+#include "worker/client/session.h"
+#include "worker/devices/emulated_device.h"
+#include "worker/trainer/trainer_metrics.h"
 
 namespace py = pybind11;
 
@@ -375,7 +375,7 @@ const char* ActionName(worker::Action a) {
 }
 
 // The worker's terms as Python classes: a step to push, its end, the server's reply.
-// The C++ worker's emulated device (worker/emulated_device.h), so both languages pace
+// The C++ worker's emulated device (worker/devices/emulated_device.h), so both languages pace
 // steps by one rule: omnilearn.emulation wraps it. Pace runs on the caller's now/sleep.
 void BindEmulatedDevice(py::module_& m) {
   using worker::EmulatedDevice;
@@ -406,7 +406,7 @@ void BindEmulatedDevice(py::module_& m) {
           py::arg("started"), py::arg("batch"), py::arg("epoch"), py::arg("now"), py::arg("sleep"));
 }
 
-// A Python worker's Prometheus series: the C++ worker's own (worker/trainer_metrics.h) in
+// A Python worker's Prometheus series: the C++ worker's own (worker/trainer/trainer_metrics.h) in
 // a registry of their own; omnilearn.metrics serves their exposition.
 class WorkerMetrics {
  public:

@@ -1,4 +1,4 @@
-"""The Python Worker and the C++ worker core's session (worker/session_driver, the loop
+"""The Python Worker and the C++ worker core's session (worker/client/session_driver.cc, the loop
 the C++ trainer runs) through the same scripted faults of the same fake server: the
 same calls, in the same order, and the same outcomes."""
 

@@ -1,5 +1,5 @@
 """omnilearn.emulation: the same device profiles, schedules and errors as the C++ worker's
---emulate_device (worker/emulated_device_test.cc), paced on a fake clock."""
+--emulate_device (worker/devices/emulated_device_test.cc), paced on a fake clock."""
 
 import statistics
 import unittest

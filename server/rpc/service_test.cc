@@ -18,8 +18,8 @@
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/coordinator_shards.h"
 #include "server/rpc/shard_server_service.h"
-#include "worker/ps_client.h"
-#include "worker/ps_proto.h"
+#include "worker/client/ps_client.h"
+#include "worker/client/ps_proto.h"
 
 namespace omnilearn {
 namespace server {

@@ -1,0 +1,279 @@
+#include "worker/client/sharded_ps_client.h"
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "catch2/catch.hpp"
+
+namespace omnilearn {
+namespace worker {
+namespace {
+
+// Two tensors of 6 and 4 values, cut over 2 slices in partitions of 2 floats (8 bytes).
+ModelLayout Layout() { return *ModelLayout::Create({{"w", {2, 3}}, {"b", {4}}}); }
+constexpr int64_t kPartitionBytes = 8;
+
+// What the job's streams were asked, in the order asked ("send 1", "close 0", ...: the
+// call, then the slice). The slices' calls come from several threads.
+struct Calls {
+  void Add(const std::string& call) {
+    absl::MutexLock lock(&mu);
+    seen.push_back(call);
+  }
+  std::vector<std::string> Seen() {
+    absl::MutexLock lock(&mu);
+    return seen;
+  }
+  absl::Mutex mu;
+  std::vector<std::string> seen ABSL_GUARDED_BY(mu);
+};
+
+// One server of the job, holding its slice: a step subtracts the gradient and moves the
+// version by one (or to `reply_version` when a test sets it).
+class FakeSlice : public PsClient {
+ public:
+  struct Stream : public PushStream {
+    FakeSlice* server;
+    absl::Span<const float> gradient;
+    std::vector<int> sent;
+    absl::Span<float> weights;
+    void Send(const std::vector<int>& tensors) override {
+      server->calls->Add(absl::StrCat("send ", server->slice));
+      sent.insert(sent.end(), tensors.begin(), tensors.end());
+    }
+    void CloseWrites(const StepEnd&) override { server->calls->Add(absl::StrCat("close ", server->slice)); }
+    absl::StatusOr<PushReply> FinishEarly(const StepEnd&, uint64_t* model_version, absl::Span<float> w) override {
+      server->calls->Add(absl::StrCat("finish ", server->slice));
+      server->streamed.push_back(sent);
+      absl::StatusOr<PushReply> r = server->Step(gradient);
+      std::copy(server->model.begin(), server->model.end(), w.begin());
+      *model_version = r->model_version;
+      return r;
+    }
+    bool AwaitTensor(int) override { return true; }
+    absl::Status AwaitModel() override { return absl::OkStatus(); }
+  };
+
+  absl::StatusOr<JoinReply> Join(const JoinRequest&, const ModelLayout&, absl::Span<const float>) override {
+    return join;
+  }
+  absl::StatusOr<uint64_t> Pull(uint64_t, uint64_t have, const ModelLayout& layout, absl::Span<float> w) override {
+    return PullAtLeast(0, have, 0, layout, w);
+  }
+  absl::StatusOr<uint64_t> PullAtLeast(uint64_t, uint64_t have, uint64_t min_version, const ModelLayout&,
+                                       absl::Span<float> w) override {
+    pulled_at_least.push_back(min_version);
+    if (version < min_version) version = min_version;  // the shard waits until it is there
+    if (have != version) std::copy(model.begin(), model.end(), w.begin());
+    return version;
+  }
+  absl::StatusOr<PushReply> Push(const PushedStep& p, const ModelLayout&, absl::Span<const float> g) override {
+    pushed.push_back(p);
+    return Step(g);
+  }
+  absl::StatusOr<PushReply> PushPull(const PushedStep& p, const ModelLayout&, absl::Span<const float> g,
+                                     uint64_t* model_version, absl::Span<float> w) override {
+    pushed.push_back(p);
+    absl::StatusOr<PushReply> r = Step(g);
+    std::copy(model.begin(), model.end(), w.begin());
+    *model_version = r->model_version;
+    return r;
+  }
+  absl::StatusOr<std::unique_ptr<PushStream>> StartPushPull(const PushedStep& p, const ModelLayout&,
+                                                            absl::Span<const float> g) override {
+    pushed.push_back(p);
+    auto s = std::make_unique<Stream>();
+    s->server = this;
+    s->gradient = g;
+    return std::unique_ptr<PushStream>(std::move(s));
+  }
+  void SetSessionSecret(const std::string&) override {}
+  absl::StatusOr<Action> Heartbeat(uint64_t) override { return Action::kContinue; }
+  absl::Status Leave(uint64_t, bool) override { return absl::OkStatus(); }
+
+  absl::StatusOr<PushReply> Step(absl::Span<const float> g) {
+    for (size_t i = 0; i < model.size(); ++i) model[i] -= g[i];
+    version = reply_version > 0 ? reply_version : version + 1;
+    PushReply r;
+    r.applied = true;
+    r.model_version = version;
+    r.held_seconds = held_seconds;
+    return r;
+  }
+
+  JoinReply join;
+  int slice = 0;
+  Calls* calls = nullptr;
+  std::vector<float> model;
+  uint64_t version = 0, reply_version = 0;
+  double held_seconds = 0;
+  std::vector<PushedStep> pushed;
+  std::vector<std::vector<int>> streamed;
+  std::vector<uint64_t> pulled_at_least;
+};
+
+struct Job {
+  explicit Job(bool in_order = false) {
+    map = *ShardMap::Plan(Layout(), 2, kPartitionBytes);
+    auto c = std::make_unique<FakeSlice>();
+    auto s = std::make_unique<FakeSlice>();
+    coordinator = c.get();
+    shard = s.get();
+    shard->slice = 1;
+    coordinator->calls = shard->calls = &calls;
+    coordinator->join.push_slices_in_order = in_order;
+    coordinator->join.worker_id = 1;
+    coordinator->join.shards = 2;
+    coordinator->join.partition_bytes = kPartitionBytes;
+    coordinator->join.shard_fingerprint = map.fingerprint();
+    coordinator->join.shard_addresses = {"coordinator:1", "shard:1"};
+    // Slice s's values: the model's, gathered (the model is 0, 1, ..., 9).
+    for (int i = 0; i < 10; ++i) model.push_back(static_cast<float>(i));
+    for (int k = 0; k < 2; ++k) {
+      FakeSlice* f = k == 0 ? coordinator : shard;
+      f->model.resize(map.slice_elements(k));
+      map.Gather(k, model, absl::MakeSpan(f->model));
+    }
+    auto made = std::make_shared<std::unique_ptr<PsClient>>(std::move(s));
+    client = std::make_unique<ShardedPsClient>(std::move(c), [made](const std::string&) {
+      return absl::StatusOr<std::unique_ptr<PsClient>>(std::move(*made));
+    });
+    REQUIRE(client->Join(JoinRequest{}, Layout(), model).ok());
+    REQUIRE(client->shards() == 2);
+  }
+  ShardMap map;
+  Calls calls;
+  FakeSlice* coordinator;
+  FakeSlice* shard;
+  std::vector<float> model;
+  std::unique_ptr<ShardedPsClient> client;
+};
+
+TEST_CASE("a streamed push sends each tensor's pieces to their slices, and the model comes back whole",
+          "[sharded_client]") {
+  Job job;
+  const std::vector<float> gradient(10, 1.0f);
+  PushedStep push;
+  push.worker_id = 1;
+  auto stream = job.client->StartPushPull(push, Layout(), gradient);
+  REQUIRE(stream.ok());
+  (*stream)->Send({1});  // "b" first, as backward finishes the last layer first
+  (*stream)->Send({0});
+  std::vector<float> weights(10, -1.0f);
+  uint64_t version = 0;
+  absl::StatusOr<PushReply> reply =
+      (*stream)->FinishEarly(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights));
+  REQUIRE(reply.ok());
+  REQUIRE(version == 1);
+  // Every piece went to its own slice, once: the slices' streams got their layouts' indices.
+  for (int k = 0; k < 2; ++k) {
+    FakeSlice* f = k == 0 ? job.coordinator : job.shard;
+    REQUIRE(f->streamed.size() == 1);
+    std::vector<int> got = f->streamed[0];
+    std::sort(got.begin(), got.end());
+    std::vector<int> all(job.map.slice(k).size());
+    std::iota(all.begin(), all.end(), 0);
+    REQUIRE(got == all);
+  }
+  // A tensor is whole once awaited; the rest once the model is.
+  REQUIRE((*stream)->AwaitTensor(1));
+  for (int i = 6; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+  REQUIRE((*stream)->AwaitModel().ok());
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+}
+
+TEST_CASE("in order, a slice's gradient leaves only once the slice before it is written with its trailer",
+          "[sharded_client]") {
+  for (bool in_order : {false, true}) {
+    Job job(in_order);
+    const std::vector<float> gradient(10, 1.0f);
+    PushedStep push;
+    push.worker_id = 1;
+    auto stream = job.client->StartPushPull(push, Layout(), gradient);
+    REQUIRE(stream.ok());
+    (*stream)->Send({1});  // as backward finishes each tensor; both have pieces in both slices
+    (*stream)->Send({0});
+    const std::vector<std::string> sent = job.calls.Seen();
+    std::vector<float> weights(10, -1.0f);
+    uint64_t version = 0;
+    REQUIRE((*stream)->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+    for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+    if (!in_order) {
+      REQUIRE(sent == std::vector<std::string>{"send 0", "send 1", "send 0", "send 1"});
+      continue;
+    }
+    REQUIRE(sent == std::vector<std::string>{"send 0", "send 0"});  // slice 0's at once, slice 1's held
+    const std::vector<std::string> all = job.calls.Seen();
+    const auto at = [&](const std::string& call) { return std::find(all.begin(), all.end(), call) - all.begin(); };
+    REQUIRE(at("close 0") < at("send 1"));
+    REQUIRE(at("send 1") < at("close 1"));
+    REQUIRE(at("close 1") < at("finish 1"));
+    REQUIRE(at("close 0") < at("finish 0"));
+    std::vector<int> got = job.shard->streamed.at(0);
+    std::sort(got.begin(), got.end());
+    std::vector<int> want(job.map.slice(1).size());
+    std::iota(want.begin(), want.end(), 0);
+    REQUIRE(got == want);  // every piece of slice 1, sent in its turn
+  }
+}
+
+TEST_CASE("in order, a whole push goes through the slices' streams in turn", "[sharded_client]") {
+  Job job(/*in_order=*/true);
+  const std::vector<float> gradient(10, 1.0f);
+  PushedStep push;
+  push.worker_id = 1;
+  push.step.end = StepEnd{0.2, 1.0, std::nullopt};
+  std::vector<float> weights(10, -1.0f);
+  uint64_t version = 0;
+  REQUIRE(job.client->PushPull(push, Layout(), gradient, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(version == 1);
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+  const std::vector<std::string> all = job.calls.Seen();
+  const auto at = [&](const std::string& call) { return std::find(all.begin(), all.end(), call) - all.begin(); };
+  REQUIRE(at("close 0") < at("send 1"));
+  REQUIRE(at("close 1") < static_cast<std::ptrdiff_t>(all.size()));
+}
+
+TEST_CASE("a slice that comes back at another version is pulled at the coordinator's", "[sharded_client]") {
+  Job job;
+  const std::vector<float> gradient(10, 1.0f);
+  job.shard->reply_version = 0;
+  job.coordinator->reply_version = 3;  // async: other workers' steps reached the coordinator first
+  PushedStep push;
+  push.worker_id = 1;
+  std::vector<float> weights(10, 0.0f);
+  uint64_t version = 0;
+  auto stream = job.client->StartPushPull(push, Layout(), gradient);
+  REQUIRE(stream.ok());
+  (*stream)->Send({0, 1});
+  REQUIRE((*stream)->FinishEarly(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE((*stream)->AwaitModel().ok());
+  REQUIRE(version == 3);
+  REQUIRE(job.shard->pulled_at_least == std::vector<uint64_t>{3});
+  REQUIRE(job.shard->version == 3);
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+}
+
+TEST_CASE("the longest a shard held a push goes to the coordinator with the next", "[sharded_client]") {
+  Job job;
+  const std::vector<float> gradient(10, 0.0f);
+  PushedStep push;
+  push.worker_id = 1;
+  job.shard->held_seconds = 0.25;
+  job.coordinator->held_seconds = 0.5;  // the coordinator's own hold it knows itself
+  std::vector<float> weights(10);
+  uint64_t version = 0;
+  REQUIRE(job.client->PushPull(push, Layout(), gradient, &version, absl::MakeSpan(weights)).ok());
+  REQUIRE(job.coordinator->pushed.back().step.shard_held_seconds == 0);
+  REQUIRE(job.client->Push(push, Layout(), gradient).ok());
+  REQUIRE(job.coordinator->pushed.back().step.shard_held_seconds == 0.25);
+  REQUIRE(job.shard->pushed.back().step.shard_held_seconds == 0.25);
+}
+
+}  // namespace
+}  // namespace worker
+}  // namespace omnilearn

@@ -1,9 +1,0 @@
-#include "worker/ps_types.h"
-
-namespace omnilearn {
-namespace worker {
-
-const char* ModeName(std::optional<Mode> mode) { return mode ? ::omnilearn::ModeName(*mode) : "unknown"; }
-
-}  // namespace worker
-}  // namespace omnilearn
