@@ -119,7 +119,7 @@ TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and s
   step.version = 0;
   step.members = {{7, 0, 2.0}};
   step.settings.update_scale = 0.5;
-  step.learning_rate = 0.1;
+  step.settings.learning_rate = 0.1;
   c.Hooks().step(step);
   c.Hooks().session_closed(7);
 
@@ -137,7 +137,7 @@ TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and s
   REQUIRE(SessionOf(out[1]).id == 7);
   REQUIRE(SessionOf(out[1]).secret == "secret");
   REQUIRE(As<ReplicatedStep>(out[2]).members.at(0).weight == 2.0);
-  REQUIRE(As<ReplicatedStep>(out[2]).learning_rate == 0.1);
+  REQUIRE(As<ReplicatedStep>(out[2]).settings.learning_rate == 0.1);
   REQUIRE(SessionOf(out[3]).closed);
 
   std::vector<CoordinatorShards::ShardInfo> info = c.Shards();

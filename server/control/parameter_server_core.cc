@@ -677,7 +677,7 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
     step.version = version;
     step.members = std::move(members);
     step.settings = settings;
-    step.learning_rate = store_.LearningRate() * settings.lr_scale;
+    step.settings.learning_rate = store_.LearningRate() * settings.lr_scale;
     step.predict_steps = predict_steps;
     options_.replication.step(step);
   }

@@ -348,7 +348,8 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
   const float clipped = ClippedScale(update, step.update_scale, step.norm_squared);
   std::vector<StepScalars> ks;  // per param group
   for (size_t g = 0; g < group_count(); ++g) {
-    ks.push_back(ScalarsOf(options_, GroupRate(g) * step.lr_scale, adam_time_ + share, share, step, clipped));
+    const double rate = step.learning_rate ? *step.learning_rate : GroupRate(g) * step.lr_scale;
+    ks.push_back(ScalarsOf(options_, rate, adam_time_ + share, share, step, clipped));
     if (!options_.groups.empty())
       ks.back().wd = ks.back().adam.wd = static_cast<float>(options_.groups[g].weight_decay);
   }

@@ -58,6 +58,23 @@ TEST_CASE("Warm-up rises linearly, then step, cosine or constant") {
   REQUIRE(RateAt(o, 1000) == Approx(0.1));  // stays at lr_min
 }
 
+TEST_CASE("A step's own rate replaces the store's schedule and lr_scale (a shard replaying its coordinator's)") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.warmup_steps = 4;  // the schedule says 0.25 at version 0
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {1, 1, 0, 0}, 0).ok());
+  StepSettings step;
+  step.lr_scale = 0.5;  // ignored with a rate of its own
+  step.learning_rate = 0.1;
+  s.Apply({2, 4, 0, 0}, step);
+  REQUIRE((*s.weights())[0] == Approx(1 - 0.1 * 2));
+  REQUIRE((*s.weights())[1] == Approx(1 - 0.1 * 4));
+  step.learning_rate.reset();  // the schedule's (0.5 at version 1) times lr_scale
+  s.Apply({2, 4, 0, 0}, step);
+  REQUIRE((*s.weights())[0] == Approx(0.8 - 0.5 * 0.5 * 2));
+}
+
 TEST_CASE("The step schedule in epochs decays at epoch boundaries, whatever the versions") {
   OptimizerOptions o;
   o.learning_rate = 1.0;

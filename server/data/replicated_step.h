@@ -22,10 +22,9 @@ struct ReplicatedStep {
     double weight = 1;
   };
   std::vector<Member> members;
-  // The coordinator's settings (update = sum(weight * gradient) * update_scale). A shard's
-  // store runs at rate 1: it takes `learning_rate` as its lr_scale, not settings.lr_scale.
+  // The coordinator's settings (update = sum(weight * gradient) * update_scale), with the
+  // rate the step took (settings.learning_rate: schedule and per-push scale applied).
   StepSettings settings;
-  double learning_rate = 0;  // the rate the step took (schedule and per-push scale applied)
   double predict_steps = 0;  // ParameterStore::Predict's, after the step
 };
 

@@ -30,11 +30,9 @@ ShardCore::ShardCore(ShardCoreOptions options)
 
 namespace {
 
-// Each step brings its own rate: a slice's store takes rate 1 times the step's.
+// The job's optimizer over a slice. Each step brings its own rate (the coordinator's), so
+// the store's schedule is never consulted.
 absl::StatusOr<std::unique_ptr<ParameterStore>> SliceStore(OptimizerOptions optimizer) {
-  optimizer.learning_rate = 1;
-  optimizer.schedule = LrSchedule::kConstant;
-  optimizer.warmup_steps = 0;
   optimizer.norm_reduction = nullptr;  // a clipped step brings the whole model's norm (ShardCore::NormToClipBy)
   if (absl::Status s = ValidateOptimizerOptions(optimizer); !s.ok()) return s;
   return std::make_unique<ParameterStore>(optimizer);
@@ -357,7 +355,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   absl::StatusOr<std::optional<double>> norm = NormToClipBy(step.version, none ? nothing : sum_.values());
   if (!norm.ok()) return norm.status();
   StepSettings settings = step.settings;
-  settings.lr_scale = none ? 0.0 : step.learning_rate;  // the store runs at rate 1: the coordinator's rate
+  settings.learning_rate = none ? 0.0 : step.settings.learning_rate.value_or(0.0);  // the coordinator's rate
   if (none) settings.buffer_blend = 0;
   settings.update_scale = 1.0;  // the sum took the step's scale
   settings.norm_squared = *norm;

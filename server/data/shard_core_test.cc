@@ -35,7 +35,7 @@ ReplicatedStep StepOf(uint64_t version, std::vector<ReplicatedStep::Member> memb
   s.version = version;
   s.members = std::move(members);
   s.settings.update_scale = scale;
-  s.learning_rate = lr;
+  s.settings.learning_rate = lr;
   return s;
 }
 

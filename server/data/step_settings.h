@@ -13,6 +13,10 @@ struct StepSettings {
   // The step's rate is the store's (its schedule, each group's) times lr_scale. A push of
   // lr_scale = b/B moves an SGD model by its share of one global-batch step.
   double lr_scale = 1;
+  // The step's rate itself, when it was decided elsewhere: a shard replays the rate its
+  // coordinator's step took (schedule, group and lr_scale applied), whatever its own store's
+  // schedule. None: the store's rate times lr_scale.
+  std::optional<double> learning_rate;
   // Buffer tensors (BatchNorm statistics) move toward the update's values: b += blend * (u - b).
   double buffer_blend = 1;
   // SGD's momentum or Adam's beta1 for this step (async lowers it); none: the optimizer's own.

@@ -138,7 +138,7 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
     pm->set_weight(m.weight);
   }
   p.set_update_scale(step.settings.update_scale);
-  p.set_learning_rate(step.learning_rate);
+  p.set_learning_rate(step.settings.learning_rate.value_or(0.0));
   p.set_buffer_blend(step.settings.buffer_blend);
   p.set_momentum(step.settings.momentum.value_or(-1));  // -1 on the wire: the optimizer's own
   p.set_sample_share(step.settings.sample_share);
@@ -152,7 +152,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p) {
   for (const v1::ShardStepMember& m : p.members())
     step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
   step.settings.update_scale = p.update_scale();
-  step.learning_rate = p.learning_rate();
+  step.settings.learning_rate = p.learning_rate();
   step.settings.buffer_blend = p.buffer_blend();
   if (p.momentum() >= 0) step.settings.momentum = p.momentum();
   step.settings.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release

@@ -42,7 +42,7 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   ReplicatedStep step;
   step.version = 7;
   step.members = {{3, 6, 0.25}};
-  step.learning_rate = 0.01;
+  step.settings.learning_rate = 0.01;
   step.settings.momentum = 0.4;
   step.settings.sample_share = 0.25;
   v1::ShardStep p = StepToProto(step);
