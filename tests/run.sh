@@ -32,9 +32,11 @@ passed=0
 failed=0
 count() { grep -cE "^//[^ ]+ +(\(cached\) )?($1)" "$log"; }
 bazel_tests() {  # bazel_tests ARGS...: one `bazel test`; its counts in run_passed and run_failed, added to the totals
+  local start=$SECONDS
   # A fixed disk cache keeps repeated runs on one machine incremental.
   bazel test --disk_cache="$HOME/.cache/omnilearn-bazel-disk" --keep_going "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
+  echo "bazel test $*: $((SECONDS - start)) s"
   run_passed=$(count PASSED)
   run_failed=$(count 'FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE')
   # A build failure fails no test by name: count it so it cannot read as green.
@@ -45,11 +47,12 @@ bazel_tests() {  # bazel_tests ARGS...: one `bazel test`; its counts in run_pass
 
 bazel_tests "${targets[@]}"
 
-step() {  # step NAME COMMAND...: one more passed or failed entry
+step() {  # step NAME COMMAND...: one more passed or failed entry, with its time
+  local start=$SECONDS
   if "${@:2}"; then
-    echo "$1 PASSED"; passed=$((passed + 1))
+    echo "$1 PASSED in $((SECONDS - start)) s"; passed=$((passed + 1))
   else
-    echo "$1 FAILED"; failed=$((failed + 1))
+    echo "$1 FAILED in $((SECONDS - start)) s"; failed=$((failed + 1))
   fi
 }
 

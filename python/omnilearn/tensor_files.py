@@ -17,7 +17,7 @@ FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530  # the C++ worker's norma
 
 # The one dtype table (common/tensor_dtype.h, through omnilearn._core): each safetensors
 # name's bytes per element and the name numpy, PyTorch and TensorFlow give the type.
-DTYPE_TABLE = [(name, width, framework) for name, width, framework in core.tensor_dtypes()]
+DTYPE_TABLE = core.tensor_dtypes()  # [(name, bytes per element, framework name)]
 FRAMEWORK_NAMES = {name: framework for name, _, framework in DTYPE_TABLE}
 # numpy's type of each, little-endian. BF16 has none: read() widens it to float32.
 DTYPES = {name: np.dtype(framework).newbyteorder("<") for name, _, framework in DTYPE_TABLE if framework != "bfloat16"}

@@ -13,6 +13,19 @@ from omnilearn import data
 
 
 class TensorFileTest(unittest.TestCase):
+    def test_one_dtype_table_for_cpp_numpy_and_torch(self):
+        from omnilearn import tensor_files
+        from omnilearn.flat_model import DTYPE_NAMES
+        names = [name for name, _, _ in tensor_files.DTYPE_TABLE]
+        self.assertEqual(names[:4], ["F32", "F64", "F16", "BF16"])  # the proto's TensorDtype order
+        self.assertEqual(sorted(DTYPE_NAMES.values()), sorted(names))  # every type has its torch type
+        for name, width, framework in tensor_files.DTYPE_TABLE:
+            torch_type = getattr(torch, framework)
+            self.assertEqual(DTYPE_NAMES[torch_type], name)
+            self.assertEqual(torch.empty(0, dtype=torch_type).element_size(), width, name)
+            if name != "BF16":
+                self.assertEqual(tensor_files.DTYPES[name].itemsize, width, name)
+
     def test_round_trip_of_every_dtype(self):
         tensors = {
             "train_x": torch.randn(5, 3, 4, 4), "train_y": torch.tensor([0, 4, 2, 1, 3]),
