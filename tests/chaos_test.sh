@@ -9,7 +9,8 @@
 # for 2-12 s (past the lease, at times) and healed: a worker's to one shard, a shard's to
 # the coordinator, or a whole host's to every other. Asserted: the job finishes; it
 # trained exactly its samples (2 epochs of Fashion-MNIST: the server hands out none past
-# them, whatever rounds the faults cut short); every process that was not killed exits 0;
+# them, whatever rounds the faults cut short); every process that was not killed exits 0
+# (but a worker restarted so late that the job ended before it joined: it finds no server);
 # no slice took a step without a member another slice took, and every slice's step history
 # equals slice 0's at every checkpoint and at the end (one model across slices); the
 # export is of the job's final version, holds every tensor whole and evaluates to the job's
@@ -38,10 +39,13 @@ WORKER_FLAGS=(--device=cpu --dataset=fashion-mnist --model=mlp --epochs=2 --log_
 SUMMARY=$WORK/chaos.json
 EXPORT=$WORK/chaos.safetensors
 declare -A PID  # role -> the live incarnation's `timeout` wrapper (the process is its child)
+declare -A FROM # role -> the line of its log where its live incarnation's output begins
 KILLED=()       # wrappers of killed incarnations: reaped, their status not asserted
 
 launch() {  # launch ROLE: starts the role's process, its output appended to ROLE.log
   local role=$1
+  touch "$WORK/$role.log"
+  FROM[$role]=$(( $(wc -l < "$WORK/$role.log") + 1 ))
   case $role in
     coordinator)
       timeout 600 "$CLUSTER" exec "$P" c "$SERVER" --bind="$C" --port=50051 "${SERVER_FLAGS[@]}" \
@@ -138,9 +142,20 @@ for n in $(seq "$FAULTS"); do
   fi
 done
 
-# Every live incarnation ends by itself, with status 0.
+# A worker restarted so late that the job ended before it could join finds no server (the
+# coordinator exits when done) and says so: that incarnation trained nothing, so the job's
+# counts below stand. A worker that joined, or one that failed otherwise, fails the test.
+too_late() {  # too_late ROLE: its live incarnation never joined and never reached a finished job's server
+  local out
+  out=$(tail -n "+${FROM[$1]}" "$WORK/$1.log")
+  [[ $1 == w* ]] && finished && ! grep -q "joined as worker" <<<"$out" && grep -q "never reached the server" <<<"$out"
+}
+
+# Every live incarnation ends by itself, with status 0 (or, a worker restarted after the
+# job's end, too late).
 for role in w0 w1 w2 coordinator shard1 shard2; do
   if ! wait "${PID[$role]}"; then
+    too_late "$role" && { echo "chaos: $role was restarted after the job's end and found no server"; continue; }
     tail -n 20 "$WORK/$role.log" >&2
     fail "$role exited with an error (seed $SEED, $done_faults faults)"
   fi
