@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 
-def _from_env(value, variable):
+def from_env(value, variable):
     """An argument left out (None) takes its value from the environment, torchrun-style."""
     return value if value is not None else (os.environ.get(variable) or None)
 
@@ -52,10 +52,10 @@ class WorkerOptions:
     def resolved(self) -> "WorkerOptions":
         """The options with the environment's values filled in and checked; ValueError for
         values that cannot go together or out of range."""
-        o = replace(self, name=_from_env(self.name, "OMNILEARN_NAME"),
+        o = replace(self, name=from_env(self.name, "OMNILEARN_NAME"),
                     auth_token_file=(self.auth_token_file if self.auth_token is not None
-                                     else _from_env(self.auth_token_file, "OMNILEARN_AUTH_TOKEN_FILE")),
-                    **{f"tls_{k}": _from_env(getattr(self, f"tls_{k}"), f"OMNILEARN_TLS_{k.upper()}")
+                                     else from_env(self.auth_token_file, "OMNILEARN_AUTH_TOKEN_FILE")),
+                    **{f"tls_{k}": from_env(getattr(self, f"tls_{k}"), f"OMNILEARN_TLS_{k.upper()}")
                        for k in ("ca", "cert", "key", "server_name")})
         o.check()
         return o

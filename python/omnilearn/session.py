@@ -23,7 +23,7 @@ import numpy as np
 from omnilearn._native import core as _core
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.metrics import WorkerMetrics
-from omnilearn.options import WorkerOptions
+from omnilearn.options import WorkerOptions, from_env
 
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
@@ -110,7 +110,7 @@ class WorkerSession:
 
     def __init__(self, server: Optional[str], storage, tensors, *, device: str = "cpu", optimizer_spec=None,
                  **options):
-        server = server if server is not None else (os.environ.get("OMNILEARN_SERVER") or None)
+        server = from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
         o = self.options = WorkerOptions(**options).resolved()
