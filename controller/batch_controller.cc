@@ -258,7 +258,8 @@ std::map<WorkerId, int64_t> BatchController::PaperRule() {
   if (!any) return RoundToTotal(targets);
   double sum = 0;
   for (const auto& [id, r] : targets) sum += r;
-  for (auto& [id, r] : targets) r *= FeasibleTotal() / sum;  // the global batch stays constant
+  const double scale = FeasibleTotal() / sum;  // the global batch stays constant
+  for (auto& [id, r] : targets) r *= scale;
   return RoundToTotal(targets);
 }
 
@@ -336,7 +337,8 @@ void BatchController::Replan() {
     targets[id] = b > 0 ? b : share;
     sum += targets[id];
   }
-  for (auto& [id, r] : targets) r *= FeasibleTotal() / sum;
+  const double scale = FeasibleTotal() / sum;
+  for (auto& [id, r] : targets) r *= scale;
   SetPlan(RoundToTotal(targets), models);
 }
 

@@ -202,10 +202,12 @@ class BatchController {
   Bounds bounds() const;  // each worker's min and ceiling
   int64_t FeasibleTotal() const { return controller::FeasibleTotal(options_.global_batch, bounds()); }
   std::map<WorkerId, int64_t> SolveEqualTime(const std::map<WorkerId, TimeModel>& models) const {
-    return controller::SolveEqualTime(models, bounds(), FeasibleTotal());
+    const Bounds b = bounds();
+    return controller::SolveEqualTime(models, b, controller::FeasibleTotal(options_.global_batch, b));
   }
   std::map<WorkerId, int64_t> RoundToTotal(const std::map<WorkerId, double>& targets) const {
-    return controller::RoundToTotal(targets, bounds(), FeasibleTotal());
+    const Bounds b = bounds();
+    return controller::RoundToTotal(targets, b, controller::FeasibleTotal(options_.global_batch, b));
   }
   std::map<WorkerId, int64_t> PaperRule();
   // The dead-band in force: wider while the measurements are noisy or few.
