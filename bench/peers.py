@@ -3,8 +3,8 @@
 (tests/cluster.sh: every host behind a link of --link, both ways), in one run, with the same
 models, data, emulated devices and links:
 
-  ddp                  4 gloo ranks, equal batches (B/4 each); after each rank's emulated step
-                       one all_reduce of the whole flat gradient (like for like with the
+  ddp                  --workers gloo ranks (4), equal batches (B/N each); after each rank's
+                       emulated step one all_reduce of the whole flat gradient (like for like with the
                        emulated OmniLearn workers, which push whole after their step; DDP's
                        bucketed all-reduce during backward cannot overlap a wait that comes after
                        the real backward), then SGD on every rank
@@ -14,7 +14,7 @@ models, data, emulated devices and links:
                        best this peer can do
   omnilearn-1server    one omnilearn_server on a host of its own, the controller on (sync)
   omnilearn-colocated  a server on every worker host: the coordinator on w0's, a shard on each
-                       other (--shards=4), the workers' default deployment on several hosts
+                       other (--shards=N), the workers' default deployment on several hosts
   omnilearn-1server-fat  (only with --systems) one server whose link is 4 x a worker's
   omnilearn-fat-slices   (only with --systems) the same host and link serving the model as
                        --fat_slices slices (8: a coordinator and 7 shard servers on it), which
@@ -63,7 +63,6 @@ sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
 
-WORKERS = 4
 PORT = 50051
 DDP_PORT = 29500
 SYSTEMS = ("ddp", "ddp-balanced", "omnilearn-1server", "omnilearn-colocated")
@@ -233,8 +232,13 @@ def level_at(args, iteration):
     return DYNAMIC[min(len(DYNAMIC) - 1, iteration // args.step_iterations)]
 
 
+def cores_of(level, workers):
+    """The level's core counts for `workers` ranks: the paper's four hosts, repeated."""
+    return [LEVELS[level][rank % len(LEVELS[level])] for rank in range(workers)]
+
+
 def profile(args, level, rank):
-    cores = LEVELS[level][rank]
+    cores = cores_of(level, rank + 1)[rank]
     return f"{FIXED_MS:g}:{args.ms_per_sample_1core / cores:.6g}:{JITTER:g}"
 
 
@@ -246,9 +250,9 @@ def device_text(args, rank):
     return ",".join(f"{i}@{profile(args, lvl, rank)}" for i, lvl in enumerate(DYNAMIC))
 
 
-def balanced_batches(level, global_batch):
+def balanced_batches(level, global_batch, workers):
     """Batches proportional to the devices' speeds (cores), largest remainder to sum B."""
-    cores = LEVELS[level]
+    cores = cores_of(level, workers)
     exact = [global_batch * c / sum(cores) for c in cores]
     out = [int(e) for e in exact]
     for k in sorted(range(len(out)), key=lambda k: exact[k] - out[k], reverse=True)[:global_batch - sum(out)]:
@@ -265,8 +269,8 @@ def real_indices(samples, batch, cap, offset):
 
 def ddp_batches(args, level):
     if args.system == "ddp-balanced":
-        return balanced_batches(level, args.global_batch)
-    return [args.global_batch // WORKERS] * WORKERS
+        return balanced_batches(level, args.global_batch, args.workers)
+    return [args.global_batch // args.workers] * args.workers
 
 
 def ddp_step_data(args, it, batch_of):
@@ -285,7 +289,7 @@ def ddp_main(args):
     import torch.distributed as dist
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://{args.master}:{DDP_PORT}", rank=args.rank,
-                            world_size=WORKERS)
+                            world_size=args.workers)
     if args.timing == "layers":
         return ddp_layers(args)
     from omnilearn.emulation import EmulatedDevice
@@ -338,7 +342,7 @@ def ddp_layers(args):
         pacer.forward(device.step_seconds(b, it / args.step_iterations))
         loss = loss_of(ddp, x, y)
         pacer.backward()
-        (loss * (b * WORKERS / args.global_batch)).backward()
+        (loss * (b * args.workers / args.global_batch)).backward()
         opt.step()
         opt.zero_grad(set_to_none=False)
         rows.append({"start": t0, "batch": b, "loss": loss.item()})
@@ -394,7 +398,7 @@ def server_command(args, cluster, host, extra, port=PORT):
 
 def start_servers(args, cluster, system, log):
     """The system's servers; returns (processes, the workers' server address)."""
-    job = ["--mode=sync", f"--num_workers={WORKERS}", f"--global_batch={args.global_batch}", f"--lr={LR}",
+    job = ["--mode=sync", f"--num_workers={args.workers}", f"--global_batch={args.global_batch}", f"--lr={LR}",
            f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done", *args.server_flags.split()]
     if system.startswith("omnilearn-1server"):
         return [subprocess.Popen(server_command(args, cluster, "ps", job), stdout=log("ps"),
@@ -403,7 +407,7 @@ def start_servers(args, cluster, system, log):
     if system == "omnilearn-fat-slices":
         hosts = [("ps", PORT + i) for i in range(args.fat_slices)]
     else:
-        hosts = [(f"w{i}", PORT) for i in range(WORKERS)]
+        hosts = [(f"w{i}", PORT) for i in range(args.workers)]
     coordinator = f"{cluster.addr[hosts[0][0]]}:{hosts[0][1]}"
     peer = os.path.join(args.work, "peer-token")  # the servers' own secret (they listen beyond loopback)
     with open(peer, "w") as f:
@@ -420,11 +424,11 @@ def start_servers(args, cluster, system, log):
 
 def one_run(args, model, level, system):
     """Every rank's rows and overruns for one (model, level, system)."""
-    hosts = {f"w{i}": args.link for i in range(WORKERS)}
+    hosts = {f"w{i}": args.link for i in range(args.workers)}
     if system == "omnilearn-1server":
         hosts["ps"] = args.link
     elif system in ("omnilearn-1server-fat", "omnilearn-fat-slices"):
-        hosts["ps"] = f"{float(args.link[:-4]) * WORKERS:g}{args.link[-4:]}"
+        hosts["ps"] = f"{float(args.link[:-4]) * args.workers:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
     servers, workers = [], []
     tag = f"{model}.{level}.{system}"
@@ -437,8 +441,9 @@ def one_run(args, model, level, system):
                   f"--timing={args.timing}", f"--bucket_mb={args.bucket_mb}",
                   f"--overlap_pull={args.overlap_pull}",
                   f"--global_batch={args.global_batch}", f"--ms_per_sample_1core={args.ms_per_sample_1core}",
-                  f"--step_iterations={args.step_iterations}", f"--dataset={args.dataset}"]
-        for r in range(WORKERS):
+                  f"--step_iterations={args.step_iterations}", f"--dataset={args.dataset}",
+                  f"--workers={args.workers}"]
+        for r in range(args.workers):
             where = [f"--master={cluster.addr['w0']}"] if target is None else [f"--server={target}"]
             env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
             workers.append(subprocess.Popen(cluster.command(f"w{r}", [
@@ -487,7 +492,8 @@ def summarize(args, model, level, system, results, mbytes):
     # Ring: each host sends and receives 2(N-1)/N x M at once. One server: N gradients in,
     # then N models out, on its one link (a sync round's phases cannot overlap). Servers on
     # the worker hosts: (N-1)/N x M each way per phase, the ring's total.
-    wire = {"ddp": 2 * (WORKERS - 1) / WORKERS * mbytes / rate, "omnilearn-1server": 2 * WORKERS * mbytes / rate}
+    w = args.workers
+    wire = {"ddp": 2 * (w - 1) / w * mbytes / rate, "omnilearn-1server": 2 * w * mbytes / rate}
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
     wire["omnilearn-1server-fat"] = 2 * mbytes / rate  # each worker's gradient up, then the model down
     # The slices one after the other: slice s's model comes down while slice s+1's gradient
@@ -592,7 +598,10 @@ def parse():
                     help="balanced compute per iteration over the ring's wire time")
     ap.add_argument("--bucket_mb", type=float, default=4.0, help="OmniLearn workers' push buckets (layers)")
     ap.add_argument("--overlap_pull", type=int, default=1, help="OmniLearn workers: the model arrives during forward")
-    ap.add_argument("--global_batch", type=int, default=128)
+    ap.add_argument("--compute_s", type=float, help="the balanced compute of one iteration, in seconds "
+                    "(default: --compute_ratio x the ring's wire time)")
+    ap.add_argument("--workers", type=int, default=4, help="worker hosts (the levels' four devices repeated)")
+    ap.add_argument("--global_batch", type=int, help="default: 32 per worker")
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--step_iterations", type=int, default=8, help="dynamic: iterations per level")
     ap.add_argument("--dataset", type=int, default=1 << 16)
@@ -604,6 +613,10 @@ def parse():
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
+    if args.global_batch is None:
+        args.global_batch = 32 * args.workers
+    if args.workers < 2 or args.global_batch < args.workers:
+        ap.error("--workers must be 2 or more, with a global batch of at least one sample each")
     if args.quick:
         args.models, args.levels, args.iterations, args.skip = "mlp4", "HL8", 24, 10
     return args
@@ -620,9 +633,11 @@ def main():
     rows = []
     for model in args.models.split(","):
         mbytes = model_bytes(model)
-        ring_s = 2 * (WORKERS - 1) / WORKERS * mbytes / rate_bytes(args.link)
-        # The balanced compute (B samples over the levels' 48 cores) equals the ring's time.
-        args.ms_per_sample_1core = args.compute_ratio * 1000 * ring_s * sum(LEVELS["HL1"]) / args.global_batch
+        ring_s = 2 * (args.workers - 1) / args.workers * mbytes / rate_bytes(args.link)
+        # The balanced compute of an iteration (B samples over the levels' cores; every level
+        # has as many) equals the ring's wire time, or --compute_s.
+        compute_s = args.compute_s if args.compute_s is not None else args.compute_ratio * ring_s
+        args.ms_per_sample_1core = 1000 * compute_s * sum(cores_of("HL1", args.workers)) / args.global_batch
         for level in args.levels.split(","):
             # Dynamic: every level of the schedule for --step_iterations, a global epoch each.
             run = argparse.Namespace(**vars(args))
