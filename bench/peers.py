@@ -41,6 +41,9 @@ servers on the worker hosts: 2(N-1)/N x M per host, the ring's), the batches at 
 the time to the target loss (the highest final loss among the systems, so that every one
 reaches it). Writes bench/results/peers.json, peers.md and peers.png.
 
+--workers=N runs N hosts (the levels' four devices repeated; bench/scaling.py); --load=R:P puts P
+busy loops beside worker R (a loaded host, for the controller's StepFilter).
+
     bazel build -c opt //server:omnilearn_server //python:omnilearn
     /usr/bin/python3 bench/peers.py                  the matrix (docs/performance.md)
     /usr/bin/python3 bench/peers.py --quick          mlp4 at HL8, 4 systems (the test command)
@@ -363,7 +366,7 @@ def omnilearn_main(args):
     with Worker(args.server, model, name=f"w{args.rank}", max_iterations=args.iterations,
                 dataset_size=args.dataset, emulate_device=None if layers else device_text(args, args.rank),
                 rpc_timeout=300, connect_timeout=120, bucket_mb=args.bucket_mb, overlap_pull=bool(args.overlap_pull),
-                log=lambda _: None) as w:
+                log=lambda line: print(line, file=sys.stderr, flush=True)) as w:
         pacer = Pacer(model, stages_of(args.model, model), lambda: w.arrival_wait_seconds) if layers else None
         for step in w:
             t0 = time.perf_counter()
@@ -422,6 +425,19 @@ def start_servers(args, cluster, system, log):
     return procs, coordinator
 
 
+def host_load(args, hogs):
+    """--load=RANK:PROCS: PROCS busy loops (appended to `hogs`) on the machine's last core,
+    and worker RANK's process pinned there with them (its host's CPU taken by others: its
+    real compute slows and its emulated steps overrun). Returns argv -> argv for worker r."""
+    if not args.load:
+        return lambda r, argv: argv
+    rank, procs = (int(v) for v in args.load.split(":"))
+    core = str(os.cpu_count() - 1)
+    for _ in range(procs):
+        hogs.append(subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True: pass"]))
+    return lambda r, argv: ["taskset", "-c", core, *argv] if r == rank else argv
+
+
 def one_run(args, model, level, system):
     """Every rank's rows and overruns for one (model, level, system)."""
     hosts = {f"w{i}": args.link for i in range(args.workers)}
@@ -430,11 +446,12 @@ def one_run(args, model, level, system):
     elif system in ("omnilearn-1server-fat", "omnilearn-fat-slices"):
         hosts["ps"] = f"{float(args.link[:-4]) * args.workers:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
-    servers, workers = [], []
+    servers, workers, hogs = [], [], []
     tag = f"{model}.{level}.{system}"
     log = lambda name: open(os.path.join(args.work, f"{tag}.{name}.log"), "w")  # noqa: E731
     try:
         target = None
+        pin = host_load(args, hogs)
         if not system.startswith("ddp"):
             servers, target = start_servers(args, cluster, system, log)
         common = [f"--model={model}", f"--level={level}", f"--system={system}", f"--iterations={args.iterations}",
@@ -446,8 +463,8 @@ def one_run(args, model, level, system):
         for r in range(args.workers):
             where = [f"--master={cluster.addr['w0']}"] if target is None else [f"--server={target}"]
             env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
-            workers.append(subprocess.Popen(cluster.command(f"w{r}", [
-                sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common]),
+            workers.append(subprocess.Popen(pin(r, cluster.command(f"w{r}", [
+                sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common])),
                 stdout=subprocess.PIPE, stderr=log(f"w{r}"), text=True, env=env))
         results = []
         deadline = time.monotonic() + args.timeout
@@ -458,10 +475,10 @@ def one_run(args, model, level, system):
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results
     finally:
-        for p in workers + servers:
+        for p in workers + servers + hogs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in workers + servers:
+        for p in workers + servers + hogs:
             try:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -570,7 +587,8 @@ def plot(rows, path):
                         label=r["system"])
     curves.set_xlabel("seconds")
     curves.set_ylabel("training loss (mlp4, HL8, smoothed)")
-    curves.legend(fontsize=7)
+    if curves.lines:
+        curves.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -610,6 +628,7 @@ def parse():
     ap.add_argument("--fat_slices", type=int, default=8, help="omnilearn-fat-slices: the slices on the server host")
     ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
                     "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
+    ap.add_argument("--load", help="RANK:PROCS: that worker's host loaded by PROCS busy loops on its core")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -620,6 +639,12 @@ def parse():
     if args.quick:
         args.models, args.levels, args.iterations, args.skip = "mlp4", "HL8", 24, 10
     return args
+
+
+def write_json(args, rows):
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump({"link": args.link, "global_batch": args.global_batch, "iterations": args.iterations,
+                   "compute_ratio": args.compute_ratio, "rows": rows}, f, indent=1)
 
 
 def main():
@@ -655,10 +680,9 @@ def main():
                       f"{1000 * (r['comm_s'] or 0):.0f} ms) batches {r['batches']} overruns {r['overruns']} "
                       f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
+                write_json(args, rows)  # each row as it comes: a later run's failure keeps it
     add_time_to_target(rows)
-    with open(os.path.join(args.out, "peers.json"), "w") as f:
-        json.dump({"link": args.link, "global_batch": args.global_batch, "iterations": args.iterations,
-                   "compute_ratio": args.compute_ratio, "rows": rows}, f, indent=1)
+    write_json(args, rows)
     text = table(rows)
     with open(os.path.join(args.out, "peers.md"), "w") as f:
         f.write(text + "\n")

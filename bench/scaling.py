@@ -14,8 +14,11 @@ predicted, which is the model's check.
 
     bazel build -c opt //server:omnilearn_server //python:omnilearn
     /usr/bin/python3 bench/scaling.py                       measure, fit, predict (docs/performance.md)
-    /usr/bin/python3 bench/scaling.py --from_json=bench/results/scaling.json   fit again, no runs
-Writes bench/results/scaling.json, scaling.md and scaling.png. Needs root (network namespaces).
+    /usr/bin/python3 bench/scaling.py --report_only          fit the runs already made again
+    /usr/bin/python3 bench/scaling.py --workers=16 --models=mlp40    one point again (its directory
+                                                             is replaced), then --report_only
+Each run's table and logs stay in bench/results/scaling-runs/MODEL-N/; writes
+bench/results/scaling.json, scaling.md and scaling.png. Needs root (network namespaces).
 """
 
 import argparse
@@ -33,36 +36,52 @@ RING, SERVERS = "ddp", "omnilearn-colocated"
 JITTER = 0.02  # bench/peers.py's devices
 
 
+def run_dir(args, model, n):
+    return os.path.join(args.out, "scaling-runs", f"{model}-{n}")
+
+
 def measure(args):
-    """Every (workers, model, system) point, from one bench/peers.py run per (workers, model)."""
+    """One bench/peers.py run per (workers, model), in a directory of its own; a run that
+    fails keeps the rows it finished (peers.py writes each as it comes) and is reported."""
     import peers
     rate = rate_bytes(args.link)
-    points = []
     for n in args.workers:
         for model in args.models:
-            mbytes = peers.model_bytes(model)
-            compute_s = args.compute_ratio * link_model.wire_seconds(4, mbytes, rate)
-            out = os.path.join(args.out, "scaling-runs", f"{model}-{n}")
+            compute_s = args.compute_ratio * link_model.wire_seconds(4, peers.model_bytes(model), rate)
             cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), f"--workers={n}", f"--models={model}",
                    "--levels=HL1", f"--systems={RING},{SERVERS}", f"--link={args.link}",
                    f"--iterations={args.iterations}", f"--skip={args.skip}", f"--compute_s={compute_s}",
-                   f"--bin_dir={args.bin_dir}", f"--out={out}"]
+                   f"--timeout={args.timeout}", f"--bin_dir={args.bin_dir}", f"--out={run_dir(args, model, n)}"]
             print("+", " ".join(cmd[1:]), flush=True)
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            with open(os.path.join(out, "peers.json")) as f:
-                for row in json.load(f)["rows"]:
-                    points.append({"workers": n, "model": model, "system": row["system"], "model_bytes": mbytes,
-                                   "rate": rate, "compute_s": compute_s, "iteration_s": row["iteration_s"],
-                                   "comm_s": row["comm_s"], "cpu_busy": row["cpu_busy"],
-                                   "overruns": row["overruns"]})
-            save(args, points)
-    return points
+            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
+            if rc != 0:
+                print(f"  failed (exit {rc}): the systems it finished are kept; the logs are in "
+                      f"{run_dir(args, model, n)}/peers-logs", flush=True)
 
 
-def save(args, points):
+def collect(args):
+    """The points of every (workers, model) run directory there is, and the systems missing."""
+    import peers
+    rate = rate_bytes(args.link)
+    points, missing = [], []
+    for n in args.workers:
+        for model in args.models:
+            mbytes = peers.model_bytes(model)
+            path = os.path.join(run_dir(args, model, n), "peers.json")
+            rows = json.load(open(path))["rows"] if os.path.exists(path) else []
+            for system in (RING, SERVERS):
+                row = next((r for r in rows if r["system"] == system), None)
+                if row is None:
+                    missing.append(f"{model} {system} at {n} workers")
+                    continue
+                points.append({"workers": n, "model": model, "system": system, "model_bytes": mbytes, "rate": rate,
+                               "compute_s": args.compute_ratio * link_model.wire_seconds(4, mbytes, rate),
+                               "iteration_s": row["iteration_s"], "comm_s": row["comm_s"],
+                               "cpu_busy": row["cpu_busy"], "overruns": row["overruns"]})
     with open(os.path.join(args.out, "scaling.json"), "w") as f:
         json.dump({"link": args.link, "compute_ratio": args.compute_ratio, "iterations": args.iterations,
-                   "skip": args.skip, "points": points}, f, indent=1)
+                   "skip": args.skip, "points": points, "missing": missing}, f, indent=1)
+    return points, missing
 
 
 def fits(points, hold_out):
@@ -126,7 +145,9 @@ def plot(points, params, predict_to, path):
         for system, color in ((RING, "tab:blue"), (SERVERS, "tab:orange")):
             xs = sorted(p["workers"] for p in mine if p["system"] == system)
             ys = [next(p["iteration_s"] for p in mine if p["system"] == system and p["workers"] == n) for n in xs]
-            ax.plot(xs, ys, "o", color=color, label=f"{system}, measured")
+            ax.plot(xs, ys, "o-", color=color, label=f"{system}, measured")
+            if params is None:  # the model is not validated by these points: none drawn
+                continue
             ax.plot(ns, [link_model.predict(params[system]["all"], n, ref["model_bytes"], ref["rate"],
                                             ref["compute_s"], JITTER) for n in ns], "-", color=color,
                     label=f"{system}, model")
@@ -140,15 +161,32 @@ def plot(points, params, predict_to, path):
     fig.savefig(path, dpi=110)
 
 
-def report(args, points):
+def check_error(points, params, hold_out):
+    """The largest relative miss of the fit without `hold_out` on the points of `hold_out`."""
+    held = [p for p in points if p["workers"] == hold_out]
+    return max((abs(link_model.predict(params[p["system"]]["check"], p["workers"], p["model_bytes"], p["rate"],
+                                       p["compute_s"], JITTER) / p["iteration_s"] - 1) for p in held), default=None)
+
+
+def report(args, points, missing):
     params = fits(points, args.hold_out)
-    text = "\n\n".join([measured_table(points, params, args.hold_out), params_text(params),
-                        "Predicted iteration, ring / servers (ratio), ms:",
-                        prediction_table(points, params, args.predict_to)])
+    gaps = "Not measured (the run failed; its logs say why): " + "; ".join(missing) if missing else ""
+    miss = check_error(points, params, args.hold_out)
+    validated = miss is not None and miss <= args.tolerance
+    if validated:
+        prediction = (f"The fit predicts the held-out {args.hold_out} workers within {100 * miss:.0f}%. "
+                      "Predicted iteration, ring / servers (ratio), ms:\n\n" +
+                      prediction_table(points, params, args.predict_to))
+    else:
+        prediction = (f"No prediction: the fit without {args.hold_out} workers misses them by up to "
+                      f"{100 * (miss or 0):.0f}% (more than --tolerance {100 * args.tolerance:.0f}%, or none "
+                      "measured): the model is not validated by these points.")
+    text = "\n\n".join(part for part in [
+        measured_table(points, params, args.hold_out), gaps, params_text(params), prediction] if part)
     with open(os.path.join(args.out, "scaling.md"), "w") as f:
         f.write(text + "\n")
     print(text)
-    plot(points, params, args.predict_to, os.path.join(args.out, "scaling.png"))
+    plot(points, params if validated else None, args.predict_to, os.path.join(args.out, "scaling.png"))
     print(f"results: {args.out}/scaling.json, scaling.md, scaling.png")
 
 
@@ -163,7 +201,10 @@ def parse():
     ap.add_argument("--skip", type=int, default=6)
     ap.add_argument("--hold_out", type=int, help="the worker count left out of the fit (default: the largest)")
     ap.add_argument("--predict_to", type=int, default=256)
-    ap.add_argument("--from_json", help="fit and report the points of an earlier run")
+    ap.add_argument("--tolerance", type=float, default=0.1,
+                    help="the largest miss on the held-out points for which the model's prediction is given")
+    ap.add_argument("--report_only", action="store_true", help="fit and report the runs already in --out")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one system's run may take")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -177,12 +218,12 @@ def parse():
 def main():
     args = parse()
     os.makedirs(args.out, exist_ok=True)
-    if args.from_json:
-        with open(args.from_json) as f:
-            points = json.load(f)["points"]
-    else:
-        points = measure(args)
-    report(args, points)
+    if not args.report_only:
+        measure(args)
+    try:
+        report(args, *collect(args))
+    except ValueError as e:  # too few points to fit
+        sys.exit(f"scaling: {e}; the runs are kept: add more worker counts, or --report_only over all of them")
 
 
 if __name__ == "__main__":
