@@ -54,6 +54,7 @@ import argparse
 import json
 import math
 import os
+import re
 import secrets
 import signal
 import statistics
@@ -235,13 +236,17 @@ def level_at(args, iteration):
     return DYNAMIC[min(len(DYNAMIC) - 1, iteration // args.step_iterations)]
 
 
+def rank_cores(level, rank):
+    """The cores of rank's device at a level: the paper's four hosts, repeated."""
+    return LEVELS[level][rank % len(LEVELS[level])]
+
+
 def cores_of(level, workers):
-    """The level's core counts for `workers` ranks: the paper's four hosts, repeated."""
-    return [LEVELS[level][rank % len(LEVELS[level])] for rank in range(workers)]
+    return [rank_cores(level, rank) for rank in range(workers)]
 
 
 def profile(args, level, rank):
-    cores = cores_of(level, rank + 1)[rank]
+    cores = rank_cores(level, rank)
     return f"{FIXED_MS:g}:{args.ms_per_sample_1core / cores:.6g}:{JITTER:g}"
 
 
@@ -636,6 +641,9 @@ def parse():
         args.global_batch = 32 * args.workers
     if args.workers < 2 or args.global_batch < args.workers:
         ap.error("--workers must be 2 or more, with a global batch of at least one sample each")
+    load = re.fullmatch(r"(\d+):(\d+)", args.load or "0:0")
+    if not load or int(load.group(1)) >= args.workers:
+        ap.error(f"--load={args.load}: RANK:PROCS with a rank below --workers ({args.workers})")
     if args.quick:
         args.models, args.levels, args.iterations, args.skip = "mlp4", "HL8", 24, 10
     return args
@@ -674,6 +682,7 @@ def main():
                 r = summarize(run, model, level, system, one_run(run, model, level, system), mbytes)
                 # What the run's processes (servers and workers, all reaped) used of the machine's cores.
                 r["cpu_busy"] = (children_cpu() - cpu) / ((time.monotonic() - t) * os.cpu_count())
+                r["compute_s"], r["model_bytes"] = compute_s, mbytes
                 rows.append(r)
                 print(f"{model:>8} {level:>7} {system:<20} iteration {1000 * r['iteration_s']:7.0f} ms "
                       f"(wire bound {1000 * r['wire_s']:.0f} ms, communication "

@@ -2,7 +2,8 @@
 """scaling: iteration time against the number of workers, for a ring all-reduce (PyTorch DDP's
 gloo all_reduce) and for servers on the worker hosts (omnilearn-colocated), measured with
 bench/peers.py on the emulated cluster and fitted by bench/link_model.py, which then predicts
-them to --predict_to workers and says where the two cross.
+them to --predict_to workers and says where the two cross, when the points it was not given
+confirm it.
 
 Weak scaling on equal devices (HL1): 32 samples per worker, the balanced compute of an
 iteration fixed per model (--compute_ratio x the ring's wire time at 4 workers), gradients
@@ -24,6 +25,7 @@ bench/results/scaling.json, scaling.md and scaling.png. Needs root (network name
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -41,41 +43,42 @@ def run_dir(args, model, n):
 
 
 def measure(args):
-    """One bench/peers.py run per (workers, model), in a directory of its own; a run that
-    fails keeps the rows it finished (peers.py writes each as it comes) and is reported."""
+    """One bench/peers.py run per (workers, model), in a directory of its own (an earlier
+    one's removed first); a run that fails keeps the rows it finished (peers.py writes each
+    as it comes) and is reported."""
     import peers
-    rate = rate_bytes(args.link)
     for n in args.workers:
         for model in args.models:
-            compute_s = args.compute_ratio * link_model.wire_seconds(4, peers.model_bytes(model), rate)
+            compute_s = args.compute_ratio * link_model.wire_seconds(4, peers.model_bytes(model),
+                                                                     rate_bytes(args.link))
+            out = run_dir(args, model, n)
+            shutil.rmtree(out, ignore_errors=True)
             cmd = [sys.executable, os.path.join(ROOT, "bench", "peers.py"), f"--workers={n}", f"--models={model}",
                    "--levels=HL1", f"--systems={RING},{SERVERS}", f"--link={args.link}",
                    f"--iterations={args.iterations}", f"--skip={args.skip}", f"--compute_s={compute_s}",
-                   f"--timeout={args.timeout}", f"--bin_dir={args.bin_dir}", f"--out={run_dir(args, model, n)}"]
+                   f"--timeout={args.timeout}", f"--bin_dir={args.bin_dir}", f"--out={out}"]
             print("+", " ".join(cmd[1:]), flush=True)
             rc = subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode
             if rc != 0:
-                print(f"  failed (exit {rc}): the systems it finished are kept; the logs are in "
-                      f"{run_dir(args, model, n)}/peers-logs", flush=True)
+                print(f"  failed (exit {rc}): the systems it finished are kept; the logs are in {out}/peers-logs",
+                      flush=True)
 
 
 def collect(args):
-    """The points of every (workers, model) run directory there is, and the systems missing."""
-    import peers
-    rate = rate_bytes(args.link)
+    """The points of every (workers, model) run directory there is (each with the link, model
+    size and compute its run had), and the systems missing."""
     points, missing = [], []
     for n in args.workers:
         for model in args.models:
-            mbytes = peers.model_bytes(model)
             path = os.path.join(run_dir(args, model, n), "peers.json")
-            rows = json.load(open(path))["rows"] if os.path.exists(path) else []
+            doc = json.load(open(path)) if os.path.exists(path) else {"rows": []}
             for system in (RING, SERVERS):
-                row = next((r for r in rows if r["system"] == system), None)
+                row = next((r for r in doc["rows"] if r["system"] == system), None)
                 if row is None:
                     missing.append(f"{model} {system} at {n} workers")
                     continue
-                points.append({"workers": n, "model": model, "system": system, "model_bytes": mbytes, "rate": rate,
-                               "compute_s": args.compute_ratio * link_model.wire_seconds(4, mbytes, rate),
+                points.append({"workers": n, "model": model, "system": system, "model_bytes": row["model_bytes"],
+                               "rate": rate_bytes(doc["link"]), "compute_s": row["compute_s"],
                                "iteration_s": row["iteration_s"], "comm_s": row["comm_s"],
                                "cpu_busy": row["cpu_busy"], "overruns": row["overruns"]})
     with open(os.path.join(args.out, "scaling.json"), "w") as f:
