@@ -66,6 +66,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
+from link_model import wire_seconds  # noqa: E402
 
 PORT = 50051
 DDP_PORT = 29500
@@ -515,7 +516,7 @@ def summarize(args, model, level, system, results, mbytes):
     # then N models out, on its one link (a sync round's phases cannot overlap). Servers on
     # the worker hosts: (N-1)/N x M each way per phase, the ring's total.
     w = args.workers
-    wire = {"ddp": 2 * (w - 1) / w * mbytes / rate, "omnilearn-1server": 2 * w * mbytes / rate}
+    wire = {"ddp": wire_seconds(w, mbytes, rate), "omnilearn-1server": 2 * w * mbytes / rate}
     wire["ddp-balanced"] = wire["omnilearn-colocated"] = wire["ddp"]
     wire["omnilearn-1server-fat"] = 2 * mbytes / rate  # each worker's gradient up, then the model down
     # The slices one after the other: slice s's model comes down while slice s+1's gradient
@@ -666,7 +667,7 @@ def main():
     rows = []
     for model in args.models.split(","):
         mbytes = model_bytes(model)
-        ring_s = 2 * (args.workers - 1) / args.workers * mbytes / rate_bytes(args.link)
+        ring_s = wire_seconds(args.workers, mbytes, rate_bytes(args.link))
         # The balanced compute of an iteration (B samples over the levels' cores; every level
         # has as many) equals the ring's wire time, or --compute_s.
         compute_s = args.compute_s if args.compute_s is not None else args.compute_ratio * ring_s

@@ -33,9 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import link_model  # noqa: E402
 from heterogeneity import rate_bytes  # noqa: E402
+from peers import JITTER  # noqa: E402  (the emulated devices' jitter)
 
 RING, SERVERS = "ddp", "omnilearn-colocated"
-JITTER = 0.02  # bench/peers.py's devices
 
 
 def run_dir(args, model, n):
@@ -97,6 +97,11 @@ def fits(points, hold_out):
     return out
 
 
+def models_by_size(points):
+    return sorted({p["model"] for p in points}, key=lambda m: next(p["model_bytes"] for p in points
+                                                                    if p["model"] == m))
+
+
 def measured_table(points, params, hold_out):
     lines = ["| model | workers | system | measured | predicted (fit without the held-out point) | error | "
              "communication | CPU of the machine | overruns |", "|---" * 9 + "|"]
@@ -114,8 +119,7 @@ def prediction_table(points, params, predict_to):
     counts = [2 ** i for i in range(1, predict_to.bit_length()) if 2 ** i <= predict_to]
     lines = ["| model | " + " | ".join(f"{n}" for n in counts) + " | servers no slower from |",
              "|---" * (len(counts) + 2) + "|"]
-    for model in sorted({p["model"] for p in points}, key=lambda m: next(p["model_bytes"] for p in points
-                                                                            if p["model"] == m)):
+    for model in models_by_size(points):
         p = next(p for p in points if p["model"] == model)
         at = lambda system, n: link_model.predict(params[system]["all"], n, p["model_bytes"], p["rate"],  # noqa
                                                   p["compute_s"], JITTER)
@@ -138,8 +142,7 @@ def plot(points, params, predict_to, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    models = sorted({p["model"] for p in points}, key=lambda m: next(p["model_bytes"] for p in points
-                                                                     if p["model"] == m))
+    models = models_by_size(points)
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     ns = list(range(2, predict_to + 1))
     for ax, model in zip(axes[0], models):
