@@ -122,6 +122,11 @@ void ShardCore::CloseSession(WorkerId id) {
   pending_.erase(id);
 }
 
+bool ShardCore::HasSession(WorkerId id) const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.count(id) > 0;
+}
+
 void ShardCore::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;

@@ -59,6 +59,8 @@ class ShardCore : public DataPlane {
   bool initialized() const;
   void OpenSession(WorkerId id, std::string secret);
   void CloseSession(WorkerId id);
+  // Whether the coordinator announced session `id` (and did not close it), without waiting.
+  bool HasSession(WorkerId id) const;
   // Takes the step on this slice once every member's slice for its model version is here.
   // Past member_wait without one: sync, the step is not taken and fails Aborted (the
   // coordinator's slice took that member: the shard registers again and every slice goes

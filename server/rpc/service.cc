@@ -76,10 +76,11 @@ void ConfigureServerBuilder(grpc::ServerBuilder& builder, int max_threads) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 4000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // And the server pings every caller's connection as often: a shard's stream on a host cut
-  // off without closing its connections ends within 10 s (its slice is then named missing,
-  // and the shard's return is a return), not when TCP gives up minutes later.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  // off without closing its connections ends within 25 s (its slice is then named missing,
+  // and the shard's return is a return), not when TCP gives up minutes later. The shard's
+  // own link notices sooner (ShardLinkOptions::keepalive): it carries no bulk data.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveTimeMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   grpc::ResourceQuota quota("omnilearn_server");
   quota.SetMaxThreads(max_threads);

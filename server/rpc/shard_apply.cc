@@ -69,6 +69,17 @@ absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
   }
 }
 
+bool ShardApplier::IsOpening(const v1::ShardCommand& c) { return c.has_session() && !c.session().closed(); }
+
+bool ShardApplier::MayBePassed(const v1::ShardCommand& c) { return c.has_session() || c.has_step(); }
+
+absl::Status ShardApplier::OpenAhead(const v1::ShardCommand& c) {
+  if (!IsOpening(c)) return absl::InvalidArgumentError("only a session's opening is applied ahead of its place");
+  if (absl::Status s = CheckShardCommand(c); !s.ok()) return s;
+  shard_->OpenSession(c.session().worker_id(), c.session().session_secret());
+  return absl::OkStatus();
+}
+
 absl::Status ShardApplier::ApplyInit(const v1::ShardInit& init) {
   absl::StatusOr<ModelLayout> layout = ParseLayout(init.layout());
   if (!layout.ok()) return layout.status();

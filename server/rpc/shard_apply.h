@@ -48,7 +48,7 @@ struct ShardApplierOptions {
   ReportCheckpointsCall report_checkpoints;
 };
 
-// Not thread-safe: one control stream's thread uses it.
+// Not thread-safe: one control stream's thread uses it (OpenAhead excepted).
 class ShardApplier {
  public:
   ShardApplier(ShardApplierOptions options, ShardCore* shard);
@@ -66,6 +66,16 @@ class ShardApplier {
   // coordinator's. A checkpoint it cannot write is not one: the slice goes on (its
   // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
+  // A session's opening may be applied ahead of the commands before it when only steps and
+  // sessions are among them (each MayBePassed): it only lets the session's calls in, and
+  // no step ahead of it can name a session opened after it. A step can wait member_wait
+  // for a missing member's slice; a worker that joined meanwhile would be refused NotFound
+  // here after kAnnouncementWait and join again, and again, until the step ended.
+  static bool IsOpening(const v1::ShardCommand& command);
+  static bool MayBePassed(const v1::ShardCommand& command);
+  // Applies an opening ahead of its place (Apply applies it again there). Safe to call
+  // while another thread is in Apply: it touches the shard's data plane only.
+  absl::Status OpenAhead(const v1::ShardCommand& opening);
   // The fingerprint of the map this shard holds a slice of (0 before its first init).
   uint64_t fingerprint() const { return fingerprint_; }
   // The slice a registration asks for: the one held, else the one this shard was started

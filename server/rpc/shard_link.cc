@@ -10,6 +10,7 @@
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/data/parameter_store.h"
+#include "server/rpc/ordered_apply.h"
 #include "server/rpc/shard_wire.h"
 
 namespace omnilearn {
@@ -152,11 +153,16 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   // its worker-facing service only (and answers the other UNIMPLEMENTED).
   std::unique_ptr<CommandReader> reader = options_.open ? options_.open(&ctx, Hello(), legacy_coordinator_)
                                                         : OpenOverNetwork(options_, &ctx, Hello(), legacy_coordinator_);
-  v1::ShardCommand c;
   absl::Status applied;
-  while (applied.ok() && reader->Read(&c)) {
-    *registered = true;
-    applied = applier_.Apply(c);
+  {
+    // Applied in order on a thread of their own: read on while a step waits for a member.
+    OrderedApply in_order(&applier_, [&ctx] { ctx.TryCancel(); });
+    v1::ShardCommand c;
+    while (reader->Read(&c)) {
+      *registered = true;
+      if (!in_order.Add(std::move(c))) break;
+    }
+    applied = in_order.Finish();
   }
   if (!applied.ok()) ctx.TryCancel();
   grpc::Status finished = reader->Finish();

@@ -2,8 +2,10 @@
 // when it registers, how it applies the commands, and when it registers again or gives up.
 #include "server/rpc/shard_link.h"
 
+#include <functional>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,10 +30,12 @@ std::vector<v1::ShardCommand> Accept() {
   return out;
 }
 
-// One registration as the coordinator answers it: its commands, then the call's end.
+// One registration as the coordinator answers it: its commands, then the call's end;
+// `before(n)`, when set, runs before command n is read.
 struct Registration {
   std::vector<v1::ShardCommand> commands;
   grpc::Status end;
+  std::function<void(size_t)> before;
 };
 
 // Answers registrations from a script; past its end, as a coordinator not there.
@@ -48,7 +52,8 @@ class ScriptedCoordinator {
   std::unique_ptr<grpc::ClientReaderInterface<v1::ShardCommand>> Open(const v1::ShardHello& hello, bool legacy) {
     const size_t n = calls.size();
     calls.push_back({hello, legacy});
-    Registration r = n < script_.size() ? script_[n] : Registration{{}, grpc::Status(grpc::UNAVAILABLE, "no route")};
+    Registration r =
+        n < script_.size() ? script_[n] : Registration{{}, grpc::Status(grpc::UNAVAILABLE, "no route"), nullptr};
     return std::make_unique<Reader>(std::move(r));
   }
 
@@ -63,6 +68,7 @@ class ScriptedCoordinator {
     }
     bool Read(v1::ShardCommand* c) override {
       if (next_ >= r_.commands.size()) return false;
+      if (r_.before) r_.before(next_);
       *c = r_.commands[next_++];
       return true;
     }
@@ -92,7 +98,7 @@ struct Rig {
   }
   FakeClock clock;
   ScriptedCoordinator coordinator;
-  ShardCore shard{{}};
+  ShardCore shard{{&clock, nullptr}};  // a step's wait for its members on the rig's clock
   std::vector<std::string> lines;
   std::unique_ptr<ShardLink> link;
 };
@@ -145,6 +151,51 @@ TEST_CASE("asked back to a checkpoint, or cut off, the link registers again nami
   // Lost after registering: start_timeout from the loss, attempts a second apart.
   REQUIRE(rig.clock.Now() - start == absl::Seconds(5));
   REQUIRE(rig.coordinator.calls.size() == 2 + 5);
+}
+
+v1::ShardCommand Session(WorkerId id, const std::string& secret) {
+  v1::ShardCommand c;
+  c.mutable_session()->set_worker_id(id);
+  c.mutable_session()->set_session_secret(secret);
+  return c;
+}
+
+TEST_CASE("a session opened while a step waits for a member's slice is let in at once", "[shard_link]") {
+  // Worker 7 is in the step from version 0, and its slice never comes: the step waits
+  // member_wait (5 s on the rig's clock). Worker 8 joins meanwhile.
+  std::vector<v1::ShardCommand> commands = Accept();
+  commands.push_back(Session(7, "secret-7"));
+  v1::ShardCommand step = Step(0);
+  v1::ShardStepMember* member = step.mutable_step()->add_members();
+  member->set_worker_id(7);
+  member->set_weight(1);
+  commands.push_back(step);
+  const size_t opening = commands.size();
+  commands.push_back(Session(8, "secret-8"));
+  Rig* rig_seen = nullptr;
+  bool step_waited = false;
+  auto before = [&](size_t n) {
+    if (n != opening) return;
+    // The coordinator sends the opening once the step is waiting (bounded: 10 s).
+    const absl::Time give_up = absl::Now() + absl::Seconds(10);
+    while (rig_seen->clock.waiters() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    step_waited = rig_seen->clock.waiters() > 0;
+  };
+  Rig rig({{commands, grpc::Status::OK, before}});
+  rig_seen = &rig;
+  absl::Status run;
+  std::thread link([&] { run = rig.link->Run(); });
+  // Worker 8 is known while the step still waits, not once it ended.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!rig.shard.HasSession(8) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  const bool known_while_waiting = rig.shard.HasSession(8) && rig.shard.version() == 0;
+  rig.clock.Advance(absl::Seconds(6));  // past member_wait: the step fails, the link registers again
+  link.join();
+  REQUIRE(step_waited);
+  REQUIRE(known_while_waiting);
+  INFO(run.ToString());
+  REQUIRE(absl::IsUnavailable(run));  // the script's coordinator is gone after the step's failure
+  REQUIRE(rig.shard.version() == 0);  // a sync step without its member is not taken
 }
 
 TEST_CASE("a refusal, or a command the shard cannot apply, ends the link with its error", "[shard_link]") {
