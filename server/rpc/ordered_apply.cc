@@ -19,7 +19,7 @@ bool OrderedApply::Add(v1::ShardCommand command) {
   mu_.Await(absl::Condition(&room));
   if (!status_.ok()) return false;
   if (ShardApplier::IsOpening(command) && barriers_ == 0) {
-    // Only steps and sessions ahead: let the session in now; applied again in its place.
+    // No init ahead: let the session in now; applied again in its place.
     if (absl::Status s = applier_->OpenAhead(command); !s.ok()) {
       status_ = s;  // as Apply would fail it in its place
       return false;

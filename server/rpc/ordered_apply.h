@@ -45,8 +45,8 @@ class OrderedApply {
   absl::Mutex mu_;
   std::deque<v1::ShardCommand> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Commands queued or being applied that an opening may not pass (an init, its values, a
-  // checkpoint, a session's close ... see ShardApplier::MayBePassed).
+  // Commands queued or being applied that an opening may not pass (an init and its values:
+  // ShardApplier::MayBePassed).
   int barriers_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

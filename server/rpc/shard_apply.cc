@@ -71,7 +71,9 @@ absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
 
 bool ShardApplier::IsOpening(const v1::ShardCommand& c) { return c.has_session() && !c.session().closed(); }
 
-bool ShardApplier::MayBePassed(const v1::ShardCommand& c) { return c.has_session() || c.has_step(); }
+bool ShardApplier::MayBePassed(const v1::ShardCommand& c) {
+  return c.has_session() || c.has_step() || c.has_checkpoint();
+}
 
 absl::Status ShardApplier::OpenAhead(const v1::ShardCommand& c) {
   if (!IsOpening(c)) return absl::InvalidArgumentError("only a session's opening is applied ahead of its place");

@@ -66,9 +66,10 @@ class ShardApplier {
   // coordinator's. A checkpoint it cannot write is not one: the slice goes on (its
   // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
-  // A session's opening may be applied ahead of the commands before it when only steps and
-  // sessions are among them (each MayBePassed): it only lets the session's calls in, and
-  // no step ahead of it can name a session opened after it. A step can wait member_wait
+  // A session's opening may be applied ahead of the commands before it when no init (or its
+  // values: a restore, a new job) is among them (each MayBePassed: sessions, steps,
+  // checkpoints): it only lets the session's calls in, and no step ahead of it can name a
+  // session opened after it. A step can wait member_wait
   // for a missing member's slice; a worker that joined meanwhile would be refused NotFound
   // here after kAnnouncementWait and join again, and again, until the step ended.
   static bool IsOpening(const v1::ShardCommand& command);

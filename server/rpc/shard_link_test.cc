@@ -162,7 +162,8 @@ v1::ShardCommand Session(WorkerId id, const std::string& secret) {
 
 TEST_CASE("a session opened while a step waits for a member's slice is let in at once", "[shard_link]") {
   // Worker 7 is in the step from version 0, and its slice never comes: the step waits
-  // member_wait (5 s on the rig's clock). Worker 8 joins meanwhile.
+  // member_wait (5 s on the rig's clock), a checkpoint queued behind it. Worker 8 joins
+  // meanwhile.
   std::vector<v1::ShardCommand> commands = Accept();
   commands.push_back(Session(7, "secret-7"));
   v1::ShardCommand step = Step(0);
@@ -170,6 +171,9 @@ TEST_CASE("a session opened while a step waits for a member's slice is let in at
   member->set_worker_id(7);
   member->set_weight(1);
   commands.push_back(step);
+  v1::ShardCommand checkpoint;  // a checkpoint of the step's version, queued behind it
+  checkpoint.mutable_checkpoint()->set_version(1);
+  commands.push_back(checkpoint);
   const size_t opening = commands.size();
   commands.push_back(Session(8, "secret-8"));
   Rig* rig_seen = nullptr;
