@@ -69,9 +69,9 @@ class ShardApplier {
   // A session's opening may be applied ahead of the commands before it when no init (or its
   // values: a restore, a new job) is among them (each MayBePassed: sessions, steps,
   // checkpoints): it only lets the session's calls in, and no step ahead of it can name a
-  // session opened after it. A step can wait member_wait
-  // for a missing member's slice; a worker that joined meanwhile would be refused NotFound
-  // here after kAnnouncementWait and join again, and again, until the step ended.
+  // session opened after it. A step can wait member_wait for a missing member's slice; a
+  // worker that joined meanwhile would be refused NotFound here after kAnnouncementWait
+  // and join again, and again, until the step ended.
   static bool IsOpening(const v1::ShardCommand& command);
   static bool MayBePassed(const v1::ShardCommand& command);
   // Applies an opening ahead of its place (Apply applies it again there). Safe to call
