@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/await_state.h"
 #include "common/shard_map.h"
 #include "common/tensor_codec.h"
 #include "server/rpc/shard_commands_testing.h"
@@ -180,19 +181,15 @@ TEST_CASE("a session opened while a step waits for a member's slice is let in at
   bool step_waited = false;
   auto before = [&](size_t n) {
     if (n != opening) return;
-    // The coordinator sends the opening once the step is waiting (bounded: 10 s).
-    const absl::Time give_up = absl::Now() + absl::Seconds(10);
-    while (rig_seen->clock.waiters() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-    step_waited = rig_seen->clock.waiters() > 0;
+    // The coordinator sends the opening once the step is waiting.
+    step_waited = AwaitState([&] { return rig_seen->clock.waiters() > 0; });
   };
   Rig rig({{commands, grpc::Status::OK, before}});
   rig_seen = &rig;
   absl::Status run;
   std::thread link([&] { run = rig.link->Run(); });
   // Worker 8 is known while the step still waits, not once it ended.
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (!rig.shard.HasSession(8) && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-  const bool known_while_waiting = rig.shard.HasSession(8) && rig.shard.version() == 0;
+  const bool known_while_waiting = AwaitState([&] { return rig.shard.HasSession(8); }) && rig.shard.version() == 0;
   rig.clock.Advance(absl::Seconds(6));  // past member_wait: the step fails, the link registers again
   link.join();
   REQUIRE(step_waited);
