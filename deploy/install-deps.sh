@@ -7,6 +7,7 @@ set -euo pipefail
 PACKAGES=(
   bazel-bootstrap            # Bazel 4.2.3 (offline build)
   g++ cmake ninja-build      # compilers; CMake build for GPU hosts
+  ccache                     # the test command's CMake builds of a fresh clone, cached
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev
   catch2
