@@ -13,6 +13,7 @@ to keep it somewhere), and no bytecode is written beside the sources.
 """
 
 import atexit
+import concurrent.futures
 import os
 import pathlib
 import shlex
@@ -62,8 +63,20 @@ class BuildWithStubs(build_py):
         _stubs.generate(_proto(), pathlib.Path(self.build_lib) / "omnilearn" / "_generated")
 
 
+def _compile_in_parallel(compiler, jobs: int) -> None:
+    """The compiler's sources compiled `jobs` at a time (distutils compiles one after another)."""
+    one_by_one = compiler.compile
+
+    def compile_all(sources, *args, **kwargs):
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            objects = pool.map(lambda source: one_by_one([source], *args, **kwargs), sources)
+            return [o for objs in objects for o in objs]
+    compiler.compile = compile_all
+
+
 class BuildCore(build_ext):
-    """Generates the proto's C++ (protoc, grpc_cpp_plugin), then compiles the core."""
+    """Generates the proto's C++ (protoc, grpc_cpp_plugin), then compiles the core, one source per
+    core at a time (OMNILEARN_BUILD_JOBS to choose)."""
 
     def build_extension(self, ext):
         missing = [s for s in CORE_SOURCES if not (ROOT / s).is_file()]
@@ -88,6 +101,10 @@ class BuildCore(build_ext):
         args = shlex.split(flags)
         ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden"] + [a for a in args if a.startswith("-I")]
         ext.extra_link_args += [a for a in args if not a.startswith("-I")] + ["-lz"]
+        jobs = os.environ.get("OMNILEARN_BUILD_JOBS", "")
+        if jobs and not (jobs.isdigit() and int(jobs) > 0):
+            raise SystemExit(f"OMNILEARN_BUILD_JOBS={jobs!r}: a number of parallel compiles, 1 or more")
+        _compile_in_parallel(self.compiler, int(jobs) if jobs else len(os.sched_getaffinity(0)))
         super().build_extension(ext)
 
 
