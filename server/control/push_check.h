@@ -42,6 +42,9 @@ struct PushInfo {
   // The caller already checked that every value is finite (the service does it while
   // copying the chunks), so the core need not walk the gradient again.
   bool finite_checked = false;
+  // A slice sent again after a transport error (PushHeader.resend): a shard that took this
+  // session's slice of `version` already answers applied without taking it twice.
+  bool resend = false;
 };
 
 // The largest batch a push may claim, and the longest compute or communication time.

@@ -166,6 +166,15 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
     return s;
   }
+  if (info.resend && AlreadyTaken(info.id, info.version)) {
+    // Its first sending was taken and the reply to it lost: taking it again would count the
+    // gradient twice.
+    buffers_.Return(std::move(gradient));
+    PushResult taken;
+    taken.applied = true;
+    taken.version = store_->version();
+    return taken;
+  }
   if (sync_ && info.version < store_->version()) {
     // Sync: the round of its version was stepped already, and no later step takes it. Held,
     // it would keep its worker (late after a pause) from the next round until member_wait,
@@ -271,6 +280,11 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
     p.gradient.clear();
   }
   return taken;
+}
+
+bool ShardCore::AlreadyTaken(WorkerId id, uint64_t version) const {
+  auto it = pending_.find(id);
+  return it != pending_.end() && it->second.taken && it->second.version == version;
 }
 
 bool ShardCore::SliceHere(const ReplicatedStep::Member& m) const {

@@ -95,7 +95,8 @@ class ShardCore : public DataPlane {
   // at the deadline or member_wait (not applied); NotFound for a session the coordinator
   // has not announced (or closed), InvalidArgument for a size or a non-finite value. A pull
   // waits for min_version until the deadline, unless its session ends meanwhile (a
-  // restore, a drop): NotFound then, so the worker joins again at once.
+  // restore, a drop): NotFound then, so the worker joins again at once. A resent push
+  // (PushInfo::resend) whose first sending a step took already is answered applied at once.
   absl::Status Authenticate(WorkerId id, absl::string_view secret) const override;
   absl::StatusOr<PushResult> Push(const PushInfo& info, std::vector<float> gradient, absl::Time deadline) override;
   absl::StatusOr<ModelSnapshot> Pull(WorkerId id, uint64_t have_version, uint64_t min_version,
@@ -134,6 +135,8 @@ class ShardCore : public DataPlane {
   // Waits (bounded) for the step's members' slices and takes those that came; a member
   // whose slice did not come is left out and its session ends here.
   absl::StatusOr<Taken> TakeMembers(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a step took worker `id`'s slice of `version` (its latest push).
+  bool AlreadyTaken(WorkerId id, uint64_t version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether member `m`'s slice for its model version is here, not yet taken.
   bool SliceHere(const ReplicatedStep::Member& m) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sync: Aborted, naming them, when a member's slice is not here (their sessions end

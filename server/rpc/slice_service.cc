@@ -248,6 +248,7 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   info->shard_held_seconds = header.shard_held_seconds();
   info->report_only = header.report_only();
   info->idle = header.idle();
+  info->resend = header.resend();
   info->emulation_overruns = header.emulation_overruns();
   info->group_lr.assign(header.group_lr().begin(), header.group_lr().end());
   std::vector<float> gradient;

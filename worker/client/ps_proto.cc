@@ -135,6 +135,7 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   h.set_idle(p.step.idle);
   h.set_emulation_overruns(p.step.emulation_overruns);
   h.set_shard_held_seconds(p.step.shard_held_seconds);
+  h.set_resend(p.resend);
   return h;
 }
 

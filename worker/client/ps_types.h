@@ -144,6 +144,7 @@ struct PushedStep {
   uint64_t worker_id = 0;
   uint64_t model_version = 0;  // the version the gradient was computed on
   StepReport step;
+  bool resend = false;  // a shard's slice again, after a transport error (PushHeader.resend)
 };
 
 struct PushReply {
@@ -158,6 +159,9 @@ struct PushReply {
   bool idle = false;
   uint64_t global_samples = 0;
   double held_seconds = 0;  // how long the server held the push after it arrived
+  // A sharded job: the shards' slices sent again after a transport error, and the error
+  // ("slice 2 (Socket closed)"); empty when none was.
+  std::string resent;
 };
 
 }  // namespace worker

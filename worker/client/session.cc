@@ -307,6 +307,7 @@ absl::StatusOr<PushOutcome> Session::Settle(absl::StatusOr<PushReply> r, absl::S
   }
   ++pushes_answered_;
   *reply = std::move(*r);
+  if (!reply->resent.empty()) Log("sent again on the same session after a transport error: " + reply->resent);
   global_samples_ = std::max(global_samples_, reply->global_samples);
   if (reply->action == Action::kStop) {
     stop_.store(true);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 
 namespace omnilearn {
@@ -126,6 +127,7 @@ absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& step, const Mo
   if (gradient.empty()) return coordinator_->Push(push, map_->slice_layout(0), gradient);  // a report, an OOM
   std::vector<uint64_t> moved;
   return ReplyOfEverySlice(
+      push,
       [&](int i, uint64_t*) {
         map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
         return client(i)->Push(push, map_->slice_layout(i), gradient_[i]);
@@ -133,13 +135,23 @@ absl::StatusOr<PushReply> ShardedPsClient::Push(const PushedStep& step, const Mo
       &moved);
 }
 
-absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const SliceCall& call, std::vector<uint64_t>* moved) {
+absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const PushedStep& push, const SliceCall& call,
+                                                             std::vector<uint64_t>* moved) {
   const int n = map_->shards();
   moved->assign(n, kNoVersion);
+  resent_.assign(n, false);
+  std::vector<std::string> why(n);  // of each slice sent again
   std::vector<double> held(n, 0);
   PushReply reply;
   absl::Status s = ForEachSlice(n, [&](int i) -> absl::Status {
     absl::StatusOr<PushReply> r = call(i, &(*moved)[i]);
+    if (!r.ok() && i > 0 && absl::IsUnavailable(r.status())) {
+      (*moved)[i] = kNoVersion;  // its model, partly written or not at all, is pulled whole
+      have_[i] = kNoVersion;
+      resent_[i] = true;
+      why[i] = absl::StrCat("slice ", i, " (", r.status().message(), ")");
+      r = Resend(i, push, r.status());
+    }
     if (!r.ok()) return r.status();
     held[i] = r->held_seconds;
     if (i == 0) reply = *r;
@@ -147,7 +159,28 @@ absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const SliceCall& ca
   });
   if (!s.ok()) return s;
   shard_held_seconds_ = *std::max_element(held.begin() + 1, held.end());
+  why.erase(std::remove(why.begin(), why.end(), ""), why.end());
+  reply.resent = absl::StrJoin(why, ", ");
   return reply;
+}
+
+absl::StatusOr<PushReply> ShardedPsClient::Resend(int s, PushedStep push, const absl::Status& first) {
+  push.resend = true;
+  const absl::Time until = clock_->Now() + kResendFor;
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Status last = first;
+  int tries = 0;
+  while (clock_->Now() < until) {
+    ++tries;
+    absl::StatusOr<PushReply> r = client(s)->Push(push, map_->slice_layout(s), gradient_[s]);
+    if (r.ok() || !(absl::IsUnavailable(r.status()) || absl::IsResourceExhausted(r.status()))) return r;
+    last = r.status();
+    clock_->SleepFor(backoff);
+    backoff = std::min(2 * backoff, absl::Seconds(1));
+  }
+  return absl::UnavailableError(absl::StrFormat("sent again %d times in %.0f s, the last time: %s (the first: %s)",
+                                                tries, absl::ToDoubleSeconds(kResendFor), last.message(),
+                                                first.message()));
 }
 
 absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, const ModelLayout& layout,
@@ -166,6 +199,7 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
   const PushedStep push = WithShardHold(step);
   std::vector<uint64_t> moved;  // the version a slice's reply brought, if any
   absl::StatusOr<PushReply> reply = ReplyOfEverySlice(
+      push,
       [&](int i, uint64_t* v) {
         map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
         return client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], v, absl::MakeSpan(weights_[i]));
@@ -243,6 +277,7 @@ class ShardedPushStream : public PushStream {
     std::vector<absl::Notification> written(n);
     std::vector<uint64_t> moved;
     absl::StatusOr<PushReply> r = client_->ReplyOfEverySlice(
+        push_,
         [&](int i, uint64_t* v) {
           if (client_->in_order_) {
             if (i > 0) written[i - 1].WaitForNotification();
@@ -296,8 +331,9 @@ class ShardedPushStream : public PushStream {
  private:
   absl::Status AwaitSlices() {
     absl::Status first;
-    for (auto& s : slices_) {
-      absl::Status a = s->AwaitModel();
+    for (size_t i = 0; i < slices_.size(); ++i) {
+      if (i < client_->resent_.size() && client_->resent_[i]) continue;  // its stream broke: pulled instead
+      absl::Status a = slices_[i]->AwaitModel();
       if (first.ok() && !a.ok()) first = a;
     }
     return first;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/shard_map.h"
 #include "worker/client/ps_client.h"
 
@@ -28,8 +29,8 @@ class ShardedPsClient : public PsClient {
  public:
   // Makes the client of a shard server at "host:port".
   using Factory = std::function<absl::StatusOr<std::unique_ptr<PsClient>>(const std::string& address)>;
-  ShardedPsClient(std::unique_ptr<PsClient> coordinator, Factory factory)
-      : coordinator_(std::move(coordinator)), factory_(std::move(factory)) {}
+  ShardedPsClient(std::unique_ptr<PsClient> coordinator, Factory factory, const Clock* clock = Clock::Real())
+      : coordinator_(std::move(coordinator)), factory_(std::move(factory)), clock_(clock) {}
 
   absl::StatusOr<JoinReply> Join(const JoinRequest& request, const ModelLayout& layout,
                                  absl::Span<const float> initial) override;
@@ -48,6 +49,13 @@ class ShardedPsClient : public PsClient {
 
   int shards() const { return map_.has_value() ? map_->shards() : 1; }
 
+  // A shard's slice whose push failed on the way (Unavailable: the connection broke) is sent
+  // again on the same session, for up to this long, instead of failing the push: the worker
+  // keeps its session and a sync job its round. The shard does not take a slice twice
+  // (PushHeader.resend); while it still holds the first sending (ResourceExhausted: one push
+  // in flight per session) or the connection is made again, the sending is tried again.
+  static constexpr absl::Duration kResendFor = absl::Seconds(10);
+
  private:
   friend class ShardedPushStream;
   // Where a model tensor's pieces lie: slice, the piece's index in the slice's layout, its
@@ -61,8 +69,13 @@ class ShardedPsClient : public PsClient {
   // version its model came at (left at kNoVersion when none came). Returns the coordinator's
   // reply, every slice's version in *moved, and keeps the shards' longest hold for the next
   // push.
+  // A shard's slice whose call failed Unavailable is sent again (Resend); resent_[s] says so.
   using SliceCall = std::function<absl::StatusOr<PushReply>(int slice, uint64_t* version)>;
-  absl::StatusOr<PushReply> ReplyOfEverySlice(const SliceCall& call, std::vector<uint64_t>* moved);
+  absl::StatusOr<PushReply> ReplyOfEverySlice(const PushedStep& push, const SliceCall& call,
+                                              std::vector<uint64_t>* moved);
+  // Shard s's slice of `push` (gradient_[s]) sent again after `first` (kResendFor); its
+  // model is not in the reply: the caller pulls it.
+  absl::StatusOr<PushReply> Resend(int s, PushedStep push, const absl::Status& first);
   // After a PushPull's replies: the model at the coordinator's version from every slice's
   // reply (`moved`: the version each brought, kNoVersion for none), pulling the slices that
   // came at another. Returns the reply to give.
@@ -77,6 +90,7 @@ class ShardedPsClient : public PsClient {
 
   std::unique_ptr<PsClient> coordinator_;
   Factory factory_;
+  const Clock* clock_;           // the resends' backoff
   std::optional<ShardMap> map_;  // set by a sharded Join
   bool in_order_ = false;        // the slices' pushes one after the other (JoinReply)
   std::vector<std::string> addresses_;
@@ -85,6 +99,7 @@ class ShardedPsClient : public PsClient {
   std::vector<std::vector<PieceRef>> pieces_;           // by model tensor
   std::vector<uint64_t> have_;                          // the version of each slice in the model
   std::optional<uint64_t> assembled_;                   // the version the caller's model was put together at
+  std::vector<char> resent_;  // per slice: sent again in the last push (written by its slice's thread)
   // The longest a shard held the last push (the next push reports it to the coordinator).
   double shard_held_seconds_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "catch2/catch.hpp"
@@ -38,6 +39,7 @@ class FakeSlice : public PsClient {
  public:
   struct Stream : public PushStream {
     FakeSlice* server;
+    PushedStep push;
     absl::Span<const float> gradient;
     std::vector<int> sent;
     absl::Span<float> weights;
@@ -49,7 +51,8 @@ class FakeSlice : public PsClient {
     absl::StatusOr<PushReply> FinishEarly(const StepEnd&, uint64_t* model_version, absl::Span<float> w) override {
       server->calls->Add(absl::StrCat("finish ", server->slice));
       server->streamed.push_back(sent);
-      absl::StatusOr<PushReply> r = server->Step(gradient);
+      absl::StatusOr<PushReply> r = server->Take(push, gradient);
+      if (!r.ok()) return r;
       std::copy(server->model.begin(), server->model.end(), w.begin());
       *model_version = r->model_version;
       return r;
@@ -73,12 +76,13 @@ class FakeSlice : public PsClient {
   }
   absl::StatusOr<PushReply> Push(const PushedStep& p, const ModelLayout&, absl::Span<const float> g) override {
     pushed.push_back(p);
-    return Step(g);
+    return Take(p, g);
   }
   absl::StatusOr<PushReply> PushPull(const PushedStep& p, const ModelLayout&, absl::Span<const float> g,
                                      uint64_t* model_version, absl::Span<float> w) override {
     pushed.push_back(p);
-    absl::StatusOr<PushReply> r = Step(g);
+    absl::StatusOr<PushReply> r = Take(p, g);
+    if (!r.ok()) return r;
     std::copy(model.begin(), model.end(), w.begin());
     *model_version = r->model_version;
     return r;
@@ -88,12 +92,34 @@ class FakeSlice : public PsClient {
     pushed.push_back(p);
     auto s = std::make_unique<Stream>();
     s->server = this;
+    s->push = p;
     s->gradient = g;
     return std::unique_ptr<PushStream>(std::move(s));
   }
   void SetSessionSecret(const std::string&) override {}
   absl::StatusOr<Action> Heartbeat(uint64_t) override { return Action::kContinue; }
   absl::Status Leave(uint64_t, bool) override { return absl::OkStatus(); }
+
+  // A push as a shard takes it: the next of `failures` fails it (after the step when
+  // `lose_reply`: its reply lost on the way); a resent slice of the version stepped last is
+  // answered applied without a step.
+  absl::StatusOr<PushReply> Take(const PushedStep& p, absl::Span<const float> g) {
+    if (!failures.empty()) {
+      const absl::Status failure = failures.front();
+      failures.erase(failures.begin());
+      if (lose_reply) (void)Take(p, g);
+      return failure;
+    }
+    if (p.resend && taken_version == p.model_version) {
+      PushReply r;
+      r.applied = true;
+      r.model_version = version;
+      return r;
+    }
+    taken_version = p.model_version;
+    ++steps;
+    return Step(g);
+  }
 
   absl::StatusOr<PushReply> Step(absl::Span<const float> g) {
     for (size_t i = 0; i < model.size(); ++i) model[i] -= g[i];
@@ -111,6 +137,10 @@ class FakeSlice : public PsClient {
   std::vector<float> model;
   uint64_t version = 0, reply_version = 0;
   double held_seconds = 0;
+  std::vector<absl::Status> failures;
+  bool lose_reply = false;
+  uint64_t taken_version = ~0ull;
+  int steps = 0;
   std::vector<PushedStep> pushed;
   std::vector<std::vector<int>> streamed;
   std::vector<uint64_t> pulled_at_least;
@@ -139,12 +169,13 @@ struct Job {
       map.Gather(k, model, absl::MakeSpan(f->model));
     }
     auto made = std::make_shared<std::unique_ptr<PsClient>>(std::move(s));
-    client = std::make_unique<ShardedPsClient>(std::move(c), [made](const std::string&) {
-      return absl::StatusOr<std::unique_ptr<PsClient>>(std::move(*made));
-    });
+    client = std::make_unique<ShardedPsClient>(
+        std::move(c),
+        [made](const std::string&) { return absl::StatusOr<std::unique_ptr<PsClient>>(std::move(*made)); }, &clock);
     REQUIRE(client->Join(JoinRequest{}, Layout(), model).ok());
     REQUIRE(client->shards() == 2);
   }
+  FakeClock clock;  // the resends' backoff passes at once
   ShardMap map;
   Calls calls;
   FakeSlice* coordinator;
@@ -272,6 +303,86 @@ TEST_CASE("the longest a shard held a push goes to the coordinator with the next
   REQUIRE(job.client->Push(push, Layout(), gradient).ok());
   REQUIRE(job.coordinator->pushed.back().step.shard_held_seconds == 0.25);
   REQUIRE(job.shard->pushed.back().step.shard_held_seconds == 0.25);
+}
+
+// A push of gradient 1 everywhere through the whole job, unary or streamed; the model after it.
+absl::StatusOr<PushReply> PushOnce(Job& job, bool streamed, std::vector<float>* weights) {
+  static const std::vector<float> gradient(10, 1.0f);
+  PushedStep push;
+  push.worker_id = 1;
+  weights->assign(10, -7.0f);
+  uint64_t version = 0;
+  if (!streamed) return job.client->PushPull(push, Layout(), gradient, &version, absl::MakeSpan(*weights));
+  auto stream = job.client->StartPushPull(push, Layout(), gradient);
+  if (!stream.ok()) return stream.status();
+  (*stream)->Send({0, 1});
+  absl::StatusOr<PushReply> r =
+      (*stream)->FinishEarly(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(*weights));
+  if (!r.ok()) return r;
+  if (absl::Status a = (*stream)->AwaitModel(); !a.ok()) return a;
+  return r;
+}
+
+TEST_CASE("a shard's slice lost on the way is sent again on the same session, and its model pulled",
+          "[sharded_client]") {
+  const bool streamed = GENERATE(false, true);
+  const bool reply_lost = GENERATE(false, true);  // the shard took it, and its reply was lost
+  CAPTURE(streamed, reply_lost);
+  Job job;
+  job.shard->failures = {absl::UnavailableError("Socket closed")};
+  job.shard->lose_reply = reply_lost;
+  std::vector<float> weights;
+  absl::StatusOr<PushReply> r = PushOnce(job, streamed, &weights);
+  REQUIRE(r.ok());
+  REQUIRE(r->applied);
+  REQUIRE(r->resent == "slice 1 (Socket closed)");
+  REQUIRE(job.shard->pushed.size() == 2);
+  REQUIRE_FALSE(job.shard->pushed[0].resend);
+  REQUIRE(job.shard->pushed[1].resend);  // the slice alone, on the same session
+  REQUIRE(job.shard->pushed[1].worker_id == 1);
+  REQUIRE(job.coordinator->pushed.size() == 1);
+  REQUIRE(job.shard->steps == 1);  // taken once
+  REQUIRE(job.shard->pulled_at_least == std::vector<uint64_t>{1});
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+  // The next push goes as usual.
+  r = PushOnce(job, streamed, &weights);
+  REQUIRE(r.ok());
+  REQUIRE(r->resent.empty());
+  REQUIRE(job.shard->pushed.size() == 3);
+  REQUIRE_FALSE(job.shard->pushed[2].resend);
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 2);
+}
+
+TEST_CASE("a resend waits out a first sending the shard still holds, and gives up after kResendFor",
+          "[sharded_client]") {
+  Job job;
+  const absl::Status busy = absl::ResourceExhaustedError("worker 1 has a push in flight already");
+  job.shard->failures = {absl::UnavailableError("Socket closed"), busy, busy};
+  std::vector<float> weights;
+  REQUIRE(PushOnce(job, false, &weights).ok());
+  REQUIRE(job.shard->pushed.size() == 4);
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+
+  // A shard that stays away: the push fails Unavailable, as before, once kResendFor passed.
+  const absl::Time start = job.clock.Now();
+  job.shard->failures.assign(1000, absl::UnavailableError("Connection refused"));
+  absl::StatusOr<PushReply> r = PushOnce(job, false, &weights);
+  REQUIRE(absl::IsUnavailable(r.status()));
+  REQUIRE(absl::StrContains(r.status().message(), "sent again"));
+  REQUIRE(job.clock.Now() - start >= ShardedPsClient::kResendFor);
+  REQUIRE(job.clock.Now() - start < ShardedPsClient::kResendFor + absl::Seconds(2));
+}
+
+TEST_CASE("only a lost connection is sent again: a refusal fails the push, and the coordinator's slice is not resent",
+          "[sharded_client]") {
+  Job job;
+  job.shard->failures = {absl::NotFoundError("worker 1 has no session on this shard")};
+  std::vector<float> weights;
+  REQUIRE(absl::IsNotFound(PushOnce(job, false, &weights).status()));
+  REQUIRE(job.shard->pushed.size() == 1);
+  job.coordinator->failures = {absl::UnavailableError("Socket closed")};
+  REQUIRE(absl::IsUnavailable(PushOnce(job, false, &weights).status()));
+  REQUIRE(job.coordinator->pushed.size() == 2);  // one per push, none again
 }
 
 }  // namespace
