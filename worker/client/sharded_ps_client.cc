@@ -33,6 +33,29 @@ absl::Status ForEachSlice(int n, const std::function<absl::Status(int)>& fn) {
   return absl::OkStatus();
 }
 
+// `call` again while it fails Unavailable (a connection being made again) or ResourceExhausted
+// (a shard still holding the first sending of a push), with a backoff of 0.1 s to 1 s, for up
+// to ShardedPsClient::kResendFor after `first`, its first failure.
+template <typename T>
+absl::StatusOr<T> CallAgain(const Clock& clock, const absl::Status& first, const char* what,
+                            const std::function<absl::StatusOr<T>()>& call) {
+  const absl::Time until = clock.Now() + ShardedPsClient::kResendFor;
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Status last = first;
+  int tries = 0;
+  while (clock.Now() < until) {
+    ++tries;
+    absl::StatusOr<T> r = call();
+    if (r.ok() || !(absl::IsUnavailable(r.status()) || absl::IsResourceExhausted(r.status()))) return r;
+    last = r.status();
+    clock.SleepFor(backoff);
+    backoff = std::min(2 * backoff, absl::Seconds(1));
+  }
+  return absl::UnavailableError(absl::StrFormat("%s again %d times in %.0f s, the last time: %s (the first: %s)", what,
+                                                tries, absl::ToDoubleSeconds(ShardedPsClient::kResendFor),
+                                                last.message(), first.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, const ModelLayout& layout,
@@ -90,9 +113,15 @@ void ShardedPsClient::SetSessionSecret(const std::string& secret) {
 absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights, bool whole) {
   return ForEachSlice(map_->shards(), [&](int s) -> absl::Status {
     if (s == 0) return absl::OkStatus();  // the caller has slice 0
-    const uint64_t have = whole ? kNoVersion : have_[s];
-    absl::StatusOr<uint64_t> v =
-        client(s)->PullAtLeast(worker_id, have, version, map_->slice_layout(s), absl::MakeSpan(weights_[s]));
+    uint64_t have = whole ? kNoVersion : have_[s];
+    const std::function<absl::StatusOr<uint64_t>()> pull = [&] {
+      return client(s)->PullAtLeast(worker_id, have, version, map_->slice_layout(s), absl::MakeSpan(weights_[s]));
+    };
+    absl::StatusOr<uint64_t> v = pull();
+    if (!v.ok() && absl::IsUnavailable(v.status())) {
+      have = kNoVersion;  // the slice as it came, if partly: pulled whole (a pull changes nothing)
+      v = CallAgain(*clock_, v.status(), "pulled", pull);
+    }
     if (!v.ok()) return v.status();
     if (*v != have) map_->Scatter(s, weights_[s], weights);
     have_[s] = *v;
@@ -166,21 +195,8 @@ absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const PushedStep& p
 
 absl::StatusOr<PushReply> ShardedPsClient::Resend(int s, PushedStep push, const absl::Status& first) {
   push.resend = true;
-  const absl::Time until = clock_->Now() + kResendFor;
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::Status last = first;
-  int tries = 0;
-  while (clock_->Now() < until) {
-    ++tries;
-    absl::StatusOr<PushReply> r = client(s)->Push(push, map_->slice_layout(s), gradient_[s]);
-    if (r.ok() || !(absl::IsUnavailable(r.status()) || absl::IsResourceExhausted(r.status()))) return r;
-    last = r.status();
-    clock_->SleepFor(backoff);
-    backoff = std::min(2 * backoff, absl::Seconds(1));
-  }
-  return absl::UnavailableError(absl::StrFormat("sent again %d times in %.0f s, the last time: %s (the first: %s)",
-                                                tries, absl::ToDoubleSeconds(kResendFor), last.message(),
-                                                first.message()));
+  return CallAgain<PushReply>(*clock_, first, "sent",
+                              [&] { return client(s)->Push(push, map_->slice_layout(s), gradient_[s]); });
 }
 
 absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, const ModelLayout& layout,

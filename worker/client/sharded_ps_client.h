@@ -53,7 +53,8 @@ class ShardedPsClient : public PsClient {
   // again on the same session, for up to this long, instead of failing the push: the worker
   // keeps its session and a sync job its round. The shard does not take a slice twice
   // (PushHeader.resend); while it still holds the first sending (ResourceExhausted: one push
-  // in flight per session) or the connection is made again, the sending is tried again.
+  // in flight per session) or the connection is made again, the sending is tried again. A
+  // shard's pull that fails Unavailable is made again alike (whole), for as long.
   static constexpr absl::Duration kResendFor = absl::Seconds(10);
 
  private:

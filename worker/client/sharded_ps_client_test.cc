@@ -70,6 +70,13 @@ class FakeSlice : public PsClient {
   absl::StatusOr<uint64_t> PullAtLeast(uint64_t, uint64_t have, uint64_t min_version, const ModelLayout&,
                                        absl::Span<float> w) override {
     pulled_at_least.push_back(min_version);
+    pulled_having.push_back(have);
+    if (!pull_failures.empty()) {
+      const absl::Status failure = pull_failures.front();
+      pull_failures.erase(pull_failures.begin());
+      std::fill(w.begin(), w.end(), -99.0f);  // partly written on the way
+      return failure;
+    }
     if (version < min_version) version = min_version;  // the shard waits until it is there
     if (have != version) std::copy(model.begin(), model.end(), w.begin());
     return version;
@@ -137,13 +144,13 @@ class FakeSlice : public PsClient {
   std::vector<float> model;
   uint64_t version = 0, reply_version = 0;
   double held_seconds = 0;
-  std::vector<absl::Status> failures;
+  std::vector<absl::Status> failures, pull_failures;
   bool lose_reply = false;
   uint64_t taken_version = ~0ull;
   int steps = 0;
   std::vector<PushedStep> pushed;
   std::vector<std::vector<int>> streamed;
-  std::vector<uint64_t> pulled_at_least;
+  std::vector<uint64_t> pulled_at_least, pulled_having;
 };
 
 struct Job {
@@ -371,6 +378,26 @@ TEST_CASE("a resend waits out a first sending the shard still holds, and gives u
   REQUIRE(absl::StrContains(r.status().message(), "sent again"));
   REQUIRE(job.clock.Now() - start >= ShardedPsClient::kResendFor);
   REQUIRE(job.clock.Now() - start < ShardedPsClient::kResendFor + absl::Seconds(2));
+}
+
+TEST_CASE("a shard's pull that fails on the way is made again, whole, without failing the pull", "[sharded_client]") {
+  Job job;
+  std::vector<float> weights;
+  REQUIRE(PushOnce(job, false, &weights).ok());  // the model at version 1 everywhere
+  job.coordinator->version = job.shard->version = 2;
+  for (float& v : job.coordinator->model) v -= 1;
+  for (float& v : job.shard->model) v -= 1;
+  job.shard->pull_failures = {absl::UnavailableError("recvmsg:Connection timed out")};
+  absl::StatusOr<uint64_t> v = job.client->Pull(1, 1, Layout(), absl::MakeSpan(weights));
+  REQUIRE(v.ok());
+  REQUIRE(*v == 2);
+  REQUIRE(job.shard->pulled_having == std::vector<uint64_t>{1, ~0ull});  // the second pull: whole
+  for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 2);
+  // One that stays away fails the pull as before, once kResendFor passed.
+  job.shard->pull_failures.assign(1000, absl::UnavailableError("Connection refused"));
+  v = job.client->Pull(1, 2, Layout(), absl::MakeSpan(weights));
+  REQUIRE(absl::IsUnavailable(v.status()));
+  REQUIRE(absl::StrContains(v.status().message(), "pulled again"));
 }
 
 TEST_CASE("only a lost connection is sent again: a refusal fails the push, and the coordinator's slice is not resent",
