@@ -188,7 +188,8 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};
-  // Until a step takes it (one push in flight per session: nobody replaces it meanwhile).
+  // Until a step takes it. A resend of this slice (a second slot: the worker lost this
+  // sending's connection) may replace it meanwhile with the same values; the step answers both.
   auto done = [this, id = info.id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = pending_.find(id);
     return shutdown_ || it == pending_.end() || it->second.taken || it->second.released;

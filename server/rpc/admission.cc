@@ -16,9 +16,19 @@ void Admission::EndUpload(WorkerId id) {
   uploading_.erase(id);
 }
 
+bool Admission::BeginResend(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  return resending_.insert(id).second;
+}
+
+void Admission::EndResend(WorkerId id) {
+  absl::MutexLock lock(&mu_);
+  resending_.erase(id);
+}
+
 bool Admission::UploadInFlight(WorkerId id) const {
   absl::MutexLock lock(&mu_);
-  return uploading_.count(id) > 0;
+  return uploading_.count(id) > 0 || resending_.count(id) > 0;
 }
 
 bool Admission::BeginJoinUpload(absl::Time deadline) {

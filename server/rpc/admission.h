@@ -1,6 +1,7 @@
 // What callers may hold of the server at once, on the injected clock (no gRPC here):
-//   - a worker session has at most one push in flight (its upload slot), so the memory of
-//     in-flight gradients is at most one model per live worker;
+//   - a worker session has at most one push in flight (its upload slot), and one slice sent
+//     again beside it (its resend slot), so the memory of in-flight gradients is at most one
+//     model per live worker, two for a worker that lost a connection under a push;
 //   - at most `max_join_uploads` joins upload a model at once (the others wait their turn
 //     until their deadline);
 //   - a client stream that sent nothing for `stream_idle_timeout` while it is watched is
@@ -39,7 +40,12 @@ class Admission {
   // A session's upload slot: false when worker `id` holds it already.
   bool BeginUpload(WorkerId id);
   void EndUpload(WorkerId id);
-  bool UploadInFlight(WorkerId id) const;
+  // A session's resend slot (PushHeader.resend: a slice sent again after its worker lost the
+  // first sending's connection), beside its upload slot: the server may not have noticed
+  // yet that the first sending's connection is gone. False when `id` holds it already.
+  bool BeginResend(WorkerId id);
+  void EndResend(WorkerId id);
+  bool UploadInFlight(WorkerId id) const;  // either slot
 
   // Waits (in the clock's time) for a join upload slot until `deadline`; false when none
   // came. Each true is matched by one EndJoinUpload.
@@ -69,6 +75,7 @@ class Admission {
   const ServiceLimits limits_;
   mutable absl::Mutex mu_;
   std::set<WorkerId> uploading_ ABSL_GUARDED_BY(mu_);
+  std::set<WorkerId> resending_ ABSL_GUARDED_BY(mu_);
   int join_uploads_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<StreamId, Watched> watched_ ABSL_GUARDED_BY(mu_);
   StreamId next_stream_ ABSL_GUARDED_BY(mu_) = 1;

@@ -620,6 +620,30 @@ TEST_CASE("one push in flight per session; its slot is freed when its stream end
   PushOnceSlotIsFree(f, joined->worker_id);
 }
 
+TEST_CASE("a slice sent again is let in beside a push whose stream still holds the session's slot", "[service]") {
+  ServiceLimits limits;
+  limits.stream_idle_timeout = absl::Minutes(10);
+  Fixture f("", "", limits);
+  auto joined = f.JoinSigned(std::vector<float>(9, 1.0f));
+  auto stub = v1::ParameterServer::NewStub(f.channel);
+  // The first sending, whose connection its worker lost and the server did not notice yet.
+  grpc::ClientContext stalled_ctx;
+  stalled_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+  v1::PushResponse stalled_reply;
+  auto stalled = stub->Push(&stalled_ctx, &stalled_reply);
+  REQUIRE(stalled->Write(SessionPushHeader(*joined)));
+  REQUIRE(AwaitState([&] { return f.service->PushInFlight(joined->worker_id); }));
+  worker::PushedStep again = StepOf(joined->worker_id);
+  again.resend = true;
+  absl::StatusOr<worker::PushReply> r = f.client->Push(again, f.layout, std::vector<float>(9, 1.0f));
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  REQUIRE(r->applied);
+  REQUIRE(f.core->version() == 1);
+  stalled_ctx.TryCancel();
+  REQUIRE(stalled->Finish().error_code() == grpc::StatusCode::CANCELLED);
+}
+
 TEST_CASE("a stalled push stream is cancelled by the server and frees its slot", "[service]") {
   ServiceLimits limits;
   limits.stream_idle_timeout = absl::Seconds(60);

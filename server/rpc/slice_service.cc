@@ -230,13 +230,17 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   }
   *dtype = header.wire_dtype();
   if (absl::Status s = Serving(); !s.ok()) return s;
-  // One push in flight per session: the gradients held are at most one model per worker.
-  if (!admission_.BeginUpload(header.worker_id())) {
+  // One push in flight per session, and one resend beside it: the gradients held are at most
+  // one model per worker, two while a worker sends again what a lost connection held.
+  const bool resend = header.resend();
+  if (!(resend ? admission_.BeginResend(header.worker_id()) : admission_.BeginUpload(header.worker_id()))) {
     data_->CountRejectedPush(header.worker_id(), "busy");
-    return absl::ResourceExhaustedError(
-        absl::StrCat("worker ", header.worker_id(), " has a push in flight already: one at a time"));
+    return absl::ResourceExhaustedError(absl::StrCat("worker ", header.worker_id(), " has a ",
+                                                     resend ? "resend" : "push", " in flight already: one at a time"));
   }
-  absl::Cleanup end_upload = [this, id = header.worker_id()] { admission_.EndUpload(id); };
+  absl::Cleanup end_upload = [this, resend, id = header.worker_id()] {
+    resend ? admission_.EndResend(id) : admission_.EndUpload(id);
+  };
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
