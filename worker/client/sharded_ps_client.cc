@@ -266,11 +266,13 @@ class ShardedPushStream : public PushStream {
         push_(std::move(push)),
         gradient_(gradient),
         slices_(std::move(slices)),
-        held_(slices_.size()) {}
+        held_(slices_.size()),
+        sent_(client_->pieces_.size(), false) {}
 
   void Send(const std::vector<int>& tensors) override {
     std::vector<std::vector<int>> by_slice(slices_.size());
     for (int t : tensors) {
+      sent_[t] = true;
       for (const ShardedPsClient::PieceRef& p : client_->pieces_[t]) {
         std::memcpy(client_->gradient_[p.slice].data() + p.slice_offset, gradient_.data() + p.flat,
                     p.size * sizeof(float));
@@ -289,6 +291,13 @@ class ShardedPushStream : public PushStream {
 
   absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
                                         absl::Span<float> weights) override {
+    // The tensors never sent (buffers, what backward did not reach) are the stream's to send
+    // now: their pieces are gathered into the slices' buffers, which the slices' streams send.
+    std::vector<int> rest;
+    for (int t = 0; t < static_cast<int>(sent_.size()); ++t) {
+      if (!sent_[t]) rest.push_back(t);
+    }
+    if (!rest.empty()) Send(rest);
     const int n = static_cast<int>(slices_.size());
     std::vector<absl::Notification> written(n);
     std::vector<uint64_t> moved;
@@ -360,6 +369,7 @@ class ShardedPushStream : public PushStream {
   absl::Span<const float> gradient_;
   std::vector<std::unique_ptr<PushStream>> slices_;
   std::vector<std::vector<int>> held_;     // in order: slice s's tensors, sent in its turn
+  std::vector<bool> sent_;                 // per model tensor: given to Send
   absl::Span<float> weights_;              // the caller's model, after FinishEarly
   bool arriving_ = false;                  // the slices' models are on their way
   std::vector<std::vector<bool>> placed_;  // pieces already in weights_
