@@ -191,6 +191,15 @@ struct Job {
   std::unique_ptr<ShardedPsClient> client;
 };
 
+// A streamed push of worker 1's `gradient` through the whole job.
+std::unique_ptr<PushStream> StreamOf(Job& job, absl::Span<const float> gradient) {
+  PushedStep push;
+  push.worker_id = 1;
+  absl::StatusOr<std::unique_ptr<PushStream>> stream = job.client->StartPushPull(push, Layout(), gradient);
+  REQUIRE(stream.ok());
+  return *std::move(stream);
+}
+
 TEST_CASE("a streamed push sends each tensor's pieces to their slices, and the model comes back whole",
           "[sharded_client]") {
   Job job;
@@ -229,14 +238,11 @@ TEST_CASE("a streamed push's tensors never sent (buffers, what backward did not 
   for (bool in_order : {false, true}) {
     Job job(in_order);
     const std::vector<float> gradient(10, 1.0f);
-    PushedStep push;
-    push.worker_id = 1;
-    auto stream = job.client->StartPushPull(push, Layout(), gradient);
-    REQUIRE(stream.ok());
-    (*stream)->Send({0});  // "b" never becomes final: the stream's to send at the end
+    std::unique_ptr<PushStream> stream = StreamOf(job, gradient);
+    stream->Send({0});  // "b" never becomes final: the stream's to send at the end
     std::vector<float> weights(10, -1.0f);
     uint64_t version = 0;
-    REQUIRE((*stream)->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+    REQUIRE(stream->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
     for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
   }
 }
@@ -246,16 +252,13 @@ TEST_CASE("in order, a slice's gradient leaves only once the slice before it is 
   for (bool in_order : {false, true}) {
     Job job(in_order);
     const std::vector<float> gradient(10, 1.0f);
-    PushedStep push;
-    push.worker_id = 1;
-    auto stream = job.client->StartPushPull(push, Layout(), gradient);
-    REQUIRE(stream.ok());
-    (*stream)->Send({1});  // as backward finishes each tensor; both have pieces in both slices
-    (*stream)->Send({0});
+    std::unique_ptr<PushStream> stream = StreamOf(job, gradient);
+    stream->Send({1});  // as backward finishes each tensor; both have pieces in both slices
+    stream->Send({0});
     const std::vector<std::string> sent = job.calls.Seen();
     std::vector<float> weights(10, -1.0f);
     uint64_t version = 0;
-    REQUIRE((*stream)->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
+    REQUIRE(stream->Finish(StepEnd{0.1, 1.0, std::nullopt}, &version, absl::MakeSpan(weights)).ok());
     for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
     if (!in_order) {
       REQUIRE(sent == std::vector<std::string>{"send 0", "send 1", "send 0", "send 1"});
