@@ -2,9 +2,9 @@
 # A clang-14 build of the server and the libFuzzer targets with AddressSanitizer,
 # UndefinedBehaviorSanitizer and -Werror=thread-safety (clang checks the ABSL_GUARDED_BY /
 # ABSL_EXCLUSIVE_LOCKS_REQUIRED annotations that GCC ignores), then each fuzz target runs
-# for FUZZ_SECONDS (default 60), as many at a time as there are cores, from the committed seed corpus (fuzz/corpus/). Fails on a
-# thread-safety warning, a crash, a leak or a sanitizer report. Run by tests/run.sh,
-# outside Bazel.   tests/fuzz_test.sh [BUILD_DIR]   (default build/clang, git-ignored)
+# for FUZZ_SECONDS (default 60), as many at a time as there are cores, from the committed
+# seed corpus (fuzz/corpus/). Fails on a thread-safety warning, a crash, a leak or a
+# sanitizer report. Run by tests/run.sh, outside Bazel.   tests/fuzz_test.sh [BUILD_DIR]   (default build/clang, git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build/clang}
@@ -27,7 +27,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 REPORT=${FUZZ_REPORT:-$BUILD/fuzz-report.txt}
 : > "$REPORT"
 fuzz() {  # fuzz TARGET: one libFuzzer run from a copy of the seed corpus; its line in $BUILD/TARGET.line
-  local target=$1 corpus log=$BUILD/$1.fuzz.log runs cov ft
+  local target=$1 corpus log=$BUILD/$1.fuzz.log runs cov ft failed=0
   corpus=$(mktemp -d)
   cp fuzz/corpus/"$target"/* "$corpus"/
   if timeout $((SECONDS_EACH + 120)) "$BUILD/fuzz/${target}_fuzzer" "$corpus" -max_total_time="$SECONDS_EACH" \
@@ -38,14 +38,14 @@ fuzz() {  # fuzz TARGET: one libFuzzer run from a copy of the seed corpus; its l
     ft=$(grep -o 'ft: [0-9]*' "$log" | tail -n 1)
     echo "$target: ${runs:-?} executions in ${SECONDS_EACH} s, $cov, $ft, corpus $(ls "$corpus" | wc -l) inputs" \
       > "$BUILD/$target.line"
-    rm -rf "$corpus"
   else
     { grep -E "ERROR|SUMMARY|==[0-9]+==|runtime error|deadly signal" "$log" | head -20
       ls "$BUILD/$target"-* 2>/dev/null | head  # the input that failed: rerun the fuzzer on it
       echo "FAIL: $target fuzzer (log: $log)"; } > "$BUILD/$target.line"
-    rm -rf "$corpus"
-    return 1
+    failed=1
   fi
+  rm -rf "$corpus"
+  return "$failed"
 }
 # Each target is one single-threaded process: as many at a time as there are cores.
 targets=(codec safetensors service shard)

@@ -6,24 +6,14 @@
 namespace omnilearn {
 namespace server {
 
-bool Admission::BeginUpload(WorkerId id) {
+bool Admission::BeginUpload(WorkerId id, bool resend) {
   absl::MutexLock lock(&mu_);
-  return uploading_.insert(id).second;
+  return (resend ? resending_ : uploading_).insert(id).second;
 }
 
-void Admission::EndUpload(WorkerId id) {
+void Admission::EndUpload(WorkerId id, bool resend) {
   absl::MutexLock lock(&mu_);
-  uploading_.erase(id);
-}
-
-bool Admission::BeginResend(WorkerId id) {
-  absl::MutexLock lock(&mu_);
-  return resending_.insert(id).second;
-}
-
-void Admission::EndResend(WorkerId id) {
-  absl::MutexLock lock(&mu_);
-  resending_.erase(id);
+  (resend ? resending_ : uploading_).erase(id);
 }
 
 bool Admission::UploadInFlight(WorkerId id) const {

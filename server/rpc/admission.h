@@ -37,14 +37,12 @@ class Admission {
   // `clock` must outlive this.
   Admission(const Clock* clock, ServiceLimits limits) : clock_(clock), limits_(limits) {}
 
-  // A session's upload slot: false when worker `id` holds it already.
-  bool BeginUpload(WorkerId id);
-  void EndUpload(WorkerId id);
-  // A session's resend slot (PushHeader.resend: a slice sent again after its worker lost the
-  // first sending's connection), beside its upload slot: the server may not have noticed
-  // yet that the first sending's connection is gone. False when `id` holds it already.
-  bool BeginResend(WorkerId id);
-  void EndResend(WorkerId id);
+  // A session's upload slot, or with `resend` its resend slot (PushHeader.resend: a slice
+  // sent again after its worker lost the first sending's connection), beside the upload
+  // slot: the server may not have noticed yet that the first sending's connection is gone.
+  // False when worker `id` holds that slot already. EndUpload frees the slot Begin took.
+  bool BeginUpload(WorkerId id, bool resend = false);
+  void EndUpload(WorkerId id, bool resend = false);
   bool UploadInFlight(WorkerId id) const;  // either slot
 
   // Waits (in the clock's time) for a join upload slot until `deadline`; false when none

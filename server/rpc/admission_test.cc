@@ -34,14 +34,14 @@ TEST_CASE("a resend has a slot of its own beside the session's upload, one at a 
   FakeClock clock;
   Admission a(&clock, Limits());
   REQUIRE(a.BeginUpload(7));  // the first sending, its connection lost unnoticed
-  REQUIRE(a.BeginResend(7));
-  REQUIRE_FALSE(a.BeginResend(7));
+  REQUIRE(a.BeginUpload(7, /*resend=*/true));
+  REQUIRE_FALSE(a.BeginUpload(7, /*resend=*/true));
   REQUIRE_FALSE(a.BeginUpload(7));
   a.EndUpload(7);
   REQUIRE(a.UploadInFlight(7));  // the resend still
-  a.EndResend(7);
+  a.EndUpload(7, /*resend=*/true);
   REQUIRE_FALSE(a.UploadInFlight(7));
-  REQUIRE(a.BeginResend(7));
+  REQUIRE(a.BeginUpload(7, /*resend=*/true));
 }
 
 TEST_CASE("join uploads wait for their turn until their deadline, on the clock", "[admission]") {

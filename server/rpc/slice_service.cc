@@ -233,14 +233,12 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   // One push in flight per session, and one resend beside it: the gradients held are at most
   // one model per worker, two while a worker sends again what a lost connection held.
   const bool resend = header.resend();
-  if (!(resend ? admission_.BeginResend(header.worker_id()) : admission_.BeginUpload(header.worker_id()))) {
+  if (!admission_.BeginUpload(header.worker_id(), resend)) {
     data_->CountRejectedPush(header.worker_id(), "busy");
     return absl::ResourceExhaustedError(absl::StrCat("worker ", header.worker_id(), " has a ",
                                                      resend ? "resend" : "push", " in flight already: one at a time"));
   }
-  absl::Cleanup end_upload = [this, resend, id = header.worker_id()] {
-    resend ? admission_.EndResend(id) : admission_.EndUpload(id);
-  };
+  absl::Cleanup end_upload = [this, resend, id = header.worker_id()] { admission_.EndUpload(id, resend); };
   info->id = header.worker_id();
   info->batch = header.batch_size();
   info->compute_seconds = header.compute_seconds();
@@ -252,7 +250,7 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   info->shard_held_seconds = header.shard_held_seconds();
   info->report_only = header.report_only();
   info->idle = header.idle();
-  info->resend = header.resend();
+  info->resend = resend;
   info->emulation_overruns = header.emulation_overruns();
   info->group_lr.assign(header.group_lr().begin(), header.group_lr().end());
   std::vector<float> gradient;
