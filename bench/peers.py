@@ -469,6 +469,10 @@ def one_run(args, model, level, system):
         for r in range(args.workers):
             where = [f"--master={cluster.addr['w0']}"] if target is None else [f"--server={target}"]
             env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
+            if args.timeline and target is not None:
+                env["OMNILEARN_TIMELINE"] = os.path.join(args.work, f"{tag}.w{r}.timeline")
+                if os.path.exists(env["OMNILEARN_TIMELINE"]):
+                    os.remove(env["OMNILEARN_TIMELINE"])
             workers.append(subprocess.Popen(pin(r, cluster.command(f"w{r}", [
                 sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common])),
                 stdout=subprocess.PIPE, stderr=log(f"w{r}"), text=True, env=env))
@@ -493,6 +497,16 @@ def one_run(args, model, level, system):
 
 
 # ------------------------------------------------------------------ figures
+
+def timeline_phases(args, tag):
+    """--timeline: the median phases of the run's rounds after --skip (bench/timeline.py)."""
+    import glob
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import timeline
+    _, phases = timeline.summary(timeline.read(sorted(glob.glob(os.path.join(args.work, f"{tag}.w*.timeline")))),
+                                 args.skip)
+    return phases
+
 
 def children_cpu():
     import resource
@@ -635,6 +649,9 @@ def parse():
     ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
                     "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
     ap.add_argument("--load", help="RANK:PROCS: that worker's host loaded by PROCS busy loops on its core")
+    ap.add_argument("--timeline", action="store_true",
+                    help="OmniLearn workers write their iterations' events (OMNILEARN_TIMELINE) beside their "
+                         "logs, and each run prints their phases (bench/timeline.py)")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -690,6 +707,9 @@ def main():
                       f"{1000 * (r['comm_s'] or 0):.0f} ms) batches {r['batches']} overruns {r['overruns']} "
                       f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
+                if args.timeline and not system.startswith("ddp"):
+                    r["timeline"] = timeline_phases(run, f"{model}.{level}.{system}")
+                    print("  " + ", ".join(f"{k} {v['median']:.0f} ms" for k, v in r["timeline"].items()), flush=True)
                 write_json(args, rows)  # each row as it comes: a later run's failure keeps it
     add_time_to_target(rows)
     write_json(args, rows)

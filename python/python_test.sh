@@ -30,7 +30,7 @@ cp -L "$RUNFILES"/common/{atomic_file,clock,constant_time,grpc_chunks,grpc_raw,g
   src/common/
 cp -L "$RUNFILES"/worker/client/{grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} \
   "$RUNFILES"/worker/client/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \
-  "$RUNFILES"/worker/client/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h} \
+  "$RUNFILES"/worker/client/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h,timeline.cc,timeline.h} \
   src/worker/client/
 cp -L "$RUNFILES"/worker/devices/emulated_device.{cc,h} src/worker/devices/
 cp -L "$RUNFILES"/worker/trainer/trainer_metrics.{cc,h} src/worker/trainer/

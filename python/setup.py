@@ -40,7 +40,8 @@ if not BUILD_DIR:
     atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 
 # What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
-CORE_SOURCES = ["python/src/core.cc", "worker/client/session.cc", "worker/client/push_buckets.cc", "worker/client/grpc_ps_client.cc",
+CORE_SOURCES = ["python/src/core.cc", "worker/client/session.cc", "worker/client/push_buckets.cc", "worker/client/timeline.cc",
+                "worker/client/grpc_ps_client.cc",
                 "worker/client/grpc_push_stream.cc", "worker/client/model_receiver.cc",
                 "worker/devices/emulated_device.cc", "worker/trainer/trainer_metrics.cc", "worker/client/sharded_ps_client.cc", "worker/client/ps_proto.cc", "worker/client/ps_types.cc", "common/clock.cc",
                 "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",

@@ -27,10 +27,26 @@ use_cluster() {
   CLUSTER=$RUNFILES/tests/cluster.sh
   [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
   P=$1$$
+  sweep_stale_hosts "$1"
   CLUSTER_PREFIXES=("$P")
   local suffix
   for suffix in "${@:2}"; do CLUSTER_PREFIXES+=("$P$suffix"); done
   trap cluster_cleanup EXIT
+}
+# sweep_stale_hosts NAME: takes down the hosts an earlier run of the test NAME left behind
+# (killed before its trap ran): a prefix NAME<pid>[suffix] whose shell is gone. Only
+# namespaces go; no process is signalled.
+sweep_stale_hosts() {
+  local ns prefix owner
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
+    prefix=${ns%%-*}
+    [[ "$prefix" == "$1"[0-9]* ]] || continue
+    owner=${prefix#"$1"}
+    owner=${owner%%[!0-9]*}
+    kill -0 "$owner" 2>/dev/null && continue
+    echo "taking down $prefix's hosts: left by a run of $1 whose shell ($owner) is gone" >&2
+    "$CLUSTER" down "$prefix"
+  done
 }
 cluster_cleanup() {
   stop_all

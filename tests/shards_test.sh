@@ -7,7 +7,8 @@
 # the wire reaches the float32 one's accuracy (within 1 point). With --clip_grad_norm the
 # sharded sync job trains as one server does (the norm reduced over the slices), not as
 # the unclipped job. Slices pushed one after the other (--push_slices_in_order) train as
-# slices pushed at once.
+# slices pushed at once. The first sync job's workers write their timelines
+# (OMNILEARN_TIMELINE), which bench/timeline.py reads into rounds.
 #
 # The rate drops 10x at half the epoch (--lr_decay_epochs=0.5): at a constant rate the
 # last async iterate's accuracy varied by 3.3 points between runs of one server (77.5-80.8%),
@@ -54,13 +55,40 @@ job() {
   done
   WORKER_PIDS=()
   for n in w0 w1; do
-    start_worker "$n" "$WORK/$label.$n.log" --dataset=fashion-mnist --model=cnn --epochs=1 --evaluate
+    # The first sync job's workers record their iterations (worker/client/timeline.h).
+    OMNILEARN_TIMELINE=$([ "$label" = sync-three-1 ] && echo "$WORK/$label.$n.timeline") \
+      start_worker "$n" "$WORK/$label.$n.log" --dataset=fashion-mnist --model=cnn --epochs=1 --evaluate
   done
   if [ "$label" = sync-three-1 ]; then inspect "$label" "$metrics_port" >&2; fi
   for p in "${WORKER_PIDS[@]}"; do wait "$p" || { cat "$WORK/$label".*.log >&2; fail "$label: a worker failed"; }; done
   wait "$SERVER_PID" || fail "$label: the coordinator failed"
   for p in "${shard_pids[@]}"; do wait "$p" || { cat "$WORK/$label".shard*.log >&2; fail "$label: a shard failed"; }; done
   grep -o 'test accuracy [0-9.]*%' "$WORK/$label.w0.log" | tail -1 | grep -o '[0-9.]*'
+}
+
+# timelines: the first sync job's workers wrote a line per push with every slice's reply and
+# model, which bench/timeline.py lines up into rounds.
+timelines() {
+  local f
+  for f in "$WORK"/sync-three-1.w{0,1}.timeline; do
+    python3 - "$f" <<'PY' || fail "$f: not a line per push with the three slices' replies and models"
+import json, sys
+lines = [json.loads(t) for t in open(sys.argv[1])]
+assert len(lines) >= 20, len(lines)
+for line in lines[1:-1]:  # the first push began before the model's values came, the last may be cut
+    names = [e[0] for e in line["events"]]
+    assert names[0] == "begin" and "finish" in names and "reply" in names, names
+    assert sorted(e[2] for e in line["events"] if e[0] == "slice_reply") == [0, 1, 2], line
+    assert names.count("model_in") == 3 and names.count("written") == 3, names
+PY
+  done
+  local summary
+  summary=$(python3 "$RUNFILES/bench/timeline.py" --json --skip=2 "$WORK"/sync-three-1.w{0,1}.timeline) ||
+    fail "bench/timeline.py failed on the workers' timelines"
+  echo "timeline: $summary"
+  python3 -c "import json, sys; s = json.loads(sys.argv[1]); sys.exit(not (s['rounds'] >= 10 and
+    s['phases']['compute']['median'] > 0 and 'to reply' in s['phases']))" "$summary" ||
+    fail "bench/timeline.py: too few rounds or phases in $summary"
 }
 
 # Sync is deterministic: one pair. Async applies pushes in their arrival order, so one run
@@ -85,6 +113,7 @@ print('close' if abs(m1 - m3) <= 1.0 else 'apart', round(m1, 2), round(m3, 2))")
   [ "$v" = close ] || fail "$mode: three shards reached ${m3}%, one server ${m1}% (more than 1 point apart)"
   [ "$mode" = sync ] && sync_three=$m3
 done
+timelines
 # bfloat16 on the wire, sharded: the coordinator's Join chooses it, every slice travels so.
 bf16=$(job sync-bf16-three sync 3 --wire_dtype=bf16)
 grep -q "wire=bfloat16" "$WORK/sync-bf16-three.server.log" || fail "bf16: the coordinator does not run bf16"

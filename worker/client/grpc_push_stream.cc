@@ -3,6 +3,7 @@
 #include "common/grpc_chunks.h"
 #include "common/tensor_codec.h"
 #include "worker/client/ps_proto.h"
+#include "worker/client/timeline.h"
 
 namespace omnilearn {
 namespace worker {
@@ -118,6 +119,7 @@ void GrpcPushStream::ReadRest() {
   uint64_t version = 0;
   result_ = s.ok() ? receiver_->Finish(&version) : FromGrpc(s, "PushPull");
   done_ = true;
+  Timeline::Process().Mark("model_in");
 }
 
 // The header, each queued tensor once as it comes, and at the close everything else
@@ -154,6 +156,7 @@ void GrpcPushStream::WriteLoop() {
   *msg.mutable_trailer() = trailer;
   if (ok) ok = stream_->Write(Serialize(msg));
   stream_->WritesDone();
+  Timeline::Process().Mark("written");
 }
 
 bool GrpcPushStream::WriteTensor(int t) {

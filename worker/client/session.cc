@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/client/timeline.h"
 
 namespace omnilearn {
 namespace worker {
@@ -221,11 +222,14 @@ void StreamedPush::Ready(int tensor) {
   if (stream_ == nullptr) return;
   absl::MutexLock lock(&mu_);
   std::vector<int> whole = buckets_.Ready(tensor);
-  if (!whole.empty()) stream_->Send(whole);
+  if (whole.empty()) return;
+  stream_->Send(whole);
+  Timeline::Process().Mark("bucket");
 }
 
 std::unique_ptr<StreamedPush> Session::BeginPushPull(const StepReport& step, absl::Span<const float> gradient,
                                                      int64_t bucket_bytes) {
+  Timeline::Process().Begin(pushes_sent_ + 1);
   std::unique_ptr<StreamedPush> push(
       new StreamedPush(PushedStep{id_.load(), version_, step}, gradient, layout_, bucket_bytes));
   if (bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;
@@ -238,6 +242,7 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
                                                     absl::Span<float> weights, PushReply* reply, bool* changed,
                                                     bool early) {
   *changed = false;
+  Timeline::Process().Mark("finish");
   const uint64_t session = push->push_.worker_id;
   if (absl::Status s = AwaitModel(); !s.ok()) return s;
   if (id_.load() != session) {
@@ -253,6 +258,7 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   ++pushes_sent_;
   std::unique_ptr<PushStream> stream = std::move(push->stream_);
   absl::StatusOr<PushReply> r = stream->FinishEarly(end, &version, weights);
+  Timeline::Process().Mark("reply");
   if (r.ok()) {
     arriving_ = std::move(stream);  // the model's values, still on their way
     arriving_into_ = weights;
@@ -273,7 +279,7 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
 }
 
 void Session::AwaitTensor(int t) {
-  if (arriving_ != nullptr) (void)arriving_->AwaitTensor(t);
+  if (arriving_ != nullptr) Timeline::Process().Time("forward_wait", [&] { (void)arriving_->AwaitTensor(t); });
 }
 
 absl::Status Session::AwaitModel() {

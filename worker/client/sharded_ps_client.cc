@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "worker/client/timeline.h"
 
 namespace omnilearn {
 namespace worker {
@@ -310,7 +311,9 @@ class ShardedPushStream : public PushStream {
             slices_[i]->CloseWrites(end);
             written[i].Notify();
           }
-          return slices_[i]->FinishEarly(end, v, absl::MakeSpan(client_->weights_[i]));
+          absl::StatusOr<PushReply> r = slices_[i]->FinishEarly(end, v, absl::MakeSpan(client_->weights_[i]));
+          Timeline::Process().Mark("slice_reply", i);
+          return r;
         },
         &moved);
     if (!r.ok()) return r.status();
