@@ -1,6 +1,8 @@
 #include "common/grpc_chunks.h"
 
+#include <numeric>
 #include <string>
+#include <vector>
 
 namespace omnilearn {
 
@@ -25,10 +27,22 @@ grpc::ByteBuffer ChunkBuffer(int field, const TensorSpec& spec, int64_t offset, 
 bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values,
                         const std::shared_ptr<const void>& owner,
                         const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes) {
-  return ForEachChunkOf(layout, values, value_bytes, kMaxChunkBytes,
-                        [&](const TensorSpec& spec, int64_t offset, const void* data, int64_t n) {
-                          return emit(ChunkBuffer(field, spec, offset, data, n, value_bytes, owner));
-                        });
+  std::vector<int> all(layout.tensors().size());
+  std::iota(all.begin(), all.end(), 0);
+  return ForEachChunkBufferInOrder(field, layout, all, values, owner, emit, value_bytes);
+}
+
+bool ForEachChunkBufferInOrder(int field, const ModelLayout& layout, const std::vector<int>& order, const void* values,
+                               const std::shared_ptr<const void>& owner,
+                               const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes) {
+  for (int t : order) {
+    const bool sent = ForEachChunkOfTensor(layout, t, values, value_bytes, kMaxChunkBytes,
+                                           [&](const TensorSpec& spec, int64_t offset, const void* data, int64_t n) {
+                                             return emit(ChunkBuffer(field, spec, offset, data, n, value_bytes, owner));
+                                           });
+    if (!sent) return false;
+  }
+  return true;
 }
 
 bool ForEachChunkBufferOf(int field, const ModelLayout& layout, int tensor, const void* values,

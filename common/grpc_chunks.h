@@ -39,6 +39,11 @@ bool ForEachChunkBuffer(int field, const ModelLayout& layout, const void* values
                         const std::shared_ptr<const void>& owner,
                         const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);
 
+// The same with the tensors in `order` (layout indices: ModelLayout::SendOrder's).
+bool ForEachChunkBufferInOrder(int field, const ModelLayout& layout, const std::vector<int>& order, const void* values,
+                               const std::shared_ptr<const void>& owner,
+                               const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);
+
 // The same for the layout's tensor `tensor` only, without an owner.
 bool ForEachChunkBufferOf(int field, const ModelLayout& layout, int tensor, const void* values,
                           const std::function<bool(const grpc::ByteBuffer&)>& emit, int value_bytes = 4);

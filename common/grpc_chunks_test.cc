@@ -50,6 +50,25 @@ TEST_CASE("chunk buffers are the proto's messages and keep their owner alive", "
   CHECK(values.use_count() == 1);  // gRPC's slices are gone: the snapshot may be reused
 }
 
+TEST_CASE("chunk buffers in an order of the caller's", "[grpc_chunks]") {
+  auto layout = ModelLayout::Create({{"w", {40}}, {"b", {2}}, {"bn.running_mean", {1}, true}});
+  REQUIRE(layout.ok());
+  const std::vector<float> values(layout->total_elements(), 1.0f);
+  std::vector<std::string> names;
+  REQUIRE(ForEachChunkBufferInOrder(kPullResponseChunkField, *layout, layout->SendOrder(), values.data(), nullptr,
+                                    [&](const grpc::ByteBuffer& b) {
+                                      v1::PullResponse m;
+                                      REQUIRE(m.ParseFromString(Flatten(b)));
+                                      names.push_back(m.chunk().name());
+                                      return true;
+                                    }));
+  CHECK(names == std::vector<std::string>{"bn.running_mean", "w", "b"});
+  int calls = 0;  // the caller's false stops it
+  CHECK_FALSE(ForEachChunkBufferInOrder(kPullResponseChunkField, *layout, {0, 1}, values.data(), nullptr,
+                                        [&](const grpc::ByteBuffer&) { return ++calls > 5; }));
+  CHECK(calls == 1);
+}
+
 TEST_CASE("a received message is a chunk read in place, or parsed by protobuf", "[grpc_chunks]") {
   auto layout = ModelLayout::Create({{"w", {5}}});
   REQUIRE(layout.ok());

@@ -52,6 +52,22 @@ bool ModelLayout::SameTensors(const ModelLayout& o) const {
   });
 }
 
+std::vector<int> ModelLayout::SendOrder() const {
+  std::vector<int> order;
+  order.reserve(tensors_.size());
+  int64_t buffered = 0;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].buffer) buffered += sizes_[i];
+  }
+  const bool first = buffered > 0 && buffered * 32 <= total_;
+  for (int pass = first ? 0 : 1; pass < 2; ++pass) {  // 0: the buffers, 1: the rest (or all)
+    for (int i = 0; i < static_cast<int>(tensors_.size()); ++i) {
+      if (!first || tensors_[i].buffer == (pass == 0)) order.push_back(i);
+    }
+  }
+  return order;
+}
+
 std::string ModelLayout::DebugString() const {
   return absl::StrJoin(tensors_, ", ", [](std::string* out, const TensorSpec& t) {
     absl::StrAppend(out, t.name, "[", absl::StrJoin(t.shape, ","), "]", t.buffer ? "(buffer)" : "");

@@ -47,6 +47,13 @@ class ModelLayout {
   // share. The wire addresses tensors by name, so a worker whose framework lists them
   // in another order (a Python model next to C++ ones) trains the same model.
   bool SameTensors(const ModelLayout& o) const;
+  // The order in which the model's tensors go to a worker (layout indices): its buffers first
+  // when they hold at most 1/32 of the values, then the parameters, each in layout order;
+  // else layout order. A layout lists the buffers after every parameter, but a forward needs
+  // a BatchNorm's statistics where it needs its weights: a model arriving during the next
+  // forward kept the first BatchNorm waiting for the end of the stream. Large buffers stay
+  // last (they would hold up the first layers' weights).
+  std::vector<int> SendOrder() const;
   // "conv1.weight[16,1,5,5], ..." for error messages.
   std::string DebugString() const;
   // What differs between this layout ("here") and `server`'s, tensor by tensor: the ones

@@ -24,5 +24,21 @@ TEST_CASE("a layout difference names only the tensors that differ", "[layout]") 
   REQUIRE(absl::StrContains(limited, "; and 2 more"));
 }
 
+TEST_CASE("a model goes to a worker with its small buffers first", "[layout]") {
+  // Two parameters of 1000 values, BatchNorm's statistics of 4 and its count: 9 of 2009 values.
+  std::vector<TensorSpec> bn = {{"conv.weight", {100, 10}},
+                                {"fc.weight", {100, 10}},
+                                {"bn.running_mean", {4}, true},
+                                {"bn.running_var", {4}, true},
+                                {"bn.num_batches_tracked", {}, true}};
+  REQUIRE(ModelLayout::Create(bn)->SendOrder() == std::vector<int>{2, 3, 4, 0, 1});
+  // Buffers of more than 1/32 of the values stay last: they would hold up the first layers.
+  std::vector<TensorSpec> big = bn;
+  big[2].shape = {100};
+  REQUIRE(ModelLayout::Create(big)->SendOrder() == std::vector<int>{0, 1, 2, 3, 4});
+  // No buffers: the layout's order.
+  REQUIRE(ModelLayout::Create({bn[0], bn[1]})->SendOrder() == std::vector<int>{0, 1});
+}
+
 }  // namespace
 }  // namespace omnilearn

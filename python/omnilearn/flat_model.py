@@ -123,13 +123,15 @@ class FlatStorage:
         self.update = torch.zeros(flat.total, dtype=torch.float32, device=device)
         self._grads = []  # (parameter, its gradient's view of update)
         self._copied = []  # (tensor, offset, is_buffer): kept apart, copied in and out
+        self.copied_indices = []  # their layout indices, in the same order
         viewed_buffers = []
         with torch.no_grad():
-            for (name, t, is_buffer), off in zip(flat.entries, flat.offsets):
+            for i, ((name, t, is_buffer), off) in enumerate(zip(flat.entries, flat.offsets)):
                 w = self.weights[off:off + t.numel()]
                 w.copy_(t.detach().reshape(-1))
                 if t.dtype != torch.float32 or t.device != device:
                     self._copied.append((t, off, is_buffer))
+                    self.copied_indices.append(i)
                     continue
                 t.data = w.view_as(t)
                 if is_buffer:
@@ -150,9 +152,10 @@ class FlatStorage:
             self.host_update = torch.empty(flat.total, dtype=torch.float32, pin_memory=True)
         else:
             self.host_weights, self.host_update = self.weights, self.update
-        # Whether the core's writes land in the model's tensors themselves (CPU, every tensor a
-        # view): a model may then arrive while a forward runs on the layers already in.
-        self.in_place = not self._cuda and not self._copied
+        # Whether the core's writes land in the model's tensors themselves (CPU): a model may
+        # then arrive while a forward runs on the layers already in. A tensor kept apart (another
+        # dtype: BatchNorm's num_batches_tracked) is copied in once it arrived (received(tensors)).
+        self.in_place = not self._cuda
         # numpy views (no copies) of the host memory: what the core is handed.
         self.weights_host = self.host_weights.numpy()
         self.update_host = self.host_update.numpy()
@@ -253,12 +256,16 @@ class FlatStorage:
                 self.host_weights.copy_(self.weights)
         return self.weights_host
 
-    def received(self) -> None:
-        """The core wrote a new model into host_weights: bring it to the tensors."""
+    def received(self, tensors=None) -> None:
+        """The core wrote a new model into host_weights: bring it to the tensors. `tensors`
+        (layout indices, CPU): only those of the tensors kept apart (a model arriving during a
+        forward, copied in as each module's own tensors arrive)."""
         with torch.no_grad():
             if self._cuda:
                 self.weights.copy_(self.host_weights, non_blocking=True)
-            for t, off, _ in self._copied:
+            for (t, off, _), i in zip(self._copied, self.copied_indices):
+                if tensors is not None and i not in tensors:
+                    continue
                 src = self.weights[off:off + t.numel()].view_as(t)
                 if not t.is_floating_point():  # num_batches_tracked arrives as an average
                     src = src.round()

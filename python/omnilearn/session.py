@@ -209,7 +209,7 @@ class WorkerSession:
         """Brings the model to the server's current version."""
         self.wait_model()
         if self._call(self._core.pull, self.storage.weights_host):
-            self.storage.received()
+            self._received()
         self._note_pulled()
 
     def join(self):
@@ -302,7 +302,7 @@ class WorkerSession:
         elif outcome == "rejoined":
             self.pull()
         elif changed:
-            self.storage.received()
+            self._received()
             self._note_pulled()
 
     def _begin_push(self, step: Step):
@@ -332,6 +332,7 @@ class WorkerSession:
         if self._arriving:
             self._arriving = False
             self._call(self._core.await_model)
+            self._arrived()
 
     def _synchronize(self):
         """Waits for the device's queued work (a GPU framework's); nothing on the CPU."""
@@ -395,6 +396,13 @@ class WorkerSession:
 
     def _before_send(self):
         """The framework's checks of a step about to be pushed."""
+
+    def _received(self):
+        """The core wrote a new model into weights_host (or is writing it, while _arriving)."""
+        self.storage.received()
+
+    def _arrived(self):
+        """A model that was arriving is whole."""
 
     def _note_pulled(self):
         """A model arrived (the framework may note the parameters' state)."""
@@ -461,7 +469,7 @@ class WorkerSession:
             self._log("the server stopped the job")
             return reply
         if changed:
-            self.storage.received()
+            self._received()
         self._note_pulled()
         self.last_reply = reply
         out_of_memory = report is not None and report.out_of_memory

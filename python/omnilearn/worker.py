@@ -95,13 +95,15 @@ class Worker(WorkerSession):
         emulated device or a slowdown, whose wait comes after the real backward: a gradient
         leaving before it would hide the link behind a wait no real device makes). The model's
         way back during the next forward (overlap_pull): each module waits for its own tensors
-        only; for CPU models whose tensors all live in the flat storage (the values land in
-        the parameters themselves), with module hooks (not TorchScript)."""
+        only; for CPU models (the values land in the parameters themselves; a tensor of
+        another dtype, such as num_batches_tracked, is copied in once its module's tensors
+        arrived), with module hooks (not TorchScript)."""
         self._bucket_bytes = int(bucket_mb * (1 << 20))
         if self._bucket_bytes > 0:
             self.storage.watch_gradients(lambda i: self._core.ready(i), self._on_repeated_backward)
         self._overlap = bool(overlap_pull and self._bucket_bytes > 0 and self.storage.in_place
                              and self._hook is not None)
+        self._to_copy = set()  # of a model arriving: the tensors kept apart not copied in yet
         self._module_hooks = self._watch_modules(model) if self._overlap else []
 
     def close(self):
@@ -149,7 +151,25 @@ class Worker(WorkerSession):
                 # reported as communication with the next push.
                 self._step_arrival_wait += waited
                 self.arrival_wait_seconds += waited
+                self._copy_in(tensors)
         return hook
+
+    def _copy_in(self, tensors):
+        """The tensors kept apart among `tensors` (num_batches_tracked), copied in from the model
+        that arrived, once each: the forward then changes them (a BatchNorm counts its batch)."""
+        mine = self._to_copy.intersection(tensors)
+        if mine:
+            self.storage.received(mine)
+            self._to_copy -= mine
+
+    def _received(self):
+        if self._arriving:  # the tensors kept apart are copied in as they arrive (_copy_in)
+            self._to_copy = set(self.storage.copied_indices)
+        else:
+            super()._received()
+
+    def _arrived(self):
+        self._copy_in(set(self._to_copy))  # those no forward reached
 
     def _on_forward(self, module, inputs):
         if self._step is not None and self._t0 is None and torch.is_grad_enabled():

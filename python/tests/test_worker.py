@@ -630,6 +630,37 @@ class PullDuringForwardTest(unittest.TestCase):
         np.testing.assert_array_equal(weights, self.fake.flat.values())
 
 
+def _bn_model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), _Mark(), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 4))
+
+
+class PullDuringForwardBatchNormTest(PullDuringForwardTest):
+    """A model with a tensor of another dtype (BatchNorm's num_batches_tracked, kept apart from
+    the flat storage) also takes the model during the next forward: the count is copied in as
+    its module's tensors arrive, before that module's forward counts the step's batch."""
+
+    def setUp(self):
+        super().setUp()
+        self.model = _bn_model(1)
+        self.fake.flat = flat_model.FlatModel(_bn_model(2))
+
+    def test_the_count_pushed_is_the_servers_plus_the_steps_batch(self):
+        seen = []
+        self.fake.before_last_chunk = lambda: len(seen) < 2 and seen.append(self.model[1].event.wait(20))
+        overlapping, _ = self.run_steps()
+        self.assertTrue(overlapping)
+        self.assertEqual(seen, [True, True])
+        at = self.fake.flat.offsets[[n for n, _, _ in self.fake.flat.entries].index("2.num_batches_tracked")]
+        pushed = [g[at] for g in self.fake.gradients]
+        server = 0.0  # the fake's count: 0.5 x each push's value off, rounded (FakeServer._push)
+        for k, value in enumerate(pushed):
+            if k > 0:  # the count the server sent before this step, plus this step's batch
+                self.assertEqual(value, server + 1, f"push {k + 1}: {pushed}")
+            server = float(np.round(server - 0.5 * value))
+
+
 class TlsTest(unittest.TestCase):
     def test_mutual_tls_with_a_server_name_override(self):
         with tempfile.TemporaryDirectory() as d:

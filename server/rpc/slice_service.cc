@@ -136,12 +136,13 @@ grpc::Status SliceService::WriteModel(const ModelSnapshot& snap, int chunk_field
   // The chunks' slices hold the snapshot (immutable), or its bfloat16 copy, until the
   // transport is done with them.
   auto write = [&](const grpc::ByteBuffer& b) { return writer->Write(b); };
+  const std::vector<int> order = snap.layout.SendOrder();  // small buffers first: a forward needs them early
   bool sent;
   if (dtype == v1::WIRE_DTYPE_BF16) {
     std::shared_ptr<const std::vector<uint16_t>> values = Bfloat16Of(snap.weights);
-    sent = ForEachChunkBuffer(chunk_field, snap.layout, values->data(), values, write, sizeof(uint16_t));
+    sent = ForEachChunkBufferInOrder(chunk_field, snap.layout, order, values->data(), values, write, sizeof(uint16_t));
   } else {
-    sent = ForEachChunkBuffer(chunk_field, snap.layout, snap.weights->data(), snap.weights, write);
+    sent = ForEachChunkBufferInOrder(chunk_field, snap.layout, order, snap.weights->data(), snap.weights, write);
   }
   if (!sent) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
   data_->CountPullBytes(snap.layout.total_elements() * WireValueBytes(dtype));

@@ -45,8 +45,9 @@ class PushStream {
     return r;
   }
   // As Finish, but returns once the reply and the model's header are in (`*model_version`
-  // is the version `weights` will hold); the values keep arriving in the background, in
-  // layout order, until AwaitModel. Nothing else of the stream may be called meanwhile.
+  // is the version `weights` will hold); the values keep arriving in the background, in the
+  // server's order (ModelLayout::SendOrder: small buffers, then the layout's), until
+  // AwaitModel. Nothing else of the stream may be called meanwhile.
   virtual absl::StatusOr<PushReply> FinishEarly(const StepEnd& end, uint64_t* model_version,
                                                 absl::Span<float> weights) = 0;
   // After FinishEarly: waits until tensor `t` (layout index) is whole in the weights, or the

@@ -132,10 +132,10 @@ class Session {
                                               int64_t bucket_bytes);
   //
   // `early` (a streamed push only): Finish returns once the reply is in and the model keeps
-  // arriving into `weights` in layout order, so the next forward can start on the first
-  // layers (AwaitTensor); `*changed` then says the model will have moved. Every other call
-  // of the session except BeginPushPull and StreamedPush::Ready waits for the rest first
-  // (AwaitModel).
+  // arriving into `weights` in the server's order (small buffers, then layout order), so the
+  // next forward can start on the first layers (AwaitTensor); `*changed` then says the model
+  // will have moved. Every other call of the session except BeginPushPull and
+  // StreamedPush::Ready waits for the rest first (AwaitModel).
   absl::StatusOr<PushOutcome> FinishPushPull(std::unique_ptr<StreamedPush> push, const StepEnd& end,
                                              absl::Span<float> weights, PushReply* reply, bool* changed,
                                              bool early = false);
