@@ -342,6 +342,10 @@ def ddp_layers(args):
     model, batch_of = build(args.model)
     pacer = Pacer(model, stages_of(args.model, model))
     device = EmulatedDevice(device_text(args, args.rank), seed=args.rank)  # the step timing's devices
+    # Constant buffers of a type gloo cannot broadcast (gpt2's causal masks, bool): every rank
+    # builds the same, so DDP leaves them alone.
+    torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+        model, [n for n, b in model.named_buffers() if b.dtype == torch.bool])
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM)
     rows = []
