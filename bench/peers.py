@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
 from link_model import wire_seconds  # noqa: E402
+import timeline  # noqa: E402
 
 PORT = 50051
 DDP_PORT = 29500
@@ -505,8 +506,6 @@ def one_run(args, model, level, system):
 def timeline_phases(args, tag):
     """--timeline: the median phases of the run's rounds after --skip (bench/timeline.py)."""
     import glob
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import timeline
     _, phases = timeline.summary(timeline.read(sorted(glob.glob(os.path.join(args.work, f"{tag}.w*.timeline")))),
                                  args.skip)
     return phases

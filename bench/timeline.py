@@ -67,13 +67,13 @@ def phases(workers, following):
         times = [at(line, event) for line in workers.values()]
         return None if None in times else max(times)
 
-    finishes = [at(line, "finish") for line in workers.values()]
-    if None in finishes:
+    finishes = {pid: at(line, "finish") for pid, line in workers.items()}
+    if None in finishes.values():
         return None
-    last_finish, reply, model = max(finishes), last("reply"), last("model_in")
-    slowest = max(workers, key=lambda pid: at(workers[pid], "finish"))
-    p = {"compute": last_finish - workers[slowest]["start_ms"], "skew": last_finish - min(finishes),
-         "push tail": (last("written") - last_finish) if last("written") is not None else None,
+    slowest = max(finishes, key=finishes.get)
+    last_finish, reply, model, written = finishes[slowest], last("reply"), last("model_in"), last("written")
+    p = {"compute": last_finish - workers[slowest]["start_ms"], "skew": last_finish - min(finishes.values()),
+         "push tail": written - last_finish if written is not None else None,
          "to reply": reply - last_finish if reply is not None else None,
          "model tail": model - reply if model is not None and reply is not None else None,
          "forward wait": max(following[pid]["totals"].get("forward_wait", 0.0) for pid in workers),

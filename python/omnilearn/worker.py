@@ -169,7 +169,7 @@ class Worker(WorkerSession):
             super()._received()
 
     def _arrived(self):
-        self._copy_in(set(self._to_copy))  # those no forward reached
+        self._copy_in(self._to_copy)  # those no forward reached
 
     def _on_forward(self, module, inputs):
         if self._step is not None and self._t0 is None and torch.is_grad_enabled():
