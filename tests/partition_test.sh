@@ -57,11 +57,21 @@ run() {
   wait_until 1200 "$case: 100 iterations of w0" trained
 }
 
+# events CASE: each process's log without its per-iteration lines (the cut, the drops, the
+# rejoins, the rollbacks), its last 40 lines each, with the time the log was last written.
+events() {
+  local log
+  for log in "$WORK/$1".*.log; do
+    echo "==> $log (last written $(date -r "$log" +%T)) <=="
+    grep -v " it=[0-9]" "$log" | tail -n 40
+  done
+}
+
 # finish CASE: every process exits 0; the count is exact; the export is the job.
 finish() {
   local case=$1 p
   for p in "${PIDS[@]}"; do
-    wait "$p" || { tail -n 8 "$WORK/$case".*.log >&2; fail "$case: a process failed"; }
+    wait "$p" || { events "$case" >&2; fail "$case: a process failed"; }
   done
   samples=$(sed -n 's/.*training finished: model version [0-9]*, \([0-9]*\) samples.*/\1/p' \
     "$WORK/$case.h0.server.log")
@@ -103,11 +113,13 @@ coordinator_cut coord21 h2 h1
 for disk in 0 1; do
   case=shard$([ "$disk" = 1 ] && echo -disk || true)
   run "$case" "$disk"
+  echo "$case: h2 cut at $(date +%T)"
   "$CLUSTER" cut "$P" h2 h0
   "$CLUSTER" cut "$P" h2 h1
   sleep "$CUT_S"
   "$CLUSTER" heal "$P" h2 h0
   "$CLUSTER" heal "$P" h2 h1
+  echo "$case: h2 healed at $(date +%T)"
   finish "$case"
 done
 

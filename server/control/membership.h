@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,9 @@ class Membership {
   // Sessions that have not left and were silent for longer than `lease` at `now`.
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
   bool AllLeft() const;
+  // The names whose newest session left because its lease ran out (a worker cut off or
+  // paused that has not joined again since).
+  std::set<std::string> ExpiredNames() const;
 
   // Keeps the table bounded under churn (joins and leaves for as long as the daemon
   // runs): a left session's record stays (for status and the summary) until a newer

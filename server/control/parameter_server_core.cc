@@ -94,6 +94,7 @@ SampleBatch ParameterServerCore::Assign(Worker& w, int64_t batch) {
 void ParameterServerCore::MaybeFinishJob() {
   // A dropped worker may still come back and finish: AllLeft counts it as not gone.
   if (!job_.MaybeFinish(workers_.AllLeft())) return;
+  cut_off_awaited_until_ = options_.clock->Now() + std::max(options_.lease, kCutOffNotice);
   Event(absl::StrFormat("training finished: model version %d, %d samples (%.2f epochs), %d rounds", store_.version(),
                         stats_.global_samples(), Epoch(), stats_.rounds()));
 }
@@ -110,6 +111,8 @@ void ParameterServerCore::ResetJob() {
   ticks_since_adjust_ = 0;
   stats_ = TrainingStats();
   remembered_.clear();
+  told_over_.clear();
+  cut_off_awaited_until_ = absl::InfinitePast();
   if (options_.replication.job_reset) options_.replication.job_reset(job_.number());
 }
 
@@ -202,12 +205,13 @@ absl::StatusOr<JoinResult> ParameterServerCore::Join(JoinInfo info, absl::Time d
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", info.max_batch, " is not in [0, 2^24]"));
   }
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return job_.finished() ? FinishedJoin() : StopJoin();  // a late worker is told the job is over
+  // A late worker is told the job is over.
+  if (shutdown_) return job_.finished() ? FinishedJoin(info.name) : StopJoin();
   const absl::Time now = options_.clock->Now();
   ExpireLeases(now);
   AwaitRoundIdle();  // a reset or a new model must not meet a push still adding
   if (job_.finished()) {
-    if (!options_.reset_when_done) return FinishedJoin();
+    if (!options_.reset_when_done) return FinishedJoin(info.name);
     ResetJob();
   }
   if (absl::Status s = CheckJoin(info); !s.ok()) return s;
@@ -227,7 +231,8 @@ JoinResult ParameterServerCore::StopJoin() {
   return stop;
 }
 
-JoinResult ParameterServerCore::FinishedJoin() {
+JoinResult ParameterServerCore::FinishedJoin(const std::string& name) {
+  told_over_.insert(name);
   JoinResult done = StopJoin();
   done.job_finished = true;
   done.global_samples = stats_.global_samples();
@@ -937,7 +942,13 @@ void ParameterServerCore::Shutdown() {
 
 bool ParameterServerCore::RejoinAwaited() const {
   absl::MutexLock lock(&mu_);
-  return options_.clock->Now() < rejoin_awaited_until_;
+  const absl::Time now = options_.clock->Now();
+  if (now < rejoin_awaited_until_) return true;
+  if (!job_.finished() || now >= cut_off_awaited_until_) return false;
+  for (const std::string& name : workers_.ExpiredNames()) {
+    if (told_over_.count(name) == 0) return true;  // cut off, not back since
+  }
+  return false;
 }
 
 bool ParameterServerCore::NextJoinStartsNewJob() const {

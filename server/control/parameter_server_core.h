@@ -246,10 +246,17 @@ class ParameterServerCore : public DataPlane {
   // Whether a worker may come back now: a join was refused in the last 3 s because its
   // name was still a live session's (a worker restarted before its old session's lease ran
   // out, trying again every 2 s at most), or a session's lease expired in the last lease
-  // (its worker cut off or paused, which joins again once it reaches the server). A
-  // finished job's server (--exit_when_done) waits for it, so that it is told the job is
-  // over instead of finding no server.
+  // (its worker cut off or paused, which joins again once it reaches the server), or, for
+  // up to kCutOffNotice or the lease (the longer) after the job finished, a worker whose
+  // lease ran out has not come back since (cut off, it may reach the server only after the
+  // link heals: partition_test saw a worker back 12-14 s after the heal, when a job
+  // without it can be over). A finished job's server (--exit_when_done) waits for it, so
+  // that it is told the job is over instead of finding no server.
   bool RejoinAwaited() const;
+  // How long a worker cut off from the server takes to notice once its link is back or
+  // dead for good: the keepalive (5 s, then 20 s for the answer: common/tensor_codec.h),
+  // and a join's 5 s connection attempt.
+  static constexpr absl::Duration kCutOffNotice = absl::Seconds(30);
 
   // The server's Prometheus series (server_metrics.h); its gauges are brought up to date
   // at each scrape. Callers may add series of their own (process metrics).
@@ -344,7 +351,8 @@ class ParameterServerCore : public DataPlane {
   static JoinResult StopJoin();  // the answer to a join while shutting down
   // A finished job refuses joins (FailedPrecondition), or starts afresh (reset_when_done).
   // A join while the job is finished (and not --reset_when_done): stop, saying so.
-  JoinResult FinishedJoin() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to a join once the job is over; `name` is told so (RejoinAwaited).
+  JoinResult FinishedJoin(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's model from the join (the first, or one replacing an untrained, unused model).
   // The optimizer a join brings for the job to adopt (none: the job keeps its own, which
   // the worker's, if it sent one, equals); FailedPrecondition when they differ.
@@ -428,6 +436,10 @@ class ParameterServerCore : public DataPlane {
   EpochSampler sampler_ ABSL_GUARDED_BY(mu_);
   JobLife job_ ABSL_GUARDED_BY(mu_);  // its start (for start_timeout), started, finished
   absl::Time rejoin_awaited_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // RejoinAwaited
+  // After the job finished: until when the workers whose lease ran out are awaited, and the
+  // names told since that the job is over (RejoinAwaited).
+  absl::Time cut_off_awaited_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::set<std::string> told_over_ ABSL_GUARDED_BY(mu_);
   SyncRound round_ ABSL_GUARDED_BY(mu_);
   // Statistics.
   uint64_t ticks_since_adjust_ ABSL_GUARDED_BY(mu_) = 0;

@@ -452,6 +452,56 @@ TEST_CASE("a crashed worker's name is free again once its lease expired", "[core
   REQUIRE_FALSE(core->RejoinAwaited());
 }
 
+TEST_CASE("a worker cut off until after the job finished is awaited after it, until told the job is over",
+          "[core][clock][job]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kAsync, 1, &clock);
+  o.lease = absl::Seconds(10);
+  o.round_timeout = absl::Seconds(5);
+  auto core = *ParameterServerCore::Create(o);
+  const JoinResult a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(1));
+  REQUIRE(core->Join(Info("b", false), clock.Now() + absl::Seconds(1)).ok());
+  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  // a's heartbeats every 5 s keep its lease; b is silent: it expires at 11 s, cut off.
+  for (int t = 5; t <= 25; t += 5) {
+    clock.Advance(absl::Seconds(t == 10 ? 6 : 5));
+    REQUIRE(core->Heartbeat(a.id) == Action::kContinue);
+  }
+  // 26 s: past b's expiry and a lease, it is awaited no longer.
+  REQUIRE_FALSE(core->RejoinAwaited());
+  REQUIRE(core->Leave(a.id, /*finished=*/true).ok());
+  REQUIRE(core->Snapshot().job_finished);
+  // The job is over without b, whose link may heal only now: awaited for kCutOffNotice.
+  REQUIRE(core->RejoinAwaited());
+  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
+  REQUIRE(core->RejoinAwaited());
+  const JoinResult late = *core->Join(Info("b", false), clock.Now() + absl::Seconds(1));
+  REQUIRE(late.job_finished);
+  REQUIRE_FALSE(core->RejoinAwaited());  // told: nobody else to wait for
+}
+
+TEST_CASE("a worker cut off and never back holds a finished job's server for kCutOffNotice at most",
+          "[core][clock][job]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kAsync, 1, &clock);
+  o.lease = absl::Seconds(10);
+  o.round_timeout = absl::Seconds(5);
+  auto core = *ParameterServerCore::Create(o);
+  const JoinResult a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(1));
+  REQUIRE(core->Join(Info("b", false), clock.Now() + absl::Seconds(1)).ok());
+  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
+  clock.Advance(absl::Seconds(6));
+  REQUIRE(core->Heartbeat(a.id) == Action::kContinue);
+  clock.Advance(absl::Seconds(5));
+  REQUIRE(core->Heartbeat(a.id) == Action::kContinue);  // b's lease expires: cut off
+  REQUIRE(core->Leave(a.id, /*finished=*/true).ok());   // the job is over
+  REQUIRE(core->Snapshot().job_finished);
+  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
+  REQUIRE(core->RejoinAwaited());
+  clock.Advance(absl::Seconds(1));
+  REQUIRE_FALSE(core->RejoinAwaited());
+}
+
 // Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
 ServerOptions TwoPlanned(int every) {
   ServerOptions o = Options(Mode::kSync, 2);
