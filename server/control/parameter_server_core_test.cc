@@ -452,25 +452,37 @@ TEST_CASE("a crashed worker's name is free again once its lease expired", "[core
   REQUIRE_FALSE(core->RejoinAwaited());
 }
 
-TEST_CASE("a worker cut off until after the job finished is awaited after it, until told the job is over",
-          "[core][clock][job]") {
-  FakeClock clock;
-  ServerOptions o = FakeTimed(Mode::kAsync, 1, &clock);
+// An async job (lease 10 s) of workers a and b; a pushed once, then kept its lease with
+// heartbeats (every 5 s at most) for `seconds` while b was silent (cut off: its lease ran
+// out at 10 s), then finished: the job is over. *awaited_before: whether the server awaited a
+// rejoin just before a finished.
+std::unique_ptr<ParameterServerCore> FinishedWithoutB(FakeClock* clock, int seconds, bool* awaited_before) {
+  ServerOptions o = FakeTimed(Mode::kAsync, 1, clock);
   o.lease = absl::Seconds(10);
   o.round_timeout = absl::Seconds(5);
   auto core = *ParameterServerCore::Create(o);
-  const JoinResult a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(1));
-  REQUIRE(core->Join(Info("b", false), clock.Now() + absl::Seconds(1)).ok());
+  const JoinResult a = *core->Join(Info("a", true), clock->Now() + absl::Seconds(1));
+  REQUIRE(core->Join(Info("b", false), clock->Now() + absl::Seconds(1)).ok());
   REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
-  // a's heartbeats every 5 s keep its lease; b is silent: it expires at 11 s, cut off.
-  for (int t = 5; t <= 25; t += 5) {
-    clock.Advance(absl::Seconds(t == 10 ? 6 : 5));
+  for (int t = 0; t < seconds;) {
+    const int step = std::min(5, seconds - t);
+    clock->Advance(absl::Seconds(step));
+    t += step;
     REQUIRE(core->Heartbeat(a.id) == Action::kContinue);
   }
-  // 26 s: past b's expiry and a lease, it is awaited no longer.
-  REQUIRE_FALSE(core->RejoinAwaited());
+  *awaited_before = core->RejoinAwaited();
   REQUIRE(core->Leave(a.id, /*finished=*/true).ok());
   REQUIRE(core->Snapshot().job_finished);
+  return core;
+}
+
+TEST_CASE("a worker cut off until after the job finished is awaited after it, until told the job is over",
+          "[core][clock][job]") {
+  FakeClock clock;
+  bool awaited_before = true;
+  // 26 s: past b's expiry and a lease, it was awaited no longer while the job ran.
+  auto core = FinishedWithoutB(&clock, 26, &awaited_before);
+  REQUIRE_FALSE(awaited_before);
   // The job is over without b, whose link may heal only now: awaited for kCutOffNotice.
   REQUIRE(core->RejoinAwaited());
   clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
@@ -483,19 +495,9 @@ TEST_CASE("a worker cut off until after the job finished is awaited after it, un
 TEST_CASE("a worker cut off and never back holds a finished job's server for kCutOffNotice at most",
           "[core][clock][job]") {
   FakeClock clock;
-  ServerOptions o = FakeTimed(Mode::kAsync, 1, &clock);
-  o.lease = absl::Seconds(10);
-  o.round_timeout = absl::Seconds(5);
-  auto core = *ParameterServerCore::Create(o);
-  const JoinResult a = *core->Join(Info("a", true), clock.Now() + absl::Seconds(1));
-  REQUIRE(core->Join(Info("b", false), clock.Now() + absl::Seconds(1)).ok());
-  REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(kParams, 1.0f), Soon()).ok());
-  clock.Advance(absl::Seconds(6));
-  REQUIRE(core->Heartbeat(a.id) == Action::kContinue);
-  clock.Advance(absl::Seconds(5));
-  REQUIRE(core->Heartbeat(a.id) == Action::kContinue);  // b's lease expires: cut off
-  REQUIRE(core->Leave(a.id, /*finished=*/true).ok());   // the job is over
-  REQUIRE(core->Snapshot().job_finished);
+  bool awaited_before = false;
+  auto core = FinishedWithoutB(&clock, 11, &awaited_before);  // b expired at 11 s, the job ends
+  REQUIRE(awaited_before);
   clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
   REQUIRE(core->RejoinAwaited());
   clock.Advance(absl::Seconds(1));
