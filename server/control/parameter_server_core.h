@@ -249,7 +249,7 @@ class ParameterServerCore : public DataPlane {
   // (its worker cut off or paused, which joins again once it reaches the server), or, for
   // up to kCutOffNotice or the lease (the longer) after the job finished, a worker whose
   // lease ran out has not come back since (cut off, it may reach the server only after the
-  // link heals: partition_test saw a worker back 12-14 s after the heal, when a job
+  // link heals: partition_test saw a worker back 11-14 s after the heal, when a job
   // without it can be over). A finished job's server (--exit_when_done) waits for it, so
   // that it is told the job is over instead of finding no server.
   bool RejoinAwaited() const;
@@ -350,8 +350,8 @@ class ParameterServerCore : public DataPlane {
   // Join's parts, in its order (Join holds the lock and the order):
   static JoinResult StopJoin();  // the answer to a join while shutting down
   // A finished job refuses joins (FailedPrecondition), or starts afresh (reset_when_done).
-  // A join while the job is finished (and not --reset_when_done): stop, saying so.
-  // The answer to a join once the job is over; `name` is told so (RejoinAwaited).
+  // A join while the job is finished (and not --reset_when_done): stop, saying so; `name`
+  // counts as told the job is over (RejoinAwaited).
   JoinResult FinishedJoin(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's model from the join (the first, or one replacing an untrained, unused model).
   // The optimizer a join brings for the job to adopt (none: the job keeps its own, which
