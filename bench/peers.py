@@ -504,10 +504,16 @@ def one_run(args, model, level, system):
 # ------------------------------------------------------------------ figures
 
 def timeline_phases(args, tag):
-    """--timeline: the median phases of the run's rounds after --skip (bench/timeline.py)."""
+    """--timeline: the median phases of the run's rounds after --skip (bench/timeline.py), or
+    None, saying why, when its timelines hold no whole round (--timing=step's runs), so that
+    the benchmark goes on."""
     import glob
-    _, phases = timeline.summary(timeline.read(sorted(glob.glob(os.path.join(args.work, f"{tag}.w*.timeline")))),
-                                 args.skip)
+    try:
+        _, phases = timeline.summary(timeline.read(sorted(glob.glob(os.path.join(args.work, f"{tag}.w*.timeline")))),
+                                     args.skip)
+    except SystemExit as e:
+        print(f"  timeline: {e}", flush=True)
+        return None
     return phases
 
 
@@ -712,7 +718,9 @@ def main():
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
                 if args.timeline and not system.startswith("ddp"):
                     r["timeline"] = timeline_phases(run, f"{model}.{level}.{system}")
-                    print("  " + ", ".join(f"{k} {v['median']:.0f} ms" for k, v in r["timeline"].items()), flush=True)
+                    if r["timeline"] is not None:
+                        print("  " + ", ".join(f"{k} {v['median']:.0f} ms" for k, v in r["timeline"].items()),
+                              flush=True)
                 write_json(args, rows)  # each row as it comes: a later run's failure keeps it
     add_time_to_target(rows)
     write_json(args, rows)
