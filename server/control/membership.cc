@@ -115,20 +115,24 @@ bool Membership::AllLeft() const {
                      [](const auto& entry) { return entry.second.state == WorkerState::kLeft; });
 }
 
+std::map<std::string, WorkerId> Membership::NewestIds() const {
+  std::map<std::string, WorkerId> newest;
+  for (const auto& [id, w] : workers_) newest[w.name] = id;  // ids ascend
+  return newest;
+}
+
 std::set<std::string> Membership::ExpiredNames() const {
-  std::map<std::string, const WorkerRecord*> newest;
-  for (const auto& [id, w] : workers_) newest[w.name] = &w;  // ids ascend
   std::set<std::string> expired;
-  for (const auto& [name, w] : newest) {
-    if (w->state == WorkerState::kLeft && w->expired) expired.insert(name);
+  for (const auto& [name, id] : NewestIds()) {
+    const WorkerRecord& w = workers_.at(id);
+    if (w.state == WorkerState::kLeft && w.expired) expired.insert(name);
   }
   return expired;
 }
 
 std::vector<std::string> Membership::PruneLeft(size_t max_left) {
   // The newest session (highest id) of each name, and the left records, oldest first.
-  std::map<std::string, WorkerId> newest;
-  for (const auto& [id, w] : workers_) newest[w.name] = id;  // ids ascend
+  const std::map<std::string, WorkerId> newest = NewestIds();
   std::vector<WorkerId> left;
   for (const auto& [id, w] : workers_) {
     if (w.state == WorkerState::kLeft) left.push_back(id);

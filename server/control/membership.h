@@ -110,6 +110,9 @@ class Membership {
   Map::const_iterator end() const { return workers_.end(); }
 
  private:
+  // Each name's newest session (the highest id).
+  std::map<std::string, WorkerId> NewestIds() const;
+
   Map workers_;
   WorkerId next_id_ = 1;
 };
