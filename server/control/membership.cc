@@ -121,13 +121,13 @@ std::map<std::string, WorkerId> Membership::NewestIds() const {
   return newest;
 }
 
-std::set<std::string> Membership::ExpiredNames() const {
-  std::set<std::string> expired;
+std::set<std::string> Membership::UnheardNames() const {
+  std::set<std::string> unheard;
   for (const auto& [name, id] : NewestIds()) {
     const WorkerRecord& w = workers_.at(id);
-    if (w.state == WorkerState::kLeft && w.expired) expired.insert(name);
+    if (w.state == WorkerState::kLeft && w.ended_unheard) unheard.insert(name);
   }
-  return expired;
+  return unheard;
 }
 
 std::vector<std::string> Membership::PruneLeft(size_t max_left) {

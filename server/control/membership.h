@@ -43,6 +43,7 @@ struct WorkerRecord {
   uint64_t last_version = 0;        // ...and the version it was computed on
   uint64_t clock = 0;               // ssp: iterations pushed, lifted to the slowest's on (re)admission
   bool expired = false;             // its lease ran out
+  bool ended_unheard = false;       // the server ended it (lease, rollback): told at its next call
   bool uses_samples = false;        // joined with a data set size: trains what it is assigned
   SampleBatch assigned;             // samples assigned and not yet trained
   std::string secret;               // the session's secret (JoinResponse.session_secret)
@@ -88,9 +89,9 @@ class Membership {
   // Sessions that have not left and were silent for longer than `lease` at `now`.
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);
   bool AllLeft() const;
-  // The names whose newest session left because its lease ran out (a worker cut off or
-  // paused that has not joined again since).
-  std::set<std::string> ExpiredNames() const;
+  // The names whose newest session the server ended unheard (ended_unheard: a worker cut
+  // off, paused or rolled back that has not joined again since).
+  std::set<std::string> UnheardNames() const;
 
   // Keeps the table bounded under churn (joins and leaves for as long as the daemon
   // runs): a left session's record stays (for status and the summary) until a newer

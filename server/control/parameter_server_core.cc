@@ -134,7 +134,7 @@ void ParameterServerCore::ExpireLeases(absl::Time now) {
     Event(absl::StrFormat("worker %s (id %d): lease expired after %.0f s of silence; it left the job", w->name, w->id,
                           absl::ToDoubleSeconds(now - w->last_seen)));
     Retire(*w, WorkerState::kLeft);
-    w->expired = true;
+    w->expired = w->ended_unheard = true;
     rejoin_awaited_until_ = std::max(rejoin_awaited_until_, now + options_.lease);
   }
   PruneLeft();
@@ -892,6 +892,7 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
     if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;
     Retire(w, WorkerState::kLeft);  // the session ends; what it held goes with the old epoch position
+    w.ended_unheard = true;         // told at its next call, which a cut link may hold past the job's end
   }
   store_ = std::move(store);
   sampler_ = std::move(sampler);
@@ -945,8 +946,8 @@ bool ParameterServerCore::RejoinAwaited() const {
   const absl::Time now = options_.clock->Now();
   if (now < rejoin_awaited_until_) return true;
   if (!job_.finished() || now >= cut_off_awaited_until_) return false;
-  for (const std::string& name : workers_.ExpiredNames()) {
-    if (told_over_.count(name) == 0) return true;  // cut off, not back since
+  for (const std::string& name : workers_.UnheardNames()) {
+    if (told_over_.count(name) == 0) return true;  // its session ended unheard, not back since
   }
   return false;
 }

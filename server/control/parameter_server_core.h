@@ -248,10 +248,12 @@ class ParameterServerCore : public DataPlane {
   // out, trying again every 2 s at most), or a session's lease expired in the last lease
   // (its worker cut off or paused, which joins again once it reaches the server), or, for
   // up to kCutOffNotice or the lease (the longer) after the job finished, a worker whose
-  // lease ran out has not come back since (cut off, it may reach the server only after the
-  // link heals: partition_test saw a worker back 11-14 s after the heal, when a job
-  // without it can be over). A finished job's server (--exit_when_done) waits for it, so
-  // that it is told the job is over instead of finding no server.
+  // session the server ended unheard (its lease ran out, or a rollback ended it) has not
+  // come back since (cut off, it may reach the server only after the link heals:
+  // partition_test saw a worker back 11-14 s after the heal, and chaos_test a worker cut
+  // from a shard learn of the rollback only then, when a job without it can be over). A
+  // finished job's server (--exit_when_done) waits for it, so that it is told the job is
+  // over instead of finding no server.
   bool RejoinAwaited() const;
   // How long a worker cut off from the server takes to notice once its link is back or
   // dead for good: the keepalive (5 s, then 20 s for the answer: common/tensor_codec.h),

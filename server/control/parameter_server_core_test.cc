@@ -504,6 +504,32 @@ TEST_CASE("a worker cut off and never back holds a finished job's server for kCu
   REQUIRE_FALSE(core->RejoinAwaited());
 }
 
+TEST_CASE("a worker whose session a rollback ended, back after the job finished without it, is awaited and told",
+          "[core][clock][rollback][job]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  o.lease = absl::Seconds(10);
+  o.round_timeout = absl::Seconds(5);
+  auto core = *ParameterServerCore::Create(o);
+  (void)JoinAll(*core, 2);
+  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  REQUIRE(core->RollBack(at0).ok());
+  // w0 joins again; w1, its push held by a cut link, learns of the rollback only when the
+  // link heals: training goes on without it after a lease, and the job ends.
+  JoinResult a2;
+  std::thread ja([&] { a2 = *core->Join(Info("w0", false), absl::InfiniteFuture()); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  clock.Advance(o.lease);
+  ja.join();
+  REQUIRE(core->Leave(a2.id, /*finished=*/true).ok());
+  REQUIRE(core->Snapshot().job_finished);
+  REQUIRE(core->RejoinAwaited());
+  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
+  REQUIRE(core->RejoinAwaited());
+  REQUIRE(core->Join(Info("w1", false), clock.Now() + absl::Seconds(1))->job_finished);
+  REQUIRE_FALSE(core->RejoinAwaited());
+}
+
 // Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
 ServerOptions TwoPlanned(int every) {
   ServerOptions o = Options(Mode::kSync, 2);
