@@ -26,7 +26,12 @@ ShardCore::ShardCore(ShardCoreOptions options)
       slices_left_out_(registry_
                            .AddCounter("omnilearn_shard_slices_left_out_total",
                                        "members' slices a step went without (they did not come in the round timeout)")
-                           .Add({})) {}
+                           .Add({})),
+      summed_on_arrival_(registry_
+                             .AddCounter("omnilearn_shard_steps_summed_on_arrival_total",
+                                         "sync steps whose sum was built as the members' slices arrived (the others "
+                                         "summed them at the coordinator's command)")
+                             .Add({})) {}
 
 namespace {
 
@@ -185,6 +190,7 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
     late.message = "the round of this slice's version was stepped without it";
     return late;
   }
+  AddOnArrival(info, gradient);
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};
@@ -202,6 +208,18 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   if (!r.applied) r.message = "the coordinator's step did not take this slice";
   r.version = store_->version();
   return r;
+}
+
+void ShardCore::AddOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
+  if (!sync_ || info.version != store_->version()) return;
+  const int64_t elements = store_->layout().total_elements();
+  if (!arrival_.Reserve(info.id, info.version, static_cast<double>(info.batch), elements)) return;
+  // The model-sized loop without the lock: other pushes, pulls and the step's wait go on
+  // (the step waits for it: arrival_.idle()). `gradient` is still this call's own.
+  mu_.Unlock();
+  arrival_.Add(info.id, gradient, static_cast<double>(info.batch));
+  mu_.Lock();
+  arrival_.Done();
 }
 
 absl::StatusOr<ModelSnapshot> ShardCore::Pull(WorkerId id, uint64_t have_version, uint64_t min_version,
@@ -257,6 +275,10 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
     return true;
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&all_here), options_.clock->Now() + member_wait_);
+  // A slice being added on arrival finishes first (bounded: a memory loop): the step reads
+  // or rewrites that sum.
+  auto added = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrival_.idle(); };
+  mu_.Await(absl::Condition(&added));
   if (shutdown_) return absl::UnavailableError("the shard is shutting down");
   if (absl::Status s = OneModel(step); !s.ok()) return s;
   Taken taken;
@@ -326,7 +348,8 @@ void ShardCore::SetNormReduction(NormReduction reduction) {
   norm_reduction_ = std::move(reduction);
 }
 
-absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, const std::vector<float>& sum) {
+absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, const std::vector<float>& sum,
+                                                              double scale) {
   NormReduction reduce;
   const ParameterStore* store = nullptr;  // replaced only on this (the control stream's) thread
   {
@@ -337,7 +360,7 @@ absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, 
   if (store->options().clip_grad_norm <= 0) return std::nullopt;
   if (!reduce) return absl::FailedPreconditionError("a clipped step, and no way to the coordinator's norm");
   // Outside the lock: pushes and pulls go on while the other slices' parts come.
-  absl::StatusOr<double> total = reduce(version, UpdateSumSquares(store->layout(), sum, 1.0));
+  absl::StatusOr<double> total = reduce(version, UpdateSumSquares(store->layout(), sum, scale));
   if (!total.ok()) {
     // The slice cannot take this step as the others do: it registers again, and the job goes
     // back to the servers' common checkpoint (a recovery, as for a shard that returns).
@@ -350,37 +373,37 @@ absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, 
 absl::Status ShardCore::Step(const ReplicatedStep& step) {
   const absl::Time start = options_.clock->Now();
   absl::StatusOr<Taken> taken;
+  const std::vector<float>* arrived = nullptr;  // the sum built as the slices came, when it is the step's
   int64_t elements = 0;
   {
     absl::MutexLock lock(&mu_);
     taken = TakeMembers(step);
     if (!taken.ok()) return taken.status();
+    arrived = arrival_.Close(step.version, taken->members);
+    if (arrived != nullptr) summed_on_arrival_.Increment();
     elements = store_->layout().total_elements();
   }
   // The weighted sum, outside the lock (pushes and pulls go on); only this thread steps.
-  // The core's RoundSum: each slice added in stripes split across cores. A member whose
-  // slice never came leaves its weight out of the mean (async: a step of rate 0, which
-  // keeps the version in step with the coordinator's).
+  // A member whose slice never came leaves its weight out of the mean (async: a step of
+  // rate 0, which keeps the version in step with the coordinator's).
   const double scale =
       taken->taken_weight > 0 ? step.settings.update_scale * taken->all_weight / taken->taken_weight : 0;
-  sum_.Start(elements);
-  uint64_t rotation = 0;
-  for (auto& [gradient, weight] : taken->slices) {
-    sum_.Add(gradient, static_cast<float>(weight * scale), rotation++);
-    buffers_.Return(std::move(gradient));
-  }
   const bool none = taken->slices.empty();
   const std::vector<float> nothing(none ? elements : 0, 0.0f);  // a step without slices: momentum decays alone
+  const std::vector<float>& sum = none                 ? nothing
+                                  : arrived != nullptr ? *arrived
+                                                       : arrival_.SumOf(taken->slices, elements);
+  for (auto& slice : taken->slices) buffers_.Return(std::move(slice.first));
   // A clipped job's every step gives its part (0 without slices): the others wait for it.
-  absl::StatusOr<std::optional<double>> norm = NormToClipBy(step.version, none ? nothing : sum_.values());
+  absl::StatusOr<std::optional<double>> norm = NormToClipBy(step.version, sum, scale);
   if (!norm.ok()) return norm.status();
   StepSettings settings = step.settings;
   settings.learning_rate = none ? 0.0 : step.settings.learning_rate.value_or(0.0);  // the coordinator's rate
   if (none) settings.buffer_blend = 0;
-  settings.update_scale = 1.0;  // the sum took the step's scale
+  settings.update_scale = scale;
   settings.norm_squared = *norm;
   absl::MutexLock lock(&mu_);
-  store_->Apply(none ? nothing : sum_.values(), settings);
+  store_->Apply(sum, settings);
   store_->Predict(none ? 0.0 : step.predict_steps);
   store_->set_history(ExtendHistory(store_->history(), step.version, std::move(taken->members)));
   MarkTaken(step);

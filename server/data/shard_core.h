@@ -19,9 +19,9 @@
 #include "common/metrics.h"
 #include "server/checkpoint/checkpoint.h"
 #include "server/control/data_plane.h"
+#include "server/data/arrival_sum.h"
 #include "server/data/parameter_store.h"
 #include "server/data/replicated_step.h"
-#include "server/data/round_sum.h"
 
 namespace omnilearn {
 namespace server {
@@ -113,7 +113,8 @@ class ShardCore : public DataPlane {
   void CountPullBytes(int64_t bytes) override;
   // The shard's /metrics: bytes in and out, the slice's size and version, each step's
   // latency (from the coordinator's command to the slice stepped, the wait for the
-  // members' slices included) and the members' slices a step went without.
+  // members' slices included), the members' slices a step went without, and the steps
+  // whose sum was built as the slices arrived.
   metrics::Registry& registry() { return registry_; }
 
  private:
@@ -121,10 +122,13 @@ class ShardCore : public DataPlane {
   // The store an Init or a Restore built, in place of the slice held so far.
   void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A clipped job's step: the whole update's squared norm, reduced from the slice's part in
-  // `sum` (nullopt when the job does not clip).
-  absl::StatusOr<std::optional<double>> NormToClipBy(uint64_t version, const std::vector<float>& sum)
+  // A clipped job's step: the whole update's squared norm, reduced from the slice's part,
+  // scale * `sum` (nullopt when the job does not clip).
+  absl::StatusOr<std::optional<double>> NormToClipBy(uint64_t version, const std::vector<float>& sum, double scale)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Sync: adds a push's slice of the slice's current version to the step's sum as it
+  // arrives (ArrivalSum), the lock released meanwhile.
+  void AddOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A step's members' slices, as it takes them: each with its weight, and the weights of all
   // members and of those whose slice came.
   struct Taken {
@@ -162,9 +166,10 @@ class ShardCore : public DataPlane {
   NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);  // a clipped job's (ServerPeers.StepNorm)
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  // The step's weighted sum, reused by every step; only Step's thread (the control
-  // stream's) touches it, outside mu_, so it is not guarded by it.
-  RoundSum sum_;
+  // The step's weighted sum, reused by every step: built as the slices arrive (Add outside
+  // mu_, by the pushes) or by Step's thread (the control stream's) outside mu_, once no
+  // Add is in flight; the rest under mu_.
+  ArrivalSum arrival_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   BufferPool buffers_;
   metrics::Registry registry_;
@@ -174,6 +179,7 @@ class ShardCore : public DataPlane {
   metrics::Gauge& version_gauge_;
   metrics::Histogram& step_seconds_;
   metrics::Counter& slices_left_out_;
+  metrics::Counter& summed_on_arrival_;
 };
 
 }  // namespace server

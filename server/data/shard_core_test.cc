@@ -63,6 +63,34 @@ TEST_CASE("a shard replays the coordinator's step: weighted mean of the members'
   REQUIRE(m.find("omnilearn_shard_slice_bytes 16\n") != std::string::npos);
   REQUIRE(m.find("omnilearn_shard_step_seconds_count 1\n") != std::string::npos);
   REQUIRE(m.find("omnilearn_shard_slices_left_out_total 0\n") != std::string::npos);
+  // The second member's weight (3) is not its push's batch (1): the step summed the slices itself.
+  REQUIRE(m.find("omnilearn_shard_steps_summed_on_arrival_total 0\n") != std::string::npos);
+}
+
+TEST_CASE("sync: the slices are summed as they arrive, weighted by their batches, and the step takes that sum",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  PushInfo a = PushOf(1, 0), b = PushOf(2, 0);
+  b.batch = 3;
+  REQUIRE(shard.Push(a, {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(b, {3, 2, 1, 20}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
+  const std::vector<float>& w = *shard.Pull(1, 0, 1, absl::InfinitePast())->weights;
+  REQUIRE(w[0] == Approx(1 - 0.25));  // as above: the same weighted mean
+  REQUIRE(w[1] == Approx(1 - 0.2));
+  REQUIRE(w[2] == Approx(1 - 0.15));
+  REQUIRE(w[3] == Approx(17.5));
+  REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_summed_on_arrival_total 1\n"));
+  // The next version's slices start a new sum.
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(PushOf(2, 1), {2, 2, 2, 2}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 0.1)).ok());
+  REQUIRE(shard.Pull(1, 1, 2, absl::InfinitePast())->weights->at(0) == Approx(1 - 0.25 - 0.1 * 1.5));
+  REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_summed_on_arrival_total 2\n"));
 }
 
 TEST_CASE("a step that predicts serves its slice stepped ahead; the parameters only", "[shard_core]") {
