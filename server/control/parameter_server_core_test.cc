@@ -504,16 +504,23 @@ TEST_CASE("a worker cut off and never back holds a finished job's server for kCu
   REQUIRE_FALSE(core->RejoinAwaited());
 }
 
+// Two sync workers w0 and w1 joined under `o`, and the job went back to its first
+// checkpoint: every session ended, the workers of that moment awaited.
+std::unique_ptr<ParameterServerCore> RolledBackPair(const ServerOptions& o) {
+  auto core = *ParameterServerCore::Create(o);
+  (void)JoinAll(*core, 2);
+  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  REQUIRE(core->RollBack(at0).ok());
+  return core;
+}
+
 TEST_CASE("a worker whose session a rollback ended, back after the job finished without it, is awaited and told",
           "[core][clock][rollback][job]") {
   FakeClock clock;
   ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
   o.lease = absl::Seconds(10);
   o.round_timeout = absl::Seconds(5);
-  auto core = *ParameterServerCore::Create(o);
-  (void)JoinAll(*core, 2);
-  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
-  REQUIRE(core->RollBack(at0).ok());
+  auto core = RolledBackPair(o);
   // w0 joins again; w1, its push held by a cut link, learns of the rollback only when the
   // link heals: training goes on without it after a lease, and the job ends.
   JoinResult a2;
@@ -1046,10 +1053,7 @@ TEST_CASE("after a rollback training waits for the workers of that moment for a 
     absl::MutexLock lock(&mu);
     lines.push_back(line);
   };
-  auto core = *ParameterServerCore::Create(o);
-  (void)JoinAll(*core, 2);
-  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
-  REQUIRE(core->RollBack(at0).ok());
+  auto core = RolledBackPair(o);
   // a comes back first and waits for b: for a lease (a slow rejoin: backoff, a shard's
   // return), not the round's 5 s after which it would train alone.
   JoinResult a2, b2;

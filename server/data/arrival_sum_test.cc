@@ -59,7 +59,7 @@ TEST_CASE("a step whose members are not the slices summed, with their weights, s
 
 TEST_CASE("a slice of another version while one is being added is not summed on arrival", "[arrival_sum]") {
   ArrivalSum sum;
-  REQUIRE(sum.Reserve(1, 0, 1, 2));  // its Add in flight
+  REQUIRE(sum.Reserve(1, 0, 1, 2));        // its Add in flight
   REQUIRE_FALSE(sum.Reserve(2, 1, 1, 2));  // would rewrite the storage under it
   sum.Add(1, std::vector<float>{1, 1}, 1);
   sum.Done();

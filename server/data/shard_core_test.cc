@@ -39,16 +39,17 @@ ReplicatedStep StepOf(uint64_t version, std::vector<ReplicatedStep::Member> memb
   return s;
 }
 
-TEST_CASE("a shard replays the coordinator's step: weighted mean of the members' slices, the step's rate",
-          "[shard_core]") {
-  FakeClock clock;
-  ShardCore shard({&clock, nullptr});
+// Workers 1 and 2 push slices {1, 2, 3, 10} and {3, 2, 1, 20} of version 0, with batches 1
+// and `second_batch`, and the coordinator's step takes them with weights 1 and 3, mean over
+// 4, at rate 0.1: g = (2.5, 2, 1.5), buffer 17.5. The slice's weights after it.
+std::vector<float> SteppedWeightedMean(ShardCore& shard, int64_t second_batch) {
   REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
   shard.OpenSession(1, "a");
   shard.OpenSession(2, "b");
+  PushInfo second = PushOf(2, 0);
+  second.batch = second_batch;
   REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
-  REQUIRE(shard.Push(PushOf(2, 0), {3, 2, 1, 20}, absl::InfinitePast()).ok());
-  // weights 1 and 3, mean over 4: g = (2.5, 2, 1.5), buffer 17.5; rate 0.1
+  REQUIRE(shard.Push(second, {3, 2, 1, 20}, absl::InfinitePast()).ok());
   REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
   auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
   REQUIRE(snap.ok());
@@ -58,6 +59,14 @@ TEST_CASE("a shard replays the coordinator's step: weighted mean of the members'
   REQUIRE(w[1] == Approx(1 - 0.2));
   REQUIRE(w[2] == Approx(1 - 0.15));
   REQUIRE(w[3] == Approx(17.5));
+  return w;
+}
+
+TEST_CASE("a shard replays the coordinator's step: weighted mean of the members' slices, the step's rate",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  (void)SteppedWeightedMean(shard, 1);
   const std::string m = shard.registry().Serialize();
   REQUIRE(m.find("omnilearn_shard_model_version 1\n") != std::string::npos);
   REQUIRE(m.find("omnilearn_shard_slice_bytes 16\n") != std::string::npos);
@@ -71,25 +80,13 @@ TEST_CASE("sync: the slices are summed as they arrive, weighted by their batches
           "[shard_core]") {
   FakeClock clock;
   ShardCore shard({&clock, nullptr});
-  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
-  shard.OpenSession(1, "a");
-  shard.OpenSession(2, "b");
-  PushInfo a = PushOf(1, 0), b = PushOf(2, 0);
-  b.batch = 3;
-  REQUIRE(shard.Push(a, {1, 2, 3, 10}, absl::InfinitePast()).ok());
-  REQUIRE(shard.Push(b, {3, 2, 1, 20}, absl::InfinitePast()).ok());
-  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
-  const std::vector<float>& w = *shard.Pull(1, 0, 1, absl::InfinitePast())->weights;
-  REQUIRE(w[0] == Approx(1 - 0.25));  // as above: the same weighted mean
-  REQUIRE(w[1] == Approx(1 - 0.2));
-  REQUIRE(w[2] == Approx(1 - 0.15));
-  REQUIRE(w[3] == Approx(17.5));
+  const std::vector<float> w = SteppedWeightedMean(shard, 3);  // the same mean
   REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_summed_on_arrival_total 1\n"));
   // The next version's slices start a new sum.
   REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
   REQUIRE(shard.Push(PushOf(2, 1), {2, 2, 2, 2}, absl::InfinitePast()).ok());
   REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 0.1)).ok());
-  REQUIRE(shard.Pull(1, 1, 2, absl::InfinitePast())->weights->at(0) == Approx(1 - 0.25 - 0.1 * 1.5));
+  REQUIRE(shard.Pull(1, 1, 2, absl::InfinitePast())->weights->at(0) == Approx(w[0] - 0.1 * 1.5));
   REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_summed_on_arrival_total 2\n"));
 }
 
