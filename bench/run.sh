@@ -6,9 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
-bazel build -c opt //bench:transfer //bench:aggregate //bench:capture //bench:round //bench:scale //bench:worker_transfer \
+bazel build -c opt //bench:transfer //bench:aggregate //bench:capture //bench:round //bench:scale //bench:shard_step //bench:worker_transfer \
   //server:omnilearn_server //python:omnilearn
-for b in transfer aggregate capture round scale; do
+for b in transfer aggregate capture round scale shard_step; do
   echo
   bazel run -c opt --ui_event_filters=-info,-stdout,-stderr --noshow_progress "//bench:$b"
 done
