@@ -34,6 +34,12 @@ const std::vector<float>* ArrivalSum::Close(uint64_t version, const std::vector<
   return &sum_.values();
 }
 
+void ArrivalSum::Forget() {
+  version_.reset();
+  closed_ = false;
+  summed_.clear();
+}
+
 const std::vector<float>& ArrivalSum::SumOf(const std::vector<std::pair<std::vector<float>, double>>& slices,
                                             int64_t elements) {
   sum_.Start(elements);

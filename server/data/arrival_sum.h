@@ -35,6 +35,10 @@ class ArrivalSum {
   // Closes the sum of `version`: later slices of it are not added. Returns it when it is
   // exactly the slices of `taken` (ids, versions and weights), nullptr otherwise.
   const std::vector<float>* Close(uint64_t version, const std::vector<ReplicatedStep::Member>& taken);
+  // Nothing summed so far counts (the slice's values were replaced: a restore may bring back
+  // the version being summed). An Add in flight finishes into storage the next version's
+  // first Reserve rewrites only once idle.
+  void Forget();
   // The sum of `slices` (each with its weight), in place of the arrivals' (after Close).
   const std::vector<float>& SumOf(const std::vector<std::pair<std::vector<float>, double>>& slices, int64_t elements);
 

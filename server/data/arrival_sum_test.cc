@@ -66,6 +66,14 @@ TEST_CASE("a slice of another version while one is being added is not summed on 
   REQUIRE(sum.Reserve(2, 1, 1, 2));  // idle: the new version starts
 }
 
+TEST_CASE("after Forget (a restore to the same version), the slices summed before do not count", "[arrival_sum]") {
+  ArrivalSum sum;
+  REQUIRE(Arrive(sum, 1, 3, 1, {5, 5}));
+  sum.Forget();
+  REQUIRE(Arrive(sum, 2, 3, 1, {1, 2}));  // a new session's slice of the restored version 3
+  REQUIRE(*sum.Close(3, {{2, 3, 1}}) == std::vector<float>{1, 2});
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

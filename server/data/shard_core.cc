@@ -94,7 +94,8 @@ void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration me
   version_gauge_.Set(static_cast<double>(store_->version()));
   member_wait_ = member_wait;
   sync_ = sync;
-  pending_.clear();  // a push waiting answers "not applied"
+  pending_.clear();   // a push waiting answers "not applied"
+  arrival_.Forget();  // what was summed is of the values replaced, even at the same version
 }
 
 absl::StatusOr<CheckpointState> ShardCore::Capture() const {
