@@ -65,9 +65,10 @@ absl::StatusOr<nlohmann::json> Measure(double megabytes, int workers, int reps) 
     }
   }
   const double command_ms = 1e3 * Median(at_command), arrival_ms = 1e3 * Median(on_arrival);
-  std::printf("%8.1f MB  %2d members  summed at the command %8.2f ms  on arrival %8.2f ms  ratio %.2f\n",
-              4.0 * static_cast<double>(n) / 1e6, workers, command_ms, arrival_ms, arrival_ms / command_ms);
-  return nlohmann::json{{"megabytes", 4.0 * static_cast<double>(n) / 1e6},
+  const double slice_mb = 4.0 * static_cast<double>(n) / 1e6;
+  std::printf("%8.1f MB  %2d members  summed at the command %8.2f ms  on arrival %8.2f ms  ratio %.2f\n", slice_mb,
+              workers, command_ms, arrival_ms, arrival_ms / command_ms);
+  return nlohmann::json{{"megabytes", slice_mb},
                         {"members", workers},
                         {"summed_at_command_ms", command_ms},
                         {"summed_on_arrival_ms", arrival_ms},

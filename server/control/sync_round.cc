@@ -23,7 +23,7 @@ RoundSum* SyncRound::Reserve(WorkerId id, SampleBatch samples) {
 void SyncRound::Accumulate(RoundSum* sum, WorkerId id, double weight, const std::vector<float>& gradient) {
   // In float (vectorized), split across cores, each stripe under its own lock; pushes
   // start at different stripes (by worker id), so they rarely wait for each other.
-  sum->Add(gradient, static_cast<float>(weight), id * 7919);
+  sum->Add(gradient, static_cast<float>(weight), RoundSum::RotationFor(id));
 }
 
 void SyncRound::Commit(WorkerId id, int64_t batch, double weight) {

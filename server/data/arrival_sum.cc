@@ -19,7 +19,7 @@ bool ArrivalSum::Reserve(WorkerId id, uint64_t version, double weight, int64_t e
 }
 
 void ArrivalSum::Add(WorkerId id, absl::Span<const float> slice, double weight) {
-  sum_.Add(slice, static_cast<float>(weight), id * 7919);  // pushes start at different stripes
+  sum_.Add(slice, static_cast<float>(weight), RoundSum::RotationFor(id));
 }
 
 const std::vector<float>* ArrivalSum::Close(uint64_t version, const std::vector<ReplicatedStep::Member>& taken) {

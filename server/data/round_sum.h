@@ -31,6 +31,8 @@ class RoundSum {
   // adding the calls one after another in the order they took its lock.
   void Add(absl::Span<const float> values, float weight, uint64_t rotation);
   const std::vector<float>& values() const { return sum_; }
+  // The rotation of pusher `id`'s Add: concurrent pushers begin at different stripes.
+  static uint64_t RotationFor(uint64_t id) { return id * 7919; }
   // Frees the storage (a new job).
   void Release();
 

@@ -37,7 +37,7 @@ TEST_CASE("adds from several threads at once make the serial sum", "[round_sum]"
   }
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] { sum.Add(grads[t], static_cast<float>(t + 1), static_cast<uint64_t>(t) * 7919); });
+    threads.emplace_back([&, t] { sum.Add(grads[t], static_cast<float>(t + 1), RoundSum::RotationFor(t)); });
   }
   for (auto& th : threads) th.join();
   for (int64_t i = 0; i < n; ++i) {
