@@ -427,6 +427,8 @@ def start_servers(args, cluster, system, log):
     with open(peer, "w") as f:
         f.write(secrets.token_hex(16))
     sharded = [f"--shards={len(hosts)}", f"--peer_token_file={peer}"]
+    if args.partition_mb:
+        sharded.append(f"--partition_mb={args.partition_mb:g}")  # every server of the job cuts the same map
     order = ["--push_slices_in_order"] if system == "omnilearn-fat-slices" else []
     procs = [subprocess.Popen(server_command(args, cluster, hosts[0][0], sharded + order + job, hosts[0][1]),
                               stdout=log("s0"), stderr=subprocess.STDOUT)]
@@ -657,6 +659,8 @@ def parse():
     ap.add_argument("--fat_slices", type=int, default=8, help="omnilearn-fat-slices: the slices on the server host")
     ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
                     "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
+    ap.add_argument("--partition_mb", type=float, help="OmniLearn's sharded servers: the model's partitions "
+                    "hold at most this many MB (default: the server's)")
     ap.add_argument("--load", help="RANK:PROCS: that worker's host loaded by PROCS busy loops on its core")
     ap.add_argument("--timeline", action="store_true",
                     help="OmniLearn workers write their iterations' events (OMNILEARN_TIMELINE) beside their "

@@ -949,6 +949,11 @@ bool ParameterServerCore::RejoinAwaited() const {
   for (const std::string& name : workers_.UnheardNames()) {
     if (told_over_.count(name) == 0) return true;  // its session ended unheard, not back since
   }
+  for (const auto& [name, memory] : remembered_) {
+    // Live at the checkpoint this server restored (a restart) and not back since: cut off
+    // through the restart, it may reach the server only after the link heals.
+    if (told_over_.count(name) == 0) return true;
+  }
   return false;
 }
 

@@ -248,8 +248,9 @@ class ParameterServerCore : public DataPlane {
   // out, trying again every 2 s at most), or a session's lease expired in the last lease
   // (its worker cut off or paused, which joins again once it reaches the server), or, for
   // up to kCutOffNotice or the lease (the longer) after the job finished, a worker whose
-  // session the server ended unheard (its lease ran out, or a rollback ended it) has not
-  // come back since (cut off, it may reach the server only after the link heals:
+  // session the server ended unheard (its lease ran out, or a rollback ended it), or one
+  // live at the checkpoint a restarted server restored, has not come back since (cut off,
+  // it may reach the server only after the link heals:
   // partition_test saw a worker back 11-14 s after the heal, and chaos_test a worker cut
   // from a shard learn of the rollback only then, when a job without it can be over). A
   // finished job's server (--exit_when_done) waits for it, so that it is told the job is

@@ -537,6 +537,31 @@ TEST_CASE("a worker whose session a rollback ended, back after the job finished 
   REQUIRE_FALSE(core->RejoinAwaited());
 }
 
+TEST_CASE("a worker live at the checkpoint a restarted server restored, never back, is awaited after the finish",
+          "[core][clock][restore][job]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kAsync, 2, &clock);
+  o.start_timeout = absl::Seconds(20);
+  const CheckpointState at0 = *RolledBackPair(o)->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  // The server restarts from it; w1 is cut off through the restart: w0 trains alone from
+  // the start timeout on, and finishes.
+  auto restarted = *ParameterServerCore::Create(o);
+  REQUIRE(restarted->Restore(at0).ok());
+  JoinResult a;
+  std::thread ja([&] { a = *restarted->Join(Info("w0", false), absl::InfiniteFuture()); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  clock.Advance(o.start_timeout);
+  ja.join();
+  REQUIRE(restarted->Leave(a.id, /*finished=*/true).ok());
+  REQUIRE(restarted->Snapshot().job_finished);
+  // w1's link heals only now: it is awaited, and told the job is over.
+  REQUIRE(restarted->RejoinAwaited());
+  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
+  REQUIRE(restarted->RejoinAwaited());
+  REQUIRE(restarted->Join(Info("w1", false), clock.Now() + absl::Seconds(1))->job_finished);
+  REQUIRE_FALSE(restarted->RejoinAwaited());
+}
+
 // Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
 ServerOptions TwoPlanned(int every) {
   ServerOptions o = Options(Mode::kSync, 2);
