@@ -35,6 +35,7 @@ def value(name):
     return float(m.group(1))
 assert value("omnilearn_shard_push_bytes_total") > 0 and value("omnilearn_shard_pull_bytes_total") > 0
 assert value("omnilearn_shard_slice_bytes") > 0 and value("omnilearn_shard_step_seconds_count") >= 1
+assert value("omnilearn_shard_step_command_wait_seconds_count") >= 1
 PY
 }
 

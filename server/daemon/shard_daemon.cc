@@ -100,7 +100,8 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
     std::fprintf(stderr, "omnilearn_server (shard): %s\n", std::string(ended.message()).c_str());
     return 1;
   }
-  std::printf("omnilearn_server (shard): stopped; slice at version %lu\n", shard.version());
+  std::printf("omnilearn_server (shard): stopped; slice at version %lu; %s\n", shard.version(),
+              shard.StepWaitSummary().c_str());
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "server/data/shard_core.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,12 @@ ShardCore::ShardCore(ShardCoreOptions options)
                                       "slices included)",
                                       {}, {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30})
                         .Add({})),
+      command_wait_seconds_(registry_
+                                .AddHistogram("omnilearn_shard_step_command_wait_seconds",
+                                              "how long a step's members' slices were all here before the "
+                                              "coordinator's step command came (0 when it came first)",
+                                              {}, {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1})
+                                .Add({})),
       slices_left_out_(registry_
                            .AddCounter("omnilearn_shard_slices_left_out_total",
                                        "members' slices a step went without (they did not come in the round timeout)")
@@ -195,6 +202,7 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};
+  p.arrived = options_.clock->Now();
   // Until a step takes it. A resend of this slice (a second slot: the worker lost this
   // sending's connection) may replace it meanwhile with the same values; the step answers both.
   auto done = [this, id = info.id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -300,6 +308,7 @@ absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& st
     Pending& p = pending_.at(m.id);
     taken.members.push_back(m);
     taken.taken_weight += m.weight;
+    taken.last_arrived = std::max(taken.last_arrived, p.arrived);
     taken.slices.emplace_back(std::move(p.gradient), m.weight);
     p.gradient.clear();
   }
@@ -380,6 +389,9 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     absl::MutexLock lock(&mu_);
     taken = TakeMembers(step);
     if (!taken.ok()) return taken.status();
+    if (!taken->slices.empty()) {
+      command_wait_seconds_.Observe(std::max(0.0, absl::ToDoubleSeconds(start - taken->last_arrived)));
+    }
     arrived = arrival_.Close(step.version, taken->members);
     if (arrived != nullptr) summed_on_arrival_.Increment();
     elements = store_->layout().total_elements();
@@ -411,6 +423,13 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   version_gauge_.Set(static_cast<double>(store_->version()));
   step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   return absl::OkStatus();
+}
+
+std::string ShardCore::StepWaitSummary() const {
+  const metrics::Histogram::Data waits = command_wait_seconds_.Collect();
+  if (waits.count == 0) return "no step took a slice";
+  return absl::StrFormat("%d steps took slices, which were in %.1f ms on average before the coordinator's command",
+                         waits.count, 1000 * waits.sum / static_cast<double>(waits.count));
 }
 
 }  // namespace server

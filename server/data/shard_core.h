@@ -116,6 +116,9 @@ class ShardCore : public DataPlane {
   // members' slices included), the members' slices a step went without, and the steps
   // whose sum was built as the slices arrived.
   metrics::Registry& registry() { return registry_; }
+  // "steps: 120, their slices in before the coordinator's command for 23.1 ms on average"
+  // (omnilearn_shard_step_command_wait_seconds), for the shard's last log line.
+  std::string StepWaitSummary() const;
 
  private:
   static absl::Status NoSession(WorkerId id);
@@ -135,6 +138,7 @@ class ShardCore : public DataPlane {
     std::vector<std::pair<std::vector<float>, double>> slices;
     std::vector<ReplicatedStep::Member> members;  // whose slices came (the slice's history takes them)
     double all_weight = 0, taken_weight = 0;
+    absl::Time last_arrived = absl::InfinitePast();  // the latest of the taken slices' arrivals
   };
   // Waits (bounded) for the step's members' slices and takes those that came; a member
   // whose slice did not come is left out and its session ends here.
@@ -155,6 +159,7 @@ class ShardCore : public DataPlane {
     std::vector<float> gradient;
     bool taken = false;     // a step took it
     bool released = false;  // sync: the step of its version was taken without it
+    absl::Time arrived;     // when the whole slice was in
   };
 
   const ShardCoreOptions options_;
@@ -178,6 +183,7 @@ class ShardCore : public DataPlane {
   metrics::Gauge& slice_bytes_;
   metrics::Gauge& version_gauge_;
   metrics::Histogram& step_seconds_;
+  metrics::Histogram& command_wait_seconds_;
   metrics::Counter& slices_left_out_;
   metrics::Counter& summed_on_arrival_;
 };

@@ -90,6 +90,36 @@ TEST_CASE("sync: the slices are summed as they arrive, weighted by their batches
   REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_summed_on_arrival_total 2\n"));
 }
 
+// The step command's wait for the slices, or theirs for it: the metric counts only the
+// time the slices were all here before the command.
+TEST_CASE("a step records how long its members' slices were in before the coordinator's command",
+          "[shard_core][clock]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  REQUIRE(shard.StepWaitSummary() == "no step took a slice");
+  REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  clock.Advance(absl::Milliseconds(10));
+  REQUIRE(shard.Push(PushOf(2, 0), {1, 1, 1, 1}, absl::InfinitePast()).ok());  // the last slice
+  clock.Advance(absl::Milliseconds(30));
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 1}}, 0.5, 0.1)).ok());
+  // The command first: it waits 20 ms for worker 2's slice, which counts 0.
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  std::thread control([&] { REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 0.1)).ok()); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  clock.Advance(absl::Milliseconds(20));
+  REQUIRE(shard.Push(PushOf(2, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  control.join();
+  REQUIRE(shard.version() == 2);
+  const std::string m = shard.registry().Serialize();
+  REQUIRE(absl::StrContains(m, "omnilearn_shard_step_command_wait_seconds_count 2\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_shard_step_command_wait_seconds_sum 0.03\n"));
+  REQUIRE(shard.StepWaitSummary() ==
+          "2 steps took slices, which were in 15.0 ms on average before the coordinator's command");
+}
+
 TEST_CASE("a step that predicts serves its slice stepped ahead; the parameters only", "[shard_core]") {
   FakeClock clock;
   ShardCore shard({&clock, nullptr});
