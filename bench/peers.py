@@ -513,7 +513,7 @@ def timeline_phases(args, tag):
     try:
         _, phases = timeline.summary(timeline.read(sorted(glob.glob(os.path.join(args.work, f"{tag}.w*.timeline")))),
                                      args.skip)
-    except SystemExit as e:
+    except timeline.NoRounds as e:
         print(f"  timeline: {e}", flush=True)
         return None
     return phases

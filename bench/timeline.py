@@ -24,6 +24,10 @@ import statistics
 import sys
 
 
+class NoRounds(ValueError):
+    """The timelines hold no whole round (a caller may go on without the phases)."""
+
+
 def read(paths):
     """{(pid, push): line} from every file."""
     lines = {}
@@ -84,7 +88,7 @@ def phases(workers, following):
 def summary(lines, skip):
     per = [p for p in (phases(w, f) for w, f in rounds(lines)[skip:]) if p is not None]
     if not per:
-        sys.exit("no whole round in these timelines (every worker's lines, two pushes at least after --skip)")
+        raise NoRounds("no whole round in these timelines (every worker's lines, two pushes at least after --skip)")
     out = {}
     for key in per[0]:
         values = sorted(p[key] for p in per if p[key] is not None)
@@ -100,7 +104,10 @@ def main():
     ap.add_argument("--json", action="store_true", help="the summary as JSON")
     ap.add_argument("paths", nargs="+")
     args = ap.parse_args()
-    n, out = summary(read(args.paths), args.skip)
+    try:
+        n, out = summary(read(args.paths), args.skip)
+    except NoRounds as e:
+        sys.exit(str(e))
     if args.json:
         print(json.dumps({"rounds": n, "phases": out}))
         return 0

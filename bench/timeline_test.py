@@ -49,7 +49,7 @@ class TimelineTest(unittest.TestCase):
         b = [line(2, p, 1000 * p, 85, 90, 125, 160) for p in (1, 3, 4)]  # rejoined: no push 2
         n, _ = timeline.summary(timeline.read([self.write(a + b)]), skip=0)
         self.assertEqual(n, 1)  # round 3 only: rounds 1 and 2 lack worker 2, round 4 a next begin
-        with self.assertRaises(SystemExit):
+        with self.assertRaises(timeline.NoRounds):
             timeline.summary(timeline.read([self.write(a[:2] + b[:1])]), skip=0)
 
     def test_not_a_timeline(self):
