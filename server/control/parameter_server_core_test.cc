@@ -514,6 +514,24 @@ std::unique_ptr<ParameterServerCore> RolledBackPair(const ServerOptions& o) {
   return core;
 }
 
+// w0 joins `core` and waits for w1 until training starts without it (`wait_for_w1` later),
+// then finishes: the job is over. w1, cut off until now, is awaited up to kCutOffNotice,
+// and told the job is over when it comes.
+void W0FinishesAloneW1IsAwaited(ParameterServerCore& core, FakeClock* clock, absl::Duration wait_for_w1) {
+  JoinResult a;
+  std::thread ja([&] { a = *core.Join(Info("w0", false), absl::InfiniteFuture()); });
+  AwaitState([&] { return clock->waiters() > 0; });
+  clock->Advance(wait_for_w1);
+  ja.join();
+  REQUIRE(core.Leave(a.id, /*finished=*/true).ok());
+  REQUIRE(core.Snapshot().job_finished);
+  REQUIRE(core.RejoinAwaited());
+  clock->Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
+  REQUIRE(core.RejoinAwaited());
+  REQUIRE(core.Join(Info("w1", false), clock->Now() + absl::Seconds(1))->job_finished);
+  REQUIRE_FALSE(core.RejoinAwaited());
+}
+
 TEST_CASE("a worker whose session a rollback ended, back after the job finished without it, is awaited and told",
           "[core][clock][rollback][job]") {
   FakeClock clock;
@@ -523,18 +541,7 @@ TEST_CASE("a worker whose session a rollback ended, back after the job finished 
   auto core = RolledBackPair(o);
   // w0 joins again; w1, its push held by a cut link, learns of the rollback only when the
   // link heals: training goes on without it after a lease, and the job ends.
-  JoinResult a2;
-  std::thread ja([&] { a2 = *core->Join(Info("w0", false), absl::InfiniteFuture()); });
-  AwaitState([&] { return clock.waiters() > 0; });
-  clock.Advance(o.lease);
-  ja.join();
-  REQUIRE(core->Leave(a2.id, /*finished=*/true).ok());
-  REQUIRE(core->Snapshot().job_finished);
-  REQUIRE(core->RejoinAwaited());
-  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
-  REQUIRE(core->RejoinAwaited());
-  REQUIRE(core->Join(Info("w1", false), clock.Now() + absl::Seconds(1))->job_finished);
-  REQUIRE_FALSE(core->RejoinAwaited());
+  W0FinishesAloneW1IsAwaited(*core, &clock, o.lease);
 }
 
 TEST_CASE("a worker live at the checkpoint a restarted server restored, never back, is awaited after the finish",
@@ -547,19 +554,7 @@ TEST_CASE("a worker live at the checkpoint a restarted server restored, never ba
   // the start timeout on, and finishes.
   auto restarted = *ParameterServerCore::Create(o);
   REQUIRE(restarted->Restore(at0).ok());
-  JoinResult a;
-  std::thread ja([&] { a = *restarted->Join(Info("w0", false), absl::InfiniteFuture()); });
-  AwaitState([&] { return clock.waiters() > 0; });
-  clock.Advance(o.start_timeout);
-  ja.join();
-  REQUIRE(restarted->Leave(a.id, /*finished=*/true).ok());
-  REQUIRE(restarted->Snapshot().job_finished);
-  // w1's link heals only now: it is awaited, and told the job is over.
-  REQUIRE(restarted->RejoinAwaited());
-  clock.Advance(ParameterServerCore::kCutOffNotice - absl::Seconds(1));
-  REQUIRE(restarted->RejoinAwaited());
-  REQUIRE(restarted->Join(Info("w1", false), clock.Now() + absl::Seconds(1))->job_finished);
-  REQUIRE_FALSE(restarted->RejoinAwaited());
+  W0FinishesAloneW1IsAwaited(*restarted, &clock, o.start_timeout);
 }
 
 // Two sync workers, the omnilearn controller on a global batch of 30, adjusting every `every` rounds.
