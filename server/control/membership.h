@@ -43,7 +43,7 @@ struct WorkerRecord {
   uint64_t last_version = 0;        // ...and the version it was computed on
   uint64_t clock = 0;               // ssp: iterations pushed, lifted to the slowest's on (re)admission
   bool expired = false;             // its lease ran out
-  bool ended_unheard = false;       // the server ended it (lease, rollback): told at its next call
+  bool ended_unheard = false;       // the server ended it (lease): told at its next call
   bool uses_samples = false;        // joined with a data set size: trains what it is assigned
   SampleBatch assigned;             // samples assigned and not yet trained
   std::string secret;               // the session's secret (JoinResponse.session_secret)

@@ -891,8 +891,9 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   for (auto& [id, w] : workers_) {
     if (!w.live()) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;
-    Retire(w, WorkerState::kLeft);  // the session ends; what it held goes with the old epoch position
-    w.ended_unheard = true;         // told at its next call, which a cut link may hold past the job's end
+    // The session ends; what it held goes with the old epoch position. Its name is in
+    // remembered_ until it joins again, so RejoinAwaited() awaits it past the job's end.
+    Retire(w, WorkerState::kLeft);
   }
   store_ = std::move(store);
   sampler_ = std::move(sampler);
