@@ -169,6 +169,10 @@ class GrpcPsClient : public PsClient {
     return FromGrpc(stub_->Leave(&ctx, request, &response), "Leave");
   }
 
+  bool AwaitConnection(absl::Duration timeout) override {
+    return channel_->WaitForConnected(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  }
+
  private:
   std::unique_ptr<RawStream> OpenPushPull(grpc::ClientContext* ctx) const {
     return push_pull_method_.OpenBidi(channel_.get(), ctx);

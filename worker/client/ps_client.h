@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "common/model_layout.h"
 #include "worker/client/ps_types.h"
 
@@ -106,7 +107,24 @@ class PsClient {
   virtual absl::StatusOr<Action> Heartbeat(uint64_t worker_id) = 0;
   // `finished`: this worker completed its training (not interrupted or stopped).
   virtual absl::Status Leave(uint64_t worker_id, bool finished) = 0;
+  // Waits up to `timeout` (real time) for this client's connection to its server, making
+  // it meanwhile; true once connected. gRPC's synchronous client completes a connection's
+  // handshake only while a call or a wait polls its channel (else every 5 s, its backup
+  // poller), so a client that only slept between failed calls saw a handshake begun
+  // meanwhile time out, and a worker back from a partition rejoined 7-15 s after the heal.
+  // A client with no connection of its own answers false at once.
+  virtual bool AwaitConnection(absl::Duration timeout) { return false; }
 };
+
+// Pauses `pause` of `clock`'s time before calling `client` again after a failure, spending
+// the pause on the client's connection (PsClient::AwaitConnection): the whole pause, also
+// once connected, so a server that answers with an error is not called in a tight loop.
+inline void PauseBeforeRetry(const Clock& clock, PsClient& client, absl::Duration pause) {
+  const absl::Time resume = clock.Now() + pause;
+  client.AwaitConnection(pause);
+  const absl::Duration left = resume - clock.Now();
+  if (left > absl::ZeroDuration()) clock.SleepFor(left);
+}
 
 struct ClientOptions {
   absl::Duration rpc_timeout = absl::Minutes(10);  // bounds every call

@@ -135,7 +135,7 @@ absl::Status Session::JoinUntilBack(absl::Span<const float> weights, const absl:
       }
       // Full jitter between half and all of the backoff keeps restarted fleets apart.
       std::uniform_real_distribution<double> spread(0.5, 1.0);
-      clock.SleepFor(backoff * spread(jitter_));
+      PauseBeforeRetry(clock, *client_, backoff * spread(jitter_));
       backoff = std::min(options_.backoff_max, backoff * 2);
     }
     last = TryJoin(weights);

@@ -144,6 +144,12 @@ class FakeServer : public PsClient {
     finished_leaves += finished;
     return absl::OkStatus();
   }
+  // Records each wait; `connected` answers it at once (a fake's wait takes no time).
+  bool AwaitConnection(absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    connection_waits.push_back(timeout);
+    return connected;
+  }
 
   absl::Mutex mu_;
   bool has_model = false;
@@ -165,6 +171,8 @@ class FakeServer : public PsClient {
   std::vector<double> trailer_times;  // ...and their trailers' compute times
   absl::Status arrival_failure;       // the next streamed model breaks part way
   int pulls = 0;
+  bool connected = false;                        // what AwaitConnection answers
+  std::vector<absl::Duration> connection_waits;  // the timeouts it was given
 
  private:
   static absl::Status Next(std::deque<absl::Status>& q) {
@@ -245,9 +253,52 @@ TEST_CASE("a server outage is ridden out with capped backoff, then the worker re
   CAPTURE(waited);
   REQUIRE(waited >= 0.5 * (0.1 + 0.2 + 0.4 + 0.8 + 5 * 1.0));
   REQUIRE(waited <= 0.1 + 0.2 + 0.4 + 0.8 + 5 * 1.0);
+  // Each wait was spent on the client's connection, and taken whole.
+  REQUIRE(server.connection_waits.size() == 9);
+  absl::Duration spent;
+  for (absl::Duration d : server.connection_waits) spent += d;
+  REQUIRE(spent == clock.Now() - before);
   REQUIRE(log.front().find("waiting for the server") != std::string::npos);
   REQUIRE(log.back().find("rejoined as worker 2") != std::string::npos);
   REQUIRE(*s.Pull(absl::MakeSpan(w)));  // the caller pulls the server's model again
+}
+
+// A client whose connection comes up `after` into a wait, moving the clock as a real wait would.
+class ConnectingServer : public FakeServer {
+ public:
+  ConnectingServer(FakeClock* clock, absl::Duration after) : clock_(clock), after_(after) {}
+  bool AwaitConnection(absl::Duration timeout) override {
+    clock_->Advance(std::min(after_, timeout));
+    return after_ <= timeout;
+  }
+
+ private:
+  FakeClock* const clock_;
+  const absl::Duration after_;
+};
+
+TEST_CASE("a pause before a retry is spent on the connection and taken whole, connected or not", "[session]") {
+  FakeClock clock;
+  const absl::Duration pause = absl::Seconds(1);
+  ConnectingServer soon(&clock, absl::Milliseconds(300));
+  absl::Time start = clock.Now();
+  PauseBeforeRetry(clock, soon, pause);
+  REQUIRE(clock.Now() - start == pause);  // connected at 0.3 s, the rest slept: no tight loop
+  ConnectingServer never(&clock, absl::InfiniteDuration());
+  start = clock.Now();
+  PauseBeforeRetry(clock, never, pause);
+  REQUIRE(clock.Now() - start == pause);  // the wait was the pause: not slept again
+
+  // A session's pauses between joins go to the client's connection, connected or not.
+  FakeServer server;
+  server.connected = GENERATE(false, true);
+  std::vector<std::string> log;
+  SessionOptions o = Options(&clock, &log);
+  o.backoff_initial = absl::Milliseconds(100);
+  Session s(&server, Layout(), o);
+  server.join_failures = {absl::UnavailableError("Connection refused"), absl::UnavailableError("Socket closed")};
+  REQUIRE(s.Join(kMine).ok());
+  REQUIRE(server.connection_waits.size() == 2);
 }
 
 TEST_CASE("an outage longer than reconnect_timeout is a clear error", "[session]") {

@@ -34,11 +34,11 @@ absl::Status ForEachSlice(int n, const std::function<absl::Status(int)>& fn) {
   return absl::OkStatus();
 }
 
-// `call` again while it fails Unavailable (a connection being made again) or ResourceExhausted
+// `call` (on `client`) again while it fails Unavailable (a connection being made again) or ResourceExhausted
 // (a shard still holding the first sending of a push), with a backoff of 0.1 s to 1 s, for up
 // to ShardedPsClient::kResendFor after `first`, its first failure.
 template <typename T>
-absl::StatusOr<T> CallAgain(const Clock& clock, const absl::Status& first, const char* what,
+absl::StatusOr<T> CallAgain(const Clock& clock, PsClient& client, const absl::Status& first, const char* what,
                             const std::function<absl::StatusOr<T>()>& call) {
   const absl::Time until = clock.Now() + ShardedPsClient::kResendFor;
   absl::Duration backoff = absl::Milliseconds(100);
@@ -49,7 +49,7 @@ absl::StatusOr<T> CallAgain(const Clock& clock, const absl::Status& first, const
     absl::StatusOr<T> r = call();
     if (r.ok() || !(absl::IsUnavailable(r.status()) || absl::IsResourceExhausted(r.status()))) return r;
     last = r.status();
-    clock.SleepFor(backoff);
+    PauseBeforeRetry(clock, client, backoff);
     backoff = std::min(2 * backoff, absl::Seconds(1));
   }
   return absl::UnavailableError(absl::StrFormat("%s again %d times in %.0f s, the last time: %s (the first: %s)", what,
@@ -121,7 +121,7 @@ absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, a
     absl::StatusOr<uint64_t> v = pull();
     if (!v.ok() && absl::IsUnavailable(v.status())) {
       have = kNoVersion;  // the slice as it came, if partly: pulled whole (a pull changes nothing)
-      v = CallAgain(*clock_, v.status(), "pulled", pull);
+      v = CallAgain(*clock_, *client(s), v.status(), "pulled", pull);
     }
     if (!v.ok()) return v.status();
     if (*v != have) map_->Scatter(s, weights_[s], weights);
@@ -196,7 +196,7 @@ absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const PushedStep& p
 
 absl::StatusOr<PushReply> ShardedPsClient::Resend(int s, PushedStep push, const absl::Status& first) {
   push.resend = true;
-  return CallAgain<PushReply>(*clock_, first, "sent",
+  return CallAgain<PushReply>(*clock_, *client(s), first, "sent",
                               [&] { return client(s)->Push(push, map_->slice_layout(s), gradient_[s]); });
 }
 

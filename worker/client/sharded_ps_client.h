@@ -46,6 +46,8 @@ class ShardedPsClient : public PsClient {
   void SetSessionSecret(const std::string& secret) override;
   absl::StatusOr<Action> Heartbeat(uint64_t worker_id) override { return coordinator_->Heartbeat(worker_id); }
   absl::Status Leave(uint64_t worker_id, bool finished) override { return coordinator_->Leave(worker_id, finished); }
+  // The coordinator's connection: a session joins there.
+  bool AwaitConnection(absl::Duration timeout) override { return coordinator_->AwaitConnection(timeout); }
 
   int shards() const { return map_.has_value() ? map_->shards() : 1; }
 

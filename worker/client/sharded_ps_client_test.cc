@@ -106,6 +106,10 @@ class FakeSlice : public PsClient {
   void SetSessionSecret(const std::string&) override {}
   absl::StatusOr<Action> Heartbeat(uint64_t) override { return Action::kContinue; }
   absl::Status Leave(uint64_t, bool) override { return absl::OkStatus(); }
+  bool AwaitConnection(absl::Duration timeout) override {
+    connection_waits.push_back(timeout);
+    return false;
+  }
 
   // A push as a shard takes it: the next of `failures` fails it (after the step when
   // `lose_reply`: its reply lost on the way); a resent slice of the version stepped last is
@@ -151,6 +155,7 @@ class FakeSlice : public PsClient {
   std::vector<PushedStep> pushed;
   std::vector<std::vector<int>> streamed;
   std::vector<uint64_t> pulled_at_least, pulled_having;
+  std::vector<absl::Duration> connection_waits;  // the timeouts AwaitConnection was given
 };
 
 struct Job {
@@ -389,6 +394,11 @@ TEST_CASE("a resend waits out a first sending the shard still holds, and gives u
   REQUIRE(PushOnce(job, false, &weights).ok());
   REQUIRE(job.shard->pushed.size() == 4);
   for (int i = 0; i < 10; ++i) REQUIRE(weights[i] == static_cast<float>(i) - 1);
+  // The pauses between the sendings were spent on the shard's connection.
+  REQUIRE(job.shard->connection_waits == std::vector<absl::Duration>{absl::Milliseconds(100), absl::Milliseconds(200)});
+  REQUIRE(job.coordinator->connection_waits.empty());
+  REQUIRE_FALSE(job.client->AwaitConnection(absl::Seconds(3)));  // a session's: the coordinator's connection
+  REQUIRE(job.coordinator->connection_waits == std::vector<absl::Duration>{absl::Seconds(3)});
 
   // A shard that stays away: the push fails Unavailable, as before, once kResendFor passed.
   const absl::Time start = job.clock.Now();
