@@ -951,8 +951,9 @@ bool ParameterServerCore::RejoinAwaited() const {
     if (told_over_.count(name) == 0) return true;  // its session ended unheard, not back since
   }
   for (const auto& [name, memory] : remembered_) {
-    // Live at the checkpoint this server restored (a restart) and not back since: cut off
-    // through the restart, it may reach the server only after the link heals.
+    // Live at the checkpoint this server restored (a restart) or when the job went back to
+    // one (a rollback), and not back since: cut off meanwhile, it may reach the server only
+    // after the link heals.
     if (told_over_.count(name) == 0) return true;
   }
   return false;
