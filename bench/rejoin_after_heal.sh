@@ -62,14 +62,12 @@ for run in $(seq 1 "$RUNS"); do
   $C heal $P h2 h0
   $C heal $P h2 h1
   healed=$(date +%s.%N)
+  since_heal() { awk -v a="$(date +%s.%N)" -v b="$healed" 'BEGIN { printf "%.1f", a - b }'; }
   # Polled every 0.1 s for up to 120 s: h2's shard registered again (one more line), w2 joined again.
   shard=none worker=none
   for i in $(seq 1 1200); do
-    now=$(date +%s.%N)
-    [ "$shard" = none ] && [ "$(grep -c "registered from $H2" "$L.h0")" -gt "$registered" ] &&
-      shard=$(awk -v a="$now" -v b="$healed" 'BEGIN { printf "%.1f", a - b }')
-    [ "$worker" = none ] && [ "$(grep -c "rejoined as worker" "$L.w2")" -gt "$rejoined" ] &&
-      worker=$(awk -v a="$now" -v b="$healed" 'BEGIN { printf "%.1f", a - b }')
+    [ "$shard" = none ] && [ "$(grep -c "registered from $H2" "$L.h0")" -gt "$registered" ] && shard=$(since_heal)
+    [ "$worker" = none ] && [ "$(grep -c "rejoined as worker" "$L.w2")" -gt "$rejoined" ] && worker=$(since_heal)
     [ "$shard" != none ] && [ "$worker" != none ] && break
     sleep 0.1
   done
