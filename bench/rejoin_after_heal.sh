@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # bench/rejoin_after_heal.sh [RUNS] (root, iproute2; bazel build //server:omnilearn_server
-# //worker:omnilearn_worker first; BIN=another bazel-bin to measure other binaries)
+# //worker:omnilearn_worker first; BIN=another bazel-bin to measure other binaries;
+# JOB_FLAGS=more coordinator flags, e.g. --clip_grad_norm=1; CUT_S=the cut's seconds, 30)
 # How soon a worker cut off by a partition trains again once the partition heals. The
 # emulated cluster (tests/cluster.sh, 1 Gbit/s links), as tests/partition_test.sh lays a job out:
 # three hosts, each with a server (h0 the coordinator, h1 and h2 shards) and a C++ worker; sync
 # MLP, --lease_s=10. Once w0 trained 100 iterations, h2 is cut silently from both other hosts
-# for 30 s, then healed. Per run: the seconds from the heal until shard h2 registered again and
-# until w2 joined again.
+# for CUT_S s, then healed. Per run: the seconds from the heal until shard h2 registered again and
+# until w2 joined again, and how many times the job went back to a checkpoint.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -27,7 +28,7 @@ H2=$($C addr $P h2)
 head -c 32 /dev/urandom | base64 > "$WORK/peer.token"
 SHARD=(--peer_token_file="$WORK/peer.token" --shards=3 --partition_mb=0.25 --metrics_port=0 --port=50051)
 JOB=(--mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --round_timeout_s=5 --lease_s=10 --exit_when_done
-     --memory_checkpoint_every_s=2 --checkpoint_every_s=2)
+     --memory_checkpoint_every_s=2 --checkpoint_every_s=2 ${JOB_FLAGS:-})
 on() {  # on HOST LOG CMD...: runs CMD inside HOST, bounded, in the background
   local host=$1 log=$2
   shift 2
@@ -58,7 +59,7 @@ for run in $(seq 1 "$RUNS"); do
   rejoined=$(grep -c "rejoined as worker" "$L.w2")
   $C cut $P h2 h0
   $C cut $P h2 h1
-  sleep 30
+  sleep "${CUT_S:-30}"
   $C heal $P h2 h0
   $C heal $P h2 h1
   healed=$(date +%s.%N)
@@ -74,4 +75,5 @@ for run in $(seq 1 "$RUNS"); do
   echo "run $run: after the heal, h2's shard registered in $shard s, w2 joined in $worker s" \
     "($(grep -o 'rejoined as worker [0-9]* after [0-9.]* s' "$L.w2" | tail -n 1))"
   for p in "${PIDS[@]}"; do wait "$p" || echo "run $run: a process exited $?" >&2; done
+  echo "run $run: the job went back to a checkpoint $(grep -c "the job went back to its checkpoint" "$L.h0") times"
 done

@@ -41,24 +41,35 @@ class NetworkRegistration : public CommandReader {
   const std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader_;
 };
 
-// Registrations over a channel to `options.coordinator`, pinged every keepalive.
-std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, grpc::ClientContext* ctx,
-                                               const v1::ShardHello& hello, bool legacy) {
+// A channel to `options.coordinator`, for each of the shard's calls to it: its registrations,
+// its norm reductions, its checkpoint reports. Their arguments are equal, so gRPC gives the
+// three channels one connection, pinged every keepalive, and reconnects it quickly. A
+// connection the coordinator closed while this host was cut off is noticed and replaced: a
+// norm reduction on a channel of its own, never pinged, had written into such a connection
+// after the partition healed, failed "Connection reset by peer", and sent a clipped job back
+// to its checkpoint a second time (bench/rejoin_after_heal.sh).
+std::shared_ptr<grpc::Channel> CoordinatorChannel(const ShardLinkOptions& options) {
   grpc::ChannelArguments args;
   const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options.keepalive));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // the stream may carry nothing for minutes
-  return std::make_unique<NetworkRegistration>(
-      grpc::CreateCustomChannel(options.coordinator, options.credentials, args), ctx, hello, legacy);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
+  return grpc::CreateCustomChannel(options.coordinator, options.credentials, args);
+}
+
+std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, grpc::ClientContext* ctx,
+                                               const v1::ShardHello& hello, bool legacy) {
+  return std::make_unique<NetworkRegistration>(CoordinatorChannel(options), ctx, hello, legacy);
 }
 
 // A clipped job's norm reductions over one channel to `options.coordinator`. A call waits
 // while the other slices' members arrive: it is bounded by the slowest member's wait.
 StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
-  std::shared_ptr<v1::ServerPeers::Stub> stub =
-      v1::ServerPeers::NewStub(grpc::CreateChannel(options.coordinator, options.credentials));
+  std::shared_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(CoordinatorChannel(options));
   return [stub, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {
     grpc::ClientContext ctx;
     AddPeerToken(ctx, token);
@@ -73,8 +84,7 @@ StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
 // Checkpoint reports over one channel to `options.coordinator`, each bounded by 5 s (a
 // report lost is sent again with the next checkpoint's).
 ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& options) {
-  std::shared_ptr<v1::ServerPeers::Stub> stub =
-      v1::ServerPeers::NewStub(grpc::CreateChannel(options.coordinator, options.credentials));
+  std::shared_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(CoordinatorChannel(options));
   return [stub, token = options.peer_token](const v1::ShardCheckpoints& report) {
     grpc::ClientContext ctx;
     AddPeerToken(ctx, token);

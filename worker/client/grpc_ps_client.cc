@@ -285,16 +285,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakePlainClient(const std::string& tar
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
-  // A restarted server is found again within a second or two, not after gRPC's default
-  // reconnect backoff of up to two minutes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  // gRPC reads this argument as the time one connection attempt may take (TCP, TLS and the
-  // HTTP/2 SETTINGS), not as a backoff. At 100 ms, 16 workers on 16 servers over 200 Mbit/s
-  // links saw connects time out "before receiving SETTINGS frame" (a SYN dropped at a full
-  // queue is sent again after 1 s), and every such failure made the worker join again. 5 s
-  // takes two SYNs; a refused connect (a server down) still fails at once.
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 5000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
   // A server whose host was cut off without closing the connection is noticed (within
   // 25 s: kKeepaliveTimeoutMs): a call waiting for its answer then fails UNAVAILABLE and the
