@@ -180,7 +180,9 @@ class Core {
     absl::StatusOr<worker::PushOutcome> outcome;
     {
       py::gil_scoped_release nogil;
-      outcome = session()->PushPull(step, GradientSpan(g), MutableSpan(w), &reply, &changed);
+      // Opened and ended at once, as a C++ worker's whole push is: its timeline line begins here.
+      std::unique_ptr<worker::StreamedPush> whole = session()->BeginPushPull(step, GradientSpan(g), 0);
+      outcome = session()->FinishPushPull(std::move(whole), step.end, MutableSpan(w), &reply, &changed);
     }
     Done(outcome.status());
     return py::make_tuple(OutcomeName(*outcome), ReplyOf(*outcome, std::move(reply)), changed);

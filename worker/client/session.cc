@@ -252,7 +252,9 @@ absl::StatusOr<PushOutcome> Session::FinishPushPull(std::unique_ptr<StreamedPush
   }
   if (push->stream_ == nullptr) {  // never opened: the push goes whole now
     push->push_.step.end = end;
-    return PushPull(push->push_.step, push->gradient_, weights, reply, changed);
+    absl::StatusOr<PushOutcome> outcome = PushPull(push->push_.step, push->gradient_, weights, reply, changed);
+    Timeline::Process().Mark("reply");
+    return outcome;
   }
   uint64_t version = version_;
   ++pushes_sent_;

@@ -219,7 +219,10 @@ absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, cons
       push,
       [&](int i, uint64_t* v) {
         map_->Gather(i, gradient, absl::MakeSpan(gradient_[i]));
-        return client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], v, absl::MakeSpan(weights_[i]));
+        absl::StatusOr<PushReply> r =
+            client(i)->PushPull(push, map_->slice_layout(i), gradient_[i], v, absl::MakeSpan(weights_[i]));
+        Timeline::Process().Mark("slice_reply", i);
+        return r;
       },
       &moved);
   if (!reply.ok()) return reply.status();

@@ -3,7 +3,8 @@
 // the push's number in the session, when it began (Unix ms), then each event in milliseconds from then, with the
 // slice it concerns in a sharded job (-1: none or the whole model), and the totals of the
 // waits it added up. The events:
-//   begin        the push was opened (before the forward pass)
+//   begin        the push was opened (before the forward pass; a Python worker's push_pull,
+//                which sends a gradient whole after its step, opens it then, with its finish)
 //   bucket       a bucket of gradient left during backward
 //   finish       the step's end: backward is over, the rest of the gradient and the trailer go
 //   written      a push stream's last byte was handed to gRPC (per slice in a sharded job)
