@@ -35,5 +35,30 @@ uint64_t ExtendHistory(uint64_t history, uint64_t version, std::vector<Replicate
   return h == 0 ? 1 : h;
 }
 
+double MeanScale(const std::vector<ReplicatedStep::Member>& members) {
+  double total = 0;
+  for (const ReplicatedStep::Member& m : members) total += m.weight;
+  return total > 0 ? 1.0 / total : 0.0;
+}
+
+bool SameStep(const ReplicatedStep& a, const ReplicatedStep& b) {
+  auto by_id = [](std::vector<ReplicatedStep::Member> m) {
+    std::sort(m.begin(), m.end(),
+              [](const ReplicatedStep::Member& x, const ReplicatedStep::Member& y) { return x.id < y.id; });
+    return m;
+  };
+  const std::vector<ReplicatedStep::Member> ma = by_id(a.members), mb = by_id(b.members);
+  if (a.version != b.version || ma.size() != mb.size()) return false;
+  for (size_t i = 0; i < ma.size(); ++i) {
+    if (ma[i].id != mb[i].id || ma[i].model_version != mb[i].model_version || ma[i].weight != mb[i].weight) {
+      return false;
+    }
+  }
+  const StepSettings &x = a.settings, &y = b.settings;
+  return x.learning_rate == y.learning_rate && x.update_scale == y.update_scale && x.buffer_blend == y.buffer_blend &&
+         x.momentum == y.momentum && x.sample_share == y.sample_share && x.lr_scale == y.lr_scale &&
+         a.predict_steps == b.predict_steps;
+}
+
 }  // namespace server
 }  // namespace omnilearn

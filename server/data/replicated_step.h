@@ -28,6 +28,25 @@ struct ReplicatedStep {
   double predict_steps = 0;  // ParameterStore::Predict's, after the step
 };
 
+// A sync round's step as the coordinator decides it ahead of the round's data (a sharded job
+// with --shard_steps_ahead): the version the round's gradients are of, the workers due in it,
+// the rate its step takes and how it weighs them. A shard whose slices of every one of these
+// members came steps at once (data/shard_core.h), and the coordinator's command for the
+// round confirms that step, or finds it took other members (the job then goes back to its
+// common checkpoint).
+struct RoundAhead {
+  uint64_t version = 0;
+  std::vector<WorkerId> members;
+  double learning_rate = 0;
+  bool weigh_by_batch = true;  // false: --aggregation=mean (every member weighs 1)
+};
+
+// A sync round's step from its members: the weighted mean, sum(w_k g_k) / sum(w_k).
+double MeanScale(const std::vector<ReplicatedStep::Member>& members);
+
+// Whether two steps take the same members (in any order) with the same weights and scalars.
+bool SameStep(const ReplicatedStep& a, const ReplicatedStep& b);
+
 // The model's step history as one digest: every step's version and the members whose
 // gradients it took (id, model version, weight), chained from `history` (the digest up to
 // the version before). Slices of one model have equal histories at equal versions: a

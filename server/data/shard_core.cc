@@ -38,7 +38,17 @@ ShardCore::ShardCore(ShardCoreOptions options)
                              .AddCounter("omnilearn_shard_steps_summed_on_arrival_total",
                                          "sync steps whose sum was built as the members' slices arrived (the others "
                                          "summed them at the coordinator's command)")
-                             .Add({})) {}
+                             .Add({})),
+      steps_ahead_(registry_
+                       .AddCounter("omnilearn_shard_steps_ahead_total",
+                                   "sync steps taken as soon as the round's members' slices were in, before the "
+                                   "coordinator's command (--shard_steps_ahead)")
+                       .Add({})),
+      ahead_refused_(registry_
+                         .AddCounter("omnilearn_shard_steps_ahead_refused_total",
+                                     "steps taken ahead that the coordinator's command did not confirm (the job went "
+                                     "back to its common checkpoint)")
+                         .Add({})) {}
 
 namespace {
 
@@ -91,10 +101,14 @@ void ShardCore::EndJob() {
   absl::MutexLock lock(&mu_);
   sessions_.clear();
   pending_.clear();
+  ahead_.reset();
   job_ended_ = true;
 }
 
 void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync) {
+  AwaitNoStep();  // an ahead step on a push's thread finishes on the store it began on
+  ahead_.reset();
+  taken_ahead_.reset();
   store_ = std::move(store);
   job_ended_ = false;
   slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
@@ -203,6 +217,8 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};
   p.arrived = options_.clock->Now();
+  p.batch = static_cast<double>(info.batch);
+  MaybeStepAhead();  // this slice may be the round's last (the lock is released meanwhile)
   // Until a step takes it. A resend of this slice (a second slot: the worker lost this
   // sending's connection) may replace it meanwhile with the same values; the step answers both.
   auto done = [this, id = info.id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -381,6 +397,20 @@ absl::StatusOr<std::optional<double>> ShardCore::NormToClipBy(uint64_t version, 
 }
 
 absl::Status ShardCore::Step(const ReplicatedStep& step) {
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitNoStep();
+    if (ahead_.has_value() && ahead_->version == step.version) ahead_.reset();  // the command came first
+    if (taken_ahead_.has_value() && taken_ahead_->version == step.version) return ConfirmAhead(step);
+    stepping_ = true;
+  }
+  const absl::Status s = TakeStep(step, /*command=*/true);
+  absl::MutexLock lock(&mu_);
+  stepping_ = false;
+  return s;
+}
+
+absl::Status ShardCore::TakeStep(const ReplicatedStep& step, bool command) {
   const absl::Time start = options_.clock->Now();
   absl::StatusOr<Taken> taken;
   const std::vector<float>* arrived = nullptr;  // the sum built as the slices came, when it is the step's
@@ -389,7 +419,7 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
     absl::MutexLock lock(&mu_);
     taken = TakeMembers(step);
     if (!taken.ok()) return taken.status();
-    if (!taken->slices.empty()) {
+    if (command && !taken->slices.empty()) {
       command_wait_seconds_.Observe(std::max(0.0, absl::ToDoubleSeconds(start - taken->last_arrived)));
     }
     arrived = arrival_.Close(step.version, taken->members);
@@ -421,15 +451,89 @@ absl::Status ShardCore::Step(const ReplicatedStep& step) {
   store_->set_history(ExtendHistory(store_->history(), step.version, std::move(taken->members)));
   MarkTaken(step);
   version_gauge_.Set(static_cast<double>(store_->version()));
-  step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
+  if (command) step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   return absl::OkStatus();
+}
+
+void ShardCore::AwaitNoStep() {
+  auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !stepping_; };
+  mu_.Await(absl::Condition(&free));
+}
+
+void ShardCore::ExpectRound(RoundAhead round) {
+  absl::MutexLock lock(&mu_);
+  if (!sync_ || store_ == nullptr || round.version != store_->version()) return;
+  ahead_ = std::move(round);
+  MaybeStepAhead();  // every slice may be here already
+}
+
+std::optional<ReplicatedStep> ShardCore::ReadyAhead() const {
+  if (!ahead_.has_value() || store_ == nullptr || ahead_->version != store_->version()) return std::nullopt;
+  ReplicatedStep step;
+  step.version = ahead_->version;
+  for (WorkerId id : ahead_->members) {
+    auto it = pending_.find(id);
+    if (sessions_.count(id) == 0 || it == pending_.end() || it->second.version != step.version ||
+        it->second.gradient.empty()) {
+      return std::nullopt;
+    }
+    step.members.push_back({id, step.version, ahead_->weigh_by_batch ? it->second.batch : 1.0});
+  }
+  if (step.members.empty()) return std::nullopt;
+  step.settings.update_scale = MeanScale(step.members);  // the coordinator's sync step (CompleteRound)
+  step.settings.learning_rate = ahead_->learning_rate;
+  return step;
+}
+
+void ShardCore::MaybeStepAhead() {
+  if (stepping_ || shutdown_) return;
+  std::optional<ReplicatedStep> step = ReadyAhead();
+  if (!step.has_value()) return;
+  ahead_.reset();
+  stepping_ = true;
+  mu_.Unlock();
+  const absl::Status s = TakeStep(*step, /*command=*/false);
+  mu_.Lock();
+  stepping_ = false;
+  if (!s.ok()) {  // nothing taken: the coordinator's command takes the step
+    Log(absl::StrCat("the step from version ", step->version, " was not taken ahead: ", s.message()));
+    return;
+  }
+  taken_ahead_ = *std::move(step);
+  steps_ahead_.Increment();
+}
+
+absl::Status ShardCore::ConfirmAhead(const ReplicatedStep& step) {
+  const ReplicatedStep taken = *std::move(taken_ahead_);
+  taken_ahead_.reset();
+  if (SameStep(taken, step)) return absl::OkStatus();
+  ahead_refused_.Increment();
+  auto ids = [](const ReplicatedStep& s) {
+    return absl::StrJoin(s.members, ", ", [](std::string* out, const ReplicatedStep::Member& m) {
+      absl::StrAppend(out, m.id, " (weight ", m.weight, ")");
+    });
+  };
+  return absl::AbortedError(absl::StrFormat(
+      "the coordinator's step from version %d took worker(s) %s at rate %g, and this slice stepped ahead with %s at "
+      "rate %g: the job goes back to its common checkpoint",
+      step.version, ids(step), step.settings.learning_rate.value_or(0), ids(taken),
+      taken.settings.learning_rate.value_or(0)));
+}
+
+bool ShardCore::SteppedAheadFrom(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  return taken_ahead_.has_value() && taken_ahead_->version == version;
 }
 
 std::string ShardCore::StepWaitSummary() const {
   const metrics::Histogram::Data waits = command_wait_seconds_.Collect();
-  if (waits.count == 0) return "no step took a slice";
-  return absl::StrFormat("%d steps took slices, which were in %.1f ms on average before the coordinator's command",
-                         waits.count, 1000 * waits.sum / static_cast<double>(waits.count));
+  const double ahead = steps_ahead_.Value();
+  const std::string taken_ahead = ahead > 0 ? absl::StrFormat("; %.0f were taken ahead of it", ahead) : "";
+  if (waits.count == 0) return absl::StrCat("no step took a slice at the coordinator's command", taken_ahead);
+  return absl::StrCat(
+      absl::StrFormat("%d steps took slices, which were in %.1f ms on average before the coordinator's command",
+                      waits.count, 1000 * waits.sum / static_cast<double>(waits.count)),
+      taken_ahead);
 }
 
 }  // namespace server

@@ -75,7 +75,20 @@ class ShardCore : public DataPlane {
   // the clip by the whole model's norm, which the norm reduction gives from this slice's
   // part (the coordinator's ServerPeers.StepNorm); when it fails, the step fails Aborted (the
   // shard registers again and the job goes back to the common checkpoint).
+  //
+  // A step this slice took ahead (ExpectRound) is confirmed instead: OK when it is this
+  // step, Aborted when the coordinator's took other members or scalars (the shard registers
+  // again and the job goes back to its common checkpoint).
   absl::Status Step(const ReplicatedStep& step);
+  // Sync: the coordinator's next round decided ahead of its data (--shard_steps_ahead). Once
+  // every one of its members' slices of `round.version` is here, the slice steps at once,
+  // on the thread whose slice came last (this one, when they all came first), and its
+  // model leaves without waiting for the coordinator's command. Ignored in async, or when
+  // the slice is not at round.version (a step missed: the command decides).
+  void ExpectRound(RoundAhead round);
+  // Whether the slice stepped ahead from `version` and the coordinator's command for that
+  // step has not come yet (a checkpoint of `version` comes too late for this slice).
+  bool SteppedAheadFrom(uint64_t version) const;
   // The whole update's squared norm from this slice's part of the step leaving `version`.
   using NormReduction = std::function<absl::StatusOr<double>(uint64_t version, double sum_squares)>;
   // Set before the first step of a clipped job (the shard's link sets it from the init).
@@ -114,10 +127,11 @@ class ShardCore : public DataPlane {
   // The shard's /metrics: bytes in and out, the slice's size and version, each step's
   // latency (from the coordinator's command to the slice stepped, the wait for the
   // members' slices included), the members' slices a step went without, and the steps
-  // whose sum was built as the slices arrived.
+  // whose sum was built as the slices arrived, and the steps taken ahead of the command.
   metrics::Registry& registry() { return registry_; }
-  // "steps: 120, their slices in before the coordinator's command for 23.1 ms on average"
-  // (omnilearn_shard_step_command_wait_seconds), for the shard's last log line.
+  // "120 steps took slices, which were in 23.1 ms on average before the coordinator's
+  // command" (omnilearn_shard_step_command_wait_seconds), and how many were taken ahead of
+  // it, for the shard's last log line.
   std::string StepWaitSummary() const;
 
  private:
@@ -153,6 +167,19 @@ class ShardCore : public DataPlane {
   absl::Status OneModel(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the step: the pushes it took are answered, a sync round's others released.
   void MarkTaken(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes `step` on the slice: its members' slices (waited for, bounded), their sum, the
+  // optimizer's step. `command`: the coordinator's (its wait and latency are measured).
+  // One step at a time (stepping_, set by the caller).
+  absl::Status TakeStep(const ReplicatedStep& step, bool command) ABSL_LOCKS_EXCLUDED(mu_);
+  // The round expected ahead as a step, once every member's slice of it is here.
+  std::optional<ReplicatedStep> ReadyAhead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the round expected ahead when it is ready and no step is being taken; releases
+  // mu_ meanwhile.
+  void MaybeStepAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The coordinator's command for a step taken ahead: OK when it is that step.
+  absl::Status ConfirmAhead(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Until no step is being taken (bounded: an ahead step never waits for slices or norms).
+  void AwaitNoStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Pending {
     uint64_t version = 0;
@@ -160,6 +187,7 @@ class ShardCore : public DataPlane {
     bool taken = false;     // a step took it
     bool released = false;  // sync: the step of its version was taken without it
     absl::Time arrived;     // when the whole slice was in
+    double batch = 0;       // the push's batch (a round's weight, --shard_steps_ahead)
   };
 
   const ShardCoreOptions options_;
@@ -169,6 +197,9 @@ class ShardCore : public DataPlane {
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
   bool job_ended_ ABSL_GUARDED_BY(mu_) = false;        // EndJob: the next Init replaces the slice
   NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);  // a clipped job's (ServerPeers.StepNorm)
+  bool stepping_ ABSL_GUARDED_BY(mu_) = false;         // a step (the command's or ahead) is being taken
+  std::optional<RoundAhead> ahead_ ABSL_GUARDED_BY(mu_);             // the next round, decided ahead
+  std::optional<ReplicatedStep> taken_ahead_ ABSL_GUARDED_BY(mu_);  // stepped, the command not come
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
   // The step's weighted sum, reused by every step: built as the slices arrive (Add outside
@@ -186,6 +217,8 @@ class ShardCore : public DataPlane {
   metrics::Histogram& command_wait_seconds_;
   metrics::Counter& slices_left_out_;
   metrics::Counter& summed_on_arrival_;
+  metrics::Counter& steps_ahead_;
+  metrics::Counter& ahead_refused_;
 };
 
 }  // namespace server

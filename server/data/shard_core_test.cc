@@ -96,7 +96,7 @@ TEST_CASE("a step records how long its members' slices were in before the coordi
           "[shard_core][clock]") {
   FakeClock clock;
   ShardCore shard({&clock, nullptr});
-  REQUIRE(shard.StepWaitSummary() == "no step took a slice");
+  REQUIRE(shard.StepWaitSummary() == "no step took a slice at the coordinator's command");
   REQUIRE(shard.Init(Slice(), {0, 0, 0, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
   shard.OpenSession(1, "a");
   shard.OpenSession(2, "b");
@@ -118,6 +118,130 @@ TEST_CASE("a step records how long its members' slices were in before the coordi
   REQUIRE(absl::StrContains(m, "omnilearn_shard_step_command_wait_seconds_sum 0.03\n"));
   REQUIRE(shard.StepWaitSummary() ==
           "2 steps took slices, which were in 15.0 ms on average before the coordinator's command");
+}
+
+// --shard_steps_ahead: workers 1 and 2 (batches 1 and 3) in the round from version 0 at
+// rate 0.1, decided ahead.
+RoundAhead RoundOf12() {
+  RoundAhead r;
+  r.version = 0;
+  r.members = {1, 2};
+  r.learning_rate = 0.1;
+  return r;
+}
+
+void PushBoth(ShardCore& shard) {
+  PushInfo second = PushOf(2, 0);
+  second.batch = 3;
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(second, {3, 2, 1, 20}, absl::InfinitePast()).ok());
+}
+
+void InitTwoMembers(ShardCore& shard) {
+  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
+  shard.OpenSession(1, "a");
+  shard.OpenSession(2, "b");
+}
+
+TEST_CASE("a round decided ahead: the slice steps when its members' slices are in, and the command confirms it",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  InitTwoMembers(shard);
+  shard.ExpectRound(RoundOf12());
+  REQUIRE(shard.version() == 0);
+  PushBoth(shard);  // the last slice's push steps the slice, before any command
+  REQUIRE(shard.version() == 1);
+  REQUIRE(shard.SteppedAheadFrom(0));
+  auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
+  REQUIRE(snap.ok());
+  REQUIRE((*snap->weights)[0] == Approx(1 - 0.25));  // the weighted mean, as the command's step takes it
+  REQUIRE((*snap->weights)[3] == Approx(17.5));
+  REQUIRE(snap->history == ExtendHistory(0, 0, {{1, 0, 1}, {2, 0, 3}}));
+  // The coordinator's command for it, members in its order: confirmed, nothing stepped again.
+  REQUIRE(shard.Step(StepOf(0, {{2, 0, 3}, {1, 0, 1}}, 0.25, 0.1)).ok());
+  REQUIRE(shard.version() == 1);
+  REQUIRE_FALSE(shard.SteppedAheadFrom(0));
+  REQUIRE(shard.Pull(1, 0, 1, absl::InfinitePast())->weights->at(0) == Approx(1 - 0.25));
+  const std::string m = shard.registry().Serialize();
+  REQUIRE(absl::StrContains(m, "omnilearn_shard_steps_ahead_total 1\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_shard_steps_ahead_refused_total 0\n"));
+  REQUIRE(absl::StrContains(m, "omnilearn_shard_step_command_wait_seconds_count 0\n"));
+  REQUIRE(shard.StepWaitSummary() == "no step took a slice at the coordinator's command; 1 were taken ahead of it");
+  // The next round, not decided ahead: the command steps it.
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.version() == 1);
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}}, 1, 0.1)).ok());
+  REQUIRE(shard.version() == 2);
+}
+
+TEST_CASE("a round decided ahead after its slices came steps at once; one missing a member waits for the command",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  InitTwoMembers(shard);
+  PushBoth(shard);
+  shard.ExpectRound(RoundOf12());
+  REQUIRE(shard.version() == 1);
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
+  // Version 1's round names worker 3, whose slice never comes here: no step until the command.
+  shard.OpenSession(3, "c");
+  RoundAhead next = RoundOf12();
+  next.version = 1;
+  next.members = {1, 2, 3};
+  shard.ExpectRound(next);
+  REQUIRE(shard.Push(PushOf(1, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(PushOf(2, 1), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.version() == 1);
+  REQUIRE(shard.Step(StepOf(1, {{1, 1, 1}, {2, 1, 1}}, 0.5, 0.1)).ok());  // worker 3 dropped at the coordinator
+  REQUIRE(shard.version() == 2);
+  // A round decided for another version than the slice's is not kept.
+  next.version = 5;
+  shard.ExpectRound(next);
+  REQUIRE(shard.Push(PushOf(1, 2), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.Push(PushOf(2, 2), {1, 1, 1, 1}, absl::InfinitePast()).ok());
+  REQUIRE(shard.version() == 2);
+}
+
+TEST_CASE("a step taken ahead that the coordinator's command does not confirm fails Aborted", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  InitTwoMembers(shard);
+  shard.ExpectRound(RoundOf12());
+  PushBoth(shard);
+  REQUIRE(shard.version() == 1);
+  // The coordinator dropped worker 2 (its slice to the coordinator did not come in time).
+  const absl::Status s = shard.Step(StepOf(0, {{1, 0, 1}}, 1, 0.1));
+  REQUIRE(s.code() == absl::StatusCode::kAborted);
+  REQUIRE(absl::StrContains(s.message(), "took worker(s) 1 (weight 1) at rate 0.1, and this slice stepped ahead "
+                                         "with 1 (weight 1), 2 (weight 3)"));
+  REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_ahead_refused_total 1\n"));
+}
+
+TEST_CASE("the command before a round's last slice takes the step itself, and async takes no round ahead",
+          "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  InitTwoMembers(shard);
+  shard.ExpectRound(RoundOf12());
+  REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  std::thread control([&] { REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok()); });
+  AwaitState([&] { return clock.waiters() > 0; });  // the command waits for worker 2's slice
+  PushInfo second = PushOf(2, 0);
+  second.batch = 3;
+  REQUIRE(shard.Push(second, {3, 2, 1, 20}, absl::InfinitePast()).ok());
+  control.join();
+  REQUIRE(shard.version() == 1);
+  REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_ahead_total 0\n"));
+
+  ShardCore async({&clock, nullptr});
+  REQUIRE(async.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5), /*sync=*/false).ok());
+  async.OpenSession(1, "a");
+  RoundAhead only1 = RoundOf12();
+  only1.members = {1};
+  async.ExpectRound(only1);
+  REQUIRE(async.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
+  REQUIRE(async.version() == 0);
 }
 
 TEST_CASE("a step that predicts serves its slice stepped ahead; the parameters only", "[shard_core]") {
