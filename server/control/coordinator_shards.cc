@@ -106,6 +106,11 @@ absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, 
         "the coordinator starts a new job when one ends (--reset_when_done), and the shard at ", hello.address,
         " is of a release that cannot take a new job's slice: run this release's omnilearn_server there"));
   }
+  if (options_.steps_ahead && !hello.steps_ahead) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator decides each round ahead for its shards (--shard_steps_ahead), and the shard at ",
+        hello.address, " is of a release that cannot step on it: run this release's omnilearn_server there"));
+  }
   int index = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -567,6 +572,12 @@ Replication CoordinatorShards::Hooks() {
     stepped_ = true;
     Enqueue(step);
   };
+  if (options_.steps_ahead && options_.sync) {
+    r.round_ahead = [this](const RoundAhead& round) {
+      absl::MutexLock lock(&mu_);
+      Enqueue(round);
+    };
+  }
   if (options_.optimizer.clip_grad_norm > 0) {
     r.norm = [this](uint64_t version, double sum_squares) {
       absl::StatusOr<double> total = ReduceNorm(version, 0, sum_squares, options_.clock->Now() + options_.norm_wait);

@@ -46,6 +46,10 @@ struct CoordinatorShardsOptions {
   // --push_slices_in_order: the Join answer tells workers to push the slices one after the
   // other (ShardMapAnswer::push_in_order).
   bool push_in_order = false;
+  // --shard_steps_ahead (sync): each round's members and rate go to the shards when the round
+  // before closes (Replication::round_ahead), and a shard steps as soon as their slices are
+  // in; shards of a release that cannot (ShardRegistration::steps_ahead) are refused.
+  bool steps_ahead = false;
 };
 
 // A registration's fields, range-checked before anything is taken from them:

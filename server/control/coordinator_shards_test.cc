@@ -423,6 +423,39 @@ TEST_CASE("a clipped job: shards that cannot reduce the norm are refused; every 
   REQUIRE(absl::IsInvalidArgument(c.ReduceNorm(8, 1, std::nan(""), absl::InfiniteFuture()).status()));
 }
 
+TEST_CASE("--shard_steps_ahead: shards that cannot step ahead are refused; a round ahead follows its step",
+          "[coordinator_shards]") {
+  CoordinatorShardsOptions o = Options(2);
+  o.steps_ahead = true;
+  CoordinatorShards c(o);
+  auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no steps_ahead
+  REQUIRE(absl::IsFailedPrecondition(old.status()));
+  REQUIRE(absl::StrContains(old.status().message(), "--shard_steps_ahead"));
+  ShardRegistration h = Hello("s:1", 1, 2);
+  h.steps_ahead = true;
+  REQUIRE(*c.Register(h) == 1);
+  Adopt(c);
+  Replication hooks = c.Hooks();
+  REQUIRE(hooks.round_ahead != nullptr);
+  REQUIRE(Make(2).Hooks().round_ahead == nullptr);  // not asked for: rounds are not sent ahead
+  o.sync = false;
+  REQUIRE(CoordinatorShards(o).Hooks().round_ahead == nullptr);  // async has no rounds
+  ReplicatedStep step;
+  step.members = {{7, 0, 2.0}};
+  hooks.step(step);
+  RoundAhead round;
+  round.version = 1;
+  round.members = {7, 9};
+  round.learning_rate = 0.05;
+  hooks.round_ahead(round);
+  std::vector<CoordinatorShards::Outgoing> out = Drain(c, 1);
+  REQUIRE(out.size() == 3);
+  REQUIRE(As<ReplicatedStep>(out[1]).version == 0);
+  REQUIRE(As<RoundAhead>(out[2]).version == 1);
+  REQUIRE(As<RoundAhead>(out[2]).members == std::vector<WorkerId>{7, 9});
+  REQUIRE(As<RoundAhead>(out[2]).learning_rate == 0.05);
+}
+
 TEST_CASE("a clipped step's norm goes on without a part that does not come; that part is refused after",
           "[coordinator_shards]") {
   FakeClock clock;

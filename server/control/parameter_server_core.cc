@@ -658,19 +658,34 @@ void ParameterServerCore::CompleteRound() {
     std::vector<ReplicatedStep::Member> members;
     for (const auto& [id, weight] : round_.contributions()) members.push_back({id, store_.version(), weight});
     StepSettings mean;  // sum(b_k g_k) / sum(b_k), the optimizer's own momentum
-    mean.update_scale = 1.0 / round_.weight();
+    mean.update_scale = MeanScale(members);
     Step(round_.sum(), std::move(members), mean);
     stats_.Round();
     metrics_.rounds.Increment();
     metrics_.round_wait_seconds.Observe(absl::ToDoubleSeconds(options_.clock->Now() - round_.opened()));
   }
   workers_.PromotePending();
+  DecideRoundAhead();
   if (stats_.rounds() > 0) CountAdjustmentTick();
   // Every member of the round is told the plan as it stood when the round closed, even
   // if another member leaves (and its share moves) before this one wakes up. Its
   // samples are trained.
   const auto& plan = controller_.plan();  // read under mu_, here; Close runs before it returns
   round_.Close([&plan](WorkerId id) { return plan.batch(id); });
+}
+
+void ParameterServerCore::DecideRoundAhead() {
+  const OptimizerOptions& optimizer = store_.options();
+  if (!options_.replication.round_ahead || optimizer.clip_grad_norm > 0 ||
+      (optimizer.schedule == LrSchedule::kStep && optimizer.lr_decay_epochs > 0)) {
+    return;
+  }
+  RoundAhead round;
+  round.version = store_.version();
+  for (const WorkerRecord* w : workers_.Missing([](WorkerId) { return false; })) round.members.push_back(w->id);
+  round.learning_rate = store_.LearningRate();  // Step's, at lr_scale 1
+  round.weigh_by_batch = options_.aggregation == ServerOptions::Aggregation::kWeighted;
+  if (!round.members.empty()) options_.replication.round_ahead(round);
 }
 
 void ParameterServerCore::Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members,

@@ -65,6 +65,11 @@ struct Replication {
   // The job's model was taken from this joiner's initial parameters.
   std::function<void(const std::string& joiner)> model_adopted;
   std::function<void(const ReplicatedStep& step)> step;
+  // Sync, --shard_steps_ahead: the next round's members and rate, decided as the round before
+  // closes (under the core's lock, after its step), when the round's step can be: not in a
+  // clipped job (its norm is reduced at the step) nor under a schedule in epochs (the rate
+  // may move with the round's samples).
+  std::function<void(const RoundAhead& round)> round_ahead;
   // A job that clips (OptimizerOptions::clip_grad_norm): the whole update's squared norm
   // from slice 0's part, once the shards gave theirs; called under the core's lock, after
   // `step`, so it blocks the core until every slice's part came (bounded).
@@ -378,6 +383,9 @@ class ParameterServerCore : public DataPlane {
   // Waits until no push is adding to the round (a close, a reset, a new model need it).
   void AwaitRoundIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CompleteRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sync, sharded with --shard_steps_ahead: the next round's members and rate to the shards
+  // (Replication::round_ahead), when its step can be decided ahead.
+  void DecideRoundAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The store's step, told to the shards first (options_.replication), then the weights
   // workers are given (ParameterStore::Predict: `predict_steps` ahead, 0 = as they are).
   void Step(const std::vector<float>& update, std::vector<ReplicatedStep::Member> members, const StepSettings& settings,

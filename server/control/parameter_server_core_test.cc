@@ -1091,6 +1091,52 @@ TEST_CASE("after a rollback training waits for the workers of that moment for a 
   REQUIRE(b2.batch == 4);
 }
 
+TEST_CASE("--shard_steps_ahead: each round's members and rate go out as the round before closes, and its step is "
+          "the one decided",
+          "[core][shards]") {
+  ServerOptions o = Options(Mode::kSync, 2);
+  std::vector<ReplicatedStep> steps;
+  std::vector<RoundAhead> rounds;
+  o.replication.step = [&](const ReplicatedStep& step) { steps.push_back(step); };
+  o.replication.round_ahead = [&](const RoundAhead& round) { rounds.push_back(round); };
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinAll(*core, 2);
+  const JoinResult &a = joined[0], &b = joined[1];
+  auto round = [&] {
+    const uint64_t v = core->Snapshot().version;
+    std::thread ta([&] { REQUIRE(core->Push(Grad(a.id, 4, v), std::vector<float>(kParams, 1), Soon()).ok()); });
+    REQUIRE(core->Push(Grad(b.id, 4, v), std::vector<float>(kParams, 1), Soon()).ok());
+    ta.join();
+  };
+  round();
+  REQUIRE(rounds.size() == 1);
+  REQUIRE(rounds[0].version == 1);
+  REQUIRE(rounds[0].members == std::vector<WorkerId>{a.id, b.id});
+  REQUIRE(rounds[0].learning_rate == o.optimizer.learning_rate);
+  REQUIRE(rounds[0].weigh_by_batch);
+  round();
+  REQUIRE(steps.size() == 2);
+  // The step a shard takes ahead from the round and its pushes' batches is the coordinator's.
+  ReplicatedStep ahead;
+  ahead.version = 1;
+  ahead.members = {{b.id, 1, 4}, {a.id, 1, 4}};
+  ahead.settings.learning_rate = rounds[0].learning_rate;
+  ahead.settings.update_scale = MeanScale(ahead.members);
+  REQUIRE(SameStep(ahead, steps[1]));
+
+  // A clipped job's step needs the slices' norm, which comes with the round: none ahead.
+  o.optimizer.clip_grad_norm = 1;
+  o.replication.norm = [](uint64_t, double sum_squares) { return sum_squares; };
+  rounds.clear();
+  auto clipped = *ParameterServerCore::Create(o);
+  const auto two = JoinAll(*clipped, 2);
+  std::thread ta([&] { REQUIRE(clipped->Push(Grad(two[0].id, 4, 0), std::vector<float>(kParams, 1), Soon()).ok()); });
+  REQUIRE(clipped->Push(Grad(two[1].id, 4, 0), std::vector<float>(kParams, 1), Soon()).ok());
+  ta.join();
+  REQUIRE(clipped->Snapshot().version == 1);
+  REQUIRE(rounds.empty());
+}
+
 TEST_CASE("a rollback takes the job back to a checkpoint: model, epoch position, sessions", "[core][rollback]") {
   ServerOptions o = Options(Mode::kSync, 2);
   std::vector<uint64_t> told;  // the versions the shards were told to checkpoint at

@@ -36,6 +36,7 @@ struct ShardRegistration {
   uint64_t fingerprint = 0;                   // the map of the slice it holds (0: none)
   bool reduces_norm = false;                  // it takes part in a clipped job's norm
   bool resets_jobs = false;                   // it takes a later job's slice (--reset_when_done)
+  bool steps_ahead = false;                   // it steps a round decided ahead (--shard_steps_ahead)
 };
 
 // The slice's layout, first values (which follow it) or checkpoint to go back to, and the
@@ -77,8 +78,8 @@ struct ShardMapAnswer {
 };
 
 // One command of a shard's stream; std::monostate: none came in time (the stream waits on).
-using ShardCommand =
-    std::variant<std::monostate, ShardInitCommand, ShardSessionCommand, ReplicatedStep, ShardCheckpointCommand>;
+using ShardCommand = std::variant<std::monostate, ShardInitCommand, ShardSessionCommand, ReplicatedStep,
+                                  ShardCheckpointCommand, RoundAhead>;
 
 }  // namespace server
 }  // namespace omnilearn

@@ -35,6 +35,7 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   so.norm_wait = o.round_timeout + absl::Seconds(30);
   so.reset_when_done = o.reset_when_done;
   so.push_in_order = f.push_slices_in_order;
+  so.steps_ahead = f.shard_steps_ahead;
   return std::make_unique<CoordinatorShards>(so);
 }
 

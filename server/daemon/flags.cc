@@ -16,6 +16,11 @@ ABSL_FLAG(bool, push_slices_in_order, false,
           "sharded jobs' coordinator: workers push the slices one after the other, slice 0 first, so each "
           "slice's model comes back while the next one's gradient still goes out; for slices that all live "
           "on one host whose link is several times a worker's (docs/SHARDING.md)");
+ABSL_FLAG(bool, shard_steps_ahead, false,
+          "sharded sync jobs' coordinator: each round's members and rate go to the shards when the round "
+          "before closes, and a shard steps its slice as soon as their slices are in, without waiting for "
+          "the coordinator's step; a member whose push reaches a shard and not the coordinator then sends "
+          "the job back to its common checkpoint (docs/SHARDING.md)");
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
 ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");
@@ -126,6 +131,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.shards = absl::GetFlag(FLAGS_shards);
   f.partition_mb = absl::GetFlag(FLAGS_partition_mb);
   f.push_slices_in_order = absl::GetFlag(FLAGS_push_slices_in_order);
+  f.shard_steps_ahead = absl::GetFlag(FLAGS_shard_steps_ahead);
   f.coordinator = absl::GetFlag(FLAGS_coordinator);
   f.shard_index = absl::GetFlag(FLAGS_shard_index);
   f.advertise = absl::GetFlag(FLAGS_advertise);

@@ -17,6 +17,7 @@ struct DaemonFlags {
   int shards = 1;
   double partition_mb = 4;
   bool push_slices_in_order = false;
+  bool shard_steps_ahead = false;
   std::string coordinator = "";
   int shard_index = 0;
   std::string advertise = "";

@@ -158,7 +158,18 @@ absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
       return absl::InvalidArgumentError(
           "--push_slices_in_order needs --shards > 1: it orders the pushes of a sharded job's slices");
     }
+    if (f.shard_steps_ahead) {
+      return absl::InvalidArgumentError("--shard_steps_ahead needs --shards > 1: it steps a sharded job's slices");
+    }
     return absl::OkStatus();
+  }
+  if (f.shard_steps_ahead && o.mode != Mode::kSync) {
+    return absl::InvalidArgumentError("--shard_steps_ahead needs --mode=sync: it decides a round's step ahead");
+  }
+  if (f.shard_steps_ahead && o.optimizer.clip_grad_norm > 0) {
+    return absl::InvalidArgumentError(
+        "--shard_steps_ahead and --clip_grad_norm: a clipped step needs every slice's norm, which comes only with "
+        "the round's data");
   }
   if (f.checkpoint_keep < 2) {
     return absl::InvalidArgumentError(

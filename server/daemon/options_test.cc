@@ -90,6 +90,20 @@ TEST_CASE("a sharded job takes every flag one server takes; checkpoints need two
   REQUIRE(CheckShardable(f, o).ok());
 }
 
+TEST_CASE("--shard_steps_ahead: a sharded sync job without clipping", "[daemon]") {
+  DaemonFlags f;
+  f.shard_steps_ahead = true;
+  ServerOptions o = *Options(f);
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--shard_steps_ahead needs --shards > 1"));
+  f.shards = 2;
+  REQUIRE(CheckShardable(f, o).ok());
+  o.optimizer.clip_grad_norm = 1;
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "a clipped step needs every slice's norm"));
+  o = *Options(f);
+  o.mode = Mode::kAsync;
+  REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--shard_steps_ahead needs --mode=sync"));
+}
+
 TEST_CASE("the address a sharded server advertises, and its partitions' size", "[daemon]") {
   DaemonFlags f;
   f.bind = "127.0.0.1";

@@ -64,6 +64,9 @@ absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
       return shard_->Step(StepFromProto(c.step()));
     case v1::ShardCommand::kCheckpoint:
       return ApplyCheckpoint(c.checkpoint());
+    case v1::ShardCommand::kRoundAhead:
+      shard_->ExpectRound(RoundAheadFromProto(c.round_ahead()));
+      return absl::OkStatus();
     default:
       return absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");
   }
@@ -72,7 +75,7 @@ absl::Status ShardApplier::Apply(const v1::ShardCommand& c) {
 bool ShardApplier::IsOpening(const v1::ShardCommand& c) { return c.has_session() && !c.session().closed(); }
 
 bool ShardApplier::MayBePassed(const v1::ShardCommand& c) {
-  return c.has_session() || c.has_step() || c.has_checkpoint();
+  return c.has_session() || c.has_step() || c.has_checkpoint() || c.has_round_ahead();
 }
 
 absl::Status ShardApplier::OpenAhead(const v1::ShardCommand& c) {
@@ -188,6 +191,13 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
   absl::StatusOr<CheckpointState> state = shard_->Capture();
   if (!state.ok()) return state.status();
   state->slice = held_index_;
+  if (shard_->SteppedAheadFrom(checkpoint.version())) {
+    // The slice took the next round's step before this command came (--shard_steps_ahead):
+    // its state of that version is gone. The job's previous common checkpoint stays.
+    Log(absl::StrFormat("checkpoint of version %d not taken: this slice stepped ahead to %d before the command came",
+                        checkpoint.version(), state->version));
+    return absl::OkStatus();
+  }
   if (state->version != checkpoint.version()) {
     return absl::FailedPreconditionError(
         absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),

@@ -67,7 +67,7 @@ class ShardApplier {
   // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
   // A session's opening may be applied ahead of the commands before it when no init (or its
-  // values: a restore, a new job) is among them (each MayBePassed: sessions, steps,
+  // values: a restore, a new job) is among them (each MayBePassed: sessions, steps, rounds ahead,
   // checkpoints): it only lets the session's calls in, and no step ahead of it can name a
   // session opened after it. A step can wait member_wait for a missing member's slice; a
   // worker that joined meanwhile would be refused NotFound here after kAnnouncementWait

@@ -384,6 +384,42 @@ TEST_CASE("an init of the coordinator's next job replaces the slice: sessions en
   REQUIRE(shard.version() == 1);
 }
 
+TEST_CASE("a round ahead steps the slice as its members' slices come; a checkpoint of the version it left is not taken",
+          "[shard_apply]") {
+  ShardCore shard({});
+  ShardApplier a = Make(&shard);
+  HoldSlice(a);
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  v1::ShardCommand round;
+  round.mutable_round_ahead()->set_version(0);
+  round.mutable_round_ahead()->add_worker_ids(7);
+  round.mutable_round_ahead()->set_learning_rate(0.1);
+  round.mutable_round_ahead()->set_weigh_by_batch(true);
+  REQUIRE(ShardApplier::MayBePassed(round));
+  REQUIRE(a.Apply(round).ok());
+  PushInfo push;
+  push.id = 7;
+  push.batch = 2;
+  REQUIRE(shard.Push(push, std::vector<float>(Map().slice_elements(1), 1.0f), absl::InfinitePast()).ok());
+  REQUIRE(shard.version() == 1);  // stepped ahead of the command
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  REQUIRE(a.Apply(checkpoint).ok());  // too late for this slice: not taken, and not a failure
+  REQUIRE(a.CheckpointVersions().empty());
+  v1::ShardCommand step = Step(0);
+  v1::ShardStepMember* m = step.mutable_step()->add_members();
+  m->set_worker_id(7);
+  m->set_model_version(0);
+  m->set_weight(2);
+  step.mutable_step()->set_update_scale(0.5);
+  step.mutable_step()->set_learning_rate(0.1);
+  REQUIRE(a.Apply(step).ok());  // the command confirms the step taken ahead
+  REQUIRE(shard.version() == 1);
+  checkpoint.mutable_checkpoint()->set_version(1);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1});
+}
+
 }  // namespace
 }  // namespace server
 }  // namespace omnilearn

@@ -248,6 +248,7 @@ v1::ShardHello ShardLink::Hello() const {
   hello.set_fingerprint(applier_.fingerprint());
   hello.set_reduces_norm(true);
   hello.set_resets_jobs(true);
+  hello.set_steps_ahead(true);
   return hello;
 }
 

@@ -76,6 +76,7 @@ ShardRegistration RegistrationFromProto(const v1::ShardHello& hello) {
   r.fingerprint = hello.fingerprint();
   r.reduces_norm = hello.reduces_norm();
   r.resets_jobs = hello.resets_jobs();
+  r.steps_ahead = hello.steps_ahead();
   return r;
 }
 
@@ -106,6 +107,13 @@ struct CommandEncoder {
     }
   }
   void operator()(const ReplicatedStep& step) const { *out->mutable_step() = StepToProto(step); }
+  void operator()(const RoundAhead& round) const {
+    v1::ShardRoundAhead* p = out->mutable_round_ahead();
+    p->set_version(round.version);
+    for (WorkerId id : round.members) p->add_worker_ids(id);
+    p->set_learning_rate(round.learning_rate);
+    p->set_weigh_by_batch(round.weigh_by_batch);
+  }
   void operator()(const ShardCheckpointCommand& c) const {
     out->mutable_checkpoint()->set_version(c.version);
     out->mutable_checkpoint()->set_history(c.history);
@@ -144,6 +152,15 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
   p.set_sample_share(step.settings.sample_share);
   p.set_predict_steps(step.predict_steps);
   return p;
+}
+
+RoundAhead RoundAheadFromProto(const v1::ShardRoundAhead& p) {
+  RoundAhead round;
+  round.version = p.version();
+  round.members.assign(p.worker_ids().begin(), p.worker_ids().end());
+  round.learning_rate = p.learning_rate();
+  round.weigh_by_batch = p.weigh_by_batch();
+  return round;
 }
 
 ReplicatedStep StepFromProto(const v1::ShardStep& p) {
@@ -219,6 +236,12 @@ absl::Status CheckShardCommand(const v1::ShardCommand& command) {
     }
     case v1::ShardCommand::kStep:
       return CheckStep(command.step());
+    case v1::ShardCommand::kRoundAhead:
+      if (command.round_ahead().worker_ids_size() > kMaxStepMembers) {
+        return absl::InvalidArgumentError(absl::StrFormat("the coordinator's round ahead names %d members; at most %d",
+                                                          command.round_ahead().worker_ids_size(), kMaxStepMembers));
+      }
+      return InRange("round_ahead.learning_rate", command.round_ahead().learning_rate(), 0, 1e6);
     case v1::ShardCommand::kChunk:
     case v1::ShardCommand::kCheckpoint:
       return absl::OkStatus();

@@ -35,6 +35,7 @@ void ShardMapToProto(const ShardMapAnswer& answer, v1::ShardMap* out);
 
 v1::ShardStep StepToProto(const ReplicatedStep& step);
 ReplicatedStep StepFromProto(const v1::ShardStep& p);
+RoundAhead RoundAheadFromProto(const v1::ShardRoundAhead& p);
 
 // A server's checkpoints on the wire (the status, a shard's report), and back:
 // InvalidArgument for an age that is not a finite number of seconds in [0, a year] or an
@@ -50,7 +51,7 @@ inline constexpr size_t kMaxSessionSecretBytes = 64;
 
 // A coordinator's command, every number range-checked before a shard applies any of it:
 // InvalidArgument naming the field (optimizer settings, a step's rate, scale, blend,
-// momentum and members' weights, a session's secret). What only the slice can judge (a
+// momentum and members' weights, a session's secret, a round ahead's rate and members). What only the slice can judge (a
 // step's version, a chunk's place, the map) is checked where it is applied.
 absl::Status CheckShardCommand(const v1::ShardCommand& command);
 

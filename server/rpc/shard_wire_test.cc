@@ -85,6 +85,7 @@ TEST_CASE("the coordinator's commands and a shard's hello, each way", "[shard_wi
   hello.add_checkpoint_versions(4);
   hello.set_fingerprint(0xfeed);
   hello.set_reduces_norm(true);
+  hello.set_steps_ahead(true);
   const ShardRegistration r = RegistrationFromProto(hello);
   REQUIRE(r.address == "s:1");
   REQUIRE(r.shards == 3);
@@ -94,6 +95,7 @@ TEST_CASE("the coordinator's commands and a shard's hello, each way", "[shard_wi
   REQUIRE(r.fingerprint == 0xfeed);
   REQUIRE(r.reduces_norm);
   REQUIRE_FALSE(r.resets_jobs);
+  REQUIRE(r.steps_ahead);
   for (int i = 0; i < 3 * kMaxShardCheckpoints; ++i) hello.add_checkpoint_versions(i);
   REQUIRE(RegistrationFromProto(hello).checkpoint_versions.size() == kMaxShardCheckpoints + 1);  // still refused
 
@@ -125,6 +127,24 @@ TEST_CASE("the coordinator's commands and a shard's hello, each way", "[shard_wi
   step.version = 4;
   step.members = {{7, 4, 2.0}};
   REQUIRE(StepFromProto(CommandToProto(step).step()).members.at(0).weight == 2.0);
+  RoundAhead round;
+  round.version = 5;
+  round.members = {7, 8};
+  round.learning_rate = 0.05;
+  round.weigh_by_batch = false;
+  const v1::ShardCommand ahead = CommandToProto(round);
+  REQUIRE(CheckShardCommand(ahead).ok());
+  const RoundAhead back = RoundAheadFromProto(ahead.round_ahead());
+  REQUIRE(back.version == 5);
+  REQUIRE(back.members == std::vector<WorkerId>{7, 8});
+  REQUIRE(back.learning_rate == 0.05);
+  REQUIRE_FALSE(back.weigh_by_batch);
+  v1::ShardCommand bad = ahead;
+  bad.mutable_round_ahead()->set_learning_rate(-1);
+  REQUIRE(absl::StrContains(CheckShardCommand(bad).message(), "round_ahead.learning_rate"));
+  bad = ahead;
+  for (int i = 0; i < kMaxStepMembers; ++i) bad.mutable_round_ahead()->add_worker_ids(i);
+  REQUIRE(absl::StrContains(CheckShardCommand(bad).message(), "round ahead names"));
   const v1::ShardCommand checkpoint = CommandToProto(ShardCheckpointCommand{5, 0xabc});
   REQUIRE(checkpoint.checkpoint().version() == 5);
   REQUIRE(checkpoint.checkpoint().history() == 0xabc);
