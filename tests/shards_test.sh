@@ -7,7 +7,8 @@
 # the wire reaches the float32 one's accuracy (within 1 point). With --clip_grad_norm the
 # sharded sync job trains as one server does (the norm reduced over the slices), not as
 # the unclipped job. Slices pushed one after the other (--push_slices_in_order) train as
-# slices pushed at once. The first sync job's workers write their timelines
+# slices pushed at once, and slices stepped ahead of the coordinator's command
+# (--shard_steps_ahead) as slices stepped at it. The first sync job's workers write their timelines
 # (OMNILEARN_TIMELINE), which bench/timeline.py reads into rounds.
 #
 # The rate drops 10x at half the epoch (--lr_decay_epochs=0.5): at a constant rate the
@@ -130,6 +131,25 @@ grep -q "workers push the slices one after the other" "$WORK/sync-ordered-three.
 echo "sync, three shards, slices pushed in order: ${ordered}% (at once: ${sync_three}%)"
 python3 -c "import sys; sys.exit(abs($ordered - $sync_three) > 1.0)" ||
   fail "ordered: three shards in order reached ${ordered}%, ${sync_three}% at once (more than 1 point apart)"
+
+# --shard_steps_ahead: each round's members and rate go to the shards as the round before
+# closes, and a shard steps its slice once their slices are in, before the coordinator's
+# command, which then confirms it. The rate drops at the same half epoch, counted in versions
+# (a schedule in epochs is not decided ahead). The same accuracy; nearly every step taken
+# ahead on both shards; no step refused, no rollback.
+ahead=$(job sync-ahead-three sync 3 --shard_steps_ahead --lr_decay_epochs=0 --lr_decay_steps=117)
+echo "sync, three shards, steps taken ahead: ${ahead}% (at the command: ${sync_three}%)"
+for i in 1 2; do
+  line=$(tail -n 1 "$WORK/sync-ahead-three.shard$i.log")
+  echo "shard $i: $line"
+  taken=$(grep -o '[0-9]* were taken ahead of it' <<<"$line" | grep -o '^[0-9]*')
+  [ "${taken:-0}" -ge 100 ] || fail "ahead: shard $i took ${taken:-no} steps ahead of the coordinator's command"
+done
+if grep -q "goes back\|not confirm\|stepped ahead with" "$WORK"/sync-ahead-three.*.log; then
+  fail "ahead: a step taken ahead was refused or the job went back to a checkpoint"
+fi
+python3 -c "import sys; sys.exit(abs($ahead - $sync_three) > 1.0)" ||
+  fail "ahead: three shards stepping ahead reached ${ahead}%, ${sync_three}% at the command (more than 1 point apart)"
 
 # --clip_grad_norm, sharded: every step clips by the whole model's norm, reduced over the
 # slices (ServerPeers.StepNorm). The last round's loss of the three-shard job is nearer the
