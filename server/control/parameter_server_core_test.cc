@@ -1091,9 +1091,10 @@ TEST_CASE("after a rollback training waits for the workers of that moment for a 
   REQUIRE(b2.batch == 4);
 }
 
-TEST_CASE("--shard_steps_ahead: each round's members and rate go out as the round before closes, and its step is "
-          "the one decided",
-          "[core][shards]") {
+TEST_CASE(
+    "--shard_steps_ahead: each round's members and rate go out as the round before closes, and its step is "
+    "the one decided",
+    "[core][shards]") {
   ServerOptions o = Options(Mode::kSync, 2);
   std::vector<ReplicatedStep> steps;
   std::vector<RoundAhead> rounds;

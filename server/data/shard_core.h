@@ -195,10 +195,10 @@ class ShardCore : public DataPlane {
   std::unique_ptr<ParameterStore> store_ ABSL_GUARDED_BY(mu_);
   absl::Duration member_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
-  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;        // EndJob: the next Init replaces the slice
-  NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);  // a clipped job's (ServerPeers.StepNorm)
-  bool stepping_ ABSL_GUARDED_BY(mu_) = false;         // a step (the command's or ahead) is being taken
-  std::optional<RoundAhead> ahead_ ABSL_GUARDED_BY(mu_);             // the next round, decided ahead
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;                     // EndJob: the next Init replaces the slice
+  NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);               // a clipped job's (ServerPeers.StepNorm)
+  bool stepping_ ABSL_GUARDED_BY(mu_) = false;                      // a step (the command's or ahead) is being taken
+  std::optional<RoundAhead> ahead_ ABSL_GUARDED_BY(mu_);            // the next round, decided ahead
   std::optional<ReplicatedStep> taken_ahead_ ABSL_GUARDED_BY(mu_);  // stepped, the command not come
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);

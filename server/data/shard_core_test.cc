@@ -213,8 +213,9 @@ TEST_CASE("a step taken ahead that the coordinator's command does not confirm fa
   // The coordinator dropped worker 2 (its slice to the coordinator did not come in time).
   const absl::Status s = shard.Step(StepOf(0, {{1, 0, 1}}, 1, 0.1));
   REQUIRE(s.code() == absl::StatusCode::kAborted);
-  REQUIRE(absl::StrContains(s.message(), "took worker(s) 1 (weight 1) at rate 0.1, and this slice stepped ahead "
-                                         "with 1 (weight 1), 2 (weight 3)"));
+  REQUIRE(absl::StrContains(s.message(),
+                            "took worker(s) 1 (weight 1) at rate 0.1, and this slice stepped ahead "
+                            "with 1 (weight 1), 2 (weight 3)"));
   REQUIRE(absl::StrContains(shard.registry().Serialize(), "omnilearn_shard_steps_ahead_refused_total 1\n"));
 }
 

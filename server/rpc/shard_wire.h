@@ -51,8 +51,8 @@ inline constexpr size_t kMaxSessionSecretBytes = 64;
 
 // A coordinator's command, every number range-checked before a shard applies any of it:
 // InvalidArgument naming the field (optimizer settings, a step's rate, scale, blend,
-// momentum and members' weights, a session's secret, a round ahead's rate and members). What only the slice can judge (a
-// step's version, a chunk's place, the map) is checked where it is applied.
+// momentum and members' weights, a session's secret, a round ahead's rate and members). What only the slice can judge
+// (a step's version, a chunk's place, the map) is checked where it is applied.
 absl::Status CheckShardCommand(const v1::ShardCommand& command);
 
 }  // namespace server
