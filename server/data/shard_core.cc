@@ -109,6 +109,7 @@ void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration me
   AwaitNoStep();  // an ahead step on a push's thread finishes on the store it began on
   ahead_.reset();
   taken_ahead_.reset();
+  before_ahead_.reset();
   store_ = std::move(store);
   job_ended_ = false;
   slice_bytes_.Set(static_cast<double>(store_->layout().total_elements()) * sizeof(float));
@@ -122,7 +123,19 @@ void ShardCore::Install(std::unique_ptr<ParameterStore> store, absl::Duration me
 absl::StatusOr<CheckpointState> ShardCore::Capture() const {
   absl::MutexLock lock(&mu_);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
-  CheckpointState s = CaptureStore(*store_);
+  return Stamped(CaptureStore(*store_));
+}
+
+absl::StatusOr<CheckpointState> ShardCore::CaptureAt(uint64_t version) const {
+  absl::MutexLock lock(&mu_);
+  if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
+  if (store_->version() == version) return Stamped(CaptureStore(*store_));
+  if (before_ahead_.has_value() && before_ahead_->version == version) return Stamped(*before_ahead_);
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the coordinator's checkpoint is of version %d, and this slice is at %d", version, store_->version()));
+}
+
+CheckpointState ShardCore::Stamped(CheckpointState s) const {
   s.mode = sync_ ? "sync" : "async";
   s.created = options_.clock->Now();
   return s;
@@ -491,21 +504,27 @@ void ShardCore::MaybeStepAhead() {
   if (!step.has_value()) return;
   ahead_.reset();
   stepping_ = true;
+  taken_ahead_ = step;
+  // A checkpoint of this version may still be asked for (the coordinator's capture may
+  // precede its command): kept, shared (the store's next step copies what it writes).
+  before_ahead_ = CaptureStore(*store_);
   mu_.Unlock();
   const absl::Status s = TakeStep(*step, /*command=*/false);
   mu_.Lock();
   stepping_ = false;
   if (!s.ok()) {  // nothing taken: the coordinator's command takes the step
+    taken_ahead_.reset();
+    before_ahead_.reset();
     Log(absl::StrCat("the step from version ", step->version, " was not taken ahead: ", s.message()));
     return;
   }
-  taken_ahead_ = *std::move(step);
   steps_ahead_.Increment();
 }
 
 absl::Status ShardCore::ConfirmAhead(const ReplicatedStep& step) {
   const ReplicatedStep taken = *std::move(taken_ahead_);
   taken_ahead_.reset();
+  before_ahead_.reset();
   if (SameStep(taken, step)) return absl::OkStatus();
   ahead_refused_.Increment();
   auto ids = [](const ReplicatedStep& s) {
@@ -518,11 +537,6 @@ absl::Status ShardCore::ConfirmAhead(const ReplicatedStep& step) {
       "rate %g: the job goes back to its common checkpoint",
       step.version, ids(step), step.settings.learning_rate.value_or(0), ids(taken),
       taken.settings.learning_rate.value_or(0)));
-}
-
-bool ShardCore::SteppedAheadFrom(uint64_t version) const {
-  absl::MutexLock lock(&mu_);
-  return taken_ahead_.has_value() && taken_ahead_->version == version;
 }
 
 std::string ShardCore::StepWaitSummary() const {

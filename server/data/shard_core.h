@@ -56,6 +56,10 @@ class ShardCore : public DataPlane {
   // The slice as a checkpoint holds it (weights and optimizer state shared, not copied);
   // FailedPrecondition before the slice's first values.
   absl::StatusOr<CheckpointState> Capture() const;
+  // The slice at `version` as a checkpoint holds it: as it is, or as it was before the step
+  // it took ahead from `version` (kept until the coordinator's command confirms that step).
+  // FailedPrecondition when the slice is at another version.
+  absl::StatusOr<CheckpointState> CaptureAt(uint64_t version) const;
   bool initialized() const;
   void OpenSession(WorkerId id, std::string secret);
   void CloseSession(WorkerId id);
@@ -86,9 +90,6 @@ class ShardCore : public DataPlane {
   // model leaves without waiting for the coordinator's command. Ignored in async, or when
   // the slice is not at round.version (a step missed: the command decides).
   void ExpectRound(RoundAhead round);
-  // Whether the slice stepped ahead from `version` and the coordinator's command for that
-  // step has not come yet (a checkpoint of `version` comes too late for this slice).
-  bool SteppedAheadFrom(uint64_t version) const;
   // The whole update's squared norm from this slice's part of the step leaving `version`.
   using NormReduction = std::function<absl::StatusOr<double>(uint64_t version, double sum_squares)>;
   // Set before the first step of a clipped job (the shard's link sets it from the init).
@@ -136,6 +137,8 @@ class ShardCore : public DataPlane {
 
  private:
   static absl::Status NoSession(WorkerId id);
+  // A capture of the slice with this shard's mode and the time.
+  CheckpointState Stamped(CheckpointState s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The store an Init or a Restore built, in place of the slice held so far.
   void Install(std::unique_ptr<ParameterStore> store, absl::Duration member_wait, bool sync)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -195,11 +198,12 @@ class ShardCore : public DataPlane {
   std::unique_ptr<ParameterStore> store_ ABSL_GUARDED_BY(mu_);
   absl::Duration member_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(30);
   bool sync_ ABSL_GUARDED_BY(mu_) = true;
-  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;                     // EndJob: the next Init replaces the slice
-  NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);               // a clipped job's (ServerPeers.StepNorm)
-  bool stepping_ ABSL_GUARDED_BY(mu_) = false;                      // a step (the command's or ahead) is being taken
-  std::optional<RoundAhead> ahead_ ABSL_GUARDED_BY(mu_);            // the next round, decided ahead
-  std::optional<ReplicatedStep> taken_ahead_ ABSL_GUARDED_BY(mu_);  // stepped, the command not come
+  bool job_ended_ ABSL_GUARDED_BY(mu_) = false;                       // EndJob: the next Init replaces the slice
+  NormReduction norm_reduction_ ABSL_GUARDED_BY(mu_);                 // a clipped job's (ServerPeers.StepNorm)
+  bool stepping_ ABSL_GUARDED_BY(mu_) = false;                        // a step (the command's or ahead) is being taken
+  std::optional<RoundAhead> ahead_ ABSL_GUARDED_BY(mu_);              // the next round, decided ahead
+  std::optional<ReplicatedStep> taken_ahead_ ABSL_GUARDED_BY(mu_);    // stepped, the command not come
+  std::optional<CheckpointState> before_ahead_ ABSL_GUARDED_BY(mu_);  // the slice before it (shared)
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, Pending> pending_ ABSL_GUARDED_BY(mu_);
   // The step's weighted sum, reused by every step: built as the slices arrive (Add outside

@@ -152,7 +152,10 @@ TEST_CASE("a round decided ahead: the slice steps when its members' slices are i
   REQUIRE(shard.version() == 0);
   PushBoth(shard);  // the last slice's push steps the slice, before any command
   REQUIRE(shard.version() == 1);
-  REQUIRE(shard.SteppedAheadFrom(0));
+  // Until the command comes, a checkpoint of version 0 is still the slice before the step.
+  REQUIRE(shard.CaptureAt(0)->version == 0);
+  REQUIRE(*shard.CaptureAt(0)->weights == std::vector<float>{1, 1, 1, 0});
+  REQUIRE(shard.CaptureAt(1)->version == 1);
   auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
   REQUIRE(snap.ok());
   REQUIRE((*snap->weights)[0] == Approx(1 - 0.25));  // the weighted mean, as the command's step takes it
@@ -161,7 +164,7 @@ TEST_CASE("a round decided ahead: the slice steps when its members' slices are i
   // The coordinator's command for it, members in its order: confirmed, nothing stepped again.
   REQUIRE(shard.Step(StepOf(0, {{2, 0, 3}, {1, 0, 1}}, 0.25, 0.1)).ok());
   REQUIRE(shard.version() == 1);
-  REQUIRE_FALSE(shard.SteppedAheadFrom(0));
+  REQUIRE(absl::IsFailedPrecondition(shard.CaptureAt(0).status()));
   REQUIRE(shard.Pull(1, 0, 1, absl::InfinitePast())->weights->at(0) == Approx(1 - 0.25));
   const std::string m = shard.registry().Serialize();
   REQUIRE(absl::StrContains(m, "omnilearn_shard_steps_ahead_total 1\n"));

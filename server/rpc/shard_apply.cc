@@ -188,21 +188,11 @@ absl::Status ShardApplier::PrepareNorm(const PendingInit& p) {
 }
 
 absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint) {
-  absl::StatusOr<CheckpointState> state = shard_->Capture();
+  // The slice may have stepped ahead from that version already (--shard_steps_ahead): it
+  // kept its state there.
+  absl::StatusOr<CheckpointState> state = shard_->CaptureAt(checkpoint.version());
   if (!state.ok()) return state.status();
   state->slice = held_index_;
-  if (shard_->SteppedAheadFrom(checkpoint.version())) {
-    // The slice took the next round's step before this command came (--shard_steps_ahead):
-    // its state of that version is gone. The job's previous common checkpoint stays.
-    Log(absl::StrFormat("checkpoint of version %d not taken: this slice stepped ahead to %d before the command came",
-                        checkpoint.version(), state->version));
-    return absl::OkStatus();
-  }
-  if (state->version != checkpoint.version()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d", checkpoint.version(),
-                        state->version));
-  }
   if (checkpoint.history() != 0 && state->history != checkpoint.history()) {
     // A step here took other members than the coordinator's: this slice is not one model
     // with the others. No checkpoint of it is kept; the job goes back to the newest common

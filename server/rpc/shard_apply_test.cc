@@ -384,8 +384,10 @@ TEST_CASE("an init of the coordinator's next job replaces the slice: sessions en
   REQUIRE(shard.version() == 1);
 }
 
-TEST_CASE("a round ahead steps the slice as its members' slices come; a checkpoint of the version it left is not taken",
-          "[shard_apply]") {
+TEST_CASE(
+    "a round ahead steps the slice as its members' slices come; a checkpoint of the version it left is the "
+    "slice before the step",
+    "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);
   HoldSlice(a);
@@ -404,8 +406,9 @@ TEST_CASE("a round ahead steps the slice as its members' slices come; a checkpoi
   REQUIRE(shard.version() == 1);  // stepped ahead of the command
   v1::ShardCommand checkpoint;
   checkpoint.mutable_checkpoint()->set_version(0);
-  REQUIRE(a.Apply(checkpoint).ok());  // too late for this slice: not taken, and not a failure
-  REQUIRE(a.CheckpointVersions().empty());
+  const std::vector<float> at0 = *shard.CaptureAt(0)->weights;
+  REQUIRE(a.Apply(checkpoint).ok());  // the coordinator's capture came before its command
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});
   v1::ShardCommand step = Step(0);
   v1::ShardStepMember* m = step.mutable_step()->add_members();
   m->set_worker_id(7);
@@ -417,7 +420,14 @@ TEST_CASE("a round ahead steps the slice as its members' slices come; a checkpoi
   REQUIRE(shard.version() == 1);
   checkpoint.mutable_checkpoint()->set_version(1);
   REQUIRE(a.Apply(checkpoint).ok());
-  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1});
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1, 0});
+  // Going back to version 0 restores the slice as it was before the step taken ahead.
+  v1::ShardCommand restore = Init();
+  restore.mutable_init()->set_restore(true);
+  restore.mutable_init()->set_version(0);
+  REQUIRE(a.Apply(restore).ok());
+  REQUIRE(shard.version() == 0);
+  REQUIRE(*shard.Capture()->weights == at0);
 }
 
 }  // namespace
