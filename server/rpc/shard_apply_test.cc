@@ -46,6 +46,16 @@ v1::ShardCommand Session(WorkerId id, std::string secret) {
   return c;
 }
 
+// The coordinator sends the shard back to its checkpoint of `version`, which held `weights`.
+void RestoreTo(ShardApplier& a, ShardCore& shard, uint64_t version, const std::vector<float>& weights) {
+  v1::ShardCommand restore = Init();
+  restore.mutable_init()->set_restore(true);
+  restore.mutable_init()->set_version(version);
+  REQUIRE(a.Apply(restore).ok());
+  REQUIRE(shard.version() == version);
+  REQUIRE(*shard.Capture()->weights == weights);
+}
+
 TEST_CASE("an init and its chunks give the shard its slice; sessions and steps follow", "[shard_apply]") {
   ShardCore shard({});
   ShardApplier a = Make(&shard);
@@ -228,12 +238,7 @@ TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a
   REQUIRE(a.Apply(checkpoint).ok());
   REQUIRE(a.Apply(Step(1)).ok());
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1, 0});
-  v1::ShardCommand restore = Init();
-  restore.mutable_init()->set_restore(true);
-  restore.mutable_init()->set_version(0);
-  REQUIRE(a.Apply(restore).ok());
-  REQUIRE(shard.version() == 0);
-  REQUIRE(*shard.Capture()->weights == at0);
+  RestoreTo(a, shard, 0, at0);
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // 1's history was undone
 }
 
@@ -422,12 +427,7 @@ TEST_CASE(
   REQUIRE(a.Apply(checkpoint).ok());
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{1, 0});
   // Going back to version 0 restores the slice as it was before the step taken ahead.
-  v1::ShardCommand restore = Init();
-  restore.mutable_init()->set_restore(true);
-  restore.mutable_init()->set_version(0);
-  REQUIRE(a.Apply(restore).ok());
-  REQUIRE(shard.version() == 0);
-  REQUIRE(*shard.Capture()->weights == at0);
+  RestoreTo(a, shard, 0, at0);
 }
 
 }  // namespace
