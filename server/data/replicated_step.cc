@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace omnilearn {
 namespace server {
@@ -25,11 +26,17 @@ uint64_t BitsOf(double d) {
   return bits;
 }
 
+// The members in id order: a step's members are a set, whatever order they were listed in.
+std::vector<ReplicatedStep::Member> ById(std::vector<ReplicatedStep::Member> members) {
+  std::sort(members.begin(), members.end(),
+            [](const ReplicatedStep::Member& a, const ReplicatedStep::Member& b) { return a.id < b.id; });
+  return members;
+}
+
 }  // namespace
 
 uint64_t ExtendHistory(uint64_t history, uint64_t version, std::vector<ReplicatedStep::Member> members) {
-  std::sort(members.begin(), members.end(),
-            [](const ReplicatedStep::Member& a, const ReplicatedStep::Member& b) { return a.id < b.id; });
+  members = ById(std::move(members));
   uint64_t h = Mix(Mix(Mix(kFnvOffset, history), version), members.size());
   for (const ReplicatedStep::Member& m : members) h = Mix(Mix(Mix(h, m.id), m.model_version), BitsOf(m.weight));
   return h == 0 ? 1 : h;
@@ -42,12 +49,7 @@ double MeanScale(const std::vector<ReplicatedStep::Member>& members) {
 }
 
 bool SameStep(const ReplicatedStep& a, const ReplicatedStep& b) {
-  auto by_id = [](std::vector<ReplicatedStep::Member> m) {
-    std::sort(m.begin(), m.end(),
-              [](const ReplicatedStep::Member& x, const ReplicatedStep::Member& y) { return x.id < y.id; });
-    return m;
-  };
-  const std::vector<ReplicatedStep::Member> ma = by_id(a.members), mb = by_id(b.members);
+  const std::vector<ReplicatedStep::Member> ma = ById(a.members), mb = ById(b.members);
   if (a.version != b.version || ma.size() != mb.size()) return false;
   for (size_t i = 0; i < ma.size(); ++i) {
     if (ma[i].id != mb[i].id || ma[i].model_version != mb[i].model_version || ma[i].weight != mb[i].weight) {

@@ -39,17 +39,27 @@ ReplicatedStep StepOf(uint64_t version, std::vector<ReplicatedStep::Member> memb
   return s;
 }
 
-// Workers 1 and 2 push slices {1, 2, 3, 10} and {3, 2, 1, 20} of version 0, with batches 1
-// and `second_batch`, and the coordinator's step takes them with weights 1 and 3, mean over
-// 4, at rate 0.1: g = (2.5, 2, 1.5), buffer 17.5. The slice's weights after it.
-std::vector<float> SteppedWeightedMean(ShardCore& shard, int64_t second_batch) {
+// The slice {1, 1, 1, 0} at version 0, with workers 1 and 2's sessions.
+void InitTwoMembers(ShardCore& shard) {
   REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
   shard.OpenSession(1, "a");
   shard.OpenSession(2, "b");
+}
+
+// Workers 1 and 2 push slices {1, 2, 3, 10} and {3, 2, 1, 20} of version 0, with batches 1
+// and `second_batch`.
+void PushBoth(ShardCore& shard, int64_t second_batch = 3) {
   PushInfo second = PushOf(2, 0);
   second.batch = second_batch;
   REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
   REQUIRE(shard.Push(second, {3, 2, 1, 20}, absl::InfinitePast()).ok());
+}
+
+// Those pushes, and the coordinator's step takes them with weights 1 and 3, mean over 4, at
+// rate 0.1: g = (2.5, 2, 1.5), buffer 17.5. The slice's weights after it.
+std::vector<float> SteppedWeightedMean(ShardCore& shard, int64_t second_batch) {
+  InitTwoMembers(shard);
+  PushBoth(shard, second_batch);
   REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 3}}, 0.25, 0.1)).ok());
   auto snap = shard.Pull(1, 0, 1, absl::InfinitePast());
   REQUIRE(snap.ok());
@@ -128,19 +138,6 @@ RoundAhead RoundOf12() {
   r.members = {1, 2};
   r.learning_rate = 0.1;
   return r;
-}
-
-void PushBoth(ShardCore& shard) {
-  PushInfo second = PushOf(2, 0);
-  second.batch = 3;
-  REQUIRE(shard.Push(PushOf(1, 0), {1, 2, 3, 10}, absl::InfinitePast()).ok());
-  REQUIRE(shard.Push(second, {3, 2, 1, 20}, absl::InfinitePast()).ok());
-}
-
-void InitTwoMembers(ShardCore& shard) {
-  REQUIRE(shard.Init(Slice(), {1, 1, 1, 0}, 0, PlainSgd(), absl::Seconds(5)).ok());
-  shard.OpenSession(1, "a");
-  shard.OpenSession(2, "b");
 }
 
 TEST_CASE("a round decided ahead: the slice steps when its members' slices are in, and the command confirms it",
