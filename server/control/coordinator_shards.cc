@@ -94,23 +94,33 @@ absl::Status CoordinatorShards::MayTakeSlice(const ShardRegistration& hello) con
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorShards::CheckReleaseCan(const ShardRegistration& hello) const {
+  struct Need {
+    bool needed, can;
+    const char* job;     // what the job does, and its flag
+    const char* cannot;  // what a shard of an earlier release cannot do for it
+  };
+  const Need needs[] = {
+      {options_.optimizer.clip_grad_norm > 0, hello.reduces_norm,
+       "the job clips the global gradient norm (--clip_grad_norm)", "take part in it"},
+      {options_.reset_when_done, hello.resets_jobs,
+       "the coordinator starts a new job when one ends (--reset_when_done)", "take a new job's slice"},
+      {options_.steps_ahead, hello.steps_ahead,
+       "the coordinator decides each round ahead for its shards (--shard_steps_ahead)", "step on it"},
+  };
+  for (const Need& n : needs) {
+    if (n.needed && !n.can) {
+      return absl::FailedPreconditionError(absl::StrCat(n.job, ", and the shard at ", hello.address,
+                                                        " is of a release that cannot ", n.cannot,
+                                                        ": run this release's omnilearn_server there"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, uint64_t* generation) {
   if (absl::Status s = CheckShardRegistration(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
-  if (options_.optimizer.clip_grad_norm > 0 && !hello.reduces_norm) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the job clips the global gradient norm (--clip_grad_norm), and the shard at ", hello.address,
-                     " is of a release that cannot take part in it: run this release's omnilearn_server there"));
-  }
-  if (options_.reset_when_done && !hello.resets_jobs) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator starts a new job when one ends (--reset_when_done), and the shard at ", hello.address,
-        " is of a release that cannot take a new job's slice: run this release's omnilearn_server there"));
-  }
-  if (options_.steps_ahead && !hello.steps_ahead) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator decides each round ahead for its shards (--shard_steps_ahead), and the shard at ",
-        hello.address, " is of a release that cannot step on it: run this release's omnilearn_server there"));
-  }
+  if (absl::Status s = CheckReleaseCan(hello); !s.ok()) return s;
   int index = 0;
   {
     absl::MutexLock lock(&mu_);

@@ -173,6 +173,9 @@ class CoordinatorShards {
   std::string WaitingLine() const;
 
  private:
+  // FailedPrecondition when the job needs what a shard of an earlier release cannot do
+  // (ShardRegistration's reduces_norm, resets_jobs, steps_ahead), naming it.
+  absl::Status CheckReleaseCan(const ShardRegistration& hello) const;
   struct Slot {
     std::string address;
     bool connected = false;

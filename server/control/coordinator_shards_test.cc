@@ -393,18 +393,23 @@ CoordinatorShards MakeClipped(int shards, const Clock* clock) {
   return CoordinatorShards(o);
 }
 
+// A job that needs what a shard of an earlier release cannot do (`flag`): `hello` without
+// `can` is refused, naming the flag; with it, it registers for its slice.
+void RefusedUnless(CoordinatorShards& c, const std::string& flag, ShardRegistration hello,
+                   bool ShardRegistration::*can) {
+  auto old = c.Register(hello);  // a shard of an earlier release
+  REQUIRE(absl::IsFailedPrecondition(old.status()));
+  REQUIRE(absl::StrContains(old.status().message(), flag));
+  hello.*can = true;
+  REQUIRE(*c.Register(hello) == static_cast<int>(hello.index));
+}
+
 TEST_CASE("a clipped job: shards that cannot reduce the norm are refused; every slice's part is summed",
           "[coordinator_shards]") {
   FakeClock clock;
   CoordinatorShards c = MakeClipped(3, &clock);
-  auto old = c.Register(Hello("s:1", 1));  // a shard of an earlier release: no reduces_norm
-  REQUIRE(absl::IsFailedPrecondition(old.status()));
-  REQUIRE(absl::StrContains(old.status().message(), "--clip_grad_norm"));
-  ShardRegistration h1 = Hello("s:1", 1), h2 = Hello("s:2", 2);
-  h1.reduces_norm = true;
-  h2.reduces_norm = true;
-  REQUIRE(*c.Register(h1) == 1);
-  REQUIRE(*c.Register(h2) == 2);
+  RefusedUnless(c, "--clip_grad_norm", Hello("s:1", 1), &ShardRegistration::reduces_norm);
+  RefusedUnless(c, "--clip_grad_norm", Hello("s:2", 2), &ShardRegistration::reduces_norm);
   Replication hooks = c.Hooks();
   REQUIRE(hooks.norm != nullptr);
   REQUIRE(Make(3).Hooks().norm == nullptr);  // a job that does not clip reduces nothing
@@ -428,12 +433,7 @@ TEST_CASE("--shard_steps_ahead: shards that cannot step ahead are refused; a rou
   CoordinatorShardsOptions o = Options(2);
   o.steps_ahead = true;
   CoordinatorShards c(o);
-  auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no steps_ahead
-  REQUIRE(absl::IsFailedPrecondition(old.status()));
-  REQUIRE(absl::StrContains(old.status().message(), "--shard_steps_ahead"));
-  ShardRegistration h = Hello("s:1", 1, 2);
-  h.steps_ahead = true;
-  REQUIRE(*c.Register(h) == 1);
+  RefusedUnless(c, "--shard_steps_ahead", Hello("s:1", 1, 2), &ShardRegistration::steps_ahead);
   Adopt(c);
   Replication hooks = c.Hooks();
   REQUIRE(hooks.round_ahead != nullptr);
@@ -489,12 +489,7 @@ TEST_CASE("a new job on the same servers: every shard gets the next model's slic
   CoordinatorShardsOptions o = Options(2);
   o.reset_when_done = true;
   CoordinatorShards c(o);
-  auto old = c.Register(Hello("s:1", 1, 2));  // a shard of an earlier release: no resets_jobs
-  REQUIRE(absl::IsFailedPrecondition(old.status()));
-  REQUIRE(absl::StrContains(old.status().message(), "--reset_when_done"));
-  ShardRegistration hello = Hello("s:1", 1, 2);
-  hello.resets_jobs = true;
-  REQUIRE(*c.Register(hello) == 1);
+  RefusedUnless(c, "--reset_when_done", Hello("s:1", 1, 2), &ShardRegistration::resets_jobs);
   Adopt(c);
   ReplicatedStep step;
   c.Hooks().step(step);
