@@ -1301,24 +1301,38 @@ TEST_CASE("ssp with S=0 steps in lockstep like sync", "[core][ssp]") {
   REQUIRE(core->Snapshot().version == 6);
 }
 
-TEST_CASE("ssp: a dead worker is dropped after the timeout, no deadlock", "[core][ssp]") {
-  ServerOptions o = Options(Mode::kSsp, 2);
+TEST_CASE("ssp: a dead worker is dropped after the timeout, no deadlock", "[core][ssp][clock]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSsp, 2, &clock);
   o.staleness_bound = 0;
   o.round_timeout = absl::Milliseconds(300);
   auto core = *ParameterServerCore::Create(o);
-  const auto j = JoinAll(*core, 2);
+  const auto joined = JoinTwoOnClock(*core, clock);
+  const WorkerId a = joined.first.id, b = joined.second.id;
   const std::vector<float> g(kParams, 1.0f);
-  const PushResult first = *core->Push(Current(*core, j[0].id, 4), g, Soon());  // waits out the timeout
-  REQUIRE(StateOf(core->Snapshot(), j[1].id) == WorkerState::kDropped);
+  const absl::Time deadline = clock.Now() + absl::Minutes(5);
+  // a's push waits for b, which never comes: the timeout drops b.
+  PushResult first;
+  std::thread waits([&] { first = *core->Push(Current(*core, a, 4), g, deadline); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  clock.Advance(o.round_timeout);
+  waits.join();
+  REQUIRE(StateOf(core->Snapshot(), b) == WorkerState::kDropped);
   // Alone now: the survivor goes on, with the whole global batch.
   REQUIRE(first.next_batch == 8);
-  PushResult r = *core->Push(Current(*core, j[0].id, first.next_batch), g, Soon());
+  const PushResult r = *core->Push(Current(*core, a, first.next_batch), g, deadline);
   REQUIRE(r.next_batch == 8);
-  // The dead one comes back: readmitted at the survivor's clock, so nobody waits on its past.
-  std::thread back([&] { (void)*core->Push(Grad(j[1].id, 4, 0), g, Soon()); });
-  (void)*core->Push(Current(*core, j[0].id, r.next_batch), g, Soon());  // the batch it was told
-  back.join();
-  REQUIRE(StateOf(core->Snapshot(), j[1].id) != WorkerState::kDropped);
+  // The dead one comes back with its stale push: left out, it is readmitted at the
+  // survivor's clock, so nobody waits on its past.
+  const PushResult back = *core->Push(Grad(b, 4, 0), g, deadline);
+  REQUIRE(StateOf(core->Snapshot(), b) == WorkerState::kActive);
+  // a's next push waits for b's next one only (bound 0), and b's releases it: no drop.
+  std::thread ahead([&] { (void)*core->Push(Current(*core, a, r.next_batch), g, deadline); });
+  AwaitState([&] { return clock.waiters() > 0; });
+  REQUIRE(core->Push(Current(*core, b, back.next_batch), g, deadline).ok());
+  ahead.join();
+  REQUIRE(StateOf(core->Snapshot(), a) == WorkerState::kActive);
+  REQUIRE(StateOf(core->Snapshot(), b) == WorkerState::kActive);
 }
 
 TEST_CASE("the core's Prometheus series follow rounds, pushes and workers", "[core][metrics]") {
