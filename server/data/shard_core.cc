@@ -131,8 +131,10 @@ absl::StatusOr<CheckpointState> ShardCore::CaptureAt(uint64_t version) const {
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
   if (store_->version() == version) return Stamped(CaptureStore(*store_));
   if (before_ahead_.has_value() && before_ahead_->version == version) return Stamped(*before_ahead_);
-  return absl::FailedPreconditionError(absl::StrFormat(
-      "the coordinator's checkpoint is of version %d, and this slice is at %d", version, store_->version()));
+  // The slice and the coordinator disagree on where the job is: the job goes back to its
+  // common checkpoint (Aborted: the shard registers again).
+  return absl::AbortedError(absl::StrFormat("the coordinator's checkpoint is of version %d, and this slice is at %d",
+                                            version, store_->version()));
 }
 
 CheckpointState ShardCore::Stamped(CheckpointState s) const {
@@ -300,7 +302,7 @@ void ShardCore::CountPullBytes(int64_t bytes) { pull_bytes_.Increment(static_cas
 absl::StatusOr<ShardCore::Taken> ShardCore::TakeMembers(const ReplicatedStep& step) {
   if (store_ == nullptr) return absl::FailedPreconditionError("a step before the slice's first values");
   if (store_->version() != step.version) {
-    return absl::FailedPreconditionError(
+    return absl::AbortedError(  // as CaptureAt's: the job goes back to its common checkpoint
         absl::StrFormat("the coordinator's step from version %d, and this slice is at %d: a step was missed",
                         step.version, store_->version()));
   }

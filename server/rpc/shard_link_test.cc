@@ -2,6 +2,7 @@
 // when it registers, how it applies the commands, and when it registers again or gives up.
 #include "server/rpc/shard_link.h"
 
+#include <algorithm>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -197,6 +198,34 @@ TEST_CASE("a session opened while a step waits for a member's slice is let in at
   INFO(run.ToString());
   REQUIRE(absl::IsUnavailable(run));  // the script's coordinator is gone after the step's failure
   REQUIRE(rig.shard.version() == 0);  // a sync step without its member is not taken
+}
+
+TEST_CASE("a slice that disagrees with the coordinator on its version registers again and is restored",
+          "[shard_link]") {
+  // The coordinator checkpoints version 0, steps to 1, then sends the step from version 0
+  // again (a step this slice took that the coordinator undid, or one it missed): the slice
+  // cannot take it. It registers again naming its checkpoint; the coordinator restores it.
+  std::vector<v1::ShardCommand> first = Accept();
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  first.push_back(checkpoint);
+  first.push_back(Step(0));
+  first.push_back(Step(0));
+  v1::ShardCommand restore = testing::Init(1);
+  restore.mutable_init()->set_restore(true);
+  Rig rig({{first, grpc::Status::OK}, {{restore, Step(0)}, grpc::Status::OK}});
+  const absl::Status s = rig.link->Run();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(rig.coordinator.calls.size() == 2);
+  const v1::ShardHello& again = rig.coordinator.calls[1].hello;
+  REQUIRE(again.index() == 1);
+  REQUIRE(std::vector<uint64_t>(again.checkpoint_versions().begin(), again.checkpoint_versions().end()) ==
+          std::vector<uint64_t>{0});
+  REQUIRE(std::count_if(rig.lines.begin(), rig.lines.end(), [](const std::string& l) {
+            return absl::StrContains(l, "a step was missed: registering again");
+          }) == 1);
+  REQUIRE(rig.shard.version() == 1);  // restored to 0, then the step taken once
 }
 
 TEST_CASE("a refusal, or a command the shard cannot apply, ends the link with its error", "[shard_link]") {
