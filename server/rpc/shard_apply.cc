@@ -39,7 +39,10 @@ absl::Status ShardApplier::Prepare() {
   return absl::OkStatus();
 }
 
-void ShardApplier::Restart() { pending_.reset(); }
+void ShardApplier::Restart() {
+  pending_.reset();
+  stream_open_ = true;
+}
 
 std::vector<uint64_t> ShardApplier::CheckpointVersions() const { return checkpoints_->Versions(); }
 
@@ -219,13 +222,13 @@ void ShardApplier::Report(const absl::StatusOr<std::string>& written, uint64_t v
   } else {
     options_.health->Failed(written.status());
   }
-  if (!options_.report_checkpoints) return;
+  if (!options_.report_checkpoints || !stream_open_) return;
   v1::ShardCheckpoints report;
   report.set_index(static_cast<uint32_t>(held_index_));
   report.set_fingerprint(fingerprint_);
   *report.mutable_checkpoints() = CheckpointsToProto(options_.health->View());
   // The coordinator's status only: a report that does not arrive is sent again with the next.
-  if (absl::Status s = options_.report_checkpoints(report); !s.ok()) {
+  if (absl::Status s = options_.report_checkpoints(report); !s.ok() && stream_open_) {
     Log(absl::StrCat("the coordinator did not take this shard's checkpoint report: ", s.message()));
   }
 }

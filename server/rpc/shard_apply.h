@@ -6,6 +6,7 @@
 #ifndef OMNILEARN_SERVER_RPC_SHARD_APPLY_H_
 #define OMNILEARN_SERVER_RPC_SHARD_APPLY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,12 +59,17 @@ class ShardApplier {
   // A new registration's stream begins: an init whose values were not all received is
   // forgotten.
   void Restart();
+  // The registration's stream ended (the job ended, or the link broke) while commands may
+  // still be applied: their checkpoints are no longer reported to the coordinator (the next
+  // registration names them), and a report in flight that fails is not logged.
+  void StreamEnded() { stream_open_ = false; }
   // Applies one command. An error means the stream cannot go on: InvalidArgument for a
   // field out of range or out of order (a chunk without an init), FailedPrecondition for
-  // a map that is not this shard's, a missed step or a restore it cannot read; Aborted for
-  // another slice than the one this shard holds (or was started for): it registers again,
-  // asking for its own, or for a checkpoint whose step history (sync) differs from the
-  // coordinator's. A checkpoint it cannot write is not one: the slice goes on (its
+  // a map that is not this shard's or a restore it cannot read; Aborted for another slice
+  // than the one this shard holds (or was started for), a step or checkpoint of a version
+  // the slice is not at, or a checkpoint whose step history (sync) differs from the
+  // coordinator's: it registers again, asking for its own slice, and the job goes back to
+  // its common checkpoint. A checkpoint it cannot write is not one: the slice goes on (its
   // previous checkpoints stay), the failure is logged, counted and reported.
   absl::Status Apply(const v1::ShardCommand& command);
   // A session's opening may be applied ahead of the commands before it when no init (or its
@@ -119,9 +125,10 @@ class ShardApplier {
   const CheckpointDir* const dir_;                            // checkpoints_ when a directory, else null
   std::unique_ptr<PendingInit> pending_;
   uint64_t fingerprint_ = 0;
-  int held_index_ = 0;  // the slice held (0: none yet)
-  int disk_index_ = 0;  // the slice of the newest checkpoint found at Prepare (0: none)
-  uint64_t job_ = 0;    // the coordinator's job of the slice held (0: none, or an earlier release's)
+  int held_index_ = 0;                   // the slice held (0: none yet)
+  int disk_index_ = 0;                   // the slice of the newest checkpoint found at Prepare (0: none)
+  uint64_t job_ = 0;                     // the coordinator's job of the slice held (0: none, or an earlier release's)
+  std::atomic<bool> stream_open_{true};  // set by the stream's reader, read by the applying thread
 };
 
 }  // namespace server

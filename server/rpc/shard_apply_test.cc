@@ -1,5 +1,6 @@
 #include "server/rpc/shard_apply.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 #include <thread>
@@ -267,6 +268,45 @@ TEST_CASE("sync: a slice whose step history differs from the coordinator's keeps
   checkpoint.mutable_checkpoint()->set_history(0);
   REQUIRE(a.Apply(checkpoint).ok());
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{2, 1});
+}
+
+TEST_CASE("checkpoints applied after the stream ended are not reported: the next registration names them",
+          "[shard_apply]") {
+  ShardCore shard({});
+  FakeClock clock;
+  CheckpointHealth health(&clock, /*in_memory=*/true);
+  int reports = 0;
+  std::vector<std::string> lines;
+  ShardApplierOptions o{
+      /*shards=*/2, kPartition, /*index=*/0,
+      "",           3,          [&lines](const std::string& line) { lines.push_back(line); }};
+  o.health = &health;
+  o.report_checkpoints = [&reports](const v1::ShardCheckpoints&) {
+    ++reports;
+    return absl::UnavailableError("connection refused");  // the coordinator has gone
+  };
+  ShardApplier a(o, &shard);
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  auto said = [&lines](const char* what) {
+    return std::count_if(lines.begin(), lines.end(),
+                         [what](const std::string& l) { return absl::StrContains(l, what); });
+  };
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(0);
+  REQUIRE(a.Apply(checkpoint).ok());  // while the stream is open: reported, its failure logged
+  REQUIRE(reports == 1);
+  REQUIRE(said("did not take this shard's checkpoint report: connection refused") == 1);
+  a.StreamEnded();  // the coordinator's job ended; its last commands are still applied
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(reports == 1);
+  REQUIRE(said("did not take") == 1);
+  REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // kept: the next hello names it
+  a.Restart();                                                  // a new registration reports again
+  REQUIRE(a.Apply(Init()).ok());
+  for (const v1::ShardCommand& c : Values()) REQUIRE(a.Apply(c).ok());
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(reports == 2);
 }
 
 TEST_CASE("a checkpoint the disk cannot take: the slice goes on, the failure is counted and reported",

@@ -172,6 +172,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
       *registered = true;
       if (!in_order.Add(std::move(c))) break;
     }
+    applier_.StreamEnded();
     applied = in_order.Finish();
   }
   if (!applied.ok()) ctx.TryCancel();
