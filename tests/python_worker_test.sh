@@ -47,18 +47,21 @@ start_worker c0 "$WORK/tensors.c0.log" --dataset="tensors:$WORK/data.safetensors
   --epochs=3 --evaluate --log_every=50
 # The Python worker records its timeline (worker/client/timeline.h): slowed, it pushes each
 # gradient whole after its step (push_pull), and each line still holds the push's begin, its
-# finish and its reply.
+# finish and its reply; the line begins when the step's compute began, so its finish comes
+# after its begin (bench/timeline.py's compute phase).
 OMNILEARN_TIMELINE=$WORK/tensors.py0.timeline start_py_worker py0 "$WORK/tensors.py0.log" \
   --dataset="tensors:$WORK/data.safetensors" --model_file="$WORK/model.pt" --epochs=3 --slowdown=2
 wait_workers || { tail -n 5 "$WORK"/tensors.*.log >&2; fail "tensors: a worker failed"; }
-python3 - "$WORK/tensors.py0.timeline" <<'PY' || fail "tensors: the Python worker's timeline lacks its whole pushes"
+python3 - "$WORK/tensors.py0.timeline" <<'PY' || fail "tensors: the Python worker's timeline lacks its whole pushes or their compute"
 import json, sys
 lines = [json.loads(t) for t in open(sys.argv[1])]
 assert len(lines) > 10, len(lines)
 for line in lines[:-1]:  # the last may be cut by the job's end
     names = [e[0] for e in line["events"]]
     assert names[:2] == ["begin", "finish"] and "reply" in names, names
-print(f"tensors: the Python worker's timeline holds {len(lines)} pushes, each begun, finished and replied")
+    assert line["events"][1][1] > 0, line  # the step's compute, before the push
+print(f"tensors: the Python worker's timeline holds {len(lines)} pushes, each begun, finished and replied; "
+      f"compute {sorted(line['events'][1][1] for line in lines)[len(lines) // 2]:.1f} ms (median)")
 PY
 wait "$SERVER_PID" || fail "tensors: the server exited with an error"
 python3 - "$SUMMARY" <<'PY' || fail "tensors: the job's summary is wrong"

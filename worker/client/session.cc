@@ -229,7 +229,8 @@ void StreamedPush::Ready(int tensor) {
 
 std::unique_ptr<StreamedPush> Session::BeginPushPull(const StepReport& step, absl::Span<const float> gradient,
                                                      int64_t bucket_bytes) {
-  Timeline::Process().Begin(pushes_sent_ + 1);
+  // A step's end is known here only when its gradient is whole (its compute then is over).
+  Timeline::Process().Begin(pushes_sent_ + 1, absl::Seconds(step.end.compute_seconds));
   std::unique_ptr<StreamedPush> push(
       new StreamedPush(PushedStep{id_.load(), version_, step}, gradient, layout_, bucket_bytes));
   if (bucket_bytes <= 0 || !push_trailer_ || stop_.load() || rejoin_.load()) return push;

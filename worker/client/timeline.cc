@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,13 +39,13 @@ Timeline& Timeline::Process() {
   return *timeline;
 }
 
-void Timeline::Begin(uint64_t iteration) {
+void Timeline::Begin(uint64_t iteration, absl::Duration computed) {
   if (!enabled()) return;
   absl::MutexLock lock(&mu_);
   FlushLocked();
   open_ = true;
   iteration_ = iteration;
-  start_ = clock_->Now();
+  start_ = clock_->Now() - std::max(computed, absl::ZeroDuration());
   events_.push_back({"begin", 0.0, -1});
 }
 

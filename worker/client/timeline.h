@@ -4,7 +4,8 @@
 // slice it concerns in a sharded job (-1: none or the whole model), and the totals of the
 // waits it added up. The events:
 //   begin        the push was opened (before the forward pass; a Python worker's push_pull,
-//                which sends a gradient whole after its step, opens it then, with its finish)
+//                which sends a gradient whole after its step, opens it then: its line begins
+//                the step's compute time earlier, and its `finish` is at that time)
 //   bucket       a bucket of gradient left during backward
 //   finish       the step's end: backward is over, the rest of the gradient and the trailer go
 //   written      a push stream's last byte was handed to gRPC (per slice in a sharded job)
@@ -45,7 +46,9 @@ class Timeline {
 
   bool enabled() const { return static_cast<bool>(write_); }
   // Starts iteration `iteration`'s record (its `begin` event); the previous one is written.
-  void Begin(uint64_t iteration);
+  // A push opened after its step (sent whole: a Python worker's push_pull) begins the
+  // step's `computed` time before now, when its forward began.
+  void Begin(uint64_t iteration, absl::Duration computed = absl::ZeroDuration());
   // An event of the iteration begun last, now (nothing before the first Begin).
   void Mark(absl::string_view event, int slice = -1);
   // Adds `d` to the iteration's total named `name`.

@@ -33,6 +33,18 @@ TEST_CASE("Timeline writes one line per iteration, events in ms from its begin")
   REQUIRE(lines.size() == 2);
 }
 
+TEST_CASE("A push opened after its step begins its line when the step's compute began") {
+  FakeClock clock(absl::FromUnixMillis(1000));
+  std::vector<std::string> lines;
+  Timeline timeline(&clock, [&](const std::string& line) { lines.push_back(line); });
+  timeline.Begin(3, absl::Milliseconds(40));  // a whole push: its step computed for 40 ms
+  timeline.Mark("finish");
+  timeline.Flush();
+  REQUIRE(lines.size() == 1);
+  REQUIRE(lines[0].find("\"start_ms\":960.000,\"events\":[[\"begin\",0.000,-1],[\"finish\",40.000,-1]]") !=
+          std::string::npos);
+}
+
 TEST_CASE("A timeline without a writer records nothing and still runs what it times") {
   FakeClock clock;
   Timeline timeline(&clock, nullptr);
