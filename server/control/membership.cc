@@ -79,6 +79,14 @@ std::vector<WorkerRecord*> Membership::Missing(const std::function<bool(WorkerId
   return out;
 }
 
+std::vector<WorkerId> Membership::ActiveIds() const {
+  std::vector<WorkerId> out;
+  for (const auto& [id, w] : workers_) {
+    if (w.state == WorkerState::kActive) out.push_back(id);
+  }
+  return out;
+}
+
 void Membership::PromotePending() {
   for (auto& [id, w] : workers_) {
     if (w.state == WorkerState::kPending) w.state = WorkerState::kActive;

@@ -82,9 +82,11 @@ class Membership {
   bool WithinSspBound(WorkerId id, uint64_t bound) const;
   // ssp: the live workers that keep `id` waiting (more than `bound` behind it).
   std::vector<WorkerRecord*> HoldingBack(WorkerId id, uint64_t bound);
-  // sync: the active workers a round still waits for (`pushed` says who is in), and, once
-  // it closed, the pending ones joining the next round.
+  // sync: the active workers a round still waits for (`pushed` says who is in).
   std::vector<WorkerRecord*> Missing(const std::function<bool(WorkerId)>& pushed);
+  // sync: the active workers' ids in id order; once a round closed and PromotePending ran,
+  // the next round's members.
+  std::vector<WorkerId> ActiveIds() const;
   void PromotePending();
   // Sessions that have not left and were silent for longer than `lease` at `now`.
   std::vector<WorkerRecord*> LeaseExpired(absl::Time now, absl::Duration lease);

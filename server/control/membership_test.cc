@@ -117,9 +117,11 @@ TEST_CASE("sync: a round waits for the active workers only; pending ones join th
   REQUIRE(missing[0]->id == b);
   pushed.insert(b);
   REQUIRE(m.Missing(in).empty());  // neither the pending nor the dropped one is waited for
+  REQUIRE(m.ActiveIds() == std::vector<WorkerId>{a, b});
   m.PromotePending();
   REQUIRE(m.Find(p)->state == WorkerState::kActive);
-  REQUIRE(m.Missing(in).size() == 1);  // the next round waits for it
+  REQUIRE(m.Missing(in).size() == 1);                        // the next round waits for it
+  REQUIRE(m.ActiveIds() == std::vector<WorkerId>{a, b, p});  // the next round's members, in id order
 }
 
 TEST_CASE("a worker's pace: the seconds between its pushes, smoothed, a pause counted as 4x at most", "[membership]") {

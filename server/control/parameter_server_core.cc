@@ -682,7 +682,7 @@ void ParameterServerCore::DecideRoundAhead() {
   }
   RoundAhead round;
   round.version = store_.version();
-  for (const WorkerRecord* w : workers_.Missing([](WorkerId) { return false; })) round.members.push_back(w->id);
+  round.members = workers_.ActiveIds();
   round.learning_rate = store_.LearningRate();  // Step's, at lr_scale 1
   round.weigh_by_batch = options_.aggregation == ServerOptions::Aggregation::kWeighted;
   if (!round.members.empty()) options_.replication.round_ahead(round);
