@@ -143,7 +143,7 @@ absl::Status BatchController::Report(WorkerId id, const ComputeReport& report) {
     return absl::InvalidArgumentError(absl::StrCat("link seconds must be finite and >= 0, got ", report.link_seconds));
   }
   Worker& w = it->second;
-  if (report.link_seconds > 0) w.estimator.AddLink(report.link_seconds);
+  if (report.link_seconds > 0 && w.filter.LearnLink()) w.estimator.AddLink(report.link_seconds);
   std::vector<MeasuredStep> learn;
   w.filter.Judge(report.batch, report.compute_seconds, report.overran, &learn, &plan_.set_aside);
   for (const MeasuredStep& step : learn) w.estimator.AddStep(step.batch, step.seconds);

@@ -6,6 +6,12 @@
 namespace omnilearn {
 namespace controller {
 
+bool StepFilter::LearnLink() {
+  const bool first = !first_link_seen_;
+  first_link_seen_ = true;
+  return !(first && options_.skip_first_link);
+}
+
 StepVerdict StepFilter::Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn,
                               StepsSetAside* tally) {
   if (overran && options_.set_aside_overruns) {

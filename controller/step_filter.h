@@ -11,7 +11,8 @@
 // memory limit (a batch that thrashes) shows there first, and the controller's memory guard
 // must see it. A run of `run` outliers in a row is a change of speed (a device that slowed
 // down), not noise: that step is accepted and the recent steps start again from the run's. Faster
-// is never an outlier: a device that sped up is learnt at once.
+// is never an outlier: a device that sped up is learnt at once. A worker's first link time
+// (its first round's) is set aside too.
 //
 // Pure: no clock, no threads. One per worker.
 #ifndef OMNILEARN_CONTROLLER_STEP_FILTER_H_
@@ -32,6 +33,9 @@ struct StepFilterOptions {
   int run = 4;                     // this many outliers in a row are a change of speed
   int window = 8;                  // recent accepted steps the bound is taken over (their median)
   int min_window = 3;              // the outlier test needs this many recent steps at batches >= the step's
+  // A worker's first link time is of its first round, on connections just opened (TCP's and
+  // HTTP/2's windows still growing, the round's start skewed by the joins): not learnt from.
+  bool skip_first_link = true;
 
   // Every step learnt from, as it comes.
   static StepFilterOptions Off() {
@@ -39,6 +43,7 @@ struct StepFilterOptions {
     o.set_aside_overruns = false;
     o.judge_first = false;
     o.factor = 0;
+    o.skip_first_link = false;
     return o;
   }
 };
@@ -70,6 +75,8 @@ class StepFilter {
   // this one clears it. What it sets aside (this step, or the held one) is counted in *tally.
   StepVerdict Judge(int64_t batch, double seconds, bool overran, std::vector<MeasuredStep>* learn,
                     StepsSetAside* tally);
+  // Whether a link time reported (> 0) is learnt from: all but the first (skip_first_link).
+  bool LearnLink();
 
  private:
   // The held first step, against `now` (an accepted step): learnt, or dropped as warm-up.
@@ -82,6 +89,7 @@ class StepFilter {
   StepFilterOptions options_;
   std::optional<MeasuredStep> held_;  // the first step, until a second is accepted
   bool first_seen_ = false;
+  bool first_link_seen_ = false;
   std::vector<MeasuredStep> run_;    // the outliers in a row so far
   std::deque<MeasuredStep> recent_;  // accepted, newest last
 };

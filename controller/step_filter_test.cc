@@ -48,6 +48,15 @@ TEST_CASE("the first step waits for the second: learnt when like it, dropped whe
   CHECK(Judge(kept, 32, 81.0) == StepVerdict::kAccepted);
 }
 
+TEST_CASE("a worker's first link time is set aside, the others learnt; off, every one is") {
+  StepFilter f(StepFilterOptions{});
+  CHECK_FALSE(f.LearnLink());  // its first round's, on new connections
+  CHECK(f.LearnLink());
+  CHECK(f.LearnLink());
+  StepFilter off(StepFilterOptions::Off());
+  CHECK(off.LearnLink());
+}
+
 TEST_CASE("an emulated device's overrun is the host's time, not the device's") {
   StepFilter f = Steady(32, 0.3, 4);
   std::vector<MeasuredStep> learnt;
