@@ -39,7 +39,8 @@ struct PushResult {
   // sends idle pushes (PushInfo::idle) until the job's count is reached or samples of a
   // lost worker come back to it.
   bool idle = false;
-  // Seconds the push was held after it arrived whole (the service measures it).
+  // Seconds the push waited after it arrived whole for the other members' pushes of its
+  // round (the core measures it: a sync round's wait, a shard's wait for its step's slices).
   double held_seconds = 0;
 };
 

@@ -447,9 +447,8 @@ absl::StatusOr<PushResult> ParameterServerCore::Push(const PushInfo& info, std::
     const absl::Time arrived = options_.clock->Now();
     absl::MutexLock lock(&mu_);
     r = PushLocked(info, gradient, deadline);
-    if (Worker* w = workers_.FindCurrent(info.id); w != nullptr && r.ok()) {
-      w->last_wait_seconds = absl::ToDoubleSeconds(options_.clock->Now() - arrived);
-    }
+    if (r.ok()) r->held_seconds = absl::ToDoubleSeconds(options_.clock->Now() - arrived);
+    if (Worker* w = workers_.FindCurrent(info.id); w != nullptr && r.ok()) w->last_wait_seconds = r->held_seconds;
   }
   buffers_.Return(std::move(gradient));
   return r;

@@ -246,6 +246,13 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
   PushResult r;
   r.applied = it != pending_.end() && it->second.taken;
   if (!r.applied) r.message = "the coordinator's step did not take this slice";
+  if (it != pending_.end()) {
+    // Its wait for the step's other slices, not this worker's link. The step's own time and
+    // the coordinator's command after the last slice are not counted: every worker's reply
+    // waits for those alike, and the coordinator's hold (its round's close) has neither.
+    const Pending& p = it->second;
+    r.held_seconds = std::max(0.0, absl::ToDoubleSeconds((r.applied ? p.complete : options_.clock->Now()) - p.arrived));
+  }
   r.version = store_->version();
   return r;
 }
@@ -374,10 +381,13 @@ absl::Status ShardCore::OneModel(const ReplicatedStep& step) {
       step.version, absl::StrJoin(missing, ", "), absl::ToDoubleSeconds(member_wait_)));
 }
 
-void ShardCore::MarkTaken(const ReplicatedStep& step) {
+void ShardCore::MarkTaken(const ReplicatedStep& step, absl::Time complete) {
   for (auto& [id, p] : pending_) {
     for (const ReplicatedStep::Member& m : step.members) {
-      if (m.id == id && m.model_version == p.version) p.taken = true;
+      if (m.id == id && m.model_version == p.version) {
+        p.taken = true;
+        p.complete = complete;
+      }
     }
     // Sync: a slice of this version or older the round did not take never will be.
     if (sync_ && !p.taken && p.version <= step.version) p.released = true;
@@ -464,7 +474,7 @@ absl::Status ShardCore::TakeStep(const ReplicatedStep& step, bool command) {
   store_->Apply(sum, settings);
   store_->Predict(none ? 0.0 : step.predict_steps);
   store_->set_history(ExtendHistory(store_->history(), step.version, std::move(taken->members)));
-  MarkTaken(step);
+  MarkTaken(step, taken->last_arrived);
   version_gauge_.Set(static_cast<double>(store_->version()));
   if (command) step_seconds_.Observe(absl::ToDoubleSeconds(options_.clock->Now() - start));
   return absl::OkStatus();

@@ -169,7 +169,7 @@ class ShardCore : public DataPlane {
   // common checkpoint. Async: OK (a member left out is a step of rate 0 on its own).
   absl::Status OneModel(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After the step: the pushes it took are answered, a sync round's others released.
-  void MarkTaken(const ReplicatedStep& step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkTaken(const ReplicatedStep& step, absl::Time complete) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes `step` on the slice: its members' slices (waited for, bounded), their sum, the
   // optimizer's step. `command`: the coordinator's (its wait and latency are measured).
   // One step at a time (stepping_, set by the caller).
@@ -190,6 +190,7 @@ class ShardCore : public DataPlane {
     bool taken = false;     // a step took it
     bool released = false;  // sync: the step of its version was taken without it
     absl::Time arrived;     // when the whole slice was in
+    absl::Time complete;    // taken: when the last of its step's slices was in
     double batch = 0;       // the push's batch (a round's weight, --shard_steps_ahead)
   };
 

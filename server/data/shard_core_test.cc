@@ -72,6 +72,27 @@ std::vector<float> SteppedWeightedMean(ShardCore& shard, int64_t second_batch) {
   return w;
 }
 
+TEST_CASE("a slice's hold is its wait for the step's other slices, not the command after them", "[shard_core]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  InitTwoMembers(shard);  // member wait 5 s
+  const absl::Time deadline = clock.Now() + absl::Minutes(5);
+  absl::StatusOr<PushResult> first, second;
+  std::thread a([&] { first = shard.Push(PushOf(1, 0), {1, 2, 3, 10}, deadline); });
+  AwaitState([&] { return clock.waiters() == 1; });
+  clock.Advance(absl::Seconds(3));  // worker 2's slice comes 3 s after worker 1's
+  std::thread b([&] { second = shard.Push(PushOf(2, 0), {3, 2, 1, 20}, deadline); });
+  AwaitState([&] { return clock.waiters() == 2; });
+  clock.Advance(absl::Seconds(1));  // and the coordinator's command 1 s after that
+  REQUIRE(shard.Step(StepOf(0, {{1, 0, 1}, {2, 0, 1}}, 0.5, 0.1)).ok());
+  a.join();
+  b.join();
+  REQUIRE((first.ok() && second.ok()));
+  REQUIRE(first->applied);
+  REQUIRE(first->held_seconds == Approx(3));  // worker 1 waited for worker 2's slice
+  REQUIRE(second->held_seconds == 0);         // worker 2 waited for nobody
+}
+
 TEST_CASE("a shard replays the coordinator's step: weighted mean of the members' slices, the step's rate",
           "[shard_core]") {
   FakeClock clock;

@@ -264,10 +264,7 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
     gradient = std::move(*g);
   }
   watch.Done();  // read: a sync round or an ssp wait may keep the call waiting
-  const absl::Time arrived = data_->clock().Now();
-  absl::StatusOr<PushResult> r = data_->Push(*info, std::move(gradient), Deadline(ctx));
-  if (r.ok()) r->held_seconds = absl::ToDoubleSeconds(data_->clock().Now() - arrived);
-  return r;
+  return data_->Push(*info, std::move(gradient), Deadline(ctx));
 }
 
 void SliceService::FillReply(const PushResult& r, v1::PushResponse* response) {
