@@ -202,47 +202,58 @@ absl::StatusOr<PushResult> ShardCore::Push(const PushInfo& info, std::vector<flo
     return r;
   }
   absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckSlicePush(info, gradient); !s.ok()) return s;
+  if (std::optional<PushResult> answered = AnswerAtOnce(info, gradient)) return *answered;
+  Hold(info, std::move(gradient));
+  MaybeStepAhead();  // this slice may be the round's last (the lock is released meanwhile)
+  return AwaitTaken(info.id, deadline);
+}
+
+absl::Status ShardCore::CheckSlicePush(const PushInfo& info, const std::vector<float>& gradient) const {
   if (sessions_.count(info.id) == 0) return NoSession(info.id);
   if (store_ == nullptr) return absl::FailedPreconditionError("this shard has no slice yet");
   if (absl::Status s = CheckPushVersion(info.version, store_->version()); !s.ok()) return s;
-  if (absl::Status s = CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked); !s.ok()) {
-    return s;
-  }
+  return CheckGradientValues(gradient, store_->layout().total_elements(), info.finite_checked);
+}
+
+std::optional<PushResult> ShardCore::AnswerAtOnce(const PushInfo& info, std::vector<float>& gradient) {
+  PushResult r;
+  r.version = store_->version();
   if (info.resend && AlreadyTaken(info.id, info.version)) {
     // Its first sending was taken and the reply to it lost: taking it again would count the
     // gradient twice.
-    buffers_.Return(std::move(gradient));
-    PushResult taken;
-    taken.applied = true;
-    taken.version = store_->version();
-    return taken;
-  }
-  if (sync_ && info.version < store_->version()) {
+    r.applied = true;
+  } else if (sync_ && info.version < store_->version()) {
     // Sync: the round of its version was stepped already, and no later step takes it. Held,
     // it would keep its worker (late after a pause) from the next round until member_wait,
     // which that round's deadline may not outlast: the worker would miss every round.
-    buffers_.Return(std::move(gradient));
-    PushResult late;
-    late.version = store_->version();
-    late.message = "the round of this slice's version was stepped without it";
-    return late;
+    r.message = "the round of this slice's version was stepped without it";
+  } else {
+    return std::nullopt;
   }
+  buffers_.Return(std::move(gradient));
+  return r;
+}
+
+void ShardCore::Hold(const PushInfo& info, std::vector<float> gradient) {
   AddOnArrival(info, gradient);
   Pending& p = pending_[info.id];
   if (!p.gradient.empty()) buffers_.Return(std::move(p.gradient));  // never taken: the coordinator left it out
   p = Pending{info.version, std::move(gradient)};
   p.arrived = options_.clock->Now();
   p.batch = static_cast<double>(info.batch);
-  MaybeStepAhead();  // this slice may be the round's last (the lock is released meanwhile)
+}
+
+PushResult ShardCore::AwaitTaken(WorkerId id, absl::Time deadline) {
   // Until a step takes it. A resend of this slice (a second slot: the worker lost this
   // sending's connection) may replace it meanwhile with the same values; the step answers both.
-  auto done = [this, id = info.id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  auto done = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = pending_.find(id);
     return shutdown_ || it == pending_.end() || it->second.taken || it->second.released;
   };
   options_.clock->AwaitWithDeadline(mu_, absl::Condition(&done),
                                     std::min(deadline, options_.clock->Now() + member_wait_));
-  auto it = pending_.find(info.id);
+  auto it = pending_.find(id);
   PushResult r;
   r.applied = it != pending_.end() && it->second.taken;
   if (!r.applied) r.message = "the coordinator's step did not take this slice";

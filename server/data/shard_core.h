@@ -149,6 +149,17 @@ class ShardCore : public DataPlane {
   // Sync: adds a push's slice of the slice's current version to the step's sum as it
   // arrives (ArrivalSum), the lock released meanwhile.
   void AddOnArrival(const PushInfo& info, const std::vector<float>& gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A slice's push: its session, the slice held, its version and values.
+  absl::Status CheckSlicePush(const PushInfo& info, const std::vector<float>& gradient) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reply to a push no step will wait for (a resend already taken, a sync slice whose round
+  // was stepped without it), its gradient returned; nullopt for one to hold.
+  std::optional<PushResult> AnswerAtOnce(const PushInfo& info, std::vector<float>& gradient)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds the slice for its step (a slice of the worker's not taken goes).
+  void Hold(const PushInfo& info, std::vector<float> gradient) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (bounded by member_wait) until a step took or released worker `id`'s slice: the reply.
+  PushResult AwaitTaken(WorkerId id, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A step's members' slices, as it takes them: each with its weight, and the weights of all
   // members and of those whose slice came.
   struct Taken {
