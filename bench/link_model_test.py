@@ -8,6 +8,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import link_model  # noqa: E402
+import numpy as np  # noqa: E402
 
 RATE = 125e6  # 1 Gbit/s in bytes per second
 SIZES = (4.2e6, 42e6)
@@ -52,6 +53,22 @@ class LinkModelTest(unittest.TestCase):
         one_size = [p for p in points_of({"k": 1, "a": 0.01, "o": 0}, 0.0, workers=(4, 4, 4))]
         with self.assertRaises(ValueError):
             link_model.fit(one_size, 0.0)
+
+    def test_fit_keeps_every_parameter_at_or_above_zero(self):
+        # Points a free fit explains with a negative cost per peer: a ring whose iteration
+        # falls as hosts are added. The fit holds a at 0 and explains them with k alone.
+        points = points_of({"k": 1.2, "a": 0.0, "o": 0.0}, 0.0)
+        for p in points:
+            p["iteration_s"] -= 0.003 * (p["workers"] - 1)
+        free, _, _, _ = np.linalg.lstsq(
+            [link_model._row(p["workers"], p["model_bytes"], p["rate"]) for p in points],
+            [p["iteration_s"] - p["compute_s"] for p in points], rcond=None)
+        self.assertLess(free[1], 0)
+        got = link_model.fit(points, 0.0)
+        self.assertTrue(all(v >= 0 for v in got.values()), got)
+        self.assertEqual(got["a"], 0.0)
+        self.assertGreater(link_model.predict(got, 256, 4.2e6, RATE, 0.5, 0.0),
+                           link_model.predict(got, 16, 4.2e6, RATE, 0.5, 0.0))
 
     def test_crossing(self):
         ring = {"k": 1.1, "a": 0.002, "o": 0.0}

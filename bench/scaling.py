@@ -180,7 +180,7 @@ def report(args, points, missing):
     miss = check_error(points, params, args.hold_out)
     validated = miss is not None and miss <= args.tolerance
     if validated:
-        prediction = (f"The fit predicts the held-out {args.hold_out} workers within {100 * miss:.0f}%. "
+        prediction = (f"The fit predicts the held-out {args.hold_out} workers within {100 * miss:.1f}%. "
                       "Predicted iteration, ring / servers (ratio), ms:\n\n" +
                       prediction_table(points, params, args.predict_to))
     else:

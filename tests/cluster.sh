@@ -18,6 +18,11 @@
 #   tests/cluster.sh heal PREFIX A B              heals it
 #   tests/cluster.sh down PREFIX                  removes every namespace of PREFIX (idempotent)
 #
+# Every host's TCP congestion control is set, not inherited from the machine's default:
+# OMNILEARN_CLUSTER_TCP_CC (default cubic, Linux's own default; bbr, reno: what the kernel
+# offers). A machine whose default is BBR (v1) otherwise gives the servers' many flows into
+# one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md).
+#
 # PREFIX names everything of one cluster (at most 10 characters, e.g. "ol$$"), so clusters
 # of parallel runs cannot collide. Whoever calls `up` calls `down` in a trap that also runs
 # on failure; the processes started inside are the caller's to stop first. Hosts get
@@ -26,6 +31,7 @@ set -euo pipefail
 
 export PATH=$PATH:/usr/sbin:/sbin  # tc lives there; a test's PATH may lack it
 STATE_ROOT=${OMNILEARN_CLUSTER_STATE:-/tmp/omnilearn-clusters}
+TCP_CC=${OMNILEARN_CLUSTER_TCP_CC:-cubic}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -59,6 +65,8 @@ up() {
   [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
   command -v ip >/dev/null && command -v tc >/dev/null || die "needs iproute2 (ip, tc)"
   [ ! -e "$(state "$prefix")" ] || die "a cluster named $prefix exists already"
+  grep -qwF -- "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+    die "OMNILEARN_CLUSTER_TCP_CC=$TCP_CC is not one of this kernel's: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
   UP_PREFIX=$prefix UP_DONE=0
   trap '[ "$UP_DONE" = 1 ] || down "$UP_PREFIX" >/dev/null 2>&1' EXIT
   mkdir -p "$(state "$prefix")"
@@ -74,6 +82,7 @@ up() {
     i=$((i + 1))
     ip netns add "$prefix-$host"
     ip -n "$prefix-$host" link set lo up
+    ip netns exec "$prefix-$host" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control"
     ip link add "${prefix}v$i" netns "$prefix-$host" type veth peer name "p$i" netns "$lan"
     ip -n "$prefix-$host" link set "${prefix}v$i" name eth0
     ip -n "$prefix-$host" addr add "10.214.0.$i/24" dev eth0

@@ -4,7 +4,9 @@
 # in both directions; with emulated devices 1:3 per sample and compute balanced, the batches
 # settle near the devices' ratio (3:1); with equal devices and whole iterations balanced
 # (the default), the worker behind the slow link gets the smaller batch; a cluster whose
-# set-up fails, or whose user fails, leaves nothing behind. Needs root.
+# set-up fails, or whose user fails, leaves nothing behind; every host has the TCP congestion
+# control asked for (cubic unless OMNILEARN_CLUSTER_TCP_CC says otherwise), whatever the
+# machine's default, and one the kernel lacks is refused. Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 use_cluster olc x  # and a second cluster, ${P}x, for the bad rate and the failing user
 namespaces() { ip netns list | awk '{print $1}' | grep -c "^$1-" || true; }
@@ -18,9 +20,21 @@ if bash -c "trap '\"$CLUSTER\" down ${P}x' EXIT; \"$CLUSTER\" up ${P}x a=100mbit
   fail "the failing user did not fail"
 fi
 [ "$(namespaces "${P}x")" = 0 ] || fail "a failed run left namespaces behind"
+# The hosts' congestion control: one the kernel lacks is refused before anything is made.
+if OMNILEARN_CLUSTER_TCP_CC=nosuchcc "$CLUSTER" up "${P}x" a=100mbit 2>"$WORK/cc.log"; then
+  fail "an unknown congestion control was accepted"
+fi
+grep -q "is not one of this kernel's" "$WORK/cc.log" || fail "no clear message for a bad congestion control"
+[ "$(namespaces "${P}x")" = 0 ] || fail "a refused congestion control left namespaces behind"
+OMNILEARN_CLUSTER_TCP_CC=reno "$CLUSTER" up "${P}x" a=100mbit >/dev/null
+cc_reno=$("$CLUSTER" exec "${P}x" a cat /proc/sys/net/ipv4/tcp_congestion_control)
+"$CLUSTER" down "${P}x"
+[ "$cc_reno" = reno ] || fail "OMNILEARN_CLUSTER_TCP_CC=reno gave the host $cc_reno"
 
 "$CLUSTER" up "$P" ps=1gbit fast=1gbit slow=200mbit
 [ "$(namespaces "$P")" = 4 ] || fail "expected 3 hosts and the bridge"
+cc=$("$CLUSTER" exec "$P" slow cat /proc/sys/net/ipv4/tcp_congestion_control)
+[ "$cc" = "${OMNILEARN_CLUSTER_TCP_CC:-cubic}" ] || fail "a host's congestion control is $cc"
 up_rate=$("$CLUSTER" probe "$P" slow ps 20)
 down_rate=$("$CLUSTER" probe "$P" ps slow 20)
 echo "200 Mbit/s link: upload $up_rate, download $down_rate Mbit/s"
