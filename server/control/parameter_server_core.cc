@@ -903,9 +903,11 @@ absl::Status ParameterServerCore::RollBack(const CheckpointState& state) {
   // that went on alone would train the epoch's samples with a lone worker's batch.
   job_.Regather(options_.clock->Now(), static_cast<int>(LiveCount()), options_.lease);
   for (auto& [id, w] : workers_) {
-    if (!w.live()) continue;
+    if (w.state == WorkerState::kLeft) continue;
     if (absl::StatusOr<controller::WorkerMemory> m = controller_.Remember(id); m.ok()) remembered[w.name] = *m;
-    // The session ends; what it held goes with the old epoch position. Its name is in
+    // Every session ends, a dropped one's too (leases run only once training starts, and
+    // the start may wait for that very worker's restarted process, which the old session
+    // would refuse its name); what it held goes with the old epoch position. Its name is in
     // remembered_ until it joins again, so RejoinAwaited() awaits it past the job's end.
     Retire(w, WorkerState::kLeft);
   }

@@ -1449,6 +1449,31 @@ TEST_CASE("a sync round closes at its deadline on the clock and drops the late w
   REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
 }
 
+TEST_CASE("a rollback ends a dropped worker's session too: its restarted process takes its name",
+          "[core][clock][rollback]") {
+  FakeClock clock;
+  ServerOptions o = FakeTimed(Mode::kSync, 2, &clock);
+  auto core = *ParameterServerCore::Create(o);
+  const auto joined = JoinTwoOnClock(*core, clock);
+  const JoinResult &a = joined.first, &b = joined.second;
+  const CheckpointState at0 = *core->Capture(ParameterServerCore::CaptureFor::kCheckpoint);
+  std::thread pusher(
+      [&] { REQUIRE(core->Push(Grad(a.id, 4, 0), std::vector<float>(6, 1.0f), clock.Now() + absl::Minutes(5)).ok()); });
+  AwaitState([&] { return core->Snapshot().pushes_by_result.count("applied") == 1; });
+  clock.Advance(absl::Seconds(10));  // the round's deadline: b, killed, is dropped
+  pusher.join();
+  REQUIRE(StateOf(core->Snapshot(), b.id) == WorkerState::kDropped);
+  // A shard came back: the job goes back to its checkpoint, and the start waits for a.
+  REQUIRE(core->RollBack(at0).ok());
+  // b's process restarted without its old session's secret: it joins by its name. Left
+  // to its lease, the dropped session would hold the name for good, since leases only
+  // run once training starts, and training waits for this join.
+  absl::StatusOr<JoinResult> again = core->Join(Info("b", false), clock.Now() + absl::Seconds(30));
+  REQUIRE(again.ok());
+  REQUIRE(again->id != b.id);
+  REQUIRE(StateOf(core->Snapshot(), again->id) == WorkerState::kActive);
+}
+
 // The value of the Prometheus sample `name` (with its labels) in the core's registry.
 double Sample(ParameterServerCore& core, const std::string& name) {
   const std::string text = core.registry().Serialize();
