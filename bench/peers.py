@@ -51,6 +51,7 @@ Needs root (network namespaces); resnet18 needs python3-torchvision.
 """
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -65,6 +66,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import build_check  # noqa: E402
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
 from link_model import wire_seconds  # noqa: E402
 import timeline  # noqa: E402
@@ -691,6 +693,11 @@ def main():
     if args.worker:
         return worker_main(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runs' finally blocks stop what they started
+    if any(s.startswith("omnilearn") for s in args.systems.split(",")):
+        warning = build_check.check(args.bin_dir, ["server/omnilearn_server"],
+                                    lambda: importlib.import_module("omnilearn"))
+        if warning:
+            print(warning, flush=True)
     os.makedirs(args.out, exist_ok=True)
     args.work = os.path.join(args.out, "peers-logs")
     os.makedirs(args.work, exist_ok=True)
