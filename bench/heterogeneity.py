@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+import build_check
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEVELS = {"HL1": [12, 12, 12, 12], "HL2": [12, 12, 8, 16], "HL4": [9, 9, 6, 24], "HL8": [6, 6, 4, 32]}
 DYNAMIC = ["HL1", "HL2", "HL4", "HL8", "HL8", "HL4", "HL2", "HL1"]
@@ -500,6 +502,9 @@ def main():
     if args.from_json:
         rerender(args)
         return
+    warning = build_check.check(args.bin, ["server/omnilearn_server", "worker/omnilearn_worker"])
+    if warning:
+        print(warning, flush=True)
     work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
     os.makedirs(work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)

@@ -20,6 +20,7 @@ Needs root (network namespaces).
 """
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import build_check  # noqa: E402
 from heterogeneity import Cluster  # noqa: E402
 
 WORKERS = 4
@@ -150,6 +152,10 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker_main(args)
+    warning = build_check.check(args.bin_dir, ["server/omnilearn_server"],
+                                lambda: importlib.import_module("omnilearn"))
+    if warning:
+        print(warning, flush=True)
     results = []
     for rate in args.rates.split(","):
         model_bytes = args.megabytes * (1 << 20)
