@@ -22,8 +22,8 @@ def build_mode(path):
 
 def check(bin_dir, binaries, import_core=None):
     """Raises SystemExit naming what is missing (`binaries`: paths under bin_dir; `import_core`:
-    a callable that imports the Python worker's C++ core, raising ImportError). Returns a
-    warning line when a binary is not from an optimized build, else None."""
+    a callable that imports the Python worker's C++ core, raising ImportError). When a binary
+    is not from an optimized build, prints a warning line and returns it; else None."""
     missing = [b for b in binaries if not os.access(os.path.join(bin_dir, b), os.X_OK)]
     if missing:
         raise SystemExit(f"not built under {bin_dir}: {', '.join(missing)}; build them with: {BUILD}")
@@ -33,7 +33,9 @@ def check(bin_dir, binaries, import_core=None):
         except ImportError as e:
             raise SystemExit(f"the Python worker's core does not load ({e}); build it with: {BUILD}")
     modes = {build_mode(os.path.join(bin_dir, b)) for b in binaries} - {None, "opt"}
-    if modes:
-        return (f"warning: {bin_dir} holds a {'/'.join(sorted(modes))} build, not -c opt: its timings are not "
-                f"the product's (build with: {BUILD})")
-    return None
+    if not modes:
+        return None
+    warning = (f"warning: {bin_dir} holds a {'/'.join(sorted(modes))} build, not -c opt: its timings are not "
+               f"the product's (build with: {BUILD})")
+    print(warning, flush=True)
+    return warning

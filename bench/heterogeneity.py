@@ -502,9 +502,7 @@ def main():
     if args.from_json:
         rerender(args)
         return
-    warning = build_check.check(args.bin, ["server/omnilearn_server", "worker/omnilearn_worker"])
-    if warning:
-        print(warning, flush=True)
+    build_check.check(args.bin, ["server/omnilearn_server", "worker/omnilearn_worker"])
     work = args.work or os.path.join("/tmp", f"omnilearn-heterogeneity-{os.getpid()}")
     os.makedirs(work, exist_ok=True)
     os.makedirs(args.out, exist_ok=True)

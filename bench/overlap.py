@@ -152,10 +152,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker_main(args)
-    warning = build_check.check(args.bin_dir, ["server/omnilearn_server"],
-                                lambda: importlib.import_module("omnilearn"))
-    if warning:
-        print(warning, flush=True)
+    build_check.check(args.bin_dir, ["server/omnilearn_server"], lambda: importlib.import_module("omnilearn"))
     results = []
     for rate in args.rates.split(","):
         model_bytes = args.megabytes * (1 << 20)
