@@ -3,6 +3,7 @@ stops the benchmark before it starts anything, with the command that builds it, 
 that is not optimized (a fastbuild `bazel test` since the `-c opt` build repoints bazel-bin)
 is said before any figure is printed."""
 
+import importlib
 import os
 import re
 
@@ -20,16 +21,16 @@ def build_mode(path):
     return None
 
 
-def check(bin_dir, binaries, import_core=None):
-    """Raises SystemExit naming what is missing (`binaries`: paths under bin_dir; `import_core`:
-    a callable that imports the Python worker's C++ core, raising ImportError). When a binary
-    is not from an optimized build, prints a warning line and returns it; else None."""
+def check(bin_dir, binaries, core_module=None):
+    """Raises SystemExit naming what is missing (`binaries`: paths under bin_dir; `core_module`:
+    the Python worker's package, "omnilearn", which loads its C++ core when imported). When a
+    binary is not from an optimized build, prints a warning line and returns it; else None."""
     missing = [b for b in binaries if not os.access(os.path.join(bin_dir, b), os.X_OK)]
     if missing:
         raise SystemExit(f"not built under {bin_dir}: {', '.join(missing)}; build them with: {BUILD}")
-    if import_core is not None:
+    if core_module is not None:
         try:
-            import_core()
+            importlib.import_module(core_module)
         except ImportError as e:
             raise SystemExit(f"the Python worker's core does not load ({e}); build it with: {BUILD}")
     modes = {build_mode(os.path.join(bin_dir, b)) for b in binaries} - {None, "opt"}

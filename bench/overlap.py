@@ -20,7 +20,6 @@ Needs root (network namespaces).
 """
 
 import argparse
-import importlib
 import json
 import os
 import signal
@@ -152,7 +151,7 @@ def main():
     args = ap.parse_args()
     if args.worker:
         return worker_main(args)
-    build_check.check(args.bin_dir, ["server/omnilearn_server"], lambda: importlib.import_module("omnilearn"))
+    build_check.check(args.bin_dir, ["server/omnilearn_server"], "omnilearn")
     results = []
     for rate in args.rates.split(","):
         model_bytes = args.megabytes * (1 << 20)

@@ -51,7 +51,6 @@ Needs root (network namespaces); resnet18 needs python3-torchvision.
 """
 
 import argparse
-import importlib
 import json
 import math
 import os
@@ -694,7 +693,7 @@ def main():
         return worker_main(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runs' finally blocks stop what they started
     if any(s.startswith("omnilearn") for s in args.systems.split(",")):
-        build_check.check(args.bin_dir, ["server/omnilearn_server"], lambda: importlib.import_module("omnilearn"))
+        build_check.check(args.bin_dir, ["server/omnilearn_server"], "omnilearn")
     os.makedirs(args.out, exist_ok=True)
     args.work = os.path.join(args.out, "peers-logs")
     os.makedirs(args.work, exist_ok=True)
