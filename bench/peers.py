@@ -66,6 +66,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import build_check  # noqa: E402
+import cpu_profile  # noqa: E402
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
 from link_model import wire_seconds  # noqa: E402
 import timeline  # noqa: E402
@@ -453,14 +454,15 @@ def host_load(args, hogs):
 
 
 def one_run(args, model, level, system):
-    """Every rank's rows and overruns for one (model, level, system)."""
+    """Every rank's rows and overruns for one (model, level, system), and --cpu_profile's
+    sampler of the run's processes (None without it)."""
     hosts = {f"w{i}": args.link for i in range(args.workers)}
     if system == "omnilearn-1server":
         hosts["ps"] = args.link
     elif system in ("omnilearn-1server-fat", "omnilearn-fat-slices"):
         hosts["ps"] = f"{float(args.link[:-4]) * args.workers:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
-    servers, workers, hogs = [], [], []
+    servers, workers, hogs, sampler = [], [], [], None
     tag = f"{model}.{level}.{system}"
     log = lambda name: open(os.path.join(args.work, f"{tag}.{name}.log"), "w")  # noqa: E731
     try:
@@ -484,6 +486,9 @@ def one_run(args, model, level, system):
             workers.append(subprocess.Popen(pin(r, cluster.command(f"w{r}", [
                 sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common])),
                 stdout=subprocess.PIPE, stderr=log(f"w{r}"), text=True, env=env))
+        if args.cpu_profile:
+            sampler = cpu_profile.Sampler({"worker": [p.pid for p in workers], "server": [p.pid for p in servers]})
+            sampler.start()
         results = []
         deadline = time.monotonic() + args.timeout
         for r, p in enumerate(workers):
@@ -491,8 +496,10 @@ def one_run(args, model, level, system):
             if p.returncode != 0:
                 raise RuntimeError(f"{tag}: worker {r} failed ({p.returncode}); see {args.work}/{tag}.w{r}.log")
             results.append(json.loads(out.strip().splitlines()[-1]))
-        return results
+        return results, sampler
     finally:
+        if sampler is not None:
+            sampler.stop()
         for p in workers + servers + hogs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -666,6 +673,9 @@ def parse():
     ap.add_argument("--timeline", action="store_true",
                     help="OmniLearn workers write their iterations' events (OMNILEARN_TIMELINE) beside their "
                          "logs, and each run prints their phases (bench/timeline.py)")
+    ap.add_argument("--cpu_profile", action="store_true",
+                    help="every run's processes sampled (bench/cpu_profile.py): workers' and servers' CPU time "
+                         "and time waiting for a core per iteration, over the iterations after --skip")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -713,7 +723,8 @@ def main():
                 run.dataset = args.global_batch * args.step_iterations
             for system in args.systems.split(","):
                 t, cpu = time.monotonic(), children_cpu()
-                r = summarize(run, model, level, system, one_run(run, model, level, system), mbytes)
+                results, sampler = one_run(run, model, level, system)
+                r = summarize(run, model, level, system, results, mbytes)
                 # What the run's processes (servers and workers, all reaped) used of the machine's cores.
                 r["cpu_busy"] = (children_cpu() - cpu) / ((time.monotonic() - t) * os.cpu_count())
                 r["compute_s"], r["model_bytes"] = compute_s, mbytes
@@ -723,6 +734,10 @@ def main():
                       f"{1000 * (r['comm_s'] or 0):.0f} ms) batches {r['batches']} overruns {r['overruns']} "
                       f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
+                if sampler is not None:
+                    starts = [row["start"] for row in results[0]["rows"]][run.skip:]
+                    r["cpu_profile"] = sampler.window(starts[0], starts[-1], len(starts) - 1)
+                    print("  " + cpu_profile.describe(r["cpu_profile"]), flush=True)
                 if args.timeline and not system.startswith("ddp"):
                     r["timeline"] = timeline_phases(run, f"{model}.{level}.{system}")
                     if r["timeline"] is not None:
