@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))  # the checkout's library
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import build_check  # noqa: E402
 import cpu_profile  # noqa: E402
+import link_profile  # noqa: E402
 from heterogeneity import LEVELS, Cluster, rate_bytes  # noqa: E402
 from link_model import wire_seconds  # noqa: E402
 import timeline  # noqa: E402
@@ -454,18 +455,22 @@ def host_load(args, hogs):
 
 
 def one_run(args, model, level, system):
-    """Every rank's rows and overruns for one (model, level, system), and --cpu_profile's
-    sampler of the run's processes (None without it)."""
+    """Every rank's rows and overruns for one (model, level, system), and the run's samplers
+    ({"cpu": bench/cpu_profile's, "links": bench/link_profile's}, as --cpu_profile and
+    --link_profile ask)."""
     hosts = {f"w{i}": args.link for i in range(args.workers)}
     if system == "omnilearn-1server":
         hosts["ps"] = args.link
     elif system in ("omnilearn-1server-fat", "omnilearn-fat-slices"):
         hosts["ps"] = f"{float(args.link[:-4]) * args.workers:g}{args.link[-4:]}"
     cluster = Cluster(hosts)
-    servers, workers, hogs, sampler = [], [], [], None
+    servers, workers, hogs, samplers = [], [], [], {}
     tag = f"{model}.{level}.{system}"
     log = lambda name: open(os.path.join(args.work, f"{tag}.{name}.log"), "w")  # noqa: E731
     try:
+        if args.link_profile:
+            samplers["links"] = link_profile.Sampler(f"{cluster.prefix}-lan", list(hosts),
+                                                     [rate_bytes(rate) for rate in hosts.values()])
         target = None
         pin = host_load(args, hogs)
         if not system.startswith("ddp"):
@@ -487,8 +492,8 @@ def one_run(args, model, level, system):
                 sys.executable, os.path.abspath(__file__), "--worker", f"--rank={r}", *where, *common])),
                 stdout=subprocess.PIPE, stderr=log(f"w{r}"), text=True, env=env))
         if args.cpu_profile:
-            sampler = cpu_profile.Sampler({"worker": [p.pid for p in workers], "server": [p.pid for p in servers]})
-            sampler.start()
+            samplers["cpu"] = cpu_profile.Sampler({"worker": [p.pid for p in workers],
+                                                   "server": [p.pid for p in servers]}).start()
         results = []
         deadline = time.monotonic() + args.timeout
         for r, p in enumerate(workers):
@@ -496,9 +501,9 @@ def one_run(args, model, level, system):
             if p.returncode != 0:
                 raise RuntimeError(f"{tag}: worker {r} failed ({p.returncode}); see {args.work}/{tag}.w{r}.log")
             results.append(json.loads(out.strip().splitlines()[-1]))
-        return results, sampler
+        return results, samplers
     finally:
-        if sampler is not None:
+        for sampler in samplers.values():
             sampler.stop()
         for p in workers + servers + hogs:
             if p.poll() is None:
@@ -531,6 +536,22 @@ def children_cpu():
     import resource
     u = resource.getrusage(resource.RUSAGE_CHILDREN)
     return u.ru_utime + u.ru_stime
+
+
+def profiles(args, r, results, samplers):
+    """The samplers' figures over the iterations after --skip (rank 0's), into row r."""
+    starts = [row["start"] for row in results[0]["rows"]][args.skip:]
+    if "cpu" in samplers:
+        r["cpu_profile"] = samplers["cpu"].window(starts[0], starts[-1], len(starts) - 1)
+        print("  " + cpu_profile.describe(r["cpu_profile"]), flush=True)
+    if "links" in samplers:
+        r["link_profile"] = samplers["links"].window(starts[0], starts[-1])
+        workers = [h for h in samplers["links"].hosts if h.startswith("w")]
+        r["link_phases"] = samplers["links"].by_phase(starts, workers)
+        print("  " + link_profile.describe(r["link_profile"], workers), flush=True)
+        for direction, shares in r["link_phases"].items():
+            print(f"  {direction}links busy by tenth of rank 0's iteration: "
+                  + " ".join(f"{100 * s:.0f}" for s in shares) + " %", flush=True)
 
 
 def summarize(args, model, level, system, results, mbytes):
@@ -676,6 +697,9 @@ def parse():
     ap.add_argument("--cpu_profile", action="store_true",
                     help="every run's processes sampled (bench/cpu_profile.py): workers' and servers' CPU time "
                          "and time waiting for a core per iteration, over the iterations after --skip")
+    ap.add_argument("--link_profile", action="store_true",
+                    help="every run's links sampled (bench/link_profile.py): the worker hosts' down- and uplinks, "
+                         "how busy and how often at their rate, over the iterations after --skip")
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "bazel-bin"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = ap.parse_args()
@@ -723,7 +747,7 @@ def main():
                 run.dataset = args.global_batch * args.step_iterations
             for system in args.systems.split(","):
                 t, cpu = time.monotonic(), children_cpu()
-                results, sampler = one_run(run, model, level, system)
+                results, samplers = one_run(run, model, level, system)
                 r = summarize(run, model, level, system, results, mbytes)
                 # What the run's processes (servers and workers, all reaped) used of the machine's cores.
                 r["cpu_busy"] = (children_cpu() - cpu) / ((time.monotonic() - t) * os.cpu_count())
@@ -734,10 +758,7 @@ def main():
                       f"{1000 * (r['comm_s'] or 0):.0f} ms) batches {r['batches']} overruns {r['overruns']} "
                       f"cpu {100 * r['cpu_busy']:.0f}% "
                       f"[{time.monotonic() - t:.0f} s]", flush=True)
-                if sampler is not None:
-                    starts = [row["start"] for row in results[0]["rows"]][run.skip:]
-                    r["cpu_profile"] = sampler.window(starts[0], starts[-1], len(starts) - 1)
-                    print("  " + cpu_profile.describe(r["cpu_profile"]), flush=True)
+                profiles(run, r, results, samplers)
                 if args.timeline and not system.startswith("ddp"):
                     r["timeline"] = timeline_phases(run, f"{model}.{level}.{system}")
                     if r["timeline"] is not None:
