@@ -113,7 +113,12 @@ class Sampler:
     def stop(self):
         """The series (closing the sampler's stdin ends it); an error when it failed."""
         if self.rows is None:
-            out, _ = self._proc.communicate(input="", timeout=60)
+            try:
+                out, _ = self._proc.communicate(input="", timeout=60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+                raise RuntimeError("link_profile: the sampler did not stop within 60 s") from None
             if self._proc.returncode != 0:
                 raise RuntimeError(f"link_profile: the sampler failed ({self._proc.returncode})")
             self.rows = json.loads(out)

@@ -503,8 +503,6 @@ def one_run(args, model, level, system):
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results, samplers
     finally:
-        for sampler in samplers.values():
-            sampler.stop()
         for p in workers + servers + hogs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -513,7 +511,11 @@ def one_run(args, model, level, system):
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
-        cluster.close()
+        try:
+            for sampler in samplers.values():  # the link sampler lives in the cluster's bridge namespace
+                sampler.stop()
+        finally:
+            cluster.close()
 
 
 # ------------------------------------------------------------------ figures
