@@ -36,9 +36,11 @@ ninja -C "$BUILD" -j"$(nproc)" omnilearn_worker > "$BUILD.build.log" 2>&1 ||
 echo "cuda build: omnilearn_worker built against $VENV's torch $("$VENV/bin/python" -c \
   'import torch; print(torch.__version__)') in $(( $(date +%s) - start )) s"
 WORKER=$BUILD/worker/omnilearn_worker
-# It links the wheel's libraries, not Debian's.
-ldd "$WORKER" | grep -q "libtorch_cuda.so => $TORCH/lib" || { ldd "$WORKER" | grep torch; fail "not linked to the wheel's libtorch_cuda"; }
-ldd "$WORKER" | grep -q "not found" && { ldd "$WORKER" | grep "not found"; fail "unresolved libraries"; }
+# It links the wheel's libraries, not Debian's. (ldd's output is read whole first: `ldd | grep -q`
+# fails under pipefail whenever grep's early exit kills ldd with SIGPIPE.)
+libs=$(ldd "$WORKER")
+grep -q "libtorch_cuda.so => $TORCH/lib" <<< "$libs" || { grep torch <<< "$libs"; fail "not linked to the wheel's libtorch_cuda"; }
+grep -q "not found" <<< "$libs" && { grep "not found" <<< "$libs"; fail "unresolved libraries"; }
 out=$("$WORKER" --check_device=cuda 2>&1) && fail "--check_device=cuda succeeded on a machine without a GPU: $out"
 echo "$out" | grep -q "LibTorch with CUDA: yes; CUDA devices visible: 0" || fail "--check_device=cuda: $out"
 echo "cuda build: --check_device=cuda says: $(echo "$out" | tr '\n' ' ')"
