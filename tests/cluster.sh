@@ -21,7 +21,10 @@
 # Every host's TCP congestion control is set, not inherited from the machine's default:
 # OMNILEARN_CLUSTER_TCP_CC (default cubic, Linux's own default; bbr, reno: what the kernel
 # offers). A machine whose default is BBR (v1) otherwise gives the servers' many flows into
-# one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md).
+# one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md). Likewise
+# OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE (net.ipv4.tcp_slow_start_after_idle: 1, Linux's
+# default, or 0: a connection idle for longer than its retransmission timeout keeps its
+# congestion window; docs/operating.md, "Links").
 #
 # PREFIX names everything of one cluster (at most 10 characters, e.g. "ol$$"), so clusters
 # of parallel runs cannot collide. Whoever calls `up` calls `down` in a trap that also runs
@@ -32,6 +35,7 @@ set -euo pipefail
 export PATH=$PATH:/usr/sbin:/sbin  # tc lives there; a test's PATH may lack it
 STATE_ROOT=${OMNILEARN_CLUSTER_STATE:-/tmp/omnilearn-clusters}
 TCP_CC=${OMNILEARN_CLUSTER_TCP_CC:-cubic}
+SLOW_START_AFTER_IDLE=${OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE:-1}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -67,6 +71,8 @@ up() {
   [ ! -e "$(state "$prefix")" ] || die "a cluster named $prefix exists already"
   grep -qwF -- "$TCP_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
     die "OMNILEARN_CLUSTER_TCP_CC=$TCP_CC is not one of this kernel's: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+  [[ "$SLOW_START_AFTER_IDLE" =~ ^[01]$ ]] ||
+    die "OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE=$SLOW_START_AFTER_IDLE: want 1 (Linux's default) or 0"
   UP_PREFIX=$prefix UP_DONE=0
   trap '[ "$UP_DONE" = 1 ] || down "$UP_PREFIX" >/dev/null 2>&1' EXIT
   mkdir -p "$(state "$prefix")"
@@ -83,6 +89,7 @@ up() {
     ip netns add "$prefix-$host"
     ip -n "$prefix-$host" link set lo up
     ip netns exec "$prefix-$host" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control"
+    ip netns exec "$prefix-$host" sh -c "echo $SLOW_START_AFTER_IDLE > /proc/sys/net/ipv4/tcp_slow_start_after_idle"
     ip link add "${prefix}v$i" netns "$prefix-$host" type veth peer name "p$i" netns "$lan"
     ip -n "$prefix-$host" link set "${prefix}v$i" name eth0
     ip -n "$prefix-$host" addr add "10.214.0.$i/24" dev eth0

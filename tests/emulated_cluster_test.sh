@@ -6,7 +6,8 @@
 # (the default), the worker behind the slow link gets the smaller batch; a cluster whose
 # set-up fails, or whose user fails, leaves nothing behind; every host has the TCP congestion
 # control asked for (cubic unless OMNILEARN_CLUSTER_TCP_CC says otherwise), whatever the
-# machine's default, and one the kernel lacks is refused. Needs root.
+# machine's default, and one the kernel lacks is refused; likewise slow start after idle
+# (OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE: 1 unless told 0, anything else refused). Needs root.
 source "$(dirname "$0")/e2e_lib.sh"
 use_cluster olc x  # and a second cluster, ${P}x, for the bad rate and the failing user
 namespaces() { ip netns list | awk '{print $1}' | grep -c "^$1-" || true; }
@@ -26,15 +27,24 @@ if OMNILEARN_CLUSTER_TCP_CC=nosuchcc "$CLUSTER" up "${P}x" a=100mbit 2>"$WORK/cc
 fi
 grep -q "is not one of this kernel's" "$WORK/cc.log" || fail "no clear message for a bad congestion control"
 [ "$(namespaces "${P}x")" = 0 ] || fail "a refused congestion control left namespaces behind"
-OMNILEARN_CLUSTER_TCP_CC=reno "$CLUSTER" up "${P}x" a=100mbit >/dev/null
+if OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE=yes "$CLUSTER" up "${P}x" a=100mbit 2>"$WORK/ssai.log"; then
+  fail "slow start after idle 'yes' was accepted"
+fi
+grep -q "want 1 (Linux's default) or 0" "$WORK/ssai.log" || fail "no clear message for a bad slow start after idle"
+[ "$(namespaces "${P}x")" = 0 ] || fail "a refused slow start after idle left namespaces behind"
+OMNILEARN_CLUSTER_TCP_CC=reno OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE=0 "$CLUSTER" up "${P}x" a=100mbit >/dev/null
 cc_reno=$("$CLUSTER" exec "${P}x" a cat /proc/sys/net/ipv4/tcp_congestion_control)
+ssai_0=$("$CLUSTER" exec "${P}x" a cat /proc/sys/net/ipv4/tcp_slow_start_after_idle)
 "$CLUSTER" down "${P}x"
 [ "$cc_reno" = reno ] || fail "OMNILEARN_CLUSTER_TCP_CC=reno gave the host $cc_reno"
+[ "$ssai_0" = 0 ] || fail "OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE=0 gave the host $ssai_0"
 
 "$CLUSTER" up "$P" ps=1gbit fast=1gbit slow=200mbit
 [ "$(namespaces "$P")" = 4 ] || fail "expected 3 hosts and the bridge"
 cc=$("$CLUSTER" exec "$P" slow cat /proc/sys/net/ipv4/tcp_congestion_control)
 [ "$cc" = "${OMNILEARN_CLUSTER_TCP_CC:-cubic}" ] || fail "a host's congestion control is $cc"
+ssai=$("$CLUSTER" exec "$P" slow cat /proc/sys/net/ipv4/tcp_slow_start_after_idle)
+[ "$ssai" = "${OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE:-1}" ] || fail "a host's slow start after idle is $ssai"
 up_rate=$("$CLUSTER" probe "$P" slow ps 20)
 down_rate=$("$CLUSTER" probe "$P" ps slow 20)
 echo "200 Mbit/s link: upload $up_rate, download $down_rate Mbit/s"
