@@ -189,7 +189,11 @@ absl::Status ShardLink::RunOnce(bool* registered) {
     return RunOnce(registered);
   }
   if (*registered && finished.ok()) return absl::OkStatus();  // the coordinator's job ended
-  if (*registered && finished.error_code() == grpc::StatusCode::ABORTED) {
+  if (finished.error_code() == grpc::StatusCode::ABORTED) {
+    // The coordinator took the registration and asks for another: a recovery began, perhaps
+    // before it sent this one anything (another shard's return kicked this one at once).
+    // Registered all the same: never a refusal, which ends the link.
+    *registered = true;
     return absl::AbortedError(absl::StrCat(kCoordinatorAsks, finished.error_message()));
   }
   if (*registered) {

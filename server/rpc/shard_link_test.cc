@@ -162,6 +162,22 @@ v1::ShardCommand Session(WorkerId id, const std::string& secret) {
   return c;
 }
 
+// A recovery begun by another shard's return can take this registration back before the
+// coordinator sent it anything: the shard registers again, it does not end (partition_test's
+// "partial" case once ended a shard this way, and the job waited for its slice for good).
+TEST_CASE("asked to register again before any command, the link registers again", "[shard_link]") {
+  Rig rig({{{}, grpc::Status(grpc::ABORTED, "register again: the job goes back to the shards' newest common "
+                                            "checkpoint")},
+           {Accept(), grpc::Status::OK}});
+  const absl::Status s = rig.link->Run();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(rig.coordinator.calls.size() == 2);
+  REQUIRE(rig.lines[0] == "the coordinator asks: register again: the job goes back to the shards' newest common "
+                          "checkpoint");
+  REQUIRE(rig.shard.version() == 0);  // the second registration's slice
+}
+
 TEST_CASE("a session opened while a step waits for a member's slice is let in at once", "[shard_link]") {
   // Worker 7 is in the step from version 0, and its slice never comes: the step waits
   // member_wait (5 s on the rig's clock), a checkpoint queued behind it. Worker 8 joins
