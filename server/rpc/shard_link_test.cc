@@ -166,15 +166,18 @@ v1::ShardCommand Session(WorkerId id, const std::string& secret) {
 // coordinator sent it anything: the shard registers again, it does not end (partition_test's
 // "partial" case once ended a shard this way, and the job waited for its slice for good).
 TEST_CASE("asked to register again before any command, the link registers again", "[shard_link]") {
-  Rig rig({{{}, grpc::Status(grpc::ABORTED, "register again: the job goes back to the shards' newest common "
-                                            "checkpoint")},
+  Rig rig({{{},
+            grpc::Status(grpc::ABORTED,
+                         "register again: the job goes back to the shards' newest common "
+                         "checkpoint")},
            {Accept(), grpc::Status::OK}});
   const absl::Status s = rig.link->Run();
   INFO(s.ToString());
   REQUIRE(s.ok());
   REQUIRE(rig.coordinator.calls.size() == 2);
-  REQUIRE(rig.lines[0] == "the coordinator asks: register again: the job goes back to the shards' newest common "
-                          "checkpoint");
+  REQUIRE(rig.lines[0] ==
+          "the coordinator asks: register again: the job goes back to the shards' newest common "
+          "checkpoint");
   REQUIRE(rig.shard.version() == 0);  // the second registration's slice
 }
 
