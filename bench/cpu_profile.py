@@ -14,6 +14,8 @@ import statistics
 import threading
 import time
 
+from counters import value_at
+
 
 def read_threads(pid, proc="/proc"):
     """{tid: (cpu_s, wait_s)} of the process's live threads ({} once it has gone)."""
@@ -71,16 +73,8 @@ class Sampler:
         self.sample()
 
     def at(self, t, pid):
-        """The pid's (cpu_s, wait_s) so far at time t, interpolated between the samples around
-        it (the first or last sample outside them)."""
-        times = [s[0] for s in self.samples]
-        if t <= times[0]:
-            return self.samples[0][1][pid]
-        for (t0, a), (t1, b) in zip(self.samples, self.samples[1:]):
-            if t <= t1:
-                f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
-                return tuple(x + f * (y - x) for x, y in zip(a[pid], b[pid]))
-        return self.samples[-1][1][pid]
+        """The pid's (cpu_s, wait_s) so far at time t (counters.value_at)."""
+        return value_at([(s, totals[pid]) for s, totals in self.samples], t)
 
     def window(self, t0, t1, iterations):
         """Per role, over [t0, t1] holding `iterations` iterations: the mean over its processes of

@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+from counters import value_at
+
 FULL = 0.9  # a sample in which the link moved at least this share of its rate counts as full
 
 
@@ -46,15 +48,10 @@ def sample(ports, interval_s, limit_s, sysfs="/sys/class/net", clock=time.perf_c
     out.flush()
 
 
-def at(rows, t, column):
-    """The counter in `column` at time t, interpolated between the samples around it."""
-    if t <= rows[0][0]:
-        return rows[0][column]
-    for a, b in zip(rows, rows[1:]):
-        if t <= b[0]:
-            f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 1.0
-            return a[column] + f * (b[column] - a[column])
-    return rows[-1][column]
+def series(rows):
+    """The rows as counters.value_at takes them: (t, (tx0, rx0, tx1, rx1, ...)); the column of
+    host i's downlink is 2i, its uplink's 2i + 1."""
+    return [(row[0], tuple(row[1:])) for row in rows]
 
 
 def window(rows, hosts, rates, t0, t1):
@@ -62,11 +59,13 @@ def window(rows, hosts, rates, t0, t1):
     `hosts` in port order, `rates` in bytes per second per host."""
     out = {}
     inside = [r for r in rows if t0 <= r[0] <= t1]
+    counters = series(rows)
+    first, last = value_at(counters, t0), value_at(counters, t1)
     for i, host in enumerate(hosts):
         out[host] = {}
         for k, direction in enumerate(("down", "up")):
-            column = 1 + 2 * i + k
-            moved = at(rows, t1, column) - at(rows, t0, column)
+            column = 1 + 2 * i + k  # in rows; in counters, column - 1
+            moved = last[column - 1] - first[column - 1]
             steps = [(b[column] - a[column]) / (b[0] - a[0]) for a, b in zip(inside, inside[1:]) if b[0] > a[0]]
             out[host][direction] = {"mb": moved / 1e6, "busy": moved / (rates[i] * (t1 - t0)),
                                     "full": sum(s >= FULL * rates[i] for s in steps) / len(steps) if steps else 0.0}
@@ -77,16 +76,16 @@ def by_phase(rows, hosts, rates, starts, bins=10):
     """{"down"/"up": [busy share per bin]}: each iteration [starts[k], starts[k + 1]] cut into
     `bins` equal parts, the links of `hosts` (indices into the ports, rates per port) averaged
     over the hosts and the iterations: where in an iteration the links carry bytes."""
-    out = {}
-    for k, direction in enumerate(("down", "up")):
-        shares = [0.0] * bins
-        for a, b in zip(starts, starts[1:]):
-            for j in range(bins):
-                t0, t1 = a + (b - a) * j / bins, a + (b - a) * (j + 1) / bins
-                shares[j] += sum((at(rows, t1, 1 + 2 * i + k) - at(rows, t0, 1 + 2 * i + k)) / (rates[i] * (t1 - t0))
-                                 for i in hosts) / len(hosts)
-        out[direction] = [s / (len(starts) - 1) for s in shares]
-    return out
+    counters = series(rows)
+    shares = {"down": [0.0] * bins, "up": [0.0] * bins}
+    for a, b in zip(starts, starts[1:]):
+        for j in range(bins):
+            t0, t1 = a + (b - a) * j / bins, a + (b - a) * (j + 1) / bins
+            first, last = value_at(counters, t0), value_at(counters, t1)
+            for k, direction in enumerate(("down", "up")):
+                shares[direction][j] += sum((last[2 * i + k] - first[2 * i + k]) / (rates[i] * (t1 - t0))
+                                            for i in hosts) / len(hosts)
+    return {direction: [s / (len(starts) - 1) for s in bins_] for direction, bins_ in shares.items()}
 
 
 def describe(links, hosts):
