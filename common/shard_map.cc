@@ -22,10 +22,18 @@ int64_t Elements(const Partition& p) {
   return n;
 }
 
-// Partitions: the fewest multiple of `shards` whose near-equal share of the model fits in
-// partition_bytes, so that every shard gets the same number of them.
+// Elements a partition may hold: partition_bytes's, or the automatic size's (shard_map.h).
+int64_t PartitionElements(int64_t total, int shards, int64_t partition_bytes) {
+  constexpr int64_t kFloat = sizeof(float);
+  if (partition_bytes != ShardMap::kAutoPartitionBytes) return std::max<int64_t>(1, partition_bytes / kFloat);
+  const int64_t share = total / (int64_t{shards} * ShardMap::kAutoPartitionsPerShard);
+  return std::clamp(share, ShardMap::kMinAutoPartitionBytes / kFloat, ShardMap::kMaxAutoPartitionBytes / kFloat);
+}
+
+// Partitions: the fewest multiple of `shards` whose near-equal share of the model fits in a
+// partition's elements, so that every shard gets the same number of them.
 int64_t PartitionCount(int64_t total, int shards, int64_t partition_bytes) {
-  const int64_t per = std::max<int64_t>(1, partition_bytes / static_cast<int64_t>(sizeof(float)));
+  const int64_t per = PartitionElements(total, shards, partition_bytes);
   const int64_t per_shard = (total + per * shards - 1) / (per * shards);
   return std::min<int64_t>(total, per_shard * shards);
 }
@@ -117,9 +125,10 @@ absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, i
   if (shards < 1 || shards > kMaxShards) {
     return absl::InvalidArgumentError(absl::StrFormat("%d shards: want 1 to %d", shards, kMaxShards));
   }
-  if (partition_bytes < static_cast<int64_t>(sizeof(float))) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("a partition of %d bytes holds no parameter: want at least 4", partition_bytes));
+  if (partition_bytes != kAutoPartitionBytes && partition_bytes < static_cast<int64_t>(sizeof(float))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a partition of %d bytes holds no parameter: want at least 4, or %d for a size chosen from the model",
+        partition_bytes, kAutoPartitionBytes));
   }
   if (layout.total_elements() < shards) {
     return absl::InvalidArgumentError(
@@ -154,7 +163,8 @@ void ShardMap::Scatter(int shard, absl::Span<const float> slice, absl::Span<floa
 }
 
 std::string ShardMap::DebugString() const {
-  return absl::StrFormat("%d shards, %d partitions; MB per shard: %s", shards(), partitions_,
+  return absl::StrFormat("%d shards, %d partitions of %.2f MB; MB per shard: %s", shards(), partitions_,
+                         total_ * sizeof(float) / 1e6 / std::max(1, partitions_),
                          absl::StrJoin(slice_elements_, ", ", [](std::string* out, int64_t n) {
                            absl::StrAppendFormat(out, "%.1f", n * sizeof(float) / 1e6);
                          }));

@@ -1,7 +1,11 @@
 // The model cut into partitions and the partitions spread over the data plane's shards
 // (BytePS's rule): the model's flat order is cut into k x shards contiguous partitions of
 // near-equal size (one element apart at most), k the fewest that keeps a partition within
-// `partition_bytes` (a few MB); a partition is a run of pieces of tensors, cut at the
+// `partition_bytes`, or with kAutoPartitionBytes within the model's share of
+// kAutoPartitionsPerShard partitions a shard, held between 64 KiB and 4 MiB (so that every
+// layer, and so every phase of a round, spreads over every shard's link: few large
+// partitions put a big layer's bytes on some links more than others, the more so the more
+// shards; bench/iteration_bound.py); a partition is a run of pieces of tensors, cut at the
 // tensors' bounds. Partition j goes to shard j mod shards, so every shard holds the same
 // bytes (k elements apart at most: a host's link carries no more than another's) and pieces
 // from the whole model. The map is a pure function of (layout, shards,
@@ -35,13 +39,19 @@ struct ShardPiece {
 // Immutable after Plan. Thread-safe (const).
 class ShardMap {
  public:
-  static constexpr int64_t kDefaultPartitionBytes = int64_t{4} << 20;
+  // partition_bytes kAutoPartitionBytes: the size is the model's over kAutoPartitionsPerShard
+  // x shards, within [kMinAutoPartitionBytes, kMaxAutoPartitionBytes].
+  static constexpr int64_t kAutoPartitionBytes = 0;
+  static constexpr int kAutoPartitionsPerShard = 16;
+  static constexpr int64_t kMinAutoPartitionBytes = int64_t{64} << 10;
+  static constexpr int64_t kMaxAutoPartitionBytes = int64_t{4} << 20;
   static constexpr int kMaxShards = 1024;
 
-  // InvalidArgument: shards outside [1, kMaxShards], partition_bytes under one float, or a
-  // model of fewer elements than shards (a shard would hold nothing).
+  // InvalidArgument: shards outside [1, kMaxShards], partition_bytes neither
+  // kAutoPartitionBytes nor at least one float, or a model of fewer elements than shards (a
+  // shard would hold nothing).
   static absl::StatusOr<ShardMap> Plan(const ModelLayout& layout, int shards,
-                                       int64_t partition_bytes = kDefaultPartitionBytes);
+                                       int64_t partition_bytes = kAutoPartitionBytes);
 
   int shards() const { return static_cast<int>(slices_.size()); }
   int partitions() const { return partitions_; }
@@ -61,7 +71,7 @@ class ShardMap {
   void Gather(int shard, absl::Span<const float> model, absl::Span<float> slice) const;
   void Scatter(int shard, absl::Span<const float> slice, absl::Span<float> model) const;
 
-  // "3 shards, 27 partitions; MB per shard: 4.1, 4.0, 4.0", for logs and errors.
+  // "3 shards, 27 partitions of 0.45 MB; MB per shard: 4.1, 4.0, 4.0", for logs and errors.
   std::string DebugString() const;
 
  private:

@@ -136,6 +136,27 @@ TEST_CASE("the plan and its fingerprint depend on the layout, the shards and the
   REQUIRE(absl::StartsWith(a.DebugString(), "4 shards, "));
 }
 
+TEST_CASE("the automatic size: 16 partitions a shard, within 64 KiB and 4 MiB", "[shard_map]") {
+  // 45 MB (ResNet-18's size) over 4 shards: 64 partitions of 0.7 MB, so that its last
+  // stage's 33.6 MB spreads over all four (4 MB partitions put 9 of them on the shards
+  // as 3, 2, 2, 2); over 16 shards, 256 of 0.18 MB.
+  const ModelLayout resnet = Layout({{"w", {11'200'000}}});
+  auto four = ShardMap::Plan(resnet, 4);
+  REQUIRE(four.ok());
+  CHECK(four->partitions() == 64);
+  CHECK(absl::StrContains(four->DebugString(), "64 partitions of 0.70 MB"));
+  CHECK(ShardMap::Plan(resnet, 16)->partitions() == 256);
+  CHECK(four->fingerprint() == ShardMap::Plan(resnet, 4, ShardMap::kAutoPartitionBytes)->fingerprint());
+  // A large model keeps partitions of 4 MiB at most: 1 GiB over 4 shards is 256 of them.
+  CHECK(ShardMap::Plan(Layout({{"w", {int64_t{1} << 28}}}), 4)->partitions() == 256);
+  // A small one keeps them at 64 KiB at least: 1 MiB over 4 shards is 16 of them, not 64.
+  CHECK(ShardMap::Plan(Layout({{"w", {1 << 18}}}), 4)->partitions() == 16);
+  // Smaller than a partition a shard: one each.
+  CHECK(ShardMap::Plan(Layout({{"w", {1000}}}), 4)->partitions() == 4);
+  // The automatic size is a plan of its own: not 4 MiB's.
+  CHECK(four->fingerprint() != ShardMap::Plan(resnet, 4, ShardMap::kMaxAutoPartitionBytes)->fingerprint());
+}
+
 TEST_CASE("a slice's layout names each piece once and keeps buffers", "[shard_map]") {
   const ModelLayout layout = Mixed();
   auto map = ShardMap::Plan(layout, 3, 64 << 10);
@@ -158,6 +179,7 @@ TEST_CASE("a plan that cannot be made is a clear error", "[shard_map]") {
   REQUIRE(absl::IsInvalidArgument(zero.status()));
   REQUIRE(absl::StrContains(zero.status().message(), "want 1 to 1024"));
   REQUIRE(absl::IsInvalidArgument(ShardMap::Plan(layout, 1, 3).status()));
+  REQUIRE(absl::StrContains(ShardMap::Plan(layout, 1, -4).status().message(), "or 0 for a size chosen"));
   const auto too_many = ShardMap::Plan(layout, 4);
   REQUIRE(absl::IsInvalidArgument(too_many.status()));
   REQUIRE(absl::StrContains(too_many.status().message(), "fewer than the 4 shards"));

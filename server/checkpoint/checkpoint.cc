@@ -151,7 +151,7 @@ absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string&
   job.layout = *std::move(layout);
   job.shards = j["shards"].get<int>();
   job.partition_bytes = j["partition_bytes"].get<int64_t>();
-  if (job.shards < 2 || job.partition_bytes < 1) return bad();
+  if (job.shards < 2 || job.partition_bytes < 0) return bad();  // 0: the automatic size
   return job;
 }
 

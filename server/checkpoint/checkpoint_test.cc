@@ -127,6 +127,11 @@ TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cu
   absl::StatusOr<CheckpointState> r = ReadCheckpoint(dir + "/c.safetensors");
   REQUIRE(r.ok());
   RequireSame(s, *r);
+  s.sharded->partition_bytes = 0;  // the automatic size (common/shard_map.h) is a cut of its own
+  REQUIRE(WriteCheckpoint(dir + "/auto.safetensors", s).ok());
+  r = ReadCheckpoint(dir + "/auto.safetensors");
+  REQUIRE(r.ok());
+  REQUIRE(r->sharded->partition_bytes == 0);
   s.sharded->shards = 1;  // not a sharded job: a file that says so is not ours
   REQUIRE(WriteCheckpoint(dir + "/bad.safetensors", s).ok());
   absl::StatusOr<CheckpointState> bad = ReadCheckpoint(dir + "/bad.safetensors");

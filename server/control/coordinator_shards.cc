@@ -213,8 +213,9 @@ absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout&
   if (job.shards != options_.shards || job.partition_bytes != options_.partition_bytes) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the checkpoint is of a job cut into %d shards of %d-byte partitions, and this coordinator was started for %d "
-        "of %d-byte partitions: start it with the job's --shards and --partition_mb, or --fresh",
-        job.shards, job.partition_bytes, options_.shards, options_.partition_bytes));
+        "of %d-byte partitions (0: the automatic size): start it with --shards=%d --partition_mb=%g, or --fresh",
+        job.shards, job.partition_bytes, options_.shards, options_.partition_bytes, job.shards,
+        static_cast<double>(job.partition_bytes) / (1 << 20)));
   }
   absl::StatusOr<ShardMap> map = ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes);
   if (!map.ok()) return map.status();

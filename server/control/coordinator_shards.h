@@ -30,7 +30,7 @@ namespace server {
 
 struct CoordinatorShardsOptions {
   int shards = 1;  // the coordinator (slice 0) and shards - 1 shard servers
-  int64_t partition_bytes = ShardMap::kDefaultPartitionBytes;
+  int64_t partition_bytes = ShardMap::kAutoPartitionBytes;
   std::string address;                             // the coordinator's, as workers reach it
   OptimizerOptions optimizer;                      // what every shard's optimizer must share
   absl::Duration member_wait = absl::Seconds(30);  // a shard's step waits this long for a member's slice

@@ -361,7 +361,7 @@ TEST_CASE("a restarted coordinator resumes its job: every shard registers, all g
   });
   absl::Status other = c.Resume(ShardedJob{Model(), 4, kPartition}, map.slice_layout(0));
   REQUIRE(absl::IsFailedPrecondition(other));
-  REQUIRE(absl::StrContains(other.message(), "--shards"));
+  REQUIRE(absl::StrContains(other.message(), "--shards=4 --partition_mb="));
   REQUIRE(absl::IsFailedPrecondition(c.Resume(job, map.slice_layout(1))));  // not this job's slice 0
   REQUIRE(c.Resume(job, map.slice_layout(0)).ok());
   REQUIRE(c.map()->fingerprint() == map.fingerprint());

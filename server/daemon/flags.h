@@ -15,7 +15,7 @@ struct DaemonFlags {
   int port = 50051;
   std::string bind = "0.0.0.0";
   int shards = 1;
-  double partition_mb = 4;
+  double partition_mb = 0;  // 0: chosen from the model and the shards (common/shard_map.h)
   bool push_slices_in_order = false;
   bool shard_steps_ahead = false;
   std::string coordinator = "";

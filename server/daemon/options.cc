@@ -77,7 +77,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
   return CheckFlagRanges({
       {"port", d(f.port), 0, 65535},
       {"shards", d(f.shards), 1, ShardMap::kMaxShards},
-      {"partition_mb", f.partition_mb, 1.0 / (1 << 20), 1 << 20},
+      {"partition_mb", f.partition_mb == 0 ? 1.0 : f.partition_mb, 4.0 / (1 << 20), 1 << 20},  // 0: automatic
       {"staleness_bound", d(f.staleness_bound), 0, 1e6},
       {"num_workers", d(f.num_workers), 1, 100000},
       {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},

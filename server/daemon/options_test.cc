@@ -3,6 +3,7 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "common/shard_map.h"
 
 namespace omnilearn {
 namespace server {
@@ -113,7 +114,14 @@ TEST_CASE("the address a sharded server advertises, and its partitions' size", "
   f.bind = "0.0.0.0";
   f.advertise = "";
   REQUIRE_FALSE(absl::StartsWith(AdvertisedAddress(f, 5000), "0.0.0.0"));  // the host's name instead
+  REQUIRE(PartitionBytes(f) == ShardMap::kAutoPartitionBytes);             // the default: chosen from the model
+  f.partition_mb = 4;
   REQUIRE(PartitionBytes(f) == int64_t{4} << 20);
+  REQUIRE(CheckFlags(f).ok());
+  f.partition_mb = 1.0 / (1 << 20);  // one byte: not a parameter's
+  REQUIRE(absl::StrContains(CheckFlags(f).message(), "--partition_mb"));
+  f.partition_mb = -1;
+  REQUIRE_FALSE(CheckFlags(f).ok());
   REQUIRE(LimitsFromFlags(f).stream_idle_timeout == absl::Seconds(60));
 }
 

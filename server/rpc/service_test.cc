@@ -474,7 +474,7 @@ grpc::Status RegisterShard(Fixture& f, CoordinatorShards& shards, const std::str
   v1::ShardHello hello;
   hello.set_address("shard:1");
   hello.set_shards(2);
-  hello.set_partition_bytes(ShardMap::kDefaultPartitionBytes);
+  hello.set_partition_bytes(ShardMap::kAutoPartitionBytes);
   // ServerPeers.Shard, or a shard of the previous release's ParameterServer.Shard.
   auto reader = previous_release ? v1::ParameterServer::NewStub(f.channel)->Shard(&ctx, hello)
                                  : v1::ServerPeers::NewStub(f.channel)->Shard(&ctx, hello);
