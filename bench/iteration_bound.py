@@ -83,6 +83,11 @@ def model_tensors(name):
 
 # ------------------------------------------------------------------ the pacing
 
+def phases(compute_s):
+    """(forward, backward) seconds of a step: a third and two thirds (bench/peers.py's Pacer)."""
+    return compute_s / 3, 2 * compute_s / 3
+
+
 def final_at(group, k, backward_s):
     """Seconds into backward at which a group's gradients are final."""
     return (k - group) / k * backward_s
@@ -126,7 +131,7 @@ def ddp_buckets(tensors):
 
 def ddp_iteration(tensors, k, workers, rate, compute_s):
     """DDP's bound: backward's start to the next one's."""
-    forward_s, backward_s = compute_s / 3, 2 * compute_s / 3
+    forward_s, backward_s = phases(compute_s)
     items = [(max(final_at(tensors[i].group, k, backward_s) for i in b),
               2 * (workers - 1) / workers * sum(tensors[i].nbytes for i in b)) for b in ddp_buckets(tensors)]
     reduced = max([backward_s] + fifo(items, rate))
@@ -196,7 +201,7 @@ def pushes_in(tensors, k, workers, rate, backward_s, bucket_bytes, owned):
     ends = [backward_s]
     for h in range(workers):
         up = sorted((at, sum(v for s, v in per.items() if s != h)) for at, per in leave)
-        down = sorted((at, per[h]) for at, per in leave for _ in range(workers - 1))
+        down = sorted((at, (workers - 1) * per[h]) for at, per in leave)  # every other worker's part
         ends += fifo(up, rate) + fifo(down, rate)
     return max(ends)
 
@@ -226,7 +231,7 @@ def model_arrivals(tensors, workers, rate, start, owned):
 
 def colocated_iteration(tensors, k, workers, rate, compute_s, bucket_bytes, partition_bytes):
     """Servers on the worker hosts' bound: backward's start to the next one's (the slowest host's)."""
-    forward_s, backward_s = compute_s / 3, 2 * compute_s / 3
+    forward_s, backward_s = phases(compute_s)
     owned = owners(tensors, workers, partition_bytes)
     stepped = pushes_in(tensors, k, workers, rate, backward_s, bucket_bytes, owned)
     return max(forward_end(stepped, a, k, forward_s) for a in model_arrivals(tensors, workers, rate, stepped, owned))
