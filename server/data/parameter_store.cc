@@ -233,6 +233,7 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   spare_state_.assign(state_.size(), nullptr);
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
   spare_.reset();
+  replaced_.clear();
   served_.reset();
   version_ = version;
   adam_time_ = static_cast<double>(version);
@@ -330,16 +331,22 @@ float ParameterStore::ClippedScale(const std::vector<float>& update, double upda
 }
 
 std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
-  // The new snapshot is written straight from the old one (no copy first), into the
-  // snapshot before it when no reader holds that any more (no allocation, no page faults).
+  // The new snapshot is written straight from the old one (no copy first), into a snapshot no
+  // reader holds any more (no allocation, no page faults): the one before, else an older one
+  // that a reader held when a step replaced it (an in-memory checkpoint holds its version
+  // across rounds). Those still held are kept, to be reused once let go (they are alive
+  // anyway); of those nobody holds, only the one taken stays.
+  if (spare_ != nullptr) replaced_.push_back(std::move(spare_));
   std::shared_ptr<std::vector<float>> next;
-  if (spare_ != nullptr && spare_.use_count() == 1 && spare_->size() == weights_->size()) {
-    next = std::move(spare_);
-  } else {
-    next = std::make_shared<std::vector<float>>(weights_->size());
+  for (auto it = replaced_.rbegin(); it != replaced_.rend(); ++it) {  // the newest first
+    if (it->use_count() > 1) continue;
+    if (next == nullptr && (*it)->size() == weights_->size()) next = std::move(*it);
+    it->reset();
   }
-  spare_.reset();
-  return next;
+  replaced_.erase(std::remove(replaced_.begin(), replaced_.end(), nullptr), replaced_.end());
+  if (next != nullptr) return next;
+  ++snapshots_allocated_;
+  return std::make_shared<std::vector<float>>(weights_->size());
 }
 
 void ParameterStore::Apply(const std::vector<float>& update, const StepSettings& step) {

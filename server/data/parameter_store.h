@@ -158,6 +158,8 @@ class ParameterStore {
   void set_history(uint64_t history) { history_ = history; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
+  // Snapshots a step had to allocate (every other step wrote into one no reader held).
+  uint64_t snapshots_allocated() const { return snapshots_allocated_; }
   const OptimizerOptions& options() const { return options_; }
   // The optimizer's state (Adam's step count is the version), shared, not copied: the
   // store's buffers are handed out as they are, and the next Apply writes the state into
@@ -190,8 +192,10 @@ class ParameterStore {
 
   OptimizerOptions options_;
   ModelLayout layout_;
-  std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
-  std::shared_ptr<std::vector<float>> spare_;               // the one before: reused once no reader holds it
+  std::shared_ptr<const std::vector<float>> weights_;          // a new snapshot per step
+  std::shared_ptr<std::vector<float>> spare_;                  // the one before: reused once no reader holds it
+  std::vector<std::shared_ptr<std::vector<float>>> replaced_;  // older ones readers held: reused once let go
+  uint64_t snapshots_allocated_ = 0;
   std::shared_ptr<const std::vector<float>> served_;        // Predict's; null: weights_
   std::shared_ptr<std::vector<float>> served_spare_;        // the prediction before, reused as spare_ is
   std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()

@@ -3,6 +3,7 @@
 #include "server/data/parameter_store.h"
 
 #include <cmath>
+#include <deque>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -374,6 +375,29 @@ TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reu
   s.Apply({1, 1, 1, 1});  // the snapshot of two steps ago, released: its storage is reused
   REQUIRE(s.weights()->data() == before);
   REQUIRE((*s.weights())[3] == -4);
+}
+
+TEST_CASE(
+    "a step writes into an older snapshot a reader let go of: a checkpoint held across rounds costs no allocation",
+    "[store]") {
+  OptimizerOptions o;
+  o.learning_rate = 1.0;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  // Like a sharded job's in-memory checkpoint: a capture every round, the one before kept
+  // until the next is in, so the snapshot before each step's is always held.
+  std::deque<std::shared_ptr<const std::vector<float>>> captures;
+  for (int step = 0; step < 10; ++step) {
+    captures.push_back(s.weights());
+    if (captures.size() > 2) captures.pop_front();
+    s.Apply({1, 1, 1, 1});
+  }
+  REQUIRE(s.snapshots_allocated() == 2);  // the first two steps'; then the capture let go two rounds ago
+  REQUIRE((*s.weights())[0] == -10);
+  REQUIRE(*captures[0] == std::vector<float>(4, -8));  // never overwritten while held
+  REQUIRE(*captures[1] == std::vector<float>(4, -9));
 }
 
 }  // namespace
