@@ -357,12 +357,17 @@ namespace omnilearn {
 namespace server {
 namespace {
 
-TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reused", "[store]") {
+// Plain SGD at rate 1: an Apply of ones takes every weight down by one.
+OptimizerOptions UnitSgd() {
   OptimizerOptions o;
   o.learning_rate = 1.0;
   o.momentum = 0;
   o.weight_decay = 0;
-  ParameterStore s(o);
+  return o;
+}
+
+TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reused", "[store]") {
+  ParameterStore s(UnitSgd());
   REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
   std::shared_ptr<const std::vector<float>> held = s.weights();  // a pull in flight
   s.Apply({1, 1, 1, 1});
@@ -380,11 +385,7 @@ TEST_CASE("a snapshot a reader holds is never overwritten; a released one is reu
 TEST_CASE(
     "a step writes into an older snapshot a reader let go of: a checkpoint held across rounds costs no allocation",
     "[store]") {
-  OptimizerOptions o;
-  o.learning_rate = 1.0;
-  o.momentum = 0;
-  o.weight_decay = 0;
-  ParameterStore s(o);
+  ParameterStore s(UnitSgd());
   REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
   // Like a sharded job's in-memory checkpoint: a capture every round, the one before kept
   // until the next is in, so the snapshot before each step's is always held.
