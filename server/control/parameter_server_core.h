@@ -5,7 +5,8 @@
 //   sync_round.h      a sync round's sum of b_k * g_k, members, clock and closing plan
 //   async_rule.h      the asynchronous staleness rule (step, buffer blend, momentum)
 //   epoch_sampler.h   the epochs' permutations and the samples handed out
-//   parameter_store.h the weights, buffers and optimizer
+//   parameter_store.h the weights, buffers and optimizer (shared_buffers.h: which
+//                     replaced buffer a step writes into)
 //   buffer_pool.h     model-sized buffers reused across pushes (its own lock)
 //   job_life.h        the start barrier's clock, the job's finish, the job counter
 //   join_check.h      what a join must bring (name, host, model size, data set, layout)

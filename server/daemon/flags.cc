@@ -12,8 +12,8 @@ ABSL_FLAG(int, shards, 1,
           "the job's parameters are cut over this many servers: this one (the coordinator, slice 0) and "
           "shards - 1 shard servers started with --coordinator (docs/SHARDING.md)");
 ABSL_FLAG(double, partition_mb, 0,
-          "sharded jobs: the model's partitions hold at most this many MB; 0: the model's size over 16 partitions "
-          "a shard, between 64 KiB and 4 MiB");
+          "sharded jobs: the model's partitions hold at most this many MB; 0: a size chosen from the model's "
+          "size and the shard count (ShardMap::kAutoPartitionBytes in common/shard_map.h)");
 ABSL_FLAG(bool, push_slices_in_order, false,
           "sharded jobs' coordinator: workers push the slices one after the other, slice 0 first, so each "
           "slice's model comes back while the next one's gradient still goes out; for slices that all live "

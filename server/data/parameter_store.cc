@@ -230,11 +230,12 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   state_.clear();
   for (size_t i = 0; i < StateNames().size(); ++i)
     state_.push_back(std::make_shared<std::vector<float>>(values.size()));
-  spare_state_.assign(state_.size(), nullptr);
-  weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: reused as spare_ later
+  state_buffers_.assign(state_.size(), SharedBuffers());
+  weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: retired as spare_ later
   spare_.reset();
-  replaced_.clear();
+  snapshots_.Clear();
   served_.reset();
+  predictions_.Clear();
   version_ = version;
   adam_time_ = static_cast<double>(version);
   return absl::OkStatus();
@@ -330,25 +331,6 @@ float ParameterStore::ClippedScale(const std::vector<float>& update, double upda
   return factor < 1 ? static_cast<float>(update_scale * factor) : us;
 }
 
-std::shared_ptr<std::vector<float>> ParameterStore::NextSnapshot() {
-  // The new snapshot is written straight from the old one (no copy first), into a snapshot no
-  // reader holds any more (no allocation, no page faults): the one before, else an older one
-  // that a reader held when a step replaced it (an in-memory checkpoint holds its version
-  // across rounds). Those still held are kept, to be reused once let go (they are alive
-  // anyway); of those nobody holds, only the one taken stays.
-  if (spare_ != nullptr) replaced_.push_back(std::move(spare_));
-  std::shared_ptr<std::vector<float>> next;
-  for (auto it = replaced_.rbegin(); it != replaced_.rend(); ++it) {  // the newest first
-    if (it->use_count() > 1) continue;
-    if (next == nullptr && (*it)->size() == weights_->size()) next = std::move(*it);
-    it->reset();
-  }
-  replaced_.erase(std::remove(replaced_.begin(), replaced_.end(), nullptr), replaced_.end());
-  if (next != nullptr) return next;
-  ++snapshots_allocated_;
-  return std::make_shared<std::vector<float>>(weights_->size());
-}
-
 void ParameterStore::Apply(const std::vector<float>& update, const StepSettings& step) {
   const int tensors = static_cast<int>(layout_.tensors().size());
   const double share = step.sample_share > 0 ? std::min(step.sample_share, 1.0) : 1.0;
@@ -360,7 +342,10 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
     if (!options_.groups.empty())
       ks.back().wd = ks.back().adam.wd = static_cast<float>(options_.groups[g].weight_decay);
   }
-  std::shared_ptr<std::vector<float>> next = NextSnapshot();
+  // The new snapshot is written straight from the old one (no copy first), into one a
+  // reader let go of (an in-memory checkpoint holds its version across rounds).
+  snapshots_.Retire(std::move(spare_));
+  std::shared_ptr<std::vector<float>> next = snapshots_.Take(weights_->size());
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);
   float* const m = state_.empty() ? nullptr : state_[0]->data();
@@ -384,14 +369,10 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
 }
 
 void ParameterStore::Predict(double steps) {
-  std::shared_ptr<std::vector<float>> held = std::const_pointer_cast<std::vector<float>>(served_);
+  predictions_.Retire(std::const_pointer_cast<std::vector<float>>(std::move(served_)));
   served_.reset();
-  if (held != nullptr && held.use_count() == 1) served_spare_ = std::move(held);      // no reader holds it
   if (steps <= 0 || spare_ == nullptr || spare_->size() != weights_->size()) return;  // served() is weights()
-  std::shared_ptr<std::vector<float>> next = std::move(served_spare_);
-  if (next == nullptr || next.use_count() > 1 || next->size() != weights_->size()) {
-    next = std::make_shared<std::vector<float>>(weights_->size());
-  }
+  std::shared_ptr<std::vector<float>> next = predictions_.Take(weights_->size());
   const float s = static_cast<float>(steps);
   const float* w = weights_->data();
   const float* before = spare_->data();
@@ -413,13 +394,17 @@ void ParameterStore::DetachHeldState(std::vector<const float*>* copy_from) {
   copy_from->assign(state_.size(), nullptr);
   for (size_t i = 0; i < state_.size(); ++i) {
     if (state_[i].use_count() == 1) continue;  // only the store holds it: stepped in place
-    std::shared_ptr<std::vector<float>>& spare = spare_state_[i];
-    if (spare == nullptr || spare.use_count() > 1 || spare->size() != state_[i]->size()) {
-      spare = std::make_shared<std::vector<float>>(state_[i]->size());
-    }
-    (*copy_from)[i] = state_[i]->data();  // the holder keeps it alive through the step
-    std::swap(state_[i], spare);
+    (*copy_from)[i] = state_[i]->data();       // the holder keeps it alive through the step
+    const size_t size = state_[i]->size();
+    state_buffers_[i].Retire(std::move(state_[i]));
+    state_[i] = state_buffers_[i].Take(size);
   }
+}
+
+uint64_t ParameterStore::buffers_allocated() const {
+  uint64_t allocated = snapshots_.allocated() + predictions_.allocated();
+  for (const SharedBuffers& buffers : state_buffers_) allocated += buffers.allocated();
+  return allocated;
 }
 
 OptimizerBuffers ParameterStore::OptimizerState() const {

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_layout.h"
+#include "server/data/shared_buffers.h"
 #include "server/data/step_settings.h"
 
 namespace omnilearn {
@@ -158,8 +159,9 @@ class ParameterStore {
   void set_history(uint64_t history) { history_ = history; }
   const ModelLayout& layout() const { return layout_; }
   std::shared_ptr<const std::vector<float>> weights() const { return weights_; }
-  // Snapshots a step had to allocate (every other step wrote into one no reader held).
-  uint64_t snapshots_allocated() const { return snapshots_allocated_; }
+  // Model-sized buffers the steps and predictions had to allocate: snapshots, optimizer
+  // state a reader held (OptimizerState), predictions. The others reused one let go.
+  uint64_t buffers_allocated() const;
   const OptimizerOptions& options() const { return options_; }
   // The optimizer's state (Adam's step count is the version), shared, not copied: the
   // store's buffers are handed out as they are, and the next Apply writes the state into
@@ -182,9 +184,6 @@ class ParameterStore {
   absl::Status AssignGroups(const ModelLayout& layout);
   // The update's scale after global-norm clipping (update_scale when there is none).
   float ClippedScale(const std::vector<float>& update, double update_scale, std::optional<double> norm_squared) const;
-  // The buffer the step writes the new snapshot into: the one before when no reader holds it.
-  std::shared_ptr<std::vector<float>> NextSnapshot();
-
   // Before a step: each state buffer held outside (OptimizerState) is replaced by a
   // free one, and its old values' address goes in `copy_from` (else null) for the step
   // to copy range by range.
@@ -192,18 +191,15 @@ class ParameterStore {
 
   OptimizerOptions options_;
   ModelLayout layout_;
-  std::shared_ptr<const std::vector<float>> weights_;          // a new snapshot per step
-  std::shared_ptr<std::vector<float>> spare_;                  // the one before: reused once no reader holds it
-  std::vector<std::shared_ptr<std::vector<float>>> replaced_;  // older ones readers held: reused once let go
-  uint64_t snapshots_allocated_ = 0;
+  std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
+  std::shared_ptr<std::vector<float>> spare_;               // the one before (Predict's base)
+  SharedBuffers snapshots_;                                 // those replaced: a step writes into one let go
   std::shared_ptr<const std::vector<float>> served_;        // Predict's; null: weights_
-  std::shared_ptr<std::vector<float>> served_spare_;        // the prediction before, reused as spare_ is
+  SharedBuffers predictions_;                               // those replaced, as snapshots_
   std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
-  // State buffers a checkpoint held when a step replaced them: reused by a later
-  // replacement once nobody holds them (no allocation, no page faults).
-  std::vector<std::shared_ptr<std::vector<float>>> spare_state_;
-  std::vector<int> group_of_;         // per tensor of the layout
-  std::vector<double> worker_rates_;  // SetGroupRates; empty: the schedule's
+  std::vector<SharedBuffers> state_buffers_;                // per StateNames(): those a reader held when replaced
+  std::vector<int> group_of_;                               // per tensor of the layout
+  std::vector<double> worker_rates_;                        // SetGroupRates; empty: the schedule's
   uint64_t version_ = 0;
   double adam_time_ = 0;  // adam_time()
   uint64_t history_ = 0;  // history()
