@@ -4,7 +4,11 @@
 set -euo pipefail
 bin="$PWD/bench"
 cd "${TEST_TMPDIR:-$(mktemp -d)}"  # their JSON goes to ./bench/results here
-"$bin/round" --sizes=1 --latency_ms=0 --trials=1 --seconds=0.2
-"$bin/scale" --workers=1,4 --seconds=0.3
-"$bin/transfer" --sizes=1 --seconds=0.2
-"$bin/shard_step" --megabytes=0.5 --reps=2
+run() {  # each step named with its time, so a timed-out run shows which one did not end
+  echo "smoke: $* ($(date +%T))"
+  "$bin/$@"
+}
+run round --sizes=1 --latency_ms=0 --trials=1 --seconds=0.2
+run scale --workers=1,4 --seconds=0.3
+run transfer --sizes=1 --seconds=0.2
+run shard_step --megabytes=0.5 --reps=2
