@@ -58,9 +58,9 @@ ServerMetrics::ServerMetrics(metrics::Registry& r)
       workers(r.AddGauge("omnilearn_workers", "Workers by state (active, pending, dropped, left).", {"state"})),
       train_loss(r.AddGauge("omnilearn_train_loss", "Training loss in the last push.").Add({})),
       test_accuracy(r.AddGauge("omnilearn_test_accuracy", "Last test accuracy a worker reported (0..1).")),
-      unauthenticated(
-          r.AddCounter("omnilearn_unauthenticated_total", "Calls refused for a missing or wrong bearer token.")
-              .Add({})) {}
+      unauthenticated(r.AddCounter("omnilearn_unauthenticated_total",
+                                   "Calls refused for a missing or wrong bearer token or peer secret.")
+                          .Add({})) {}
 
 void ServerMetrics::CollectModel(uint64_t version, double last_loss, std::optional<double> accuracy) {
   model_version.Set(static_cast<double>(version));

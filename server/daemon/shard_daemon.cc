@@ -73,8 +73,10 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   if (!peer_credentials.ok()) return Fail(peer_credentials.status(), 2);
   // A session's dtype is the coordinator's choice at Join: a shard reads and writes either.
   ShardServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(f), v1::WIRE_DTYPE_BF16);
+  // The peer plane answers a caller with the secret that this is no coordinator; others, UNAUTHENTICATED.
+  service.peers().Enable(/*shards=*/nullptr, *peer_token);
   int bound_port = 0;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, /*peers=*/nullptr, &bound_port);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &service.peers(), &bound_port);
   if (!server.ok()) return FailToListen(server.status());
   // Before the exposer, which reads it at each scrape.
   CheckpointHealth checkpoint_health(Clock::Real(), /*in_memory=*/f.checkpoint_dir.empty());

@@ -48,7 +48,11 @@ ShardCore::ShardCore(ShardCoreOptions options)
                          .AddCounter("omnilearn_shard_steps_ahead_refused_total",
                                      "steps taken ahead that the coordinator's command did not confirm (the job went "
                                      "back to its common checkpoint)")
-                         .Add({})) {}
+                         .Add({})),
+      unauthenticated_(registry_
+                           .AddCounter("omnilearn_unauthenticated_total",
+                                       "Calls refused for a missing or wrong bearer token or peer secret.")
+                           .Add({})) {}
 
 namespace {
 

@@ -122,11 +122,12 @@ class ShardCore : public DataPlane {
     if (options_.log) options_.log(line);
   }
   void CountRejectedPush(WorkerId, const std::string&) override {}
-  void CountUnauthenticated() override {}
+  void CountUnauthenticated() override { unauthenticated_.Increment(); }
   void CountPushBytes(int64_t bytes) override;
   void CountPullBytes(int64_t bytes) override;
-  // The shard's /metrics: bytes in and out, the slice's size and version, each step's
-  // latency (from the coordinator's command to the slice stepped, the wait for the
+  // The shard's /metrics: calls refused for their credentials, bytes in and out, the
+  // slice's size and version, each step's latency (from the coordinator's command to the
+  // slice stepped, the wait for the
   // members' slices included), the members' slices a step went without, and the steps
   // whose sum was built as the slices arrived, and the steps taken ahead of the command.
   metrics::Registry& registry() { return registry_; }
@@ -235,6 +236,7 @@ class ShardCore : public DataPlane {
   metrics::Counter& summed_on_arrival_;
   metrics::Counter& steps_ahead_;
   metrics::Counter& ahead_refused_;
+  metrics::Counter& unauthenticated_;
 };
 
 }  // namespace server

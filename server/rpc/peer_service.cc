@@ -14,15 +14,48 @@
 
 namespace omnilearn {
 namespace server {
+namespace {
+
+// Writes `message` as one raw buffer of the stream.
+template <typename Message>
+bool WriteMessage(raw::ServerStream* stream, const Message& message) {
+  raw::Buffer buffer;
+  bool own = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, &buffer, &own).ok() && stream->Write(buffer);
+}
+
+}  // namespace
+
+PeerService::PeerService(const SliceService* workers, DataPlane* data) : workers_(workers), data_(data) {
+  // Every method by its index in the service (the generated code adds them in the proto's
+  // order), as a stream of raw buffers: a unary call read and answered as a bidirectional
+  // stream of one message each way, a server-streaming one reading its request itself.
+  const google::protobuf::ServiceDescriptor* d = v1::ShardHello::descriptor()->file()->FindServiceByName("ServerPeers");
+  using Self = PeerService;
+  MarkMethodStreamed(d->FindMethodByName("Shard")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
+                       return s->ShardStream(ctx, stream);
+                     }));
+  MarkMethodStreamed(d->FindMethodByName("StepNorm")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
+                       return s->StepNormStream(ctx, stream);
+                     }));
+  MarkMethodStreamed(d->FindMethodByName("ReportCheckpoints")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
+                       return s->ReportCheckpointsStream(ctx, stream);
+                     }));
+}
 
 grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
   if (peer_token_.empty()) return workers_->Authorize(ctx);
-  if (grpc::Status held = workers_->Held(); !held.ok()) return held;
-  if (PeerTokenMatches(ctx->client_metadata(), peer_token_)) return grpc::Status::OK;
-  data_->CountUnauthenticated();
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "the server-to-server calls are for the job's servers: it must carry the job's peer secret "
-                      "(--peer_token_file); the workers' token does not make a caller a server");
+  // The secret before anything else, the server's hold while it resumes included.
+  if (!PeerTokenMatches(ctx->client_metadata(), peer_token_)) {
+    data_->CountUnauthenticated();
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "the server-to-server calls are for the job's servers: it must carry the job's peer secret "
+                        "(--peer_token_file); the workers' token does not make a caller a server");
+  }
+  return workers_->Held();
 }
 
 grpc::Status PeerService::AdmitPeer(const grpc::ServerContext* ctx) {
@@ -32,7 +65,21 @@ grpc::Status PeerService::AdmitPeer(const grpc::ServerContext* ctx) {
   }
   if (shards_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this server runs no sharded job: start the coordinator with --shards");
+                        "this server coordinates no sharded job: shards register with the job's coordinator, started "
+                        "with --shards");
+  }
+  return grpc::Status::OK;
+}
+
+template <typename Request>
+grpc::Status PeerService::ReadRequest(raw::ServerStream* stream, Request* request) {
+  raw::Buffer buffer;
+  if (!stream->Read(&buffer)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the call ended before its request");
+  }
+  if (!grpc::SerializationTraits<Request>::Deserialize(&buffer, request).ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the request is not a ", Request::descriptor()->full_name()));
   }
   return grpc::Status::OK;
 }
@@ -45,11 +92,12 @@ void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status&
   }
 }
 
-grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
-                                grpc::ServerWriter<v1::ShardCommand>* writer) {
+grpc::Status PeerService::ShardStream(grpc::ServerContext* ctx, raw::ServerStream* stream) {
   if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
+  v1::ShardHello hello;
+  if (grpc::Status read = ReadRequest(stream, &hello); !read.ok()) return read;
   uint64_t generation = 0;
-  absl::StatusOr<int> index = shards_->Register(RegistrationFromProto(*hello), &generation);
+  absl::StatusOr<int> index = shards_->Register(RegistrationFromProto(hello), &generation);
   if (!index.ok()) {
     LogRefused(ctx, ToGrpc(index.status()));
     return ToGrpc(index.status());
@@ -58,14 +106,14 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
   absl::Status next;
   while (!ctx->IsCancelled() && (next = shards_->Next(*index, generation, &out, absl::Now() + absl::Seconds(1))).ok()) {
     if (std::holds_alternative<std::monostate>(out.command)) continue;  // nothing for a second
-    if (!writer->Write(CommandToProto(out.command))) break;
+    if (!WriteMessage(stream, CommandToProto(out.command))) break;
     if (out.values == nullptr) continue;
     // The slice's first values, in the slice layout's chunks.
     const ModelLayout slice = shards_->SliceLayout(*index);
     const bool sent = ForEachChunk(slice, out.values->data(), kMaxChunkBytes, [&](v1::TensorChunk& chunk) {
       v1::ShardCommand c;
       *c.mutable_chunk() = std::move(chunk);
-      return writer->Write(c);
+      return WriteMessage(stream, c);
     });
     if (!sent) break;
   }
@@ -74,29 +122,44 @@ grpc::Status PeerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* 
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) {
+grpc::Status PeerService::StepNormStream(grpc::ServerContext* ctx, raw::ServerStream* stream) {
   if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
+  v1::ShardNorm part;
+  if (grpc::Status read = ReadRequest(stream, &part); !read.ok()) return read;
+  v1::ShardNormTotal total;
+  if (grpc::Status s = StepNorm(ctx, part, &total); !s.ok()) return s;
+  return WriteMessage(stream, total) ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the shard left");
+}
+
+grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm& part, v1::ShardNormTotal* total) {
   const std::optional<ShardMap> map = shards_->map();
-  if (part->index() == 0 || !map.has_value() || map->fingerprint() != part->fingerprint()) {
+  if (part.index() == 0 || !map.has_value() || map->fingerprint() != part.fingerprint()) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrFormat("a norm of slice %u of map %016x: not a shard's slice of this job's map",
-                                        part->index(), part->fingerprint()));
+                                        part.index(), part.fingerprint()));
   }
   const absl::Time deadline = std::min(absl::FromChrono(ctx->deadline()), absl::Now() + absl::Minutes(10));
-  const int index = static_cast<int>(std::min<uint32_t>(part->index(), 1u << 20));  // ReduceNorm checks the range
-  absl::StatusOr<double> sum = shards_->ReduceNorm(part->version(), index, part->sum_squares(), deadline);
+  const int index = static_cast<int>(std::min<uint32_t>(part.index(), 1u << 20));  // ReduceNorm checks the range
+  absl::StatusOr<double> sum = shards_->ReduceNorm(part.version(), index, part.sum_squares(), deadline);
   if (!sum.ok()) return ToGrpc(sum.status());
   total->set_sum_squares(*sum);
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::ReportCheckpoints(grpc::ServerContext* ctx, const v1::ShardCheckpoints* report,
-                                            v1::ShardCheckpointsAck*) {
+grpc::Status PeerService::ReportCheckpointsStream(grpc::ServerContext* ctx, raw::ServerStream* stream) {
   if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
-  absl::StatusOr<CheckpointHealthView> view = CheckpointsFromProto(report->checkpoints());
+  v1::ShardCheckpoints report;
+  if (grpc::Status read = ReadRequest(stream, &report); !read.ok()) return read;
+  if (grpc::Status s = ReportCheckpoints(report); !s.ok()) return s;
+  return WriteMessage(stream, v1::ShardCheckpointsAck()) ? grpc::Status::OK
+                                                         : grpc::Status(grpc::StatusCode::CANCELLED, "the shard left");
+}
+
+grpc::Status PeerService::ReportCheckpoints(const v1::ShardCheckpoints& report) {
+  absl::StatusOr<CheckpointHealthView> view = CheckpointsFromProto(report.checkpoints());
   if (!view.ok()) return ToGrpc(view.status());
-  const int index = static_cast<int>(std::min<uint32_t>(report->index(), 1u << 20));  // checked against the slots
-  return ToGrpc(shards_->ReportCheckpoints(index, report->fingerprint(), *view));
+  const int index = static_cast<int>(std::min<uint32_t>(report.index(), 1u << 20));  // checked against the slots
+  return ToGrpc(shards_->ReportCheckpoints(index, report.fingerprint(), *view));
 }
 
 }  // namespace server

@@ -1,8 +1,14 @@
 // The server-to-server service (proto ServerPeers): a sharded job's shard servers register
 // with the coordinator and read its commands (control/coordinator_shards.h). Not for
 // workers: with the job's peer secret (--peer_token_file) only a call carrying it gets in,
-// whatever workers' token it has; without one (every server on loopback) a call passes the
-// workers' gate. A server that runs no sharded job answers FAILED_PRECONDITION.
+// whatever workers' token it has; without a secret (every server on loopback) a call passes
+// the workers' gate. Every server serves it; one that coordinates no sharded job (a shard
+// server, a lone server) answers the callers that pass FAILED_PRECONDITION.
+//
+// Credentials first: the calls are served as streams of raw buffers (common/grpc_raw.h), so
+// that a call without the secret is answered UNAUTHENTICATED (and counted) before its
+// message is read off the stream, parsed, bounded or copied, and before the server's hold
+// while it resumes or its role are looked at.
 #ifndef OMNILEARN_SERVER_RPC_PEER_SERVICE_H_
 #define OMNILEARN_SERVER_RPC_PEER_SERVICE_H_
 
@@ -10,6 +16,7 @@
 
 #include <string>
 
+#include "common/grpc_raw.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/data_plane.h"
@@ -25,27 +32,37 @@ class PeerService final : public v1::ServerPeers::Service {
   // `workers`: the worker-facing service, whose gate (held while resuming, the workers'
   // token) a call passes without a peer secret; `data` counts and logs what this service
   // refuses. Both outlive it.
-  PeerService(const SliceService* workers, DataPlane* data) : workers_(workers), data_(data) {}
+  PeerService(const SliceService* workers, DataPlane* data);
 
-  // A sharded job's coordinator: before serving; `shards` outlives this.
+  // Before serving: the job's peer secret ("" for servers on loopback alone) and, on a
+  // sharded job's coordinator, its `shards` (which outlive this; nullptr elsewhere).
   void Enable(CoordinatorShards* shards, std::string peer_token) {
     shards_ = shards;
     peer_token_ = std::move(peer_token);
   }
 
-  grpc::Status Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
-                     grpc::ServerWriter<v1::ShardCommand>* writer) override;
-  // A clipped job's norm: a shard's part in, the whole model's out (CoordinatorShards::ReduceNorm).
-  grpc::Status StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm* part, v1::ShardNormTotal* total) override;
-  // A shard's checkpoints after one it was told to take (CoordinatorShards::ReportCheckpoints).
-  grpc::Status ReportCheckpoints(grpc::ServerContext* ctx, const v1::ShardCheckpoints* report,
-                                 v1::ShardCheckpointsAck* ack) override;
+  // Shard (proto ServerPeers.Shard, and its alias ParameterServer.Shard of the previous
+  // release): a shard's hello in, the coordinator's commands out, until either ends.
+  grpc::Status ShardStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
 
  private:
+  // A clipped job's norm: a shard's part in, the whole model's out (CoordinatorShards::ReduceNorm).
+  grpc::Status StepNormStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
+  // A shard's checkpoints after one it was told to take (CoordinatorShards::ReportCheckpoints).
+  grpc::Status ReportCheckpointsStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
+
+  grpc::Status StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm& part, v1::ShardNormTotal* total);
+  grpc::Status ReportCheckpoints(const v1::ShardCheckpoints& report);
+
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
-  // Every call's start: the peer's credentials (a refusal logged), then that this server
-  // runs a sharded job. OK when the call may go on.
+  // Every call's start, before its message is read: the peer's credentials (a refusal
+  // logged), then that the server is not held, then that it coordinates a sharded job. OK
+  // when the call may go on.
   grpc::Status AdmitPeer(const grpc::ServerContext* ctx);
+  // Reads and parses the call's one request; INVALID_ARGUMENT when there is none or it is
+  // not a `Request`.
+  template <typename Request>
+  static grpc::Status ReadRequest(raw::ServerStream* stream, Request* request);
   void LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused);
 
   const SliceService* const workers_;

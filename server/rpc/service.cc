@@ -280,11 +280,6 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
   return map;
 }
 
-grpc::Status ParameterServerService::Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
-                                           grpc::ServerWriter<v1::ShardCommand>* writer) {
-  return peers_.Shard(ctx, hello, writer);
-}
-
 grpc::Status ParameterServerService::Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
                                                v1::HeartbeatResponse* response) {
   if (grpc::Status s = AuthorizeSession(ctx, *request); !s.ok()) return s;

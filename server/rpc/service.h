@@ -49,9 +49,6 @@ class ParameterServerService final : public SliceService {
   // The server's checkpoints, for GetStatus (unset: it keeps none). Before serving;
   // `health` outlives this.
   void ShowCheckpoints(const CheckpointHealth* health) { checkpoints_ = health; }
-  // The server-to-server service of this server (proto ServerPeers): registered beside
-  // this one on the same port.
-  PeerService& peers() { return peers_; }
 
   grpc::Status Join(grpc::ServerContext* ctx, grpc::ServerReader<v1::JoinRequest>* reader,
                     v1::JoinResponse* response) override;
@@ -60,10 +57,6 @@ class ParameterServerService final : public SliceService {
   grpc::Status Leave(grpc::ServerContext* ctx, const v1::LeaveRequest* request, v1::LeaveResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* request,
                          v1::GetStatusResponse* response) override;
-  // Deprecated: ServerPeers.Shard (peers()) under its name of the previous release, for
-  // shard servers of that release.
-  grpc::Status Shard(grpc::ServerContext* ctx, const v1::ShardHello* hello,
-                     grpc::ServerWriter<v1::ShardCommand>* writer) override;
 
  private:
   absl::Status Serving() const override;
@@ -90,7 +83,6 @@ class ParameterServerService final : public SliceService {
   CoordinatorShards* shards_ = nullptr;
   const CheckpointHealth* checkpoints_ = nullptr;
   RefusalLog refused_joins_;
-  PeerService peers_{this, data_};
 };
 
 }  // namespace server

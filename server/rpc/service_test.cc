@@ -7,17 +7,24 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 #include "common/clock.h"
+#include "common/grpc_raw.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/coordinator_shards.h"
+#include "server/control/shard_commands.h"
 #include "server/rpc/shard_server_service.h"
+#include "server/rpc/shard_wire.h"
 #include "worker/client/ps_client.h"
 #include "worker/client/ps_proto.h"
 
@@ -553,6 +560,196 @@ TEST_CASE("only the job's servers register as shards: the peer secret, never the
     const grpc::Status s = v1::ServerPeers::NewStub(f.channel)->ReportCheckpoints(&ctx, report, &ack);
     REQUIRE(s.error_code() == (peer.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::INVALID_ARGUMENT));
   }
+}
+
+// Every message of the peer plane, each with one field at its bound or past it, and bytes
+// that are no message at all: what a caller may send to ServerPeers (and to the previous
+// release's ParameterServer.Shard).
+struct PeerCall {
+  std::string name;
+  std::string method;  // "/omnilearn.v1.Service/Method"
+  std::string bytes;   // the request as sent
+};
+
+std::vector<PeerCall> PeerPlaneCalls() {
+  std::vector<PeerCall> calls;
+  const auto hello = [](const std::function<void(v1::ShardHello*)>& set) {
+    v1::ShardHello h;
+    h.set_address("shard:1");
+    h.set_shards(2);
+    h.set_partition_bytes(ShardMap::kAutoPartitionBytes);
+    set(&h);
+    return h.SerializeAsString();
+  };
+  const std::vector<std::pair<std::string, std::string>> hellos = {
+      {"hello", hello([](v1::ShardHello*) {})},
+      {"1000 checkpoints", hello([](v1::ShardHello* h) {
+         for (int v = 1; v <= kMaxShardCheckpoints; ++v) h->add_checkpoint_versions(v);
+       })},
+      {"1001 checkpoints", hello([](v1::ShardHello* h) {
+         for (int v = 0; v <= kMaxShardCheckpoints; ++v) h->add_checkpoint_versions(v);
+       })},
+      {"address at its bound",
+       hello([](v1::ShardHello* h) { h->set_address(std::string(kMaxShardAddressBytes, 'a')); })},
+      {"address past it",
+       hello([](v1::ShardHello* h) { h->set_address(std::string(kMaxShardAddressBytes + 1, 'a')); })},
+      {"address unprintable", hello([](v1::ShardHello* h) { h->set_address("shard\n:1"); })},
+      {"no address", hello([](v1::ShardHello* h) { h->clear_address(); })},
+      {"shards past any job", hello([](v1::ShardHello* h) { h->set_shards(~0u); })},
+      {"negative partitions", hello([](v1::ShardHello* h) { h->set_partition_bytes(-1); })},
+      {"slice past any job", hello([](v1::ShardHello* h) { h->set_index(~0u); })},
+      {"another map", hello([](v1::ShardHello* h) { h->set_fingerprint(~0ull); })},
+  };
+  for (const auto& [name, bytes] : hellos) {
+    calls.push_back({"Shard " + name, "/omnilearn.v1.ServerPeers/Shard", bytes});
+    calls.push_back({"the old Shard " + name, "/omnilearn.v1.ParameterServer/Shard", bytes});
+  }
+  const auto norm = [](uint32_t index, double sum, uint64_t version) {
+    v1::ShardNorm n;
+    n.set_index(index);
+    n.set_sum_squares(sum);
+    n.set_version(version);
+    return n.SerializeAsString();
+  };
+  calls.push_back({"StepNorm slice 1", "/omnilearn.v1.ServerPeers/StepNorm", norm(1, 1.0, 0)});
+  calls.push_back({"StepNorm slice 0", "/omnilearn.v1.ServerPeers/StepNorm", norm(0, 1.0, 0)});
+  calls.push_back({"StepNorm slice at the bound", "/omnilearn.v1.ServerPeers/StepNorm", norm(1u << 20, 1.0, 0)});
+  calls.push_back({"StepNorm slice past it", "/omnilearn.v1.ServerPeers/StepNorm", norm(~0u, 1.0, ~0ull)});
+  calls.push_back({"StepNorm NaN", "/omnilearn.v1.ServerPeers/StepNorm", norm(1, std::nan(""), 0)});
+  calls.push_back({"StepNorm negative", "/omnilearn.v1.ServerPeers/StepNorm", norm(1, -1.0, 0)});
+  const auto report = [](uint32_t index, double age, size_t error_bytes) {
+    v1::ShardCheckpoints r;
+    r.set_index(index);
+    r.mutable_checkpoints()->set_newest_age_seconds(age);
+    r.mutable_checkpoints()->set_last_error(std::string(error_bytes, 'e'));
+    return r.SerializeAsString();
+  };
+  const std::string reports = "/omnilearn.v1.ServerPeers/ReportCheckpoints";
+  calls.push_back({"ReportCheckpoints", reports, report(1, 1, 0)});
+  calls.push_back({"ReportCheckpoints error at its bound", reports, report(1, 1, kMaxCheckpointErrorBytes)});
+  calls.push_back({"ReportCheckpoints error past it", reports, report(1, 1, kMaxCheckpointErrorBytes + 1)});
+  calls.push_back({"ReportCheckpoints age past a year", reports, report(1, 366.0 * 86400, 0)});
+  calls.push_back({"ReportCheckpoints negative age", reports, report(1, -1, 0)});
+  calls.push_back({"ReportCheckpoints slice past any job", reports, report(~0u, 1, 0)});
+  // Bytes that parse as no message: a field of tag 0, then a length past the end.
+  for (const std::string& method :
+       std::vector<std::string>{"/omnilearn.v1.ServerPeers/Shard", "/omnilearn.v1.ParameterServer/Shard",
+                                "/omnilearn.v1.ServerPeers/StepNorm", reports}) {
+    calls.push_back({"no message at " + method, method, std::string("\x00\xff\xff\xff\xff\x0f", 6)});
+  }
+  return calls;
+}
+
+// Sends `call` once (its request, then the end of the client's side) under the peer secret
+// `peer` and the workers' `token`, each left out when empty; reads whatever comes back for
+// at most 2 s. The call's status.
+grpc::Status CallPeerPlane(const std::shared_ptr<grpc::Channel>& channel, const PeerCall& call, const std::string& peer,
+                           const std::string& token) {
+  grpc::ClientContext ctx;
+  AddPeerToken(ctx, peer);
+  AddBearerToken(ctx, token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  raw::Method method(call.method, raw::Method::Kind::kBidiStreaming, channel);
+  std::unique_ptr<raw::ClientStream> stream = method.OpenBidi(channel.get(), &ctx);
+  grpc::Slice slice(call.bytes);
+  stream->Write(raw::Buffer(&slice, 1));
+  stream->WritesDone();
+  raw::Buffer reply;
+  while (stream->Read(&reply)) {
+  }
+  return stream->Finish();
+}
+
+// Every call of PeerPlaneCalls() to `channel`, under each credential a caller may hold but
+// the job's peer secret: each answered UNAUTHENTICATED. How many calls were made.
+int ExpectEveryCallUnauthenticated(const std::shared_ptr<grpc::Channel>& channel) {
+  int calls = 0;
+  for (const PeerCall& call : PeerPlaneCalls()) {
+    for (const auto& [peer, token] : std::vector<std::pair<std::string, std::string>>{
+             {"", ""}, {"", "the-token"}, {"not-the-peer", "the-token"}, {"the-token", ""}}) {
+      const grpc::Status s = CallPeerPlane(channel, call, peer, token);
+      INFO(call.name << " with peer '" << peer << "', token '" << token << "': " << s.error_code() << " "
+                     << s.error_message());
+      REQUIRE(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+      REQUIRE(absl::StrContains(s.error_message(), "peer secret"));
+      ++calls;
+    }
+  }
+  return calls;
+}
+
+std::string Counted(int calls) { return absl::StrCat("omnilearn_unauthenticated_total ", calls, "\n"); }
+
+TEST_CASE("the peer plane without the peer secret: UNAUTHENTICATED and counted, whatever the call holds",
+          "[service][auth][shards]") {
+  CoordinatorShardsOptions so;
+  so.shards = 2;
+  SECTION("a sharded coordinator, serving") {
+    CoordinatorShards shards(so);
+    Fixture f("the-token", "the-token");
+    f.service->EnableShards(&shards, "the-peer");
+    const int calls = ExpectEveryCallUnauthenticated(f.channel);
+    REQUIRE(shards.registered() == 0);
+    REQUIRE(absl::StrContains(f.core->registry().Serialize(), Counted(calls)));
+  }
+  SECTION("a sharded coordinator, held while it resumes") {
+    CoordinatorShards shards(so);
+    Fixture f("the-token", "the-token");
+    f.service->EnableShards(&shards, "the-peer");
+    f.service->Hold();
+    const int calls = ExpectEveryCallUnauthenticated(f.channel);
+    REQUIRE(absl::StrContains(f.core->registry().Serialize(), Counted(calls)));
+    // The secret's holder learns of the hold.
+    REQUIRE(CallPeerPlane(f.channel, PeerPlaneCalls()[0], "the-peer", "").error_code() ==
+            grpc::StatusCode::UNAVAILABLE);
+  }
+  SECTION("a shard server") {
+    FakeClock clock;
+    ShardCore shard({&clock, nullptr});
+    ShardServerService service(&shard, absl::Seconds(10), "the-token", {}, v1::WIRE_DTYPE_BF16);
+    service.peers().Enable(nullptr, "the-peer");
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&service);
+    builder.RegisterService(&service.peers());
+    std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+    const std::shared_ptr<grpc::Channel> channel = server->InProcessChannel(grpc::ChannelArguments());
+    const int calls = ExpectEveryCallUnauthenticated(channel);
+    REQUIRE(absl::StrContains(shard.registry().Serialize(), Counted(calls)));
+    // The secret's holder is told that this is no coordinator, not how its hello reads.
+    for (const PeerCall& call : PeerPlaneCalls()) {
+      INFO(call.name);
+      REQUIRE(CallPeerPlane(channel, call, "the-peer", "").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    }
+    shard.Shutdown();
+    server->Shutdown();
+  }
+}
+
+TEST_CASE("the peer plane's bounds stay for the holders of the peer secret", "[service][auth][shards]") {
+  CoordinatorShardsOptions so;
+  so.shards = 2;
+  CoordinatorShards shards(so);
+  Fixture f("the-token", "the-token");
+  f.service->EnableShards(&shards, "the-peer");
+  const std::vector<PeerCall> calls = PeerPlaneCalls();
+  const auto answer = [&](const std::string& name) {
+    for (const PeerCall& call : calls) {
+      if (call.name == name) return CallPeerPlane(f.channel, call, "the-peer", "");
+    }
+    FAIL("no call " << name);
+    return grpc::Status::OK;
+  };
+  const grpc::Status over = answer("Shard 1001 checkpoints");
+  REQUIRE(over.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(absl::StrContains(over.error_message(), "keeps at most 1000"));
+  REQUIRE(answer("the old Shard address past it").error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status garbage = answer("no message at /omnilearn.v1.ServerPeers/StepNorm");
+  REQUIRE(garbage.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(absl::StrContains(garbage.error_message(), "is not a omnilearn.v1.ShardNorm"));
+  REQUIRE(answer("ReportCheckpoints error past it").error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(answer("StepNorm slice 0").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  REQUIRE(shards.registered() == 0);
+  REQUIRE(absl::StrContains(f.core->registry().Serialize(), Counted(0)));
 }
 
 TEST_CASE("a held service answers every call UNAVAILABLE until it is opened", "[service]") {

@@ -44,7 +44,8 @@ SliceService::SliceService(DataPlane* data, absl::Duration max_wait, std::string
       max_wait_(max_wait),
       auth_token_(std::move(auth_token)) {
   // The model-carrying methods, by their index in the service (the generated code adds
-  // them in the proto's order), as streams of raw buffers. A server-streaming Pull served
+  // them in the proto's order), as streams of raw buffers; and the previous release's Shard,
+  // read only once the caller's credentials passed (PeerService). A server-streaming Pull served
   // as a bidirectional stream reads its one request itself; the wire is the same.
   const google::protobuf::ServiceDescriptor* d =
       v1::PullRequest::descriptor()->file()->FindServiceByName("ParameterServer");
@@ -60,6 +61,10 @@ SliceService::SliceService(DataPlane* data, absl::Duration max_wait, std::string
   MarkMethodStreamed(d->FindMethodByName("PushPull")->index(),
                      raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
                        return s->PushPullRaw(ctx, stream);
+                     }));
+  MarkMethodStreamed(d->FindMethodByName("Shard")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, RawStream* stream) {
+                       return s->peers_.ShardStream(ctx, stream);
                      }));
   watchdog_ = std::thread([this] { admission_.CancelIdleStreamsUntilStopped(); });
 }
@@ -89,12 +94,11 @@ grpc::Status SliceService::Held() const {
 }
 
 grpc::Status SliceService::Authorize(const grpc::ServerContext* ctx) const {
-  if (grpc::Status held = Held(); !held.ok()) return held;
-  if (auth_token_.empty()) return grpc::Status::OK;
+  if (auth_token_.empty()) return Held();
   const auto& md = ctx->client_metadata();
   auto it = md.find(kAuthorizationKey);
   if (it != md.end() && BearerTokenMatches(absl::string_view(it->second.data(), it->second.size()), auth_token_)) {
-    return grpc::Status::OK;
+    return Held();  // the credentials first: a caller without them learns nothing, not even the hold
   }
   data_->CountUnauthenticated();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,

@@ -1,8 +1,9 @@
 // The worker-facing calls that carry a slice of the model (Pull, Push, PushPull), on any
 // data plane: the part both services share. The coordinator's (or a lone server's)
 // ParameterServerService (service.h) adds the control calls; a shard server's
-// ShardServerService (shard_server_service.h) refuses them. Also every call's gate: held
-// while resuming, the workers' bearer token; and the admission of streams and uploads.
+// ShardServerService (shard_server_service.h) refuses them. Also every call's gate: the
+// workers' bearer token, then held while resuming; the admission of streams and uploads; and
+// the server-to-server service (peers()).
 #ifndef OMNILEARN_SERVER_RPC_SLICE_SERVICE_H_
 #define OMNILEARN_SERVER_RPC_SLICE_SERVICE_H_
 
@@ -21,6 +22,7 @@
 #include "proto/omnilearn.grpc.pb.h"
 #include "server/control/data_plane.h"
 #include "server/rpc/admission.h"
+#include "server/rpc/peer_service.h"
 
 namespace omnilearn {
 namespace server {
@@ -64,6 +66,11 @@ class SliceService : public v1::ParameterServer::Service {
   // UNAVAILABLE while the service is held (Hold, until Open); else OK.
   grpc::Status Held() const;
 
+  // The server-to-server service of this server (proto ServerPeers), registered beside this
+  // one on the same port; this service's ParameterServer.Shard, the previous release's name
+  // of ServerPeers.Shard, is served by it too.
+  PeerService& peers() { return peers_; }
+
   // Whether worker `id`'s session holds its upload slot: a push of it is being read.
   bool PushInFlight(WorkerId id) const;
   // How many client streams are being read (watched for idleness) now.
@@ -96,6 +103,7 @@ class SliceService : public v1::ParameterServer::Service {
   DataPlane* const data_;
   const v1::WireDtype wire_dtype_;
   Admission admission_;
+  PeerService peers_{this, data_};
 
  private:
   // Reads a push (its header, then the gradient's chunks) and hands it to the plane.
