@@ -20,7 +20,7 @@
 #
 # Every host's TCP congestion control is set, not inherited from the machine's default:
 # OMNILEARN_CLUSTER_TCP_CC (default cubic, Linux's own default; bbr, reno: what the kernel
-# offers). A machine whose default is BBR (v1) otherwise gives the servers' many flows into
+# offers), whether or not the machine allows it to namespaces (set_cc). A machine whose default is BBR (v1) otherwise gives the servers' many flows into
 # one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md). Likewise
 # OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE (net.ipv4.tcp_slow_start_after_idle: 1, Linux's
 # default, or 0: a connection idle for longer than its retransmission timeout keeps its
@@ -62,6 +62,30 @@ cap() {
   ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$3" burst "$burst" latency 50ms
 }
 
+# set_cc NS: NS's TCP congestion control, TCP_CC. A namespace other than the machine's own
+# may only take one the kernel allows (net.ipv4.tcp_allowed_congestion_control, global: a new
+# Debian 12 machine allows "reno bbr", not cubic). One that is not allowed is added to the list
+# for the moment of the write and the list put back at once, also if this is killed, all under
+# a lock on that setting, so that parallel clusters never see each other's list. A namespace
+# keeps its congestion control once set; nothing of the machine's stays changed.
+ALLOWED_CC=/proc/sys/net/ipv4/tcp_allowed_congestion_control
+set_cc() {
+  local ns=$1
+  (
+    flock 9
+    allowed=$(cat "$ALLOWED_CC")
+    write_cc() { ip netns exec "$ns" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control" 2>/dev/null; }
+    if grep -qwF -- "$TCP_CC" <<<"$allowed"; then
+      write_cc || die "cannot set $TCP_CC as host $ns's congestion control although the kernel allows it"
+      exit 0
+    fi
+    trap 'echo "$allowed" > "$ALLOWED_CC"' EXIT
+    echo "$allowed $TCP_CC" 2>/dev/null > "$ALLOWED_CC" ||
+      die "the hosts' congestion control $TCP_CC is not in net.ipv4.tcp_allowed_congestion_control ($allowed) and cannot be added for a moment: run as root with /proc/sys writable, or set OMNILEARN_CLUSTER_TCP_CC to one of: $allowed"
+    write_cc || die "cannot set $TCP_CC as host $ns's congestion control, even allowed for a moment"
+  ) 9<"$ALLOWED_CC"
+}
+
 up() {
   local prefix=$1; shift
   [ ${#prefix} -le 10 ] || die "PREFIX '$prefix' is longer than 10 characters"
@@ -88,7 +112,7 @@ up() {
     i=$((i + 1))
     ip netns add "$prefix-$host"
     ip -n "$prefix-$host" link set lo up
-    ip netns exec "$prefix-$host" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control"
+    set_cc "$prefix-$host"
     ip netns exec "$prefix-$host" sh -c "echo $SLOW_START_AFTER_IDLE > /proc/sys/net/ipv4/tcp_slow_start_after_idle"
     ip link add "${prefix}v$i" netns "$prefix-$host" type veth peer name "p$i" netns "$lan"
     ip -n "$prefix-$host" link set "${prefix}v$i" name eth0

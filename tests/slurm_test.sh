@@ -18,6 +18,7 @@ SBATCH_SCRIPT=$RUNFILES/deploy/slurm/omnilearn.sbatch
 CLUSTER=$(mktemp -d /tmp/omnilearn-slurm.XXXXXX)
 export SLURM_CONF=$CLUSTER/slurm.conf
 STARTED_MUNGED=""
+MADE=()  # what this test made outside its folders (the munge key, munged's run folder): removed at its end
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 teardown() {
@@ -29,7 +30,12 @@ teardown() {
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill "$pid" 2>/dev/null || true
   done
-  [ -n "$STARTED_MUNGED" ] && kill "$STARTED_MUNGED" 2>/dev/null || true
+  if [ -n "$STARTED_MUNGED" ]; then
+    kill "$STARTED_MUNGED" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$STARTED_MUNGED" 2>/dev/null || break; sleep 0.1; done
+  fi
+  local made
+  for made in "${MADE[@]}"; do rm -rf "$made"; done
   [ -d "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] && cp -r "$CLUSTER/log" "$TEST_UNDECLARED_OUTPUTS_DIR/slurm-logs" 2>/dev/null
   rm -rf "$CLUSTER"
 }
@@ -42,9 +48,11 @@ done
 
 # ---- munge: a key if there is none; our own munged unless one runs
 if [ ! -s /etc/munge/munge.key ]; then
+  MADE+=(/etc/munge/munge.key)
   dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
   chown munge:munge /etc/munge/munge.key && chmod 0400 /etc/munge/munge.key
 fi
+[ -d /run/munge ] || MADE+=(/run/munge)
 mkdir -p /run/munge && chown munge:munge /run/munge
 if ! /usr/bin/munge -n >/dev/null 2>&1; then
   su -s /bin/sh munge -c /usr/sbin/munged
