@@ -19,6 +19,20 @@ trap stop_all EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# select_parts "PART..." ARG...: the parts of a test that its arguments name, all of them
+# when none (the full tier runs all, the gate one), into PARTS; a part the test lacks fails it.
+# wanted PART: whether PART is one of PARTS.
+select_parts() {
+  local all=($1) part
+  shift
+  PARTS=("$@")
+  [ ${#PARTS[@]} -gt 0 ] || PARTS=("${all[@]}")
+  for part in "${PARTS[@]}"; do
+    [[ " ${all[*]} " == *" $part "* ]] || fail "no part '$part' (this test's parts: ${all[*]})"
+  done
+}
+wanted() { [[ " ${PARTS[*]} " == *" $1 "* ]]; }
+
 # use_cluster NAME [SUFFIX...]: this test runs on the emulated cluster (tests/cluster.sh; needs
 # root). Sets CLUSTER (the script) and P (NAME and this shell's pid: the hosts' prefix); at
 # exit the processes started are stopped and the hosts of P (and of P followed by each SUFFIX)

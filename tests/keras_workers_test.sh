@@ -14,7 +14,10 @@
 #   at 1.4x the sync rate (each push steps lr x b/B, momentum lowered by 1 - 1/n; the rates
 #   measured are in docs/keras.md).
 # omnilearn.keras's unit tests (python/tests_tf) run first, on the same venv.
+#   keras_workers_test.sh [MODE...]   the modes named (default: sync async ssp); the gate runs
+#                                     sync alone (//tests:keras_quick_test)
 source "$(dirname "$0")/e2e_lib.sh"
+select_parts "sync async ssp" "$@"
 PY=${OMNILEARN_TF_PYTHON:?this test runs on the TensorFlow venv: run tests/run.sh, or set OMNILEARN_TF_PYTHON to \
 the python of deploy/install-venv.sh tensorflow}
 export PYTHONPATH=$RUNFILES/python
@@ -33,7 +36,7 @@ KERAS_JOB_THREADS=2 timeout 600 "$PY" "$JOB" reference --epochs="$EPOCHS" --out=
   > "$WORK/reference.log" 2>&1 || { tail -n 20 "$WORK/reference.log" >&2; fail "the single-process fit failed"; }
 grep "^reference:" "$WORK/reference.log"
 
-for mode in sync async ssp; do
+for mode in "${PARTS[@]}"; do
   lr=0.05 epochs=$EPOCHS
   [ "$mode" != sync ] && lr=0.07
   [ "$mode" = ssp ] && epochs=0.25  # ssp: the protocol only (a quarter epoch): samples, export
@@ -82,4 +85,4 @@ if epochs >= 1:
     assert s["test_accuracy"] >= ref - 0.01, f"{mode}: more than a point under the single process"
 PY
 done
-echo "keras_workers_test: OK"
+echo "keras_workers_test: OK (${PARTS[*]})"

@@ -9,7 +9,10 @@
 # - the exported model loads in Python/numpy with the layout's names and shapes, and
 #   `--evaluate_only --init_from` on it reproduces the reported accuracy (sync: to 0.1 point).
 # Then a worker SIGSTOPped past its lease and SIGCONTed rejoins and finishes.
+#   kill_resume_test.sh [PART...]   sync, async, sigstop (default: all three); the gate runs
+#                                   sync alone (//tests:kill_resume_quick_test)
 source "$(dirname "$0")/e2e_lib.sh"
+select_parts "sync async sigstop" "$@"
 WORKER_PIDS=()
 RUNFILES_TOOLS=$RUNFILES/tools
 FLAGS=(--num_workers=3 --global_batch=96 --lr=0.05 --lr_decay=0.2 --checkpoint_every_s=1 --lease_s=20 --round_timeout_s=10)
@@ -140,9 +143,12 @@ PY
 }
 
 BASE_FLAGS=("${FLAGS[@]}")
-run_pair sync
-FLAGS=("${BASE_FLAGS[@]}")
-run_pair async
+for part in "${PARTS[@]}"; do
+  case "$part" in
+    sync | async) FLAGS=("${BASE_FLAGS[@]}"); run_pair "$part" ;;
+  esac
+done
+wanted sigstop || { echo "PASS (${PARTS[*]})"; exit 0; }
 
 # A worker frozen past its lease rejoins and finishes.
 start_server stop-cont --mode=async --num_workers=2 --global_batch=64 --lease_s=2 --round_timeout_s=1 --checkpoint_every_s=60
@@ -164,4 +170,4 @@ wait "$keeper" || true  # it was interrupted: its exit status says so
 grep -q "rejoined as worker" "$WORK/stop.s1.log" || fail "s1 did not rejoin after SIGCONT"
 stop_server
 echo "sigstop: s1 frozen past its 2 s lease (the server expired it), rejoined and finished" | tee -a "$REPORT"
-echo "PASS"
+echo "PASS (${PARTS[*]})"
