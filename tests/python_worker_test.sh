@@ -6,7 +6,8 @@
 #    a Python worker train it together to the accuracy bar. The model holds a non-persistent
 #    bool mask (both workers keep it out of the layout, or their joins would not agree) and
 #    an int64 buffer; its export loads strictly into the model (docs/python.md's line) and gives
-#    the job's accuracy again.
+#    the job's accuracy again. The same data in async and in ssp: both workers finish and
+#    the epoch's samples are trained exactly once between them.
 # 2. Fashion-MNIST with the CNN: one Python and two C++ workers reach the accuracy of an
 #    all-C++ run of the same job (within 1.5 points, and at least 85%).
 source "$(dirname "$0")/e2e_lib.sh"
@@ -94,6 +95,31 @@ print(f"tensors export: loaded strictly, steps={net.steps.item()}, accuracy {acc
 assert abs(accuracy - want) < 0.002, (accuracy, want)
 PY
   fail "tensors: the export does not load strictly into the model, or does not give the job's accuracy"
+
+# ---- 1b. The same data in async and ssp: a Python worker (slowed 2x) beside a C++ worker for
+# one epoch; both finish, and the epoch's 6,000 samples are trained exactly once between them.
+for mode in async ssp; do
+  WORKER_PIDS=()
+  start_server "tensors_$mode" --mode=$mode --num_workers=2 --global_batch=64 --lr=0.05 --exit_when_done
+  start_worker c0 "$WORK/$mode.c0.log" --dataset="tensors:$WORK/data.safetensors" --model_file="$WORK/model.pt" \
+    --epochs=1 --evaluate --log_every=50
+  start_py_worker py0 "$WORK/$mode.py0.log" --dataset="tensors:$WORK/data.safetensors" --model_file="$WORK/model.pt" \
+    --epochs=1 --slowdown=2
+  wait_workers || { tail -n 5 "$WORK/$mode".*.log >&2; fail "tensors $mode: a worker failed"; }
+  wait "$SERVER_PID" || fail "tensors $mode: the server exited with an error"
+  python3 - "$SUMMARY" "$mode" <<'PY' || fail "tensors $mode: the job's summary is wrong"
+import json, sys
+s, mode = json.load(open(sys.argv[1])), sys.argv[2]
+workers = {w["name"]: w for w in s["workers"]}
+samples = sum(w["samples"] for w in workers.values())
+print(f"tensors {mode}: accuracy {s['test_accuracy']:.4f}, samples {samples}, "
+      f"iterations {({n: w['iterations'] for n, w in workers.items()})}")
+assert sorted((n, w["state"]) for n, w in workers.items()) == [("c0", "left"), ("py0", "left")], workers
+assert all(w["iterations"] > 5 for w in workers.values()), workers
+assert samples == 6000, f"{samples} samples trained, not the epoch's 6000"
+assert s["test_accuracy"] >= 0.5, "5 classes: chance is 0.20"
+PY
+done
 
 # ---- 2. Fashion-MNIST: one Python and two C++ workers against three C++ workers
 FLAGS=(--mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --exit_when_done)

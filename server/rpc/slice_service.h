@@ -59,8 +59,9 @@ class SliceService : public v1::ParameterServer::Service {
                        v1::PushResponse* response);
   grpc::Status PushPullRaw(grpc::ServerContext* ctx, RawStream* stream);
 
-  // Every call's gate: OK, or UNAUTHENTICATED (counted) when a token is required and the
-  // call lacks it. Join, GetStatus, Pull and the pushes pass it before reading anything;
+  // Every call's gate: UNAUTHENTICATED (counted) when a token is required and the call
+  // lacks it; else UNAVAILABLE while held (Held); else OK. Join, GetStatus, Pull and the
+  // pushes pass it before reading anything;
   // Pull and the pushes then check the session secret their first message carries.
   grpc::Status Authorize(const grpc::ServerContext* ctx) const;
   // UNAVAILABLE while the service is held (Hold, until Open); else OK.
