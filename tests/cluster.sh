@@ -20,8 +20,8 @@
 #
 # Every host's TCP congestion control is set, not inherited from the machine's default:
 # OMNILEARN_CLUSTER_TCP_CC (default cubic, Linux's own default; bbr, reno: what the kernel
-# offers), whether or not the machine allows it to namespaces (set_cc). A machine whose default is BBR (v1) otherwise gives the servers' many flows into
-# one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md). Likewise
+# offers), whether or not the machine allows it to namespaces (set_cc). A machine whose
+# default is BBR (v1) otherwise gives the servers' many flows into one 50 ms queue 10-13% of their segments retransmitted (docs/performance.md). Likewise
 # OMNILEARN_CLUSTER_SLOW_START_AFTER_IDLE (net.ipv4.tcp_slow_start_after_idle: 1, Linux's
 # default, or 0: a connection idle for longer than its retransmission timeout keeps its
 # congestion window; docs/operating.md, "Links").
@@ -74,15 +74,13 @@ set_cc() {
   (
     flock 9
     allowed=$(cat "$ALLOWED_CC")
-    write_cc() { ip netns exec "$ns" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control" 2>/dev/null; }
-    if grep -qwF -- "$TCP_CC" <<<"$allowed"; then
-      write_cc || die "cannot set $TCP_CC as host $ns's congestion control although the kernel allows it"
-      exit 0
+    if ! grep -qwF -- "$TCP_CC" <<<"$allowed"; then
+      trap 'echo "$allowed" > "$ALLOWED_CC"' EXIT
+      echo "$allowed $TCP_CC" 2>/dev/null > "$ALLOWED_CC" ||
+        die "the hosts' congestion control $TCP_CC is not in net.ipv4.tcp_allowed_congestion_control ($allowed) and cannot be added for a moment: run as root with /proc/sys writable, or set OMNILEARN_CLUSTER_TCP_CC to one of: $allowed"
     fi
-    trap 'echo "$allowed" > "$ALLOWED_CC"' EXIT
-    echo "$allowed $TCP_CC" 2>/dev/null > "$ALLOWED_CC" ||
-      die "the hosts' congestion control $TCP_CC is not in net.ipv4.tcp_allowed_congestion_control ($allowed) and cannot be added for a moment: run as root with /proc/sys writable, or set OMNILEARN_CLUSTER_TCP_CC to one of: $allowed"
-    write_cc || die "cannot set $TCP_CC as host $ns's congestion control, even allowed for a moment"
+    ip netns exec "$ns" sh -c "echo $TCP_CC > /proc/sys/net/ipv4/tcp_congestion_control" 2>/dev/null ||
+      die "cannot set $TCP_CC as host $ns's congestion control"
   ) 9<"$ALLOWED_CC"
 }
 

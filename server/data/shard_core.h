@@ -127,9 +127,9 @@ class ShardCore : public DataPlane {
   void CountPullBytes(int64_t bytes) override;
   // The shard's /metrics: calls refused for their credentials, bytes in and out, the
   // slice's size and version, each step's latency (from the coordinator's command to the
-  // slice stepped, the wait for the
-  // members' slices included), the members' slices a step went without, and the steps
-  // whose sum was built as the slices arrived, and the steps taken ahead of the command.
+  // slice stepped, the wait for the members' slices included), the members' slices a step
+  // went without, and the steps whose sum was built as the slices arrived, and the steps
+  // taken ahead of the command.
   metrics::Registry& registry() { return registry_; }
   // "120 steps took slices, which were in 23.1 ms on average before the coordinator's
   // command" (omnilearn_shard_step_command_wait_seconds), and how many were taken ahead of

@@ -38,11 +38,11 @@ PeerService::PeerService(const SliceService* workers, DataPlane* data) : workers
                      }));
   MarkMethodStreamed(d->FindMethodByName("StepNorm")->index(),
                      raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
-                       return s->StepNormStream(ctx, stream);
+                       return s->Unary(ctx, stream, &Self::StepNorm);
                      }));
   MarkMethodStreamed(d->FindMethodByName("ReportCheckpoints")->index(),
                      raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
-                       return s->ReportCheckpointsStream(ctx, stream);
+                       return s->Unary(ctx, stream, &Self::ReportCheckpoints);
                      }));
 }
 
@@ -84,6 +84,18 @@ grpc::Status PeerService::ReadRequest(raw::ServerStream* stream, Request* reques
   return grpc::Status::OK;
 }
 
+template <typename Request, typename Response>
+grpc::Status PeerService::Unary(grpc::ServerContext* ctx, raw::ServerStream* stream,
+                                grpc::Status (PeerService::*answer)(grpc::ServerContext*, const Request&, Response*)) {
+  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
+  Request request;
+  if (grpc::Status read = ReadRequest(stream, &request); !read.ok()) return read;
+  Response response;
+  if (grpc::Status s = (this->*answer)(ctx, request, &response); !s.ok()) return s;
+  return WriteMessage(stream, response) ? grpc::Status::OK
+                                        : grpc::Status(grpc::StatusCode::CANCELLED, "the shard left");
+}
+
 void PeerService::LogRefused(const grpc::ServerContext* ctx, const grpc::Status& refused) {
   if (std::optional<std::string> line =
           refused_.Line("a shard's registration", ctx->peer(), static_cast<absl::StatusCode>(refused.error_code()),
@@ -122,15 +134,6 @@ grpc::Status PeerService::ShardStream(grpc::ServerContext* ctx, raw::ServerStrea
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::StepNormStream(grpc::ServerContext* ctx, raw::ServerStream* stream) {
-  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
-  v1::ShardNorm part;
-  if (grpc::Status read = ReadRequest(stream, &part); !read.ok()) return read;
-  v1::ShardNormTotal total;
-  if (grpc::Status s = StepNorm(ctx, part, &total); !s.ok()) return s;
-  return WriteMessage(stream, total) ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the shard left");
-}
-
 grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm& part, v1::ShardNormTotal* total) {
   const std::optional<ShardMap> map = shards_->map();
   if (part.index() == 0 || !map.has_value() || map->fingerprint() != part.fingerprint()) {
@@ -146,16 +149,8 @@ grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::ReportCheckpointsStream(grpc::ServerContext* ctx, raw::ServerStream* stream) {
-  if (grpc::Status admitted = AdmitPeer(ctx); !admitted.ok()) return admitted;
-  v1::ShardCheckpoints report;
-  if (grpc::Status read = ReadRequest(stream, &report); !read.ok()) return read;
-  if (grpc::Status s = ReportCheckpoints(report); !s.ok()) return s;
-  return WriteMessage(stream, v1::ShardCheckpointsAck()) ? grpc::Status::OK
-                                                         : grpc::Status(grpc::StatusCode::CANCELLED, "the shard left");
-}
-
-grpc::Status PeerService::ReportCheckpoints(const v1::ShardCheckpoints& report) {
+grpc::Status PeerService::ReportCheckpoints(grpc::ServerContext*, const v1::ShardCheckpoints& report,
+                                            v1::ShardCheckpointsAck*) {
   absl::StatusOr<CheckpointHealthView> view = CheckpointsFromProto(report.checkpoints());
   if (!view.ok()) return ToGrpc(view.status());
   const int index = static_cast<int>(std::min<uint32_t>(report.index(), 1u << 20));  // checked against the slots

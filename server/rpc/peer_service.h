@@ -46,13 +46,16 @@ class PeerService final : public v1::ServerPeers::Service {
   grpc::Status ShardStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
 
  private:
+  // A unary call served as a stream: admitted (AdmitPeer), its one request read, `answer`
+  // called, its response written.
+  template <typename Request, typename Response>
+  grpc::Status Unary(grpc::ServerContext* ctx, raw::ServerStream* stream,
+                     grpc::Status (PeerService::*answer)(grpc::ServerContext*, const Request&, Response*));
   // A clipped job's norm: a shard's part in, the whole model's out (CoordinatorShards::ReduceNorm).
-  grpc::Status StepNormStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
-  // A shard's checkpoints after one it was told to take (CoordinatorShards::ReportCheckpoints).
-  grpc::Status ReportCheckpointsStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
-
   grpc::Status StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm& part, v1::ShardNormTotal* total);
-  grpc::Status ReportCheckpoints(const v1::ShardCheckpoints& report);
+  // A shard's checkpoints after one it was told to take (CoordinatorShards::ReportCheckpoints).
+  grpc::Status ReportCheckpoints(grpc::ServerContext* ctx, const v1::ShardCheckpoints& report,
+                                 v1::ShardCheckpointsAck* ack);
 
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
   // Every call's start, before its message is read: the peer's credentials (a refusal
