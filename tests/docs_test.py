@@ -13,7 +13,10 @@ Checked in README.md, docs/*.md and deploy/README.md:
   `tests/cluster.sh`) is written in that script;
 - a flag in the prose (`--lease_s`) is one of some OmniLearn program;
 - docs/ARCHITECTURE.md's table of the server's folders agrees with their BUILD files: every
-  package a folder's libraries depend on is one its row says it may use.
+  package a folder's libraries depend on is one its row says it may use;
+- tools/docs_gen.py's rules: every generated table (the figures from bench/results/, the flags
+  from --helpfull) is what its source makes now, a figure in the prose is one of those tables'
+  cells, pages keep their length, no dates, hashes or issue numbers, no fragments.
 Usage: docs_test.py README SERVER WORKER CTL SIMULATE: the checkout's README.md (its real path
 is the checkout's root: Bazel's runfiles link to the sources) and the four binaries, built."""
 
@@ -32,7 +35,7 @@ BINARIES = ("omnilearn_server", "omnilearn_worker", "omnilearn_ctl", "simulate")
 
 
 def doc_files(root):
-    files = ["README.md", "deploy/README.md"]
+    files = ["README.md", "CHANGELOG.md", "deploy/README.md"]
     files += sorted("docs/" + f for f in os.listdir(os.path.join(root, "docs")) if f.endswith(".md"))
     return files
 
@@ -231,6 +234,9 @@ def main():
     for page in pages:
         checker.check_page(page, known)
     check_architecture(root, checker.problems)
+    sys.path.insert(0, os.path.join(root, "tools"))
+    import docs_gen  # the checkout's: its tables, their sources and the pages' rules
+    checker.problems += docs_gen.check(binaries[:3], root)
     for problem in checker.problems:
         print(problem)
     print(f"docs_test: {len(pages)} pages, {len(checker.problems)} problems")
