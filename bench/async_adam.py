@@ -14,10 +14,11 @@ The job is python/examples/char_transformer.py (a GPT-style character model, 2 b
 validation loss of each run's export (loaded strictly into a fresh model) is the result.
 
     bazel build -c opt //server:omnilearn_server //python:omnilearn
-    /usr/bin/python3 bench/async_adam.py [--seeds 1 2] [--epochs 1] [--out bench/results/async_adam.md]
+    /usr/bin/python3 bench/async_adam.py [--seeds 1 2] [--epochs 1] [--out bench/results/async_adam.md]  # and .json
 """
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -88,6 +89,18 @@ def main():
     print(text)
     with open(a.out, "w") as f:
         f.write(text)
+    write_json(a, runs, losses)
+
+
+def write_json(a, runs, losses):
+    """The losses per seed beside the table (tools/docs_gen.py reads this form: a key per run)."""
+    keys = {"sync": "sync", RUNS[1][0]: "async_rate_1.25x"}
+    rows = [{"seed": seed, **{keys.get(label, label): [losses[label][i]] for label, *_ in runs}}
+            for i, seed in enumerate(a.seeds)]
+    doc = {"benchmark": "async_adam", "command": " ".join(["bench/async_adam.py"] + sys.argv[1:]),
+           "job": __doc__.split("\n\n")[1].replace("\n", " "), "rows": rows}
+    with open(os.path.splitext(a.out)[0] + ".json", "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ Rules each page keeps (tests/docs_test.py runs --check):
   the generated tables' cells, so a figure lives in one place;
 - README.md at most 150 lines, a page of docs/ at most 400;
 - no dates outside the tables' captions, no commit hashes, no issue numbers;
-- no paragraph starts mid-sentence (a lowercase word or a comma: a fragment left by a move)."""
+- no paragraph starts mid-sentence (a lowercase word or a comma: a fragment left by a move);
+- a section another page names (`docs/x.md, "Heading"`, or a link to `docs/x.md#anchor`) exists."""
 
 import json
 import os
@@ -563,6 +564,36 @@ def check_fragments(page, text, problems):
         previous = line
 
 
+REFERENCE_RE = re.compile(r'(docs/\w+\.md)`?\)?,? "([^"]+)"|\]\((docs/\w+\.md)#([\w-]+)\)')
+
+
+def headings(text):
+    return [line.lstrip("#").strip() for line in text.split("\n") if line.startswith("#")]
+
+
+def anchor(heading):
+    """GitHub's anchor of a heading: lowercase, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def check_references(page, text, texts, problems):
+    """A section named by another page's reference (`docs/x.md, "Heading"` or a link to
+    `docs/x.md#anchor`) exists there: a section moved or renamed leaves no reference behind."""
+    fenced = False
+    for n, line in enumerate(text.split("\n"), 1):
+        fenced ^= line.startswith("```")
+        for m in [] if fenced else REFERENCE_RE.finditer(line):
+            target = m.group(1) or m.group(3)
+            if target not in texts:
+                problems.append(f"{page}:{n}: {target} is no page")
+                continue
+            names = headings(texts[target])
+            if m.group(2) and not any(h.startswith(m.group(2)) for h in names):
+                problems.append(f"{page}:{n}: {target} has no section \"{m.group(2)}\"")
+            if m.group(4) and m.group(4) not in map(anchor, names):
+                problems.append(f"{page}:{n}: {target} has no section #{m.group(4)}")
+
+
 def check_page(page, text, binaries, numbers, problems):
     made = regenerate(text, binaries, problems, page)
     if made != text:
@@ -587,6 +618,7 @@ def check(binaries, root=ROOT):
     numbers = cells_numbers(generated)
     for page, text in texts.items():
         check_page(page, text, binaries, numbers, problems)
+        check_references(page, text, texts, problems)
     return problems
 
 

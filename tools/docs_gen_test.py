@@ -59,6 +59,18 @@ class PageRulesTest(unittest.TestCase):
         self.assertEqual(problems_of(docs_gen.check_fragments, "## A\n\nThe server runs them,\nand steps.\n"), [])
         self.assertEqual(problems_of(docs_gen.check_fragments, "## A\n\n`--flag` does this.\n- a list\n"), [])
 
+    def test_references(self):
+        texts = {"docs/a.md": "# A\n\n## How it scales\n", "docs/b.md": ""}
+        problems = []
+        docs_gen.check_references("docs/b.md", 'See `docs/a.md`, "How it scales".\n'
+                                  "[x](docs/a.md#how-it-scales)\n", texts, problems)
+        self.assertEqual(problems, [])
+        for line in ('See docs/a.md, "Validated at 50 Mbit/s".\n', "[x](docs/a.md#validated)\n",
+                     'See docs/c.md, "How it scales".\n'):
+            problems = []
+            docs_gen.check_references("docs/b.md", line, texts, problems)
+            self.assertEqual(len(problems), 1, line)
+
     def test_bounds(self):
         self.assertEqual(len(problems_of(docs_gen.check_bounds, "line\n" * 401)), 1)
         self.assertEqual(problems_of(docs_gen.check_bounds, "line\n" * 400), [])
