@@ -65,10 +65,13 @@ PY
 # This checkout's omnilearn, as a user installs it (stubs and C++ core built by setup.py),
 # again only when its sources changed since the venv last installed them.
 sources=$(cd "$ROOT" && find python proto common worker -type f \( -name '*.py' -o -name '*.cc' -o -name '*.h' \
-  -o -name '*.proto' \) -not -path 'python/tests/*' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
+  -o -name '*.proto' -o -name '*.toml' -o -name '*.txt' \) -not -path 'python/tests/*' | LC_ALL=C sort | xargs cat |
+  sha256sum | cut -c1-16)
 if [ "$(cat "$VENV/omnilearn-sources" 2>/dev/null)" != "$sources" ]; then
   say "pip install ./python into $VENV"
-  "${pip[@]}" install --no-build-isolation --no-deps --force-reinstall "$ROOT/python" ||
+  # pip's build isolation, as a user's install: the build's setuptools and pybind11
+  # (python/pyproject.toml) come from the wheel folder, pinned in the requirements.
+  "${pip[@]}" install --no-index --find-links "$WHEELS" --no-deps --force-reinstall "$ROOT/python" ||
     { say "pip install ./python failed"; exit 1; }
   echo "$sources" > "$VENV/omnilearn-sources"
 fi

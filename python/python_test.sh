@@ -22,37 +22,43 @@ assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__  # the
 
 # pip install ./python from a copy of the checkout (runfiles are read-only): the stubs and
 # the C++ core are built by setup.py from the proto and the core's sources.
-mkdir -p src/proto src/python/src src/common src/worker/client src/worker/devices src/worker/trainer
+mkdir -p src/proto src/python
 cp "$OMNILEARN_PROTO" src/proto/
-cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/omnilearn" src/python/
-cp -L "$RUNFILES/python/src/core.cc" src/python/src/
-cp -L "$RUNFILES"/common/{atomic_file,clock,constant_time,grpc_chunks,grpc_raw,grpc_security,metrics,model_layout,safetensors,sample_span,shard_map,tensor_codec,tensor_dtype,training_mode}.* \
-  src/common/
-cp -L "$RUNFILES"/worker/client/{grpc_ps_client.cc,ps_client.h,ps_proto.cc,ps_proto.h,ps_types.cc,ps_types.h} \
-  "$RUNFILES"/worker/client/{push_buckets.cc,push_buckets.h,session.cc,session.h,sharded_ps_client.cc,sharded_ps_client.h} \
-  "$RUNFILES"/worker/client/{grpc_push_stream.cc,grpc_push_stream.h,model_receiver.cc,model_receiver.h,timeline.cc,timeline.h} \
-  src/worker/client/
-cp -L "$RUNFILES"/worker/devices/emulated_device.{cc,h} src/worker/devices/
-cp -L "$RUNFILES"/worker/trainer/trainer_metrics.{cc,h} src/worker/trainer/
+cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/pyproject.toml" "$RUNFILES/python/README.md" \
+  "$RUNFILES/python/core_sources.txt" "$RUNFILES/python/omnilearn" src/python/
+for f in $(grep -v '^#' "$RUNFILES/python/core_sources.txt"); do  # the core's one list of sources
+  mkdir -p "src/$(dirname "$f")" && cp -L "$RUNFILES/$f" "src/$f"
+done
 rm -rf src/python/omnilearn/_generated src/python/omnilearn/_core*.so
 chmod -R u+w src
+# As a user installs it: pip's build isolation, the build's setuptools and pybind11 (pyproject.toml)
+# taken offline from the test command's wheel folder (OMNILEARN_WHEELS, set by tests/run.sh). By
+# hand without that folder, Debian's pybind11 builds it in place of an isolated one.
+if [ -n "${OMNILEARN_WHEELS:-}" ]; then
+  how=(--no-index --find-links "$OMNILEARN_WHEELS")
+else
+  how=(--no-index --no-build-isolation)
+  echo "python_test: no OMNILEARN_WHEELS: pip install without build isolation" >&2
+fi
 if [ -n "${OMNILEARN_PYTHON:-}" ]; then
   # A venv of its own: into a folder on its path (a second plain venv would need the wheels again).
-  install=("$PY" -m pip install -q --no-build-isolation --no-index --no-deps --target "$WORK/venv/site-packages")
+  install=("$PY" -m pip install -q "${how[@]}" --no-deps --target "$WORK/venv/site-packages")
   python=(env PYTHONPATH="$WORK/venv/site-packages" "$PY")
   where=$WORK/venv/site-packages
 else
   /usr/bin/python3 -m venv --system-site-packages venv
-  install=(venv/bin/pip install -q --no-build-isolation --no-index)
-  python=(venv/bin/python)
+  install=(venv/bin/pip install -q "${how[@]}")
+  python=("$PWD/venv/bin/python")
   where=$WORK/venv/lib/
 fi
 unset OMNILEARN_PROTO
+# `pip wheel ./python`, then the wheel installed: one build, both of a user's ways in.
 before=$(cd src && find . -print | sort)
-timeout 600 "${install[@]}" ./src/python
+timeout 600 "$PY" -m pip wheel -q "${how[@]}" --no-deps --wheel-dir dist ./src/python
 after=$(cd src && find . -print | sort)
-[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; echo "pip install wrote into the source tree" >&2; exit 1; }
+[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; echo "pip wheel wrote into the source tree" >&2; exit 1; }
 rm -rf src
+timeout 300 "${install[@]}" dist/omnilearn-*.whl
 "${python[@]}" -c '
 import sys, omnilearn, omnilearn.worker
 from omnilearn import _stubs
@@ -64,6 +70,23 @@ assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__
 assert hasattr(pb2.PushHeader(), "session_secret")
 print("pip-installed omnilearn imports its generated stubs and its core:", omnilearn.__file__, core.__file__)
 ' "$where"
+# The installed package trains a job from outside the checkout: a server and one worker of
+# python/examples/train.py on a tensors file, every sample of the epoch once.
+source "$RUNFILES/tests/e2e_lib.sh"
+(cd / && "${python[@]}" - "$WORK/job.safetensors") <<'PY'
+import sys, torch, omnilearn
+x = torch.randn(384, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+y = (x.mean((1, 2, 3)) > 0).long()
+omnilearn.save_tensors(sys.argv[1], {"train_x": x, "train_y": y, "test_x": x[:128], "test_y": y[:128]})
+PY
+start_server wheel_job --num_workers=1 --global_batch=32 --exit_when_done --lr=0.05
+(cd / && timeout 300 "${python[@]}" "$RUNFILES/python/examples/train.py" --server="127.0.0.1:$PORT" \
+  --model=mlp --dataset="tensors:$WORK/job.safetensors" --epochs=1 --evaluate) > "$WORK/wheel_job.log" 2>&1 ||
+  { cat "$WORK/wheel_job.log" >&2; fail "the installed package's worker failed"; }
+wait "$SERVER_PID" || { cat "$WORK/wheel_job.server.log" >&2; fail "the wheel job's server failed"; }
+[ "$(json "s['global_samples']")" = 384 ] || fail "the wheel job trained $(json "s['global_samples']") of 384 samples"
+echo "python_test: the installed wheel trained a job: $(json "s['global_samples']") samples, accuracy $(json "s['test_accuracy']")"
+
 # Without its core a worker refuses to load, saying what is missing and how to build it (the
 # package itself imports nothing until a name of it is used).
 mkdir -p bare/omnilearn

@@ -1,12 +1,12 @@
 """pip install ./python: the omnilearn package, with its gRPC stubs generated from
 ../proto/omnilearn.proto and its C++ worker core (omnilearn._core: python/src/core.cc over
-worker/client/session and the gRPC client of the checkout) compiled at build time against
-Debian's gRPC, protobuf and Abseil (pkg-config), pybind11 and python3-dev.
+worker/client/session and the gRPC client of the checkout) compiled at build time against the
+system's gRPC, protobuf and Abseil (pkg-config), pybind11 (a build requirement in
+pyproject.toml) and the Python headers.
 
-Debian 12's pip installs into a virtual environment (PEP 668); one that sees Debian's
-python3-protobuf and python3-torch, offline:
-    /usr/bin/python3 -m venv --system-site-packages ENV
-    ENV/bin/pip install --no-build-isolation ./python
+Into any virtual environment, with pip's build isolation (pip fetches setuptools and pybind11
+for the build; offline, from a folder of wheels with --no-index --find-links DIR):
+    python3 -m venv ENV && ENV/bin/pip install ./python
 
 The source tree stays as it was: the build goes to a temporary folder (OMNILEARN_BUILD_DIR
 to keep it somewhere), and no bytecode is written beside the sources.
@@ -39,14 +39,17 @@ if not BUILD_DIR:
     BUILD_DIR = tempfile.mkdtemp(prefix="omnilearn-build-")
     atexit.register(shutil.rmtree, BUILD_DIR, ignore_errors=True)
 
-# What the core is built from (the sources of Bazel's //python:omnilearn/_core.so).
-CORE_SOURCES = ["python/src/core.cc", "worker/client/session.cc", "worker/client/push_buckets.cc", "worker/client/timeline.cc",
-                "worker/client/grpc_ps_client.cc",
-                "worker/client/grpc_push_stream.cc", "worker/client/model_receiver.cc",
-                "worker/devices/emulated_device.cc", "worker/trainer/trainer_metrics.cc", "worker/client/sharded_ps_client.cc", "worker/client/ps_proto.cc", "worker/client/ps_types.cc", "common/clock.cc",
-                "common/model_layout.cc", "common/shard_map.cc", "common/tensor_codec.cc", "common/tensor_dtype.cc",
-                "common/training_mode.cc", "common/grpc_chunks.cc", "common/grpc_security.cc",
-                "common/metrics.cc", "common/safetensors.cc", "common/atomic_file.cc"]
+# What the core is built from: python/core_sources.txt, the sources of Bazel's
+# //python:omnilearn/_core.so (tests/sources_check.sh keeps the two one list).
+def _core_files():
+    listed = ROOT / "python" / "core_sources.txt"
+    if not listed.is_file():
+        raise SystemExit(f"no {listed}: build from an OmniLearn checkout (or set OMNILEARN_SOURCE)")
+    return [line.strip() for line in listed.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+CORE_FILES = _core_files()
+CORE_SOURCES = [f for f in CORE_FILES if f.endswith(".cc")]
 PKG_CONFIG = ["grpc++", "protobuf", "absl_statusor", "absl_synchronization", "absl_str_format", "absl_time",
               "absl_strings"]
 
@@ -80,7 +83,7 @@ class BuildCore(build_ext):
     core at a time (OMNILEARN_BUILD_JOBS to choose)."""
 
     def build_extension(self, ext):
-        missing = [s for s in CORE_SOURCES if not (ROOT / s).is_file()]
+        missing = [s for s in CORE_FILES if not (ROOT / s).is_file()]
         if missing:
             raise SystemExit(f"{ROOT} is not an OmniLearn checkout (no {missing[0]}): set OMNILEARN_SOURCE")
         gen = pathlib.Path(self.build_temp).resolve() / "gen"
@@ -109,12 +112,8 @@ class BuildCore(build_ext):
         super().build_extension(ext)
 
 
+# The package's metadata is pyproject.toml's; the build's steps are these.
 setup(
-    name="omnilearn",
-    version="0.2.0",
-    description="Python worker library for the OmniLearn parameter server",
-    packages=["omnilearn"],
-    python_requires=">=3.9",
     ext_modules=[Extension("omnilearn._core", sources=["python/src/core.cc"], language="c++")],
     cmdclass={"build_py": BuildWithStubs, "build_ext": BuildCore},
     options={"build": {"build_base": BUILD_DIR}, "egg_info": {"egg_base": BUILD_DIR}},

@@ -52,6 +52,10 @@ fi
 /usr/bin/python3 tests/preflight.py ${venv:+--venv "$venv/bin/python"} ${tf_venv:+--tf_venv "$tf_venv/bin/python"} ||
   set_up_failed "preflight failed"
 phase_done "set-up (apt, venvs, preflight)"
+# The venvs' wheel folder: the Python tests pip-install the package from it as a user does (with
+# pip's build isolation), offline.
+wheels=()
+[ "$tier" != subset ] && wheels=(--test_env=OMNILEARN_WHEELS="${OMNILEARN_WHEELS:-$HOME/.cache/omnilearn-wheels}")
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -78,8 +82,8 @@ step() {  # step NAME COMMAND...: one more passed or failed entry, with its time
 
 case "$tier" in
   subset) bazel_tests "${targets[@]}"; phase_done "bazel test ${targets[*]}" ;;
-  gate) bazel_tests --test_tag_filters=-full -- //...; phase_done "bazel test (gate: not tagged full)" ;;
-  full) bazel_tests -- //...; phase_done "bazel test //... (all)" ;;
+  gate) bazel_tests "${wheels[@]}" --test_tag_filters=-full -- //...; phase_done "bazel test (gate: not tagged full)" ;;
+  full) bazel_tests "${wheels[@]}" -- //...; phase_done "bazel test //... (all)" ;;
 esac
 
 if [ "$tier" != subset ]; then
@@ -95,7 +99,7 @@ if [ "$tier" != subset ]; then
   # protobuf and grpcio.
   pip_torch=(//python:python_test)
   [ "$tier" = full ] && pip_torch+=(//tests:users_models_test)
-  bazel_tests --test_env=OMNILEARN_PYTHON="$venv/bin/python" -- "${pip_torch[@]}"
+  bazel_tests "${wheels[@]}" --test_env=OMNILEARN_PYTHON="$venv/bin/python" -- "${pip_torch[@]}"
   echo "torch from pip ($venv): $run_passed passed, $run_failed failed"
   phase_done "torch from pip"
   # Keras workers (tagged manual: they need this venv) on TensorFlow and Keras from pip: a sync
@@ -112,6 +116,7 @@ if [ "$tier" != subset ]; then
   # server's layers (server/BUILD's package groups).
   step format_check ./tests/format_check.sh
   step layering_check ./tests/layering_check.sh
+  step sources_check ./tests/sources_check.sh
   phase_done "format, layering"
 fi
 if [ "$tier" = full ]; then

@@ -27,11 +27,5 @@ done > $G/core_libs.txt  # the core's link arguments (@G@: .gpu's path there)
 for d in grpc grpc++ grpcpp absl google/protobuf nlohmann; do mkdir -p $G/include/$(dirname $d); cp -r /usr/include/$d $G/include/$d; done
 protoc --proto_path=. --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin --cpp_out=$G/gen --grpc_out=$G/gen proto/omnilearn.proto
 /usr/bin/python3 python/omnilearn/_stubs.py --proto proto/omnilearn.proto --out $G/stubs
-/usr/bin/python3 - <<'PY' > $G/core_sources.txt
-import ast, pathlib
-tree = ast.parse(pathlib.Path("python/setup.py").read_text())
-for node in tree.body:
-    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CORE_SOURCES":
-        print("\n".join(ast.literal_eval(node.value)))
-PY
+grep '\.cc$' python/core_sources.txt > $G/core_sources.txt  # the core's .cc files (one list)
 du -sh $G
