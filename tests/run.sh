@@ -101,6 +101,9 @@ if [ "$tier" != subset ]; then
   [ "$tier" = full ] && pip_torch+=(//tests:users_models_test)
   bazel_tests "${wheels[@]}" --test_env=OMNILEARN_PYTHON="$venv/bin/python" -- "${pip_torch[@]}"
   echo "torch from pip ($venv): $run_passed passed, $run_failed failed"
+  # The same tests as a user runs them: plain pytest in the checkout's python/ (pyproject.toml's
+  # settings), on Debian's torch and the core Bazel built above.
+  step pytest_in_checkout env -C python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider
   phase_done "torch from pip"
   # Keras workers (tagged manual: they need this venv) on TensorFlow and Keras from pip: a sync
   # job in the gate, every mode in the full tier.

@@ -15,7 +15,10 @@ from omnilearn.worker import ServerError, Worker
 from test_worker import FakeServer
 
 pb2, pb2_grpc = _stubs.load()
-DRIVER = os.environ.get("OMNILEARN_SESSION_DRIVER")
+# The C++ worker's session driver: python_test.sh names it; from a checkout, Bazel's build of it
+# (`bazel build //worker:session_driver`).
+_BUILT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bazel-bin", "worker", "session_driver")
+DRIVER = os.environ.get("OMNILEARN_SESSION_DRIVER") or (os.path.realpath(_BUILT) if os.path.isfile(_BUILT) else None)
 LAYOUT = "weight:2x3,bias:2"  # torch.nn.Linear(3, 2)
 
 
@@ -48,7 +51,7 @@ def cpp_run(address, iterations, oom_at, token):
 
 
 @unittest.skipIf(DRIVER is None and "TEST_SRCDIR" not in os.environ,
-                 "run by python/python_test.sh, which names the C++ driver")
+                 "needs the C++ session driver: bazel build //worker:session_driver")
 class ConformanceTest(unittest.TestCase):
     def run_both(self, script, iterations=3, oom_at=-1, token=None):
         """Runs each worker against a fresh fake server set up by script(fake); returns
