@@ -8,8 +8,8 @@ worker1, ...), OMNILEARN_RANK and OMNILEARN_WORLD_SIZE set, so `omnilearn.Worker
 model, ...)` needs no address. The server (`--server_bin`, else $OMNILEARN_SERVER_BIN,
 omnilearn_server on PATH or beside this Python (a virtual environment's bin, where
 `deploy/install.sh --prefix=ENV` puts it), or a checkout's bazel-bin) listens on 127.0.0.1,
-waits for the N workers, and exits when they are done. Exits with the first failing
-worker's status. `--shards S` runs the layout of a job on several hosts (a server beside
+waits for the N workers, and exits when they are done. A copy that fails ends the job at once
+(the other copies and the servers are stopped), and the launcher exits with its status. `--shards S` runs the layout of a job on several hosts (a server beside
 every worker, each holding a slice of the model) on this one: the coordinator and S - 1
 shard servers, all on 127.0.0.1; on one host it buys no bandwidth, it shows the layout.
 """
@@ -57,6 +57,24 @@ def wait_listening(port: int, server: subprocess.Popen, seconds: float = 60) -> 
             time.sleep(0.05)
 
 
+def wait_workers(workers, poll_seconds: float = 0.1) -> int:
+    """0 once every copy exited 0; else, as soon as one fails, its status (the others and the
+    servers are then stopped: a copy that failed before it joined leaves the job waiting for it)."""
+    running = dict(enumerate(workers))
+    while running:
+        for rank, w in list(running.items()):
+            rc = w.poll()
+            if rc is None:
+                continue
+            del running[rank]
+            if rc:
+                print(f"omnilearn.run: worker{rank} exited with status {rc}: stopping the job", file=sys.stderr)
+                return rc
+        if running:
+            time.sleep(poll_seconds)
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m omnilearn.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--nproc", type=int, default=2, help="workers (copies of the script)")
@@ -77,7 +95,6 @@ def main(argv=None) -> int:
     sharded = [f"--shards={a.shards}", f"--advertise=127.0.0.1:{port}"] if a.shards > 1 else []
     server = subprocess.Popen([binary, "--bind=127.0.0.1", f"--port={port}", "--metrics_port=0",
                                f"--num_workers={a.nproc}", "--exit_when_done", *sharded, *a.server_args.split()])
-    status = 0
     workers, shards = [], []
     try:
         wait_listening(port, server)
@@ -90,9 +107,9 @@ def main(argv=None) -> int:
             env = dict(os.environ, OMNILEARN_SERVER=f"127.0.0.1:{port}", OMNILEARN_NAME=f"worker{rank}",
                        OMNILEARN_RANK=str(rank), OMNILEARN_WORLD_SIZE=str(a.nproc))
             workers.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env))
-        for w in workers:
-            rc = w.wait()
-            status = status or rc
+        status = wait_workers(workers)
+        if status:
+            return status  # the job is stopped below: a failed copy ends it at once
         try:
             for proc in [server] + shards:
                 proc.wait(timeout=60)

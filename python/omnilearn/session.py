@@ -56,12 +56,16 @@ class ServerError(RuntimeError):
 @dataclass
 class Step:
     """One iteration to train: a mini-batch of `batch_size` samples (`samples`, when the
-    worker gave a dataset_size: the ids the server assigned, in order)."""
+    worker gave a dataset_size: the ids the server assigned, in order) of epoch `epoch`.
+    `epoch_end` turns True in push() when the job's epoch ended with this step (every sample
+    of `epoch` trained, across the workers): the place for an epoch's scheduler step,
+    evaluation or checkpoint. It needs a dataset_size; the job's last step ends its last epoch."""
     iteration: int
     batch_size: int
     samples: Optional[Any]  # the framework's integer tensor of ids (numpy for numpy's)
     epoch: int
     model_version: int
+    epoch_end: bool = False
 
 
 _live_cores = weakref.WeakSet()  # closed at exit, before the interpreter goes
@@ -464,6 +468,7 @@ class WorkerSession:
             return None
         self._last_comm_seconds = time.perf_counter() - comm_start
         self.metrics.communication(self._last_comm_seconds)
+        step.epoch_end = bool(self.dataset_size) and self.epoch > step.epoch
         if outcome == "stop":
             self.stopped.set()
             self._log("the server stopped the job")

@@ -67,6 +67,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.abandoned = []    # headers of streamed pushes the worker gave up before their trailer
         self.idle_replies = set()  # push numbers (1-based) answered "idle": the job's samples all handed out
         self.global_at = {}        # push number -> global_samples of its reply (default 4 per push)
+        self.dataset = 0           # a data set's size: the samples' epochs follow global_samples
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -80,10 +81,11 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         if worker_id is not None and (worker_id != self.next_id - 1 or secret != SECRET + bytes([worker_id])):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "wrong session")
 
-    def _samples(self, n=4):
+    def _samples(self, n=4, global_samples=0):
         ids = list(range(self.sample, self.sample + n))
         self.sample += n
-        return [pb2.SampleSpan(epoch=0, ids=ids)]
+        # With a data set's size: the epoch the job is in once global_samples are trained.
+        return [pb2.SampleSpan(epoch=global_samples // self.dataset if self.dataset else 0, ids=ids)]
 
     def Join(self, request_iterator, context):
         with self.lock:
@@ -152,10 +154,10 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         batch = 2 if header.out_of_memory else 4
         n = len(self.pushes)
         idle = n in self.idle_replies
+        done = self.global_at.get(n, 4 * n)
         return pb2.PushResponse(action=action, next_batch_size=batch, model_version=self.version,
-                                applied=action == pb2.ACTION_CONTINUE and not header.idle,
-                                global_samples=self.global_at.get(n, 4 * n),
-                                samples=[] if idle else self._samples(batch), idle=idle), header
+                                applied=action == pb2.ACTION_CONTINUE and not header.idle, global_samples=done,
+                                samples=[] if idle else self._samples(batch, done), idle=idle), header
 
     def Push(self, request_iterator, context):
         with self.lock:
@@ -245,6 +247,21 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual([p.idle for p in self.fake.pushes], [False, False, False, True, True])
         self.assertEqual([p.batch_size for p in self.fake.pushes[3:]], [0, 0])
         self.assertEqual(len(self.fake.gradients), 3)
+
+    def test_a_step_that_ends_the_jobs_epoch_says_so_after_its_push(self):
+        # A data set of 16: the pushes' replies put the job at 8, 16 (epoch 0 ends: another
+        # worker's samples were in the same round), 20, 32 (epoch 1 and the job end).
+        self.fake.global_at = {1: 8, 2: 16, 3: 20, 4: 32}
+        self.fake.dataset = 16
+        ends = []
+        with Worker(self.address, self.model, name="py0", dataset_size=16, epochs=2, rpc_timeout=30,
+                    log=lambda line: None) as w:
+            for step in w:
+                self.assertFalse(step.epoch_end)  # known only once the push's reply is in
+                F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples]).backward()
+                w.push(0.5)
+                ends.append((step.epoch, step.epoch_end))
+        self.assertEqual(ends, [(0, False), (0, True), (1, False), (1, True)])
 
     def test_joins_with_its_model_then_trains_the_assigned_samples_in_one_round_trip_each(self):
         with self.make_worker() as w:
