@@ -25,8 +25,6 @@ apply_gradients. This module imports TensorFlow and Keras, and no PyTorch.
 """
 
 import math
-import sys
-import time
 from typing import Optional
 
 import keras
@@ -34,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from omnilearn import tensor_files
+from omnilearn.options import WorkerOptions
 from omnilearn.session import ServerError, Step, WorkerSession
 
 __all__ = ["ServerError", "Step", "Worker", "fit", "load_weights", "model_tensors", "save_weights"]
@@ -244,32 +243,61 @@ class Worker(WorkerSession):
 
 # ---------------------------------------------------------------------- fit
 class _Batches:
-    """The data as fit() indexes it: arrays x and y, or one source whose [ids] is (x, y)."""
+    """The data as fit() indexes it: arrays x and y (and per-sample weights), or one source
+    whose [ids] is (x, y)."""
 
-    def __init__(self, x, y):
+    def __init__(self, x, y, sample_weight=None):
         if y is None and not hasattr(x, "__getitem__"):
             raise ValueError("fit() takes arrays x and y, or an indexable source whose source[ids] is (x, y)")
-        self.x, self.y = x, y
+        self.x, self.y, self.sample_weight = x, y, sample_weight
         self.size = len(x)
         if y is not None and len(y) != self.size:
             raise ValueError(f"x holds {self.size} samples and y {len(y)}")
+        if sample_weight is not None and len(sample_weight) != self.size:
+            raise ValueError(f"sample_weight holds {len(sample_weight)} weights for {self.size} samples")
 
     def __getitem__(self, ids):
-        if self.y is None:
-            return self.x[ids]
-        return self.x[ids], self.y[ids]
+        xb, yb = self.x[ids] if self.y is None else (self.x[ids], self.y[ids])
+        weights = None if self.sample_weight is None else np.asarray(self.sample_weight)[ids]
+        return xb, yb, weights
+
+
+def _split(x, y, sample_weight, validation_split):
+    """model.fit's validation_split: the last samples of x and y (before any shuffling) are the
+    validation data; the rest is trained. (train x, y, weights, validation (x, y))."""
+    if not 0.0 <= validation_split < 1.0:
+        raise ValueError(f"validation_split must be in [0, 1), not {validation_split}")
+    if y is None:
+        raise ValueError("validation_split is only supported for arrays x and y: pass validation_data for a source")
+    cut = len(x) - int(math.ceil(len(x) * validation_split))  # Keras's rule: the validation part rounded up
+    if cut <= 0:
+        raise ValueError(f"validation_split={validation_split} leaves no training sample of {len(x)}")
+    weights = None if sample_weight is None else sample_weight[:cut]
+    return x[:cut], y[:cut], weights, (x[cut:], y[cut:])
+
+
+def _class_weights(class_weight, yb):
+    """A batch's per-sample weights from class_weight (labels as integers or one-hot rows)."""
+    labels = np.asarray(yb)
+    if labels.ndim > 1 and labels.shape[-1] > 1:
+        labels = labels.argmax(-1)
+    labels = labels.reshape(-1).astype(np.int64)
+    missing = set(np.unique(labels).tolist()) - set(class_weight)
+    if missing:
+        raise ValueError(f"class_weight has no weight for class {sorted(missing)[0]}")
+    return np.array([class_weight[c] for c in labels.tolist()], dtype=np.float32)
 
 
 def _train_step(model):
-    """One step's forward, the compiled loss and its gradients, the compiled metrics
-    updated: a tf.function for every batch size (the server changes them)."""
+    """One step's forward, the compiled loss (sample-weighted) and its gradients, the compiled
+    metrics updated: a tf.function for every batch size (the server changes them)."""
     @tf.function(reduce_retracing=True)
-    def step(x, y):
+    def step(x, y, sample_weight):
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
-            loss = model.compute_loss(x=x, y=y, y_pred=y_pred, training=True)
+            loss = model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
         gradients = tape.gradient(loss, model.trainable_variables)
-        model.compute_metrics(x, y, y_pred)
+        model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
         return loss, gradients
     return step
 
@@ -282,86 +310,155 @@ def _accuracy(logs: dict) -> Optional[float]:
     return None
 
 
-class _Progress:
-    """fit()'s lines and History: one per epoch of the job, as keras.Model.fit reports them."""
-
-    def __init__(self, model, epochs, verbose):
-        self.model, self.epochs, self.verbose = model, epochs, verbose
-        self.history = keras.callbacks.History()
-        self.history.set_model(model)
-        self.history.on_train_begin()
-        self.loss = keras.metrics.Mean(name="loss")
-        self._start()
-
-    def _start(self):
-        self.loss.reset_state()
-        for m in self.model.metrics:
-            m.reset_state()
-        self.t0, self.steps = time.perf_counter(), 0
-
-    def logs(self) -> dict:
-        out = {k: float(v) for k, v in self.model.get_metrics_result().items()}
-        out["loss"] = float(self.loss.result())
-        return out
-
-    def end_epoch(self, epoch, validation, batch_size):
-        logs = self.logs()
-        if validation is not None:
-            results = self.model.evaluate(validation[0], validation[1], batch_size=batch_size, verbose=0,
-                                          return_dict=True)
-            logs.update({f"val_{k}": float(v) for k, v in results.items()})
-        self.history.on_epoch_end(epoch, logs)
-        if self.verbose:
-            text = " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
-            print(f"Epoch {epoch + 1}/{math.ceil(self.epochs)}: {self.steps} steps, "
-                  f"{time.perf_counter() - self.t0:.1f}s - {text}", file=sys.stdout, flush=True)
-        self._start()
-        return logs
-
-
 _COMPILED = object()  # fit()'s optimizer: the compiled model's
 
+# model.fit's arguments and what each is in a job; those fit() does not take are refused by name.
+_REFUSED = {
+    "batch_size": "in an OmniLearn job the server sets every worker's batch: the job's global batch (the "
+                  "server's --global_batch) split by the workers' speeds. Start the server with "
+                  "--global_batch={value} and leave batch_size out of fit()",
+    "shuffle": "the server draws every epoch's order of the samples (its --data_seed) for all the workers; "
+               "a job cannot keep the data's order. Leave shuffle out (True)",
+}
 
-def fit(model, x, y=None, *, server: Optional[str] = None, epochs: float = 1, validation_data=None,
-        verbose: int = 1, optimizer=_COMPILED, **options):
+
+def _check_fit_arguments(batch_size, shuffle, options):
+    if batch_size is not None:
+        raise ValueError(f"fit(batch_size={batch_size}): " + _REFUSED["batch_size"].format(value=batch_size))
+    if shuffle is not True:
+        raise ValueError(f"fit(shuffle={shuffle!r}): " + _REFUSED["shuffle"])
+    unknown = set(options) - set(WorkerOptions.__dataclass_fields__)
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument '{sorted(unknown)[0]}': it takes "
+                        "model.fit's arguments and the worker's options (docs/keras.md)")
+
+
+class _Epochs:
+    """Where the job's steps fall in model.fit's epochs: the job's own (every sample once across
+    the workers: Step.epoch_end) or steps_per_epoch of this worker's steps; numbered from
+    initial_epoch."""
+
+    def __init__(self, initial_epoch, steps_per_epoch):
+        self.initial, self.steps_per_epoch = initial_epoch, steps_per_epoch
+        self.current, self.step_in_epoch = initial_epoch, 0
+
+    def ended(self, step) -> bool:
+        self.step_in_epoch += 1
+        if self.steps_per_epoch:
+            return self.step_in_epoch >= self.steps_per_epoch
+        return step.epoch_end
+
+    def next(self):
+        self.current += 1
+        self.step_in_epoch = 0
+
+
+def fit(model, x=None, y=None, *, server: Optional[str] = None, batch_size=None, epochs: float = 1,
+        verbose="auto", callbacks=None, validation_split: float = 0.0, validation_data=None, shuffle=True,
+        class_weight=None, sample_weight=None, initial_epoch: int = 0, steps_per_epoch=None,
+        validation_steps=None, validation_batch_size=None, validation_freq: int = 1, optimizer=_COMPILED,
+        **options):
     """Trains a compiled keras.Model as an OmniLearn worker, as model.fit would, with the
-    server's batch sizes and sample assignment: `x` and `y` are arrays (anything indexed
-    by an array of sample ids), or `x` alone a source whose source[ids] is (x, y). The
-    compiled loss and metrics are computed; the compiled optimizer runs on the server
+    server's batch sizes and sample assignment. `x` and `y` are arrays (anything indexed by an
+    array of sample ids), or `x` alone a source whose source[ids] is (x, y). model.fit's
+    arguments mean what they mean there, in a job:
+    - epochs: the job's epochs (every sample once per epoch, across the workers), from
+      initial_epoch; steps_per_epoch: an epoch of that many of this worker's steps instead,
+      and this worker trains (epochs - initial_epoch) of them;
+    - validation_split (the last samples of x and y) or validation_data, evaluated at each
+      epoch's end (every validation_freq epochs; validation_steps, validation_batch_size); its
+      accuracy is reported to the server as the job's validation accuracy;
+    - callbacks: Keras callbacks (History, EarlyStopping, ModelCheckpoint, CSVLogger,
+      LearningRateScheduler, ReduceLROnPlateau, TensorBoard...) on this worker's epochs and
+      steps; a learning rate they change reaches the server with the next push, and a callback
+      that stops training makes this worker leave the job;
+    - class_weight and sample_weight weigh each sample's loss; verbose as Keras's (0, 1, 2);
+    - batch_size is the server's (--global_batch), shuffle is the server's too: both refused
+      with the reason; a keyword of neither model.fit nor the worker is a TypeError.
+    The compiled loss and metrics are computed; the compiled optimizer runs on the server
     (`optimizer`: another Keras optimizer, or None for the server's --optimizer flags).
-    Each epoch of the job ends with a line of its metrics (and validation_data's, whose
-    accuracy is reported to the server as the job's). Returns a keras.callbacks.History.
-    `options`: the Worker's (name, emulate_device, ...)."""
-    data = _Batches(x, y)
+    `options`: the Worker's (name, emulate_device, ...). Returns the keras.callbacks.History."""
+    _check_fit_arguments(batch_size, shuffle, options)
+    if validation_split and validation_data is None:
+        x, y, sample_weight, validation_data = _split(x, y, sample_weight, validation_split)
+    data = _Batches(x, y, sample_weight)
     if not getattr(model, "compiled", False) or getattr(model, "loss", None) is None:
         raise ValueError("fit() needs a compiled model: model.compile(optimizer=..., loss=..., metrics=[...])")
-    step_fn = _train_step(model)
-    progress = _Progress(model, epochs, verbose)
+    if not 0 <= initial_epoch < epochs:
+        raise ValueError(f"initial_epoch={initial_epoch} leaves no epoch of epochs={epochs} to train")
+    job_epochs = epochs - initial_epoch
+    if steps_per_epoch is not None:
+        if steps_per_epoch < 1:
+            raise ValueError(f"steps_per_epoch must be 1 or more, not {steps_per_epoch}")
+        options.setdefault("max_iterations", int(math.ceil(steps_per_epoch * job_epochs)))
+    verbose = 1 if verbose == "auto" else verbose
+    calls = keras.callbacks.CallbackList(callbacks, add_history=True, add_progbar=verbose != 0, model=model,
+                                         verbose=verbose, epochs=math.ceil(epochs), steps=steps_per_epoch)
+    evaluation = dict(steps=validation_steps, batch_size=validation_batch_size or 32, verbose=0, return_dict=True)
     if optimizer is _COMPILED:
         optimizer = model.optimizer
-    with Worker(server, model, optimizer=optimizer, dataset_size=data.size, epochs=epochs, **options) as worker:
-        epoch, batch = None, 0
+    train_step = _train_step(model)
+    model.stop_training = False
+    loss_mean = keras.metrics.Mean(name="loss")
+    calls.on_train_begin()
+    with Worker(server, model, optimizer=optimizer, dataset_size=data.size, epochs=job_epochs, **options) as worker:
+        epochs_seen = _Epochs(initial_epoch, steps_per_epoch)
+        logs = {}
         for step in worker:
-            if epoch is not None and step.epoch != epoch:
-                _end_epoch(worker, progress, epoch, validation_data, batch)
-            epoch, batch = step.epoch, step.batch_size
-            xb, yb = data[step.samples]
-            loss, gradients = step_fn(xb, yb)
-            progress.loss.update_state(loss, sample_weight=step.batch_size)
-            progress.steps += 1
+            if epochs_seen.step_in_epoch == 0:
+                _begin_epoch(calls, model, loss_mean, epochs_seen.current)
+            calls.on_train_batch_begin(epochs_seen.step_in_epoch)
+            xb, yb, weights = data[step.samples]
+            if class_weight is not None:
+                cw = _class_weights(class_weight, yb)
+                weights = cw if weights is None else weights * cw
+            if weights is None:
+                weights = np.ones(len(step.samples), dtype=np.float32)
+            loss, gradients = train_step(xb, yb, weights)
+            loss_mean.update_state(loss, sample_weight=step.batch_size)
             worker.push(loss, gradients)
-        if epoch is not None and not worker.stopped.is_set():
+            logs = _train_logs(model, loss_mean)
+            calls.on_train_batch_end(epochs_seen.step_in_epoch, logs)
+            if not epochs_seen.ended(step):
+                continue
+            logs = _end_epoch(worker, calls, epochs_seen.current, validation_data, validation_freq, evaluation, logs)
+            if model.stop_training:
+                worker.finished = True  # a callback ended training: this worker leaves the job, done
+                break
+            epochs_seen.next()
+        if epochs_seen.step_in_epoch and not model.stop_training:  # the job ended inside an epoch of ours
             if worker.mode != "sync":
                 worker.pull()  # the model as the last pushes left it
-            _end_epoch(worker, progress, epoch, validation_data, batch)
-    return progress.history
+            logs = _end_epoch(worker, calls, epochs_seen.current, validation_data, validation_freq, evaluation, logs)
+    calls.on_train_end(logs)
+    return model.history
 
 
-def _end_epoch(worker, progress, epoch, validation_data, batch):
-    logs = progress.end_epoch(epoch, validation_data, max(batch, 32))
-    accuracy = _accuracy({k: v for k, v in logs.items() if k.startswith("val_")})
-    if accuracy is not None:
-        worker.report(accuracy, logs["loss"])
+def _begin_epoch(calls, model, loss_mean, epoch):
+    loss_mean.reset_state()
+    for m in model.metrics:
+        m.reset_state()
+    calls.on_epoch_begin(epoch)
+
+
+def _train_logs(model, loss_mean) -> dict:
+    logs = {k: float(v) for k, v in model.get_metrics_result().items()}
+    logs["loss"] = float(loss_mean.result())
+    return logs
+
+
+def _end_epoch(worker, calls, epoch, validation_data, validation_freq, evaluation, logs) -> dict:
+    """The epoch's validation (every validation_freq epochs), reported to the server as the job's
+    validation accuracy, then the callbacks' epoch end."""
+    logs = dict(logs)
+    if validation_data is not None and (epoch + 1) % validation_freq == 0:
+        results = worker.model.evaluate(validation_data[0], validation_data[1], **evaluation)
+        logs.update({f"val_{k}": float(v) for k, v in results.items()})
+        accuracy = _accuracy(results)
+        if accuracy is not None:
+            worker.report(accuracy, logs["loss"], validation=True)
+    calls.on_epoch_end(epoch, logs)
+    return logs
 
 
 # ---------------------------------------------------------------------- files

@@ -117,6 +117,10 @@ class WorkerSession:
         server = from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
+        unknown = sorted(set(options) - set(WorkerOptions.__dataclass_fields__))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument '{unknown[0]}' (the "
+                            "worker's options are omnilearn.WorkerOptions' fields: docs/python.md)")
         o = self.options = WorkerOptions(**options).resolved()
         self.storage = storage
         self.name = o.name or f"{socket.gethostname()}-{os.getpid()}"
@@ -419,14 +423,17 @@ class WorkerSession:
         report = _core.StepReport(batch_size=step.batch_size, out_of_memory=True)
         return self._send(report, None, step)
 
-    def report(self, test_accuracy: float, loss: float = 0.0):
-        """Reports a test accuracy measured on the model this worker holds (nothing trained)."""
+    def report(self, test_accuracy: float, loss: float = 0.0, validation: bool = False):
+        """Reports a test accuracy measured on the model this worker holds (nothing trained);
+        `validation`: measured on validation data, not a test set (the server's summary says
+        validation_accuracy)."""
         self._check_accuracy(test_accuracy)
         if self.stopped.is_set() or not self.worker_id:
             return None
         self.wait_model()
         self._cancel_push()  # one push at a time per session: the step's gradient goes whole
-        report = _core.StepReport(report_only=True, end=_core.StepEnd(train_loss=loss, test_accuracy=test_accuracy))
+        end = _core.StepEnd(train_loss=loss, test_accuracy=test_accuracy, accuracy_is_validation=validation)
+        report = _core.StepReport(report_only=True, end=end)
         self.metrics.accuracy(test_accuracy)
         outcome, reply = self._call(self._core.push, report, None, self.storage.weights_host)
         if outcome == "rejoined":

@@ -506,11 +506,14 @@ void BindTypes(py::module_& m) {
   using worker::StepReport;
   py::class_<StepEnd>(m, "StepEnd", "What a step came to (a streamed push's trailer).")
       .def(py::init([](double compute_seconds, double train_loss, std::optional<double> test_accuracy,
-                       std::vector<double> group_lr, std::optional<uint64_t> emulation_overruns) {
-             return StepEnd{compute_seconds, train_loss, test_accuracy, std::move(group_lr), emulation_overruns};
+                       bool accuracy_is_validation, std::vector<double> group_lr,
+                       std::optional<uint64_t> emulation_overruns) {
+             return StepEnd{compute_seconds,       train_loss,          test_accuracy,
+                            accuracy_is_validation, std::move(group_lr), emulation_overruns};
            }),
            py::arg("compute_seconds") = 0.0, py::arg("train_loss") = 0.0, py::arg("test_accuracy") = py::none(),
-           py::arg("group_lr") = std::vector<double>{}, py::arg("emulation_overruns") = py::none())
+           py::arg("accuracy_is_validation") = false, py::arg("group_lr") = std::vector<double>{},
+           py::arg("emulation_overruns") = py::none())
       .def_readwrite("group_lr", &StepEnd::group_lr)
       .def_readwrite("compute_seconds", &StepEnd::compute_seconds)
       .def_readwrite("train_loss", &StepEnd::train_loss)

@@ -364,11 +364,15 @@ class WorkerTest(unittest.TestCase):
                 self.model(self.x[:2]).sum().backward()
                 w.push(torch.tensor(1.5), test_accuracy=0.5)
             w.report(0.75)
-        oom, first, second, report = self.fake.pushes
+            w.report(0.625, validation=True)  # a validation accuracy, named apart by the server
+        oom, first, second, report, validation = self.fake.pushes
         self.assertTrue(oom.out_of_memory)
         self.assertEqual((first.batch_size, first.train_loss, first.test_accuracy), (2, 1.5, 0.5))
         self.assertTrue(report.report_only and report.test_accuracy == 0.75)
+        self.assertFalse(report.accuracy_is_validation or first.accuracy_is_validation)
         self.assertEqual(report.model_version, 2)
+        self.assertTrue(validation.report_only and validation.accuracy_is_validation)
+        self.assertEqual(validation.test_accuracy, 0.625)
 
     def test_an_emulated_device_sets_the_step_time_and_reports_it(self):
         # 10 ms + 5 ms per sample: 30 ms for the fake server's 4-sample batches.

@@ -399,7 +399,7 @@ void ParameterServerCore::ReportStep(WorkerId id, const controller::ComputeRepor
 
 void ParameterServerCore::RecordAccuracy(const PushInfo& info) {
   if (!info.test_accuracy) return;
-  stats_.Accuracy(*info.test_accuracy, info.version);
+  stats_.Accuracy(*info.test_accuracy, info.version, info.accuracy_is_validation);
 }
 
 void ParameterServerCore::CountAdjustmentTick() {
@@ -1002,6 +1002,7 @@ ServerSnapshot ParameterServerCore::Snapshot() const {
   s.last_train_loss = stats_.last_loss();
   s.test_accuracy = stats_.test_accuracy();
   s.test_accuracy_version = stats_.test_accuracy_version();
+  s.accuracy_is_validation = stats_.accuracy_is_validation();
   s.uptime_seconds = absl::ToDoubleSeconds(options_.clock->Now() - start_time_);
   s.pushes_by_result = stats_.pushes_by_result();
   s.staleness_counts = stats_.staleness_counts();

@@ -23,6 +23,7 @@ struct PushInfo {
   uint64_t version = 0;
   double train_loss = 0;
   std::optional<double> test_accuracy;
+  bool accuracy_is_validation = false;  // test_accuracy is of validation data, not a test set
   bool out_of_memory = false;
   // The worker's previous iteration from the end of its compute to its reply (0 = none).
   double communication_seconds = 0;

@@ -81,7 +81,7 @@ TEST_CASE("the job's counters: samples, rounds, accuracy with its version, stale
   s.Trained(32, 0.5);
   s.Trained(16, 0.25);
   s.Round();
-  s.Accuracy(0.875, 7);
+  s.Accuracy(0.875, 7, false);
   s.CountPush("applied");
   s.CountPush("applied");
   s.CountStaleness(3);

@@ -24,9 +24,11 @@ class TrainingStats {
     last_loss_ = loss;
   }
   void Round() { ++rounds_; }
-  void Accuracy(double accuracy, uint64_t version) {
+  // `validation`: measured on validation data (a Keras program's), not on a test set.
+  void Accuracy(double accuracy, uint64_t version, bool validation) {
     test_accuracy_ = accuracy;
     test_accuracy_version_ = version;
+    accuracy_is_validation_ = validation;
   }
   void CountPush(const std::string& result) { ++pushes_by_result_[result]; }
   void CountStaleness(uint64_t versions) {
@@ -43,6 +45,7 @@ class TrainingStats {
   double last_loss() const { return last_loss_; }
   const std::optional<double>& test_accuracy() const { return test_accuracy_; }
   uint64_t test_accuracy_version() const { return test_accuracy_version_; }
+  bool accuracy_is_validation() const { return accuracy_is_validation_; }
   const std::map<std::string, uint64_t>& pushes_by_result() const { return pushes_by_result_; }
   const std::vector<uint64_t>& staleness_counts() const { return staleness_counts_; }
 
@@ -52,6 +55,7 @@ class TrainingStats {
   double last_loss_ = 0;
   std::optional<double> test_accuracy_;
   uint64_t test_accuracy_version_ = 0;
+  bool accuracy_is_validation_ = false;
   std::map<std::string, uint64_t> pushes_by_result_;
   std::vector<uint64_t> staleness_counts_ = std::vector<uint64_t>(kStalenessBuckets, 0);
 };

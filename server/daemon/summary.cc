@@ -28,6 +28,15 @@ std::string JsonString(const std::string& s) {
   return out + "\"";
 }
 
+// The job's accuracy as the summary names it: a test accuracy, or a Keras program's validation
+// accuracy (PushHeader.accuracy_is_validation).
+const char* AccuracyName(const ServerSnapshot& s) { return s.accuracy_is_validation ? "val_acc" : "acc"; }
+
+std::string AccuracyJson(const ServerSnapshot& s, bool validation) {
+  if (!s.test_accuracy || s.accuracy_is_validation != validation) return "null";
+  return absl::StrFormat("%.6f", *s.test_accuracy);
+}
+
 }  // namespace
 
 std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
@@ -35,11 +44,11 @@ std::string SummaryJson(const ServerSnapshot& s, double wall_seconds) {
       "{\n  \"mode\": \"%s\",\n  \"controller\": \"%s\",\n  \"wall_seconds\": %.3f,\n  \"model_version\": %d,\n"
       "  \"rounds\": %d,\n  \"global_batch\": %d,\n  \"global_samples\": %d,\n  \"dataset_size\": %d,\n"
       "  \"job_samples\": %d,\n  \"adjustments\": %d,\n"
-      "  \"last_train_loss\": %.6f,\n  \"test_accuracy\": %s,\n  \"test_accuracy_version\": %d,\n"
-      "  \"workers\": [",
+      "  \"last_train_loss\": %.6f,\n  \"test_accuracy\": %s,\n  \"validation_accuracy\": %s,\n"
+      "  \"test_accuracy_version\": %d,\n  \"workers\": [",
       ModeName(s.mode), s.controller, wall_seconds, s.version, s.rounds, s.global_batch, s.global_samples,
-      s.dataset_size, s.job_samples, s.adjustments, s.last_train_loss,
-      s.test_accuracy ? absl::StrFormat("%.6f", *s.test_accuracy) : "null", s.test_accuracy_version);
+      s.dataset_size, s.job_samples, s.adjustments, s.last_train_loss, AccuracyJson(s, false), AccuracyJson(s, true),
+      s.test_accuracy_version);
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerSnapshot& w = s.workers[i];
     absl::StrAppend(
@@ -89,7 +98,9 @@ std::string AdjustmentLine(const ServerSnapshot& s) {
                   w.state == WorkerState::kDropped ? " (dropped)" : ""));
   }
   absl::StrAppend(&out, absl::StrFormat(" | loss %.3f", s.last_train_loss));
-  if (s.test_accuracy) absl::StrAppend(&out, absl::StrFormat(" acc %.2f%%", 100 * *s.test_accuracy));
+  if (s.test_accuracy) {
+    absl::StrAppend(&out, absl::StrFormat(" %s %.2f%%", AccuracyName(s), 100 * *s.test_accuracy));
+  }
   return out;
 }
 
@@ -109,7 +120,8 @@ std::string ProgressLine(const ServerSnapshot& s, uint64_t samples_before, absl:
   }
   absl::StrAppend(&out, absl::StrFormat(" | v=%d | loss %.3f", s.version, s.last_train_loss));
   if (s.test_accuracy) {
-    absl::StrAppend(&out, absl::StrFormat(" | acc %.2f%% (v=%d)", 100 * *s.test_accuracy, s.test_accuracy_version));
+    absl::StrAppend(&out, absl::StrFormat(" | %s %.2f%% (v=%d)", AccuracyName(s), 100 * *s.test_accuracy,
+                                          s.test_accuracy_version));
   }
   int live = 0;
   uint64_t overruns = 0;

@@ -27,6 +27,25 @@ TEST_CASE("after the job went back to a checkpoint the line says so, not a rate 
   REQUIRE_FALSE(absl::StrContains(line, "samples/s"));
 }
 
+TEST_CASE("a validation accuracy is named apart from a test accuracy, in the summary and the lines",
+          "[summary]") {
+  ServerSnapshot s;
+  s.dataset_size = 1000;
+  s.test_accuracy = 0.875;
+  s.test_accuracy_version = 12;
+  std::string json = SummaryJson(s, 1.0);
+  INFO(json);
+  REQUIRE(absl::StrContains(json, "\"test_accuracy\": 0.875000,"));
+  REQUIRE(absl::StrContains(json, "\"validation_accuracy\": null,"));
+  REQUIRE(absl::StrContains(ProgressLine(s, 0, absl::Seconds(1)), "| acc 87.50% (v=12)"));
+  s.accuracy_is_validation = true;  // a Keras program's validation_split or validation_data
+  json = SummaryJson(s, 1.0);
+  INFO(json);
+  REQUIRE(absl::StrContains(json, "\"test_accuracy\": null,"));
+  REQUIRE(absl::StrContains(json, "\"validation_accuracy\": 0.875000,"));
+  REQUIRE(absl::StrContains(ProgressLine(s, 0, absl::Seconds(1)), "| val_acc 87.50% (v=12)"));
+}
+
 TEST_CASE("the plan line shows each new batch with its predicted time, the last measured one, and overruns",
           "[summary]") {
   ServerSnapshot s;

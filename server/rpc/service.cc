@@ -346,6 +346,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext* ctx, const v
   response->set_plan_changes(s.plan_changes);
   response->set_job(s.job);
   response->set_test_accuracy_version(s.test_accuracy_version);
+  response->set_accuracy_is_validation(s.accuracy_is_validation);
   response->set_rounds(s.rounds);
   if (shards_ != nullptr) {
     for (const CoordinatorShards::ShardInfo& info : shards_->Shards()) ShardToProto(info, response->add_shards());

@@ -194,6 +194,7 @@ absl::StatusOr<std::vector<float>> SliceService::ReadGradient(Stream* stream, St
       info->compute_seconds = msg.message().trailer().compute_seconds();
       info->train_loss = msg.message().trailer().train_loss();
       if (msg.message().trailer().has_test_accuracy()) info->test_accuracy = msg.message().trailer().test_accuracy();
+      info->accuracy_is_validation = msg.message().trailer().accuracy_is_validation();
       if (msg.message().trailer().has_emulation_overruns()) {
         info->emulation_overruns = msg.message().trailer().emulation_overruns();
       }
@@ -250,6 +251,7 @@ absl::StatusOr<PushResult> SliceService::ReadAndPush(grpc::ServerContext* ctx, S
   info->version = header.model_version();
   info->train_loss = header.train_loss();
   if (header.has_test_accuracy()) info->test_accuracy = header.test_accuracy();
+  info->accuracy_is_validation = header.accuracy_is_validation();
   info->out_of_memory = header.out_of_memory();
   info->communication_seconds = header.communication_seconds();
   info->shard_held_seconds = header.shard_held_seconds();

@@ -113,6 +113,7 @@ void SetStepEnd(const StepEnd& end, Message* m) {
   m->set_compute_seconds(end.compute_seconds);
   m->set_train_loss(end.train_loss);
   if (end.test_accuracy) m->set_test_accuracy(*end.test_accuracy);
+  m->set_accuracy_is_validation(end.accuracy_is_validation);
   for (double r : end.group_lr) m->add_group_lr(r);
   if (end.emulation_overruns) m->set_emulation_overruns(*end.emulation_overruns);
 }

@@ -89,6 +89,8 @@ TEST_CASE("a push's accuracy is sent only when measured; its reply comes back wh
   REQUIRE(h.report_only());
   REQUIRE_FALSE(TrailerOf(StepEnd{1, 2, std::nullopt}).has_test_accuracy());
   REQUIRE(TrailerOf(StepEnd{1, 2, 0.75}).test_accuracy() == 0.75);
+  REQUIRE_FALSE(TrailerOf(StepEnd{1, 2, 0.75}).accuracy_is_validation());
+  REQUIRE(TrailerOf(StepEnd{1, 2, 0.75, /*accuracy_is_validation=*/true}).accuracy_is_validation());
   // The trailer counts the step's own overrun (the header went before the step ran).
   StepEnd overran{1, 2, std::nullopt};
   REQUIRE_FALSE(TrailerOf(overran).has_emulation_overruns());

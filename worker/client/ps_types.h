@@ -115,6 +115,7 @@ struct StepEnd {
   double compute_seconds = 0;           // forward + loss + backward, device synchronized
   double train_loss = 0;                // the mini-batch's mean loss
   std::optional<double> test_accuracy;  // in [0, 1], measured on the model this step trained on
+  bool accuracy_is_validation = false;  // test_accuracy is of validation data, not a test set
   // Each param group's rate when the worker's scheduler changed it since the last push
   // (PushHeader.group_lr); empty: unchanged.
   std::vector<double> group_lr;
