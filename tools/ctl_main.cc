@@ -54,13 +54,13 @@ std::string Table(const v1::GetStatusResponse& s) {
   } else {
     absl::StrAppend(&out, absl::StrFormat("%d samples  ", s.global_samples()));
   }
-  absl::StrAppend(&out, absl::StrFormat("global batch %d  loss %.4f  %s %s  plan spread %.2f (%d changes)\n",
-                                        s.global_batch_size(), s.last_train_loss(),
-                                        s.accuracy_is_validation() ? "validation accuracy" : "accuracy",
-                                        s.has_test_accuracy() ? absl::StrFormat("%.2f%% (v%d)", 100 * s.test_accuracy(),
-                                                                                s.test_accuracy_version())
-                                                              : std::string("-"),
-                                        s.predicted_spread(), s.plan_changes()));
+  absl::StrAppend(
+      &out, absl::StrFormat("global batch %d  loss %.4f  %s %s  plan spread %.2f (%d changes)\n", s.global_batch_size(),
+                            s.last_train_loss(), s.accuracy_is_validation() ? "validation accuracy" : "accuracy",
+                            s.has_test_accuracy()
+                                ? absl::StrFormat("%.2f%% (v%d)", 100 * s.test_accuracy(), s.test_accuracy_version())
+                                : std::string("-"),
+                            s.predicted_spread(), s.plan_changes()));
   if (s.has_checkpoints()) absl::StrAppend(&out, "checkpoints ", Checkpoints(s.checkpoints()), "\n");
   absl::StrAppend(
       &out, absl::StrFormat("%-20s %-16s %-6s %-8s %6s %12s %10s %10s %8s %8s %8s\n", "WORKER", "HOST", "DEVICE",

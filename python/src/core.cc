@@ -508,7 +508,7 @@ void BindTypes(py::module_& m) {
       .def(py::init([](double compute_seconds, double train_loss, std::optional<double> test_accuracy,
                        bool accuracy_is_validation, std::vector<double> group_lr,
                        std::optional<uint64_t> emulation_overruns) {
-             return StepEnd{compute_seconds,       train_loss,          test_accuracy,
+             return StepEnd{compute_seconds,        train_loss,          test_accuracy,
                             accuracy_is_validation, std::move(group_lr), emulation_overruns};
            }),
            py::arg("compute_seconds") = 0.0, py::arg("train_loss") = 0.0, py::arg("test_accuracy") = py::none(),

@@ -183,7 +183,7 @@ struct ServerSnapshot {
   bool job_finished = false;
   double last_train_loss = 0;
   std::optional<double> test_accuracy;
-  uint64_t test_accuracy_version = 0;  // the model version the accuracy was measured on
+  uint64_t test_accuracy_version = 0;   // the model version the accuracy was measured on
   bool accuracy_is_validation = false;  // test_accuracy is of validation data, not a test set
   double uptime_seconds = 0;
   std::vector<WorkerSnapshot> workers;

@@ -120,8 +120,8 @@ std::string ProgressLine(const ServerSnapshot& s, uint64_t samples_before, absl:
   }
   absl::StrAppend(&out, absl::StrFormat(" | v=%d | loss %.3f", s.version, s.last_train_loss));
   if (s.test_accuracy) {
-    absl::StrAppend(&out, absl::StrFormat(" | %s %.2f%% (v=%d)", AccuracyName(s), 100 * *s.test_accuracy,
-                                          s.test_accuracy_version));
+    absl::StrAppend(
+        &out, absl::StrFormat(" | %s %.2f%% (v=%d)", AccuracyName(s), 100 * *s.test_accuracy, s.test_accuracy_version));
   }
   int live = 0;
   uint64_t overruns = 0;

@@ -27,8 +27,7 @@ TEST_CASE("after the job went back to a checkpoint the line says so, not a rate 
   REQUIRE_FALSE(absl::StrContains(line, "samples/s"));
 }
 
-TEST_CASE("a validation accuracy is named apart from a test accuracy, in the summary and the lines",
-          "[summary]") {
+TEST_CASE("a validation accuracy is named apart from a test accuracy, in the summary and the lines", "[summary]") {
   ServerSnapshot s;
   s.dataset_size = 1000;
   s.test_accuracy = 0.875;
