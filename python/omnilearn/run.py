@@ -57,9 +57,10 @@ def wait_listening(port: int, server: subprocess.Popen, seconds: float = 60) -> 
             time.sleep(0.05)
 
 
-def wait_workers(workers, poll_seconds: float = 0.1) -> int:
-    """0 once every copy exited 0; else, as soon as one fails, its status (the others and the
-    servers are then stopped: a copy that failed before it joined leaves the job waiting for it)."""
+def wait_workers(workers, poll_seconds: float = 0.1):
+    """(None, 0) once every copy exited 0; else, as soon as one fails, (its rank, its status): the
+    others and the servers are then stopped (a copy that failed before it joined would leave the
+    job waiting for it)."""
     running = dict(enumerate(workers))
     while running:
         for rank, w in list(running.items()):
@@ -68,11 +69,22 @@ def wait_workers(workers, poll_seconds: float = 0.1) -> int:
                 continue
             del running[rank]
             if rc:
-                print(f"omnilearn.run: worker{rank} exited with status {rc}: stopping the job", file=sys.stderr)
-                return rc
+                return rank, rc
         if running:
             time.sleep(poll_seconds)
-    return 0
+    return None, 0
+
+
+def stop(procs) -> None:
+    """SIGTERM to those still running, then a bounded wait (SIGKILL past it)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def main(argv=None) -> int:
@@ -107,9 +119,11 @@ def main(argv=None) -> int:
             env = dict(os.environ, OMNILEARN_SERVER=f"127.0.0.1:{port}", OMNILEARN_NAME=f"worker{rank}",
                        OMNILEARN_RANK=str(rank), OMNILEARN_WORLD_SIZE=str(a.nproc))
             workers.append(subprocess.Popen([sys.executable, a.script, *a.args], env=env))
-        status = wait_workers(workers)
-        if status:
-            return status  # the job is stopped below: a failed copy ends it at once
+        failed, status = wait_workers(workers)
+        if status:  # a failed copy ends the job at once; its status is the launcher's last word
+            stop(workers + shards + [server])
+            print(f"omnilearn.run: worker{failed} exited with status {status}: the job was stopped", file=sys.stderr)
+            return status
         try:
             for proc in [server] + shards:
                 proc.wait(timeout=60)
@@ -119,14 +133,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        for proc in workers + shards + [server]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in workers + shards + [server]:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(workers + shards + [server])
 
 
 if __name__ == "__main__":

@@ -91,7 +91,7 @@ class LauncherTest(unittest.TestCase):
                 # Bounded: before, the launcher waited for worker1, which waits for ever.
                 _, err = launcher.communicate(timeout=60)
                 self.assertEqual(launcher.returncode, 3)
-                self.assertIn("worker0 exited with status 3: stopping the job", err)
+                self.assertIn("worker0 exited with status 3: the job was stopped", err)
                 left = _gone_within(left)
                 self.assertEqual(left, [], f"still running after worker0 failed: {left}")
             finally:
