@@ -68,6 +68,21 @@ def _stand_ins(d, copy_source):
     return fifo, server, script
 
 
+def _clean_up(launcher, fds, left):
+    """What a test started, should the launcher have left it: the FIFO's ends, the launcher, the
+    pids still running."""
+    for fd in fds:
+        os.close(fd)
+    if launcher.poll() is None:
+        launcher.kill()
+        launcher.wait(timeout=60)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 # A copy that writes its pid to the FIFO once up, then waits for a signal.
 WAITING_COPY = "import os, signal\nwith open(FIFO, 'w') as out:\n    out.write(f'{os.getpid()}\\n')\nsignal.pause()\n"
 
@@ -95,16 +110,7 @@ class LauncherTest(unittest.TestCase):
                 left = _gone_within(left)
                 self.assertEqual(left, [], f"still running after worker0 failed: {left}")
             finally:
-                os.close(reader)
-                os.close(keep)
-                if launcher.poll() is None:
-                    launcher.kill()
-                    launcher.wait(timeout=60)
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                _clean_up(launcher, (reader, keep), left)
 
     def test_sigterm_stops_the_server_and_the_copies(self):
         with tempfile.TemporaryDirectory() as d:
@@ -124,16 +130,7 @@ class LauncherTest(unittest.TestCase):
                 left = _gone_within(pids)
                 self.assertEqual(left, [], f"still running after the launcher's SIGTERM: {left}")
             finally:
-                os.close(reader)
-                os.close(keep)
-                if launcher.poll() is None:
-                    launcher.kill()
-                    launcher.wait(timeout=60)
-                for pid in left:  # what this test started, should the launcher have left it
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                _clean_up(launcher, (reader, keep), left)
 
 
 if __name__ == "__main__":
