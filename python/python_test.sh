@@ -56,7 +56,8 @@ unset OMNILEARN_PROTO
 before=$(cd src && find . -print | sort)
 timeout 600 "$PY" -m pip wheel -q "${how[@]}" --no-deps --wheel-dir dist ./src/python
 after=$(cd src && find . -print | sort)
-[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after") >&2; echo "pip wheel wrote into the source tree" >&2; exit 1; }
+[ "$before" = "$after" ] ||
+  { diff <(echo "$before") <(echo "$after") >&2; echo "pip wheel wrote into the source tree" >&2; exit 1; }
 rm -rf src
 timeout 300 "${install[@]}" dist/omnilearn-*.whl
 "${python[@]}" -c '
@@ -85,7 +86,7 @@ start_server wheel_job --num_workers=1 --global_batch=32 --exit_when_done --lr=0
   { cat "$WORK/wheel_job.log" >&2; fail "the installed package's worker failed"; }
 wait "$SERVER_PID" || { cat "$WORK/wheel_job.server.log" >&2; fail "the wheel job's server failed"; }
 [ "$(json "s['global_samples']")" = 384 ] || fail "the wheel job trained $(json "s['global_samples']") of 384 samples"
-echo "python_test: the installed wheel trained a job: $(json "s['global_samples']") samples, accuracy $(json "s['test_accuracy']")"
+echo "python_test: the installed wheel trained a job of $(json "s['global_samples']") samples"
 
 # Without its core a worker refuses to load, saying what is missing and how to build it (the
 # package itself imports nothing until a name of it is used).

@@ -207,9 +207,9 @@ def aggregate():
 
 def round_trip():
     source, rows = bench_source("round.json", "bazel run -c opt //bench:round")
-    out = [[f"{r['megabytes']:.0f} MB", f"{r['one_way_latency_ms']:.0f} ms", f"{1000 * r['push_then_pull_seconds']:.1f} ms",
-            f"{1000 * r['push_pull_seconds']:.1f} ms", f"{1000 * r['pure_transfer_seconds']:.1f} ms",
-            f"{1000 * r['overhead_seconds']:.1f} ms"] for r in rows]
+    ms1 = lambda seconds: f"{1000 * seconds:.1f} ms"  # noqa: E731
+    out = [[f"{r['megabytes']:.0f} MB", f"{r['one_way_latency_ms']:.0f} ms", ms1(r["push_then_pull_seconds"]),
+            ms1(r["push_pull_seconds"]), ms1(r["pure_transfer_seconds"]), ms1(r["overhead_seconds"])] for r in rows]
     header = ["model", "one-way latency", "Push then Pull", "PushPull", "pure transfer", "PushPull's overhead"]
     return table(header, out), [source]
 
@@ -325,7 +325,8 @@ def async_adam():
         sync, fast = statistics.mean(r["sync"]), statistics.mean(r["async_rate_1.25x"])
         syncs.append(sync)
         asyncs.append(fast)
-        rows.append([r["seed"], f"{sync:.4f}", ", ".join(f"{x:.4f}" for x in r["async_rate_1.25x"]), f"{fast - sync:+.4f}"])
+        runs = ", ".join(f"{x:.4f}" for x in r["async_rate_1.25x"])
+        rows.append([r["seed"], f"{sync:.4f}", runs, f"{fast - sync:+.4f}"])
     rows.append(["mean", f"{statistics.mean(syncs):.4f}", f"{statistics.mean(asyncs):.4f}",
                  f"{statistics.mean(asyncs) - statistics.mean(syncs):+.4f}"])
     return table(["seed", "sync", "async at 1.25x the sync rate", "async minus sync"], rows), [ASYNC_ADAM]
@@ -382,28 +383,32 @@ def test_tiers():
 
 # ------------------------------------------------------------------ README: how it compares
 
+LAYER_BY_LAYER = "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"
+WHOLE_STEPS = "[whole steps](docs/performance.md#beside-ddp-whole-gradient-steps)"
+HOW_IT_SCALES = "[how it scales](docs/performance.md#how-it-scales)"
+
+
 def compare():
     whole = groups(load(PEERS.path)["rows"])
     layers = {k: v for s in LAYERS for k, v in groups(load(s.path)["rows"]).items()}
     scaling = iterations(SCALING)
-    it = lambda r: r["iteration_s"]  # noqa: E731
 
-    def vs(s, key="ddp"):
-        return ratio(it(s["omnilearn-colocated"]), it(s[key])) if key in s else "-"
-    r18 = lambda level: layers[("resnet18", level, 4)]  # noqa: E731
+    def vs(group, peer="ddp"):
+        return ratio(group["omnilearn-colocated"]["iteration_s"], group[peer]["iteration_s"]) if peer in group else "-"
+
+    def row(case, group, link):
+        return [case, vs(group), vs(group, "ddp-balanced"), link]
     rows = [
-        ["equal devices (HL1), ResNet-18", vs(r18("HL1")), "-", "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"],
-        ["equal devices (HL1), GPT-style model", vs(layers[("gpt2", "HL1", 4)]), "-", "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"],
-        ["HL4, ResNet-18", vs(r18("HL4")), vs(r18("HL4"), "ddp-balanced"), "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"],
-        ["HL8, ResNet-18", vs(r18("HL8")), vs(r18("HL8"), "ddp-balanced"), "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"],
-        ["HL8, 40 MB MLP", vs(layers[("mlp40", "HL8", 4)]), vs(layers[("mlp40", "HL8", 4)], "ddp-balanced"),
-         "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"],
-        ["whole-gradient steps, HL1, 4 MB MLP (DDP wins)", vs(whole[("mlp4", "HL1", 4)]),
-         vs(whole[("mlp4", "HL1", 4)], "ddp-balanced"), "[whole steps](docs/performance.md#beside-ddp-whole-gradient-steps)"],
-        ["a new level every 8 iterations, 4 MB MLP (balanced DDP wins)", vs(whole[("mlp4", "dynamic", 4)]),
-         vs(whole[("mlp4", "dynamic", 4)], "ddp-balanced"), "[whole steps](docs/performance.md#beside-ddp-whole-gradient-steps)"],
+        row("equal devices (HL1), ResNet-18", layers[("resnet18", "HL1", 4)], LAYER_BY_LAYER),
+        row("equal devices (HL1), GPT-style model", layers[("gpt2", "HL1", 4)], LAYER_BY_LAYER),
+        row("HL4, ResNet-18", layers[("resnet18", "HL4", 4)], LAYER_BY_LAYER),
+        row("HL8, ResNet-18", layers[("resnet18", "HL8", 4)], LAYER_BY_LAYER),
+        row("HL8, 40 MB MLP", layers[("mlp40", "HL8", 4)], LAYER_BY_LAYER),
+        row("whole-gradient steps, HL1, 4 MB MLP (DDP wins)", whole[("mlp4", "HL1", 4)], WHOLE_STEPS),
+        row("a new level every 8 iterations, 4 MB MLP (balanced DDP wins)", whole[("mlp4", "dynamic", 4)],
+            WHOLE_STEPS),
         ["16 equal workers on 50 Mbit/s links (DDP wins)", ratio(scaling[16][SERVERS], scaling[16][RING]), "-",
-         "[how it scales](docs/performance.md#how-it-scales)"],
+         HOW_IT_SCALES],
     ]
     header = ["case (1 Gbit/s links unless named)", "iteration x DDP", "x DDP with balanced batches",
               "figures and commands"]
