@@ -9,9 +9,10 @@ model, ...)` needs no address. The server (`--server_bin`, else $OMNILEARN_SERVE
 omnilearn_server on PATH or beside this Python (a virtual environment's bin, where
 `deploy/install.sh --prefix=ENV` puts it), or a checkout's bazel-bin) listens on 127.0.0.1,
 waits for the N workers, and exits when they are done. A copy that fails ends the job at once
-(the other copies and the servers are stopped), and the launcher exits with its status. `--shards S` runs the layout of a job on several hosts (a server beside
-every worker, each holding a slice of the model) on this one: the coordinator and S - 1
-shard servers, all on 127.0.0.1; on one host it buys no bandwidth, it shows the layout.
+(the other copies and the servers are stopped), and the launcher exits with its status.
+`--shards S` runs the layout of a job on several hosts (a server beside every worker, each
+holding a slice of the model) on this one: the coordinator and S - 1 shard servers, all on
+127.0.0.1; on one host it buys no bandwidth, it shows the layout.
 """
 
 import argparse
