@@ -154,6 +154,10 @@ class VariableStorage:
 
 # ---------------------------------------------------------------------- optimizer
 _KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
+# For another optimizer, the nearest one the server runs, with its usual rate.
+_KERAS_INSTEAD = {"RMSprop": "keras.optimizers.Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9): RMSprop's update, "
+                             "with Adam's bias correction"}
+_KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "gradient_accumulation_steps")
 
 
@@ -173,7 +177,8 @@ def describe_optimizer(optimizer) -> dict:
     if kind is None or not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"the server cannot run {type(optimizer).__module__}.{type(optimizer).__qualname__}: it runs "
                          "keras.optimizers.SGD (learning_rate, momentum, weight_decay), Adam and AdamW "
-                         "(learning_rate, beta_1, beta_2, epsilon, weight_decay); or pass optimizer=None (to "
+                         "(learning_rate, beta_1, beta_2, epsilon, weight_decay). The nearest: "
+                         f"{_KERAS_INSTEAD.get(type(optimizer).__name__, _KERAS_NEAREST)}. Or pass optimizer=None (to "
                          "Worker or fit) to run the server's --optimizer flags")
     for option in _UNSUPPORTED:
         if getattr(optimizer, option, None) is not None:

@@ -21,6 +21,22 @@ RUNS = ("torch.optim.SGD (lr, momentum, weight_decay), torch.optim.Adam and torc
 # Options the server does not implement, with the value it runs (any other is refused).
 _FIXED = {"sgd": {"dampening": 0, "nesterov": False, "maximize": False},
           "adam": {"amsgrad": False, "maximize": False}, "adamw": {"amsgrad": False, "maximize": False}}
+# For an optimizer the server does not run: why, where the reason is not only that, and the
+# nearest one it runs with its usual rate (the refusal names both).
+_NEAREST_ADAM = "torch.optim.Adam(params, lr=1e-3), the adaptive optimizer it runs (AdamW for decoupled decay)"
+_INSTEAD = {
+    "RMSprop": "torch.optim.Adam(params, lr=1e-3, betas=(0.0, 0.99)): RMSprop's update, with Adam's bias correction",
+    "ASGD": "torch.optim.SGD(params, lr=0.01): ASGD's step, without its averaged copy of the weights",
+    "LBFGS": "LBFGS needs a closure that evaluates the loss several times a step, which a server's step cannot "
+             "call: " + _NEAREST_ADAM,
+    "SparseAdam": "SparseAdam takes sparse gradients and the job exchanges dense ones: " + _NEAREST_ADAM,
+}
+
+
+def _instead(optimizer) -> str:
+    return _INSTEAD.get(type(optimizer).__name__, _NEAREST_ADAM)
+
+
 # Options every group must share: the server runs one value for the whole model.
 _SHARED = {"sgd": ("momentum",), "adam": ("betas", "eps"), "adamw": ("betas", "eps")}
 
@@ -37,7 +53,8 @@ def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
     kind = _KINDS.get(type(optimizer))
     if kind is None:
         raise ValueError(f"the server cannot run {type(optimizer).__module__}.{type(optimizer).__qualname__}: it runs "
-                         f"{RUNS}. Leave optimizer= out and set the server's --optimizer flags, or build one of these")
+                         f"{RUNS}. The nearest: {_instead(optimizer)}. Or leave optimizer= out and set the server's "
+                         "--optimizer flags")
     groups = optimizer.param_groups
     for i, g in enumerate(groups):
         for option, runs in _FIXED[kind].items():

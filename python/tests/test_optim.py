@@ -50,6 +50,20 @@ class DescribeTest(unittest.TestCase):
                 optim.describe(opt, m)
             self.assertIn(says, str(e.exception))
 
+    def test_a_refusal_names_the_nearest_optimizer_that_runs_and_its_rate(self):
+        m = _model()
+        cases = [
+            (torch.optim.Adadelta(m.parameters(), lr=1.0), "The nearest: torch.optim.Adam(params, lr=1e-3)"),
+            (torch.optim.RMSprop(m.parameters()), "torch.optim.Adam(params, lr=1e-3, betas=(0.0, 0.99))"),
+            (torch.optim.ASGD(m.parameters()), "torch.optim.SGD(params, lr=0.01)"),
+            (torch.optim.LBFGS(m.parameters()), "needs a closure"),
+            (torch.optim.SparseAdam(m.parameters()), "takes sparse gradients"),
+        ]
+        for opt, says in cases:
+            with self.assertRaises(ValueError) as e:
+                optim.describe(opt, m)
+            self.assertIn(says, str(e.exception))
+
     def test_a_users_subclass_is_not_the_server_s_optimizer(self):
         class Mine(torch.optim.SGD):
             pass

@@ -82,6 +82,15 @@ def test_optimizers_described_as_the_server_runs_them():
             okeras.describe_optimizer(bad)
 
 
+def test_a_refusal_names_the_nearest_optimizer_that_runs_and_its_rate():
+    for bad, says in [(keras.optimizers.RMSprop(), "Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9)"),
+                      (keras.optimizers.Adadelta(), "The nearest: keras.optimizers.Adam(learning_rate=0.001)"),
+                      (keras.optimizers.Lion(), "The nearest: keras.optimizers.Adam(learning_rate=0.001)")]:
+        with pytest.raises(ValueError) as e:
+            okeras.describe_optimizer(bad)
+        assert says in str(e.value)
+
+
 def test_export_loads_by_path_and_by_order(tmp_path):
     model = cnn(1)
     path = str(tmp_path / "export.safetensors")
