@@ -22,8 +22,12 @@ is the checkout's root: Bazel's runfiles link to the sources) and the four binar
 
 import os
 import re
-import subprocess
 import sys
+
+# The checkout's tools/docs_gen.py (runfiles link to the sources): its --helpfull parser, the
+# tables, their sources and the pages' rules.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "tools"))
+import docs_gen  # noqa: E402
 
 TOP = ("proto", "controller", "common", "server", "worker", "python", "tools", "deploy", "bench",
        "tests", "docs", "third_party", ".ci")
@@ -41,10 +45,8 @@ def doc_files(root):
 
 
 def helpfull_flags(binary):
-    out = subprocess.run([binary, "--helpfull"], capture_output=True, text=True, timeout=60)
-    flags = set(re.findall(r"^\s+--([a-z0-9_]+) \(", out.stdout + out.stderr, re.M))
-    if not flags:
-        raise SystemExit(f"{binary} --helpfull listed no flags")
+    """A binary's flags as --helpfull lists them (tools/docs_gen.py parses it), and their negations."""
+    flags = {flag for _, flag, _, _ in docs_gen.parse_helpfull(binary)}
     builtin = {"help", "helpfull", "helpshort", "helppackage", "version", "only_check_args"}
     return flags | builtin | {"no" + f for f in flags}  # absl's negated booleans
 
@@ -234,8 +236,6 @@ def main():
     for page in pages:
         checker.check_page(page, known)
     check_architecture(root, checker.problems)
-    sys.path.insert(0, os.path.join(root, "tools"))
-    import docs_gen  # the checkout's: its tables, their sources and the pages' rules
     checker.problems += docs_gen.check(binaries[:3], root)
     for problem in checker.problems:
         print(problem)

@@ -21,6 +21,7 @@ Rules each page keeps (tests/docs_test.py runs --check):
 - no paragraph starts mid-sentence (a lowercase word or a comma: a fragment left by a move);
 - a section another page names (`docs/x.md, "Heading"`, or a link to `docs/x.md#anchor`) exists."""
 
+import functools
 import json
 import os
 import re
@@ -419,20 +420,30 @@ def compare():
 
 # ------------------------------------------------------------------ flags from --helpfull
 
-def helpfull_flags(binary, own=("controller/", "server/", "worker/", "tools/", "common/")):
-    """[(flag, default, meaning)] of the flags a binary's own sources define."""
+@functools.lru_cache(maxsize=None)
+def parse_helpfull(binary):
+    """[(source, flag, default, meaning)] of every flag a binary lists in --helpfull (absl's own
+    too), the binary run once (tests/docs_test.py reads the names, the flag tables the rest)."""
     out = subprocess.run([binary, "--helpfull"], capture_output=True, text=True, timeout=60)
-    flags, mine = [], False
+    flags = []
     for block in re.split(r"\n(?=  Flags from )", out.stdout + out.stderr):
         head = re.match(r"  Flags from (\S+):", block)
-        mine = bool(head) and head.group(1).lstrip("./").startswith(own)
-        if not mine:
+        if not head:
             continue
         for entry in re.split(r"\n(?=    --)", block)[1:]:
-            entry = " ".join(entry.split())
-            m = re.fullmatch(r"--(\w+) \((.*)\); default: (.*?);", entry)
+            entry = entry.split("\n\n")[0]  # the last one is followed by absl's "Try --helpfull" lines
+            m = re.fullmatch(r"--(\w+) \((.*)\); default: (.*?);", " ".join(entry.split()))
             if m:
-                flags.append((m.group(1), m.group(3), m.group(2).replace("|", "\\|")))
+                flags.append((head.group(1).lstrip("./"), m.group(1), m.group(3), m.group(2)))
+    if not flags:
+        raise SystemExit(f"{binary} --helpfull listed no flags")
+    return flags
+
+
+def helpfull_flags(binary, own=("controller/", "server/", "worker/", "tools/", "common/")):
+    """[(flag, default, meaning)] of the flags a binary's own sources define."""
+    flags = [(flag, default, meaning.replace("|", "\\|"))
+             for source, flag, default, meaning in parse_helpfull(binary) if source.startswith(own)]
     if not flags:
         raise SystemExit(f"{binary} --helpfull listed no flags of OmniLearn's")
     return sorted(flags)

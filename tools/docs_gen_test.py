@@ -3,6 +3,7 @@ and passes what it is not for."""
 
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -75,6 +76,34 @@ class PageRulesTest(unittest.TestCase):
         self.assertEqual(len(problems_of(docs_gen.check_bounds, "line\n" * 401)), 1)
         self.assertEqual(problems_of(docs_gen.check_bounds, "line\n" * 400), [])
         self.assertEqual(len(problems_of(docs_gen.check_bounds, "line\n" * 151, "README.md")), 1)
+
+
+HELPFULL = """prog: what it does.
+
+  Flags from ./absl/flags/parse.cc:
+    --flagfile (comma-separated list of files to load flags from); default: ;
+
+  Flags from server/daemon/flags.cc:
+    --lr (the learning rate (of the
+      optimizer)); default: 0.05;
+    --wire_dtype (f32 | bf16); default: "f32";
+
+Try --helpfull to get a list of all flags or --help=substring shows help for
+flags which include specified substring in either in the name, or description or
+path.
+"""
+
+
+class HelpfullTest(unittest.TestCase):
+    def test_every_flag_is_read_the_last_one_too(self):
+        with tempfile.TemporaryDirectory() as d:
+            binary = os.path.join(d, "prog")
+            with open(binary, "w") as f:
+                f.write(f"#!/bin/sh\ncat <<'EOF'\n{HELPFULL}EOF\nexit 1\n")
+            os.chmod(binary, 0o755)
+            self.assertEqual([f for _, f, _, _ in docs_gen.parse_helpfull(binary)], ["flagfile", "lr", "wire_dtype"])
+            self.assertEqual(docs_gen.helpfull_flags(binary), [("lr", "0.05", "the learning rate (of the optimizer)"),
+                                                               ("wire_dtype", '"f32"', "f32 \\| bf16")])
 
 
 class GeneratedTablesTest(unittest.TestCase):
