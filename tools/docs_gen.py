@@ -475,6 +475,12 @@ FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 
 
 def render(name, binaries):
+    """A generated block's text, made once per run (the rules read every table, then compare it)."""
+    return _render(name, tuple(binaries))
+
+
+@functools.lru_cache(maxsize=None)
+def _render(name, binaries):
     if name in FLAG_TABLES:
         index = FLAG_TABLES.index(name)
         text, sources = flags_table(binaries[index], ("omnilearn_server", "omnilearn_worker", "omnilearn_ctl")[index])
