@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from omnilearn import tensor_files
-from omnilearn.options import WorkerOptions
+from omnilearn.options import check_keywords
 from omnilearn.session import ServerError, Step, WorkerSession
 
 __all__ = ["ServerError", "Step", "Worker", "fit", "load_weights", "model_tensors", "save_weights"]
@@ -332,10 +332,7 @@ def _check_fit_arguments(batch_size, shuffle, options):
         raise ValueError(f"fit(batch_size={batch_size}): " + _REFUSED["batch_size"].format(value=batch_size))
     if shuffle is not True:
         raise ValueError(f"fit(shuffle={shuffle!r}): " + _REFUSED["shuffle"])
-    unknown = set(options) - set(WorkerOptions.__dataclass_fields__)
-    if unknown:
-        raise TypeError(f"fit() got an unexpected keyword argument '{sorted(unknown)[0]}': it takes "
-                        "model.fit's arguments and the worker's options (docs/keras.md)")
+    check_keywords(options, "fit", "it takes model.fit's arguments and the worker's options (docs/keras.md)")
 
 
 class _Epochs:

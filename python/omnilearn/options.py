@@ -12,6 +12,14 @@ def from_env(value, variable):
     return value if value is not None else (os.environ.get(variable) or None)
 
 
+def check_keywords(options: dict, caller: str, takes: str) -> None:
+    """TypeError, as Python words it for `caller`, for a keyword that is no WorkerOptions field
+    (`takes`: what the caller does take, and where it is written)."""
+    unknown = sorted(set(options) - set(WorkerOptions.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"{caller}() got an unexpected keyword argument '{unknown[0]}': {takes}")
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
     """Every option of a worker's session. Left out, `name`, `auth_token_file` and the TLS

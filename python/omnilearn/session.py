@@ -23,7 +23,7 @@ import numpy as np
 from omnilearn._native import core as _core
 from omnilearn.emulation import EmulatedDevice
 from omnilearn.metrics import WorkerMetrics
-from omnilearn.options import WorkerOptions, from_env
+from omnilearn.options import WorkerOptions, check_keywords, from_env
 
 _NO_VERSION = (1 << 64) - 1  # "holds no model yet"
 
@@ -117,10 +117,8 @@ class WorkerSession:
         server = from_env(server, "OMNILEARN_SERVER")
         if not server:
             raise ValueError("no server address: pass Worker(server='HOST:PORT', ...) or set OMNILEARN_SERVER")
-        unknown = sorted(set(options) - set(WorkerOptions.__dataclass_fields__))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument '{unknown[0]}' (the "
-                            "worker's options are omnilearn.WorkerOptions' fields: docs/python.md)")
+        check_keywords(options, type(self).__name__,
+                       "the worker's options are omnilearn.WorkerOptions' fields (docs/python.md)")
         o = self.options = WorkerOptions(**options).resolved()
         self.storage = storage
         self.name = o.name or f"{socket.gethostname()}-{os.getpid()}"
