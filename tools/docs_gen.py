@@ -342,7 +342,8 @@ def gpu_mixed():
     return table(["job", "wall time", "final batches", "mean compute per step", "test accuracy"], rows), [source]
 
 
-KERAS = Source("keras_workers.json", "bazel test //tests:keras_workers_test", "2026-11-28")  # noqa
+KERAS = Source("keras_workers.json", "bazel test //tests:keras_workers_test",
+               load("keras_workers.json")["date"])
 
 
 def percents(values):
@@ -359,7 +360,7 @@ def keras_async_rate():
     rate = load(KERAS.path)["async_rate"]
     rows = [["single process", "", percents([rate["single_process"]])]]
     rows += [["async", f"{r['lr']:g}", percents(r["accuracy"])] for r in rate["rows"]]
-    return table(["run", "lr", "test accuracy, one epoch"], rows), [Source(KERAS.path, rate["command"], KERAS.date)]
+    return table(["run", "lr", "test accuracy, one epoch"], rows), [Source(KERAS.path, rate["command"], rate["date"])]
 
 
 def keras_step():
