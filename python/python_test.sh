@@ -10,6 +10,7 @@ WORK=${TEST_TMPDIR:-$(mktemp -d)}
 export OMNILEARN_PROTO=$RUNFILES/proto/omnilearn.proto
 export OMP_NUM_THREADS=1
 export OMNILEARN_SESSION_DRIVER=$RUNFILES/worker/session_driver  # tests/test_conformance.py
+export OMNILEARN_OPTIMIZER_REPLAY=$RUNFILES/server/checkpoint/optimizer_replay  # tests/test_optimizer_mirror.py
 
 cd "$WORK"
 PYTHONPATH=$RUNFILES/python timeout 300 "$PY" -m pytest -q -p no:cacheprovider \

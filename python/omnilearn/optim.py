@@ -6,30 +6,48 @@ worker brings the job's model, the job runs it; a later worker's must be the sam
 schedulers (StepLR, CosineAnnealingLR, ReduceLROnPlateau, ...) keep working: they change
 the param groups' `lr`, and each push that follows a change carries the new rates.
 
-The server runs torch.optim.SGD (momentum, weight decay), Adam and AdamW (betas, eps,
-weight decay), each with param groups of their own lr and weight_decay. Anything else is
-refused here, before the join, saying why: another class (a user's own optimizer would
-have to step on the workers, which then exchange weights instead of gradients: not what a
-parameter server does), or an option the server does not implement.
+The server runs torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam,
+RMSprop, Rprop, ASGD and Adafactor with every option of their step (nesterov, dampening,
+amsgrad, centered, maximize, decoupled weight decay, ...), each param group with its own
+values of any of them. What it cannot run is refused here, before the join, saying why and
+naming the nearest one it runs: another class (a user's own optimizer would have to step
+on the workers, which then exchange weights instead of gradients: not what a parameter
+server does), LBFGS (a closure), SparseAdam (sparse gradients), Muon.
 """
 
 import torch
 
-_KINDS = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adamw"}
-RUNS = ("torch.optim.SGD (lr, momentum, weight_decay), torch.optim.Adam and torch.optim.AdamW (lr, betas, eps, "
-        "weight_decay), each with param groups of their own lr and weight_decay")
-# Options the server does not implement, with the value it runs (any other is refused).
-_FIXED = {"sgd": {"dampening": 0, "nesterov": False, "maximize": False},
-          "adam": {"amsgrad": False, "maximize": False}, "adamw": {"amsgrad": False, "maximize": False}}
-# For an optimizer the server does not run: why, where the reason is not only that, and the
-# nearest one it runs with its usual rate (the refusal names both).
+# Each class the server runs: its name there, and its options as torch.optim's param
+# groups hold them -> the server's names (a pair as two).
+_PAIR = {"betas": ("beta1", "beta2"), "etas": ("etaminus", "etaplus"), "step_sizes": ("step_size_min", "step_size_max")}
+_OPTIONS = {
+    "sgd": ("momentum", "dampening", "nesterov", "maximize"),
+    "adam": ("betas", "eps", "amsgrad", "maximize"),
+    "adamw": ("betas", "eps", "amsgrad", "maximize"),
+    "adadelta": ("rho", "eps", "maximize"),
+    "adagrad": ("lr_decay", "initial_accumulator_value", "eps", "maximize"),
+    "adamax": ("betas", "eps", "maximize"),
+    "nadam": ("betas", "eps", "momentum_decay", "decoupled_weight_decay", "maximize"),
+    "radam": ("betas", "eps", "decoupled_weight_decay", "maximize"),
+    "rmsprop": ("alpha", "eps", "momentum", "centered", "maximize"),
+    "rprop": ("etas", "step_sizes", "maximize"),
+    "asgd": ("lambd", "alpha", "t0", "maximize"),
+    "adafactor": ("beta2_decay", "eps", "d", "maximize"),
+}
+_KINDS = {getattr(torch.optim, cls): kind for cls, kind in (
+    ("SGD", "sgd"), ("Adam", "adam"), ("AdamW", "adamw"), ("Adadelta", "adadelta"), ("Adagrad", "adagrad"),
+    ("Adamax", "adamax"), ("NAdam", "nadam"), ("RAdam", "radam"), ("RMSprop", "rmsprop"), ("Rprop", "rprop"),
+    ("ASGD", "asgd"), ("Adafactor", "adafactor")) if hasattr(torch.optim, cls)}
+RUNS = ("torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam, RMSprop, Rprop, ASGD and Adafactor, "
+        "with their options and param groups")
+# For an optimizer the server does not run: why, and the nearest one it runs with its usual rate.
 _NEAREST_ADAM = "torch.optim.Adam(params, lr=1e-3), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _INSTEAD = {
-    "RMSprop": "torch.optim.Adam(params, lr=1e-3, betas=(0.0, 0.99)): RMSprop's update, with Adam's bias correction",
-    "ASGD": "torch.optim.SGD(params, lr=0.01): ASGD's step, without its averaged copy of the weights",
     "LBFGS": "LBFGS needs a closure that evaluates the loss several times a step, which a server's step cannot "
              "call: " + _NEAREST_ADAM,
     "SparseAdam": "SparseAdam takes sparse gradients and the job exchanges dense ones: " + _NEAREST_ADAM,
+    "Muon": "Muon orthogonalizes each matrix's update, which the server does not run yet: torch.optim.AdamW(params, "
+            "lr=3e-4, weight_decay=0.1), the optimizer Muon is tuned against",
 }
 
 
@@ -37,38 +55,47 @@ def _instead(optimizer) -> str:
     return _INSTEAD.get(type(optimizer).__name__, _NEAREST_ADAM)
 
 
-# Options every group must share: the server runs one value for the whole model.
-_SHARED = {"sgd": ("momentum",), "adam": ("betas", "eps"), "adamw": ("betas", "eps")}
-
-
 def _number(x) -> float:
     return float(x.item() if isinstance(x, torch.Tensor) else x)
 
 
-def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
-    """The optimizer as JoinHeader.optimizer carries it (omnilearn._core takes the dict).
-
-    ValueError naming the class or the option when the server cannot run it, and a
-    parameter in no group or not the model's."""
+def _kind(optimizer) -> str:
     kind = _KINDS.get(type(optimizer))
     if kind is None:
         raise ValueError(f"the server cannot run {type(optimizer).__module__}.{type(optimizer).__qualname__}: it runs "
                          f"{RUNS}. The nearest: {_instead(optimizer)}. Or leave optimizer= out and set the server's "
                          "--optimizer flags")
-    groups = optimizer.param_groups
-    for i, g in enumerate(groups):
-        for option, runs in _FIXED[kind].items():
-            if option in g and g[option] != runs:
-                raise ValueError(f"{type(optimizer).__name__} with {option}={g[option]} (param group {i}): the server "
-                                 f"runs {option}={runs} only")
-        for option in _SHARED[kind]:
-            if g[option] != groups[0][option]:
-                raise ValueError(f"param group {i} has {option}={g[option]}, group 0 {groups[0][option]}: the server "
-                                 f"runs one {option} for the whole model (groups may differ in lr and weight_decay)")
+    # torch.optim.Adam(decoupled_weight_decay=True) is AdamW.
+    if kind == "adam" and optimizer.param_groups[0].get("decoupled_weight_decay", False):
+        return "adamw"
+    return kind
+
+
+def _options(kind: str, group: dict, i: int) -> dict:
+    """A param group's options by the server's names; ValueError for one the server does not run."""
+    if group.get("differentiable", False):
+        raise ValueError(f"{kind} with differentiable=True (param group {i}): the server's step is not part of the "
+                         "worker's autograd graph")
+    out = {}
+    for name in _OPTIONS[kind]:
+        if name not in group:  # an option of a later torch: the server's default is this torch's step
+            continue
+        value = group[name]
+        if kind == "adafactor" and name == "eps":  # (eps1, eps2); eps1 None: the dtype's eps
+            out["eps1"] = torch.finfo(torch.float32).eps if value[0] is None else _number(value[0])
+            out["eps2"] = _number(value[1])
+        elif name in _PAIR:
+            out[_PAIR[name][0]], out[_PAIR[name][1]] = _number(value[0]), _number(value[1])
+        else:
+            out[name] = float(value)
+    return out
+
+
+def _tensors(optimizer, model) -> list:
+    """Each group's tensors by the model's names; ValueError for a parameter in no group or not the model's."""
     names = {id(p): n for n, p in model.named_parameters()}
-    grouped = set()
-    out_groups = []
-    for i, g in enumerate(groups):
+    grouped, out = set(), []
+    for i, g in enumerate(optimizer.param_groups):
         tensors = []
         for p in g["params"]:
             if id(p) not in names:
@@ -76,16 +103,35 @@ def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
                                  "the worker's model: build the optimizer over model.parameters()")
             tensors.append(names[id(p)])
             grouped.add(id(p))
-        out_groups.append({"tensors": tensors, "lr": _number(g["lr"]), "weight_decay": float(g["weight_decay"])})
+        out.append(tensors)
     missing = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in grouped]
     if missing:
         raise ValueError(f"parameter '{missing[0]}' is in none of the optimizer's param groups: the server steps "
                          "every trainable parameter (freeze it with requires_grad_(False), or add it to a group)")
+    return out
+
+
+def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
+    """The optimizer as JoinHeader.optimizer carries it (omnilearn._core takes the dict).
+
+    ValueError naming the class or the option when the server cannot run it, and a
+    parameter in no group or not the model's."""
+    kind = _kind(optimizer)
+    groups = optimizer.param_groups
+    options = [_options(kind, g, i) for i, g in enumerate(groups)]
+    tensors = _tensors(optimizer, model)
+    out_groups = []
+    for g, opts, names in zip(groups, options, tensors):
+        own = {k: v for k, v in opts.items() if v != options[0][k]}  # where the group differs from group 0
+        out_groups.append({"tensors": names, "lr": _number(g["lr"]), "weight_decay": float(g.get("weight_decay", 0)),
+                           "options": own})
     first = groups[0]
-    betas = first.get("betas", (0.9, 0.999))
-    return {"kind": kind, "lr": _number(first["lr"]), "momentum": float(first.get("momentum", 0.0)),
-            "weight_decay": float(first["weight_decay"]), "beta1": _number(betas[0]), "beta2": _number(betas[1]),
-            "eps": float(first.get("eps", 1e-8)), "groups": out_groups if len(groups) > 1 else []}
+    job = options[0]
+    return {"kind": kind, "lr": _number(first["lr"]), "weight_decay": float(first.get("weight_decay", 0)),
+            # The fields a server of an earlier release reads (it runs sgd, adam and adamw only).
+            "momentum": job.get("momentum", 0.0), "beta1": job.get("beta1", 0.9), "beta2": job.get("beta2", 0.999),
+            "eps": job.get("eps", 1e-8),
+            "options": job, "groups": out_groups if len(groups) > 1 else []}
 
 
 def rates(optimizer: torch.optim.Optimizer) -> list:

@@ -560,10 +560,13 @@ std::optional<worker::OptimizerChoice> OptimizerChoiceOf(const py::object& spec)
   o.beta1 = d["beta1"].cast<double>();
   o.beta2 = d["beta2"].cast<double>();
   o.eps = d["eps"].cast<double>();
+  using Options = std::map<std::string, double>;
+  if (d.contains("options")) o.options = d["options"].cast<Options>();
   for (const py::handle g : d["groups"].cast<py::list>()) {
     const py::dict group = g.cast<py::dict>();
     o.groups.push_back({group["tensors"].cast<std::vector<std::string>>(), group["lr"].cast<double>(),
-                        group["weight_decay"].cast<double>()});
+                        group["weight_decay"].cast<double>(),
+                        group.contains("options") ? group["options"].cast<Options>() : Options{}});
   }
   return o;
 }

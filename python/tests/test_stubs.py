@@ -27,7 +27,8 @@ class StubsTest(unittest.TestCase):
         pb2, pb2_grpc = _stubs.load()
         proto = PROTO.read_text()
         for message, body in re.findall(r"^message (\w+) \{(?:\}|(.*?)^\})", proto, re.S | re.M):
-            fields = set(re.findall(r"^\s+(?:repeated |optional )?[\w.]+ (\w+) = \d+(?: \[[^\]]*\])?;", body, re.M))
+            fields = set(re.findall(r"^\s+(?:repeated |optional )?(?:map<[\w.]+, [\w.]+>|[\w.]+) (\w+) = \d+(?: \[[^\]]*\])?;",
+                                    body, re.M))
             for m in (getattr(pb2, message), getattr(fresh, message)):
                 self.assertEqual(set(m.DESCRIPTOR.fields_by_name), fields, message)
         self.assertTrue(hasattr(pb2_grpc.ParameterServerStub, "__init__"))

@@ -20,6 +20,7 @@
 #include "common/atomic_file.h"
 #include "common/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "server/checkpoint/optimizer_json.h"
 
 namespace omnilearn {
 namespace server {
@@ -218,6 +219,24 @@ absl::Status ReadOptional(const std::map<std::string, std::string>& meta, Checkp
   return absl::OkStatus();
 }
 
+// The optimizer's metadata beyond its name and buffers (an earlier release wrote none):
+// scalars, a worker's rates, the options it ran and where they came from.
+absl::Status ReadOptimizer(std::map<std::string, std::string>& meta, CheckpointState* s) {
+  absl::StatusOr<OptimizerScalars> scalars = ParseScalarsJson(meta["omnilearn.optimizer_scalars"]);
+  if (!scalars.ok()) return scalars.status();
+  s->optimizer_scalars = *std::move(scalars);
+  absl::StatusOr<std::vector<double>> rates = ParseRatesJson(meta["omnilearn.group_rates"]);
+  if (!rates.ok()) return rates.status();
+  s->group_rates = *std::move(rates);
+  if (const std::string& options = meta["omnilearn.optimizer_options"]; !options.empty()) {
+    absl::StatusOr<OptimizerOptions> o = ParseOptimizerJson(options, OptimizerOptions());
+    if (!o.ok()) return o.status();
+    s->optimizer_options = *std::move(o);
+  }
+  s->optimizer_from = meta["omnilearn.optimizer_from"];
+  return absl::OkStatus();
+}
+
 // The version in "ckpt-<version>.safetensors", or nullopt for other names.
 std::optional<uint64_t> VersionOf(const std::string& name) {
   if (!absl::StartsWith(name, kPrefix) || !absl::EndsWith(name, kSuffix)) return std::nullopt;
@@ -286,6 +305,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   if (s.slice != 0) meta["omnilearn.slice"] = absl::StrCat(s.slice);
   if (s.adam_time >= 0) meta["omnilearn.adam_time"] = absl::StrFormat("%.17g", s.adam_time);
   if (s.history != 0) meta["omnilearn.history"] = absl::StrFormat("%016x", s.history);
+  if (!s.optimizer_scalars.empty()) meta["omnilearn.optimizer_scalars"] = ScalarsJson(s.optimizer_scalars);
+  if (!s.group_rates.empty()) meta["omnilearn.group_rates"] = RatesJson(s.group_rates);
+  if (s.optimizer_options.has_value()) meta["omnilearn.optimizer_options"] = OptimizerJson(*s.optimizer_options);
+  if (!s.optimizer_from.empty()) meta["omnilearn.optimizer_from"] = s.optimizer_from;
   return WriteSafetensors(path, tensors, meta);
 }
 
@@ -315,6 +338,7 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   s.mode = f->metadata["omnilearn.mode"];
   if (absl::Status st = ReadOptional(f->metadata, &s); !st.ok()) return st;
   s.optimizer = f->metadata["omnilearn.optimizer"];
+  if (absl::Status st = ReadOptimizer(f->metadata, &s); !st.ok()) return st;
   for (auto [key, field] : {std::pair<const char*, uint64_t*>{"omnilearn.version", &s.version},
                             {"omnilearn.global_samples", &s.global_samples},
                             {"omnilearn.rounds", &s.rounds},
@@ -355,7 +379,10 @@ CheckpointState CaptureStore(const ParameterStore& store) {
   s.layout = store.layout();
   s.weights = store.weights();
   s.optimizer_state = store.OptimizerState();
+  s.optimizer_scalars = store.ScalarState();
+  s.group_rates = store.group_rates();
   s.optimizer = OptimizerName(store.options().kind);
+  s.optimizer_options = store.options();
   s.version = store.version();
   s.adam_time = store.adam_time();
   s.history = store.history();
@@ -364,8 +391,8 @@ CheckpointState CaptureStore(const ParameterStore& store) {
 
 absl::Status RestoreStore(const CheckpointState& state, ParameterStore* store) {
   if (state.weights == nullptr) return absl::InvalidArgumentError("the checkpoint has no weights");
-  if (absl::Status s =
-          store->Restore(state.layout, *state.weights, state.optimizer_state, state.version, state.adam_time);
+  if (absl::Status s = store->Restore(state.layout, *state.weights, state.optimizer_state, state.version,
+                                      state.adam_time, state.optimizer_scalars, state.group_rates);
       !s.ok()) {
     return s;
   }

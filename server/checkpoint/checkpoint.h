@@ -52,7 +52,13 @@ struct CheckpointState {
   // Named optimizer buffers ("momentum"), each layout.total_elements() floats, shared
   // with the store that was captured (it steps into other buffers while these are held).
   OptimizerBuffers optimizer_state;
+  OptimizerScalars optimizer_scalars;  // ParameterStore::ScalarState
+  std::vector<double> group_rates;     // a worker's scheduler's (ParameterStore::group_rates); empty: none
   std::string optimizer = "sgd";
+  // The optimizer the job ran (the step's options; nullopt: a checkpoint of an earlier
+  // release), and the worker it came from ("": the server's flags).
+  std::optional<OptimizerOptions> optimizer_options;
+  std::string optimizer_from;
   std::string mode;             // "sync", "async", "ssp"
   uint64_t version = 0;         // also the learning-rate schedule's position
   double adam_time = -1;        // ParameterStore::adam_time (< 0: not known, the version)

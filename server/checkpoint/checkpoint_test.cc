@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/safetensors.h"
 #include "server/checkpoint/checkpointer.h"
+#include "server/control/optimizer_mirror.h"
 #include "server/control/parameter_server_core.h"
 
 namespace omnilearn {
@@ -376,6 +377,48 @@ TEST_CASE("a restored core continues exactly where the captured one was", "[chec
   REQUIRE(a->Pull(j.id, 0)->history == b->Pull(k.id, 0)->history);
   REQUIRE(b->Pull(k.id, 0)->history != read.history);
   REQUIRE(b->Snapshot().global_samples == 48);
+}
+
+TEST_CASE("a restarted server runs on with the worker's optimizer, its state, scalars and rates",
+          "[checkpoint][core]") {
+  FakeClock clock;
+  WantedOptimizer nadam;  // NAdam keeps a scalar per group (mu_product); two groups, a scheduler's rates
+  nadam.kind = OptimizerKind::kNAdam;
+  nadam.lr = 0.01;
+  nadam.hyper = {{"beta1", 0.9}, {"beta2", 0.99}, {"momentum_decay", 0.004}, {"decoupled_weight_decay", 1}};
+  nadam.groups = {{{"w"}, 0.01, 0.1, {}}, {{"b"}, 0.02, 0, {{"beta1", 0.8}}}};
+  JoinInfo first = Joiner("w0", true);
+  first.optimizer = nadam;
+  auto a = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));  // its flags: SGD
+  const JoinResult j = *a->Join(first, clock.Now() + absl::Seconds(5));
+  for (int i = 0; i < 4; ++i) {
+    PushInfo p = Grad(j.id, 8, i);
+    if (i == 2) p.group_lr = {0.005, 0.01};
+    REQUIRE(a->Push(p, std::vector<float>(kParams, 0.1f * (i + 1)), clock.Now()).ok());
+  }
+  const std::string dir = FreshDir("restore_optimizer");
+  REQUIRE(WriteCheckpoint(dir + "/c.safetensors", *a->Capture()).ok());
+  const CheckpointState read = *ReadCheckpoint(dir + "/c.safetensors");
+  REQUIRE(read.optimizer == "nadam");
+  REQUIRE(read.optimizer_from == "w0");
+  REQUIRE(read.group_rates == std::vector<double>{0.005, 0.01});
+  REQUIRE(read.optimizer_scalars.at("mu_product").size() == 2);
+
+  auto b = *ParameterServerCore::Create(CoreOptions(Mode::kAsync, &clock));
+  REQUIRE(b->Restore(read).ok());
+  JoinInfo again = Joiner("w0", false);
+  again.optimizer = nadam;  // the same program's: accepted, the job's
+  const JoinResult k = *b->Join(again, clock.Now() + absl::Seconds(5));
+  JoinInfo other = Joiner("w1", false);
+  other.optimizer = nadam;
+  other.optimizer->kind = OptimizerKind::kRAdam;
+  other.optimizer->hyper.erase("momentum_decay");
+  REQUIRE(absl::StrContains(b->Join(other, clock.Now() + absl::Seconds(5)).status().message(),
+                            "(from w0, whose model the job took)"));
+  const std::vector<float> g(kParams, 0.7f);
+  REQUIRE(a->Push(Grad(j.id, 8, 4), g, clock.Now()).ok());
+  REQUIRE(b->Push(Grad(k.id, 8, 4), g, clock.Now()).ok());
+  REQUIRE(*a->Pull(j.id, 0)->weights == *b->Pull(k.id, 0)->weights);
 }
 
 TEST_CASE("a restored core hands out first the samples that were assigned but not trained", "[checkpoint][core]") {

@@ -1,5 +1,7 @@
 #include "server/control/optimizer_mirror.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace omnilearn {
@@ -10,16 +12,21 @@ absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, 
   OptimizerOptions o = job;
   o.kind = wanted.kind;
   o.learning_rate = wanted.lr;
-  o.momentum = wanted.kind == OptimizerKind::kSgd ? wanted.momentum : job.momentum;
   o.weight_decay = wanted.weight_decay;
-  if (wanted.kind != OptimizerKind::kSgd) {
-    o.beta1 = wanted.beta1;
-    o.beta2 = wanted.beta2;
-    o.eps = wanted.eps;
-  }
+  // The typed fields where the worker's rule reads them (a worker of an earlier release
+  // says all there); its hyper map, when it sent one, names every option and wins.
+  auto reads = [&wanted](Hp hp) {
+    const auto& hyper = RuleOf(wanted.kind).hyper;
+    return std::any_of(hyper.begin(), hyper.end(), [hp](const std::pair<Hp, double>& p) { return p.first == hp; });
+  };
+  if (reads(Hp::kMomentum)) o.momentum = wanted.momentum;
+  if (reads(Hp::kBeta1)) o.beta1 = wanted.beta1;
+  if (reads(Hp::kBeta2)) o.beta2 = wanted.beta2;
+  if (reads(Hp::kEps) && wanted.eps != 0) o.eps = wanted.eps;
+  o.hyper = wanted.hyper;
   o.groups.clear();
   for (const WantedOptimizer::Group& g : wanted.groups) {
-    ParamGroup group{{}, g.lr, g.weight_decay};
+    ParamGroup group{{}, g.lr, g.weight_decay, g.hyper};
     for (const std::string& name : g.tensors) {
       const int t = layout.Find(name);
       if (t < 0) {
@@ -35,11 +42,7 @@ absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, 
 }
 
 absl::Status CheckSameOptimizer(const OptimizerOptions& worker, const OptimizerOptions& job, const std::string& why) {
-  const bool adam = worker.kind != OptimizerKind::kSgd;
-  const bool same = worker.kind == job.kind && worker.learning_rate == job.learning_rate &&
-                    worker.weight_decay == job.weight_decay && worker.groups == job.groups &&
-                    (adam ? worker.beta1 == job.beta1 && worker.beta2 == job.beta2 && worker.eps == job.eps
-                          : worker.momentum == job.momentum);
+  const bool same = SameSteps(worker, job);
   if (same) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("this worker's optimizer is ", DescribeOptimizer(worker),
                                                     "; the job runs ", DescribeOptimizer(job), " (", why,

@@ -21,21 +21,25 @@ struct WantedOptimizer {
     std::vector<std::string> tensors;
     double lr = 0;
     double weight_decay = 0;
+    HyperMap hyper;  // the group's own hyperparameters
   };
   OptimizerKind kind = OptimizerKind::kSgd;
   double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
+  // Every hyperparameter by name (OptimizerSpec.options); empty from a worker of an earlier
+  // release, whose fields above say it all.
+  HyperMap hyper;
   std::vector<Group> groups;  // empty: one group of every parameter
 };
 
 // The job's options (`job`: the flags', whose schedule, warm-up and clipping stay) with
-// the worker's optimizer: its kind, rate, momentum, decay, betas, eps and param groups
+// the worker's optimizer: its kind, rate, decay, every other hyperparameter and param groups
 // (names resolved to `layout`'s indices). InvalidArgument naming a value out of range or
 // a tensor the layout does not hold.
 absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, const OptimizerOptions& job,
                                                  const ModelLayout& layout);
 
 // A worker's mirrored optimizer against the job's: FailedPrecondition naming both unless
-// they run the same steps (kind, rates, momentum, decay, betas, eps, groups). `why` says
+// they run the same steps (SameSteps). `why` says
 // where the job's comes from (its flags, the first worker, a checkpoint).
 absl::Status CheckSameOptimizer(const OptimizerOptions& worker, const OptimizerOptions& job, const std::string& why);
 

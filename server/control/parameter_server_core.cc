@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/constant_time.h"
 #include "common/tensor_codec.h"
+#include "server/checkpoint/optimizer_json.h"
 #include "server/control/async_rule.h"
 
 namespace omnilearn {
@@ -707,9 +708,10 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
 
 uint64_t ParameterServerCore::ApplyOnArrival(const PushInfo& info, const std::vector<float>& gradient) {
   const uint64_t s = store_.version() - info.version;  // versions the model moved since the worker pulled
-  // SGD's momentum or Adam's beta1: asynchrony adds momentum of its own to either.
-  const OptimizerOptions& optimizer = store_.options();  // the job's: the flags' or a worker's
-  const double momentum = optimizer.kind == OptimizerKind::kSgd ? optimizer.momentum : optimizer.beta1;
+  // SGD's momentum or Adam's beta1 (OptimizerRule::momentum): asynchrony adds momentum of
+  // its own to either. The job's optimizer: the flags' or a worker's.
+  const std::optional<Hp> momentum_hp = RuleOf(store_.options().kind).momentum;
+  const double momentum = momentum_hp ? store_.Hyper(0)[static_cast<int>(*momentum_hp)] : 0;
   const StepSettings step = AsyncStepFor(info.batch, options_.controller.global_batch, LiveCount(), s, momentum,
                                          options_.async_rule, PredictsWeights());
   store_.SetEpoch(Epoch());
@@ -834,6 +836,7 @@ absl::StatusOr<CheckpointState> ParameterServerCore::Capture(CaptureFor purpose)
   absl::MutexLock lock(&mu_);
   if (!store_.initialized()) return absl::FailedPreconditionError("the server has no model yet");
   CheckpointState s = CaptureStore(store_);
+  s.optimizer_from = optimizer_from_;
   s.mode = ModeName(options_.mode);
   // The open round's pushes are counted as trained already, but their samples are
   // outstanding (handed out again on restore): not trained in the checkpoint.
@@ -878,9 +881,17 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
     return absl::FailedPreconditionError("a checkpoint can only be restored before any worker joined");
   }
   EpochSampler sampler(options_.data_seed);
-  ParameterStore store(options_.optimizer);
+  // A job that ran a worker's optimizer goes on with it (the flags' schedule and clipping).
+  OptimizerOptions optimizer = options_.optimizer;
+  if (!state.optimizer_from.empty() && state.optimizer_options.has_value()) {
+    absl::StatusOr<OptimizerOptions> theirs = ParseOptimizerJson(OptimizerJson(*state.optimizer_options), optimizer);
+    if (!theirs.ok()) return theirs.status();
+    optimizer = *std::move(theirs);
+  }
+  ParameterStore store(optimizer);
   if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
   store_ = std::move(store);
+  optimizer_from_ = state.optimizer_options.has_value() ? state.optimizer_from : "";
   sampler_ = std::move(sampler);
   stats_.Restore(state.global_samples, state.rounds);
   remembered_ = state.controller;

@@ -406,7 +406,7 @@ class ParameterServerCore : public DataPlane {
   double PredictAhead(const WorkerRecord& pusher, const StepSettings& step) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Async Adam/AdamW with --adam_weight_prediction.
   bool PredictsWeights() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return store_.options().kind != OptimizerKind::kSgd && options_.async_rule.adam_weight_prediction;
+    return RuleOf(store_.options().kind).adaptive && options_.async_rule.adam_weight_prediction;
   }
   void UpdateGauges() ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<PushResult> PushSync(const PushInfo& info, const std::vector<float>& gradient, absl::Time deadline)

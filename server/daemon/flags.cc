@@ -33,7 +33,13 @@ ABSL_FLAG(std::string, mode, "sync", "sync | async | ssp (stale-synchronous, see
 ABSL_FLAG(int, staleness_bound, 4, "ssp: iterations a worker may run ahead of the slowest (0 = lockstep)");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
-ABSL_FLAG(std::string, optimizer, "sgd", "sgd | adam | adamw");
+ABSL_FLAG(std::string, optimizer, "sgd",
+          "torch.optim's: sgd | adam | adamw | adadelta | adagrad | adamax | nadam | radam | rmsprop | rprop | asgd | "
+          "adafactor (a worker that brings the job's model may bring its own instead)");
+ABSL_FLAG(std::string, optimizer_options, "",
+          "the optimizer's other options by torch.optim's names, name=value,... (flags as 0 or 1; pairs as two: "
+          "beta1, beta2; etaminus, etaplus; step_size_min, step_size_max; eps1, eps2), e.g. nesterov=1 or "
+          "rho=0.95,eps=1e-6; default: torch.optim's");
 ABSL_FLAG(std::string, aggregation, "weighted",
           "sync: weighted (each push by its batch) | mean (every push once: an ablation)");
 ABSL_FLAG(std::string, lr_scaling, "on", "async/ssp: on (a push's step scales with b/B) | off (1/n each: ablation)");
@@ -49,13 +55,14 @@ ABSL_FLAG(std::string, adam_weight_prediction, "on",
           "other live workers' pushes will take first: a stale gradient is computed near the weights it "
           "meets, and beta1 stays as configured) | off (on the weights as they are: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
-ABSL_FLAG(double, momentum, omnilearn::torch_optim::kMomentum, "sgd: momentum (torch.optim.SGD's default: 0)");
+ABSL_FLAG(double, momentum, omnilearn::torch_optim::kMomentum, "sgd, rmsprop: momentum (torch.optim's default: 0)");
 ABSL_FLAG(double, weight_decay, -1,
-          "weight decay (sgd, adam: L2 on the gradient; adamw: decoupled); default: torch.optim's for --optimizer "
-          "(0; adamw 0.01)");
-ABSL_FLAG(double, beta1, 0.9, "adam, adamw: first-moment decay");
-ABSL_FLAG(double, beta2, 0.999, "adam, adamw: second-moment decay");
-ABSL_FLAG(double, eps, 1e-8, "adam, adamw: denominator epsilon");
+          "weight decay (L2 on the gradient; adamw, and decoupled_weight_decay=1: decoupled); default: "
+          "torch.optim's for --optimizer (0; adamw 0.01)");
+ABSL_FLAG(double, beta1, 0.9, "the Adam family (adam, adamw, adamax, nadam, radam): first-moment decay");
+ABSL_FLAG(double, beta2, 0.999, "the Adam family: second-moment decay");
+ABSL_FLAG(double, eps, -1,
+          "denominator epsilon; default: torch.optim's for --optimizer (1e-8; adadelta 1e-6, adagrad 1e-10)");
 ABSL_FLAG(std::string, lr_schedule, "",
           "constant | step (x --lr_decay every --lr_decay_steps versions or --lr_decay_epochs epochs) | cosine (to "
           "--lr_min over "
@@ -153,6 +160,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.beta1 = absl::GetFlag(FLAGS_beta1);
   f.beta2 = absl::GetFlag(FLAGS_beta2);
   f.eps = absl::GetFlag(FLAGS_eps);
+  f.optimizer_options = absl::GetFlag(FLAGS_optimizer_options);
   f.lr_schedule = absl::GetFlag(FLAGS_lr_schedule);
   f.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   f.lr_decay_steps = absl::GetFlag(FLAGS_lr_decay_steps);

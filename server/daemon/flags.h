@@ -36,7 +36,8 @@ struct DaemonFlags {
   double weight_decay = -1;  // < 0: torch.optim's default for the optimizer (OptionsFromFlags)
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = -1;                // < 0: the optimizer's default
+  std::string optimizer_options;  // name=value,...
   std::string lr_schedule = "";
   uint64_t warmup_steps = 0;
   uint64_t lr_decay_steps = 0;

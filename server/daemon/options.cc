@@ -2,15 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/enum_names.h"
 #include "common/flag_checks.h"
 #include "common/shard_map.h"
-#include "common/torch_optim_defaults.h"
 #include "controller/controller_flags.h"
 
 namespace omnilearn {
@@ -70,6 +73,25 @@ absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
   return absl::OkStatus();
 }
 
+// --optimizer_options: "name=value,..." (a flag as 0, 1, true or false).
+absl::StatusOr<HyperMap> ParseOptimizerOptions(const std::string& text) {
+  HyperMap out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string name(absl::StripAsciiWhitespace(kv.first)), value(absl::StripAsciiWhitespace(kv.second));
+    double v = 0;
+    bool flag = false;
+    if (absl::SimpleAtob(value, &flag) && !absl::SimpleAtod(value, &v))
+      v = flag ? 1 : 0;
+    else if (!absl::SimpleAtod(value, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--optimizer_options: '", item, "' is not name=number (e.g. nesterov=1,dampening=0)"));
+    }
+    out[name] = v;
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::Status CheckFlags(const DaemonFlags& f) {
@@ -86,7 +108,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"weight_decay", f.weight_decay < 0 ? 0 : f.weight_decay, 0, 10},  // < 0: torch.optim's default
       {"beta1", f.beta1, 0, 0.999999999},
       {"beta2", f.beta2, 0, 0.999999999},
-      {"eps", f.eps, 1e-15, 1},
+      {"eps", f.eps < 0 ? 1e-8 : f.eps, 1e-15, 1},  // < 0: torch.optim's default
       {"warmup_steps", d(f.warmup_steps), 0, 1e12},
       {"lr_decay_steps", d(f.lr_decay_steps), 0, 1e12},
       {"lr_decay_epochs", f.lr_decay_epochs, 0, 1e6},
@@ -123,12 +145,13 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
   o.optimizer.learning_rate = f.lr;
   o.optimizer.momentum = f.momentum;
   o.optimizer.weight_decay =
-      f.weight_decay >= 0
-          ? f.weight_decay
-          : (o.optimizer.kind == OptimizerKind::kAdamW ? torch_optim::kAdamWWeightDecay : torch_optim::kWeightDecay);
+      f.weight_decay >= 0 ? f.weight_decay : std::max(0.0, RuleOf(o.optimizer.kind).weight_decay);
   o.optimizer.beta1 = f.beta1;
   o.optimizer.beta2 = f.beta2;
   o.optimizer.eps = f.eps;
+  absl::StatusOr<HyperMap> hyper = ParseOptimizerOptions(f.optimizer_options);
+  if (!hyper.ok()) return hyper.status();
+  o.optimizer.hyper = *std::move(hyper);
   o.optimizer.warmup_steps = f.warmup_steps;
   o.optimizer.lr_decay_steps = f.lr_decay_steps;
   o.optimizer.lr_decay_epochs = f.lr_decay_epochs;

@@ -47,6 +47,26 @@ TEST_CASE("the flags' defaults make a sync job; each value lands in its option",
   REQUIRE(wire == v1::WIRE_DTYPE_BF16);
 }
 
+TEST_CASE("--optimizer_options: the optimizer's other options by torch.optim's names", "[daemon]") {
+  DaemonFlags f;
+  f.optimizer = "rmsprop";
+  f.momentum = 0.9;
+  f.optimizer_options = "centered=true, alpha=0.9";
+  absl::StatusOr<ServerOptions> o = Options(f);
+  REQUIRE(o.ok());
+  REQUIRE(o->optimizer.kind == OptimizerKind::kRMSprop);
+  REQUIRE(o->optimizer.hyper == HyperMap{{"alpha", 0.9}, {"centered", 1}});
+  REQUIRE(o->optimizer.eps < 0);  // torch.optim's default for RMSprop
+  REQUIRE(ValidateOptimizerOptions(o->optimizer).ok());
+  f.optimizer_options = "rho=0.9";
+  REQUIRE(absl::StrContains(ValidateOptimizerOptions(Options(f)->optimizer).message(), "RMSprop has no option 'rho'"));
+  f.optimizer_options = "alpha";
+  REQUIRE(absl::StrContains(Refusal(f), "'alpha' is not name=number"));
+  f.optimizer = "rprop";
+  f.optimizer_options = "";
+  REQUIRE(Options(f)->optimizer.weight_decay == 0);  // Rprop has none
+}
+
 TEST_CASE("a value out of range or a choice not offered is refused, naming the flag", "[daemon]") {
   DaemonFlags f;
   f.lr = 0;

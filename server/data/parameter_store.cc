@@ -17,82 +17,10 @@ namespace {
 // Elements per range of a parallel step: 1 MiB of floats, so small models step inline.
 constexpr int64_t kStepGrain = 1 << 18;
 
-// The step's kernels over [lo, hi) of one tensor. Free functions with restrict
-// parameters and scalars by value, so that GCC vectorizes them (inside a lambda that
-// captures the scalars by reference it cannot: a store might change them).
+// A buffer tensor's (BatchNorm statistics') step: toward the update's values.
 void BlendRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
                 float blend, float us) {
   for (int64_t i = lo; i < hi; ++i) out[i] = w[i] + blend * (us * u[i] - w[i]);
-}
-
-void SgdRange(float* __restrict out, float* __restrict v, const float* __restrict w, const float* __restrict u,
-              int64_t lo, int64_t hi, float mu, float scale, float wd, float lr) {
-  for (int64_t i = lo; i < hi; ++i) {
-    const float vi = mu * v[i] + scale * u[i] + wd * w[i];
-    v[i] = vi;
-    out[i] = w[i] - lr * vi;
-  }
-}
-
-// SGD without momentum (mu = 0 on every step of the job): the velocity would be written
-// and never read, so it is not kept: 3 model-sized streams instead of 5.
-void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
-                   float scale, float wd, float lr) {
-  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] - lr * (scale * u[i] + wd * w[i]);
-}
-
-struct AdamScalars {
-  float scale, lr, wd, b1, b2, eps, bias2_sqrt, step_size;
-  bool decoupled;
-};
-
-void AdamRange(float* __restrict out, float* __restrict m, float* __restrict v, const float* __restrict w,
-               const float* __restrict u, int64_t lo, int64_t hi, const AdamScalars k) {
-  for (int64_t i = lo; i < hi; ++i) {
-    float g = k.scale * u[i];
-    float wi = w[i];
-    if (k.decoupled) {
-      wi *= 1 - k.lr * k.wd;
-    } else {
-      g += k.wd * wi;
-    }
-    m[i] = k.b1 * m[i] + (1 - k.b1) * g;
-    v[i] = k.b2 * v[i] + (1 - k.b2) * g * g;
-    out[i] = wi - k.step_size * m[i] / (std::sqrt(v[i]) / k.bias2_sqrt + k.eps);
-  }
-}
-
-// A step's scalars: the rate, decay, momentum and blend it runs with, and Adam's.
-struct StepScalars {
-  float lr = 0, wd = 0, scale = 0, us = 0, mu = 0, blend = 0;
-  bool velocity = false;  // SGD keeps a velocity (momentum configured, or this step's)
-  AdamScalars adam{};
-};
-
-// `lr`: the rate after the schedule and the step's scale; `time`: Adam's count after this
-// step, in global batches (1 first in sync); `share`: the step's part of a global batch
-// (Apply's square-root rule); `scale`: the update's scale after clipping.
-StepScalars ScalarsOf(const OptimizerOptions& o, double lr, double time, double share, const StepSettings& step,
-                      float scale) {
-  // Adam's first moment: the step's `momentum` when given (the async rule lowers beta1
-  // as it lowers SGD's momentum), per global batch; a push of share f decays it by ^f.
-  const double beta1 = o.kind != OptimizerKind::kSgd && step.momentum.has_value() ? *step.momentum : o.beta1;
-  const float b1 = static_cast<float>(std::pow(beta1, share)), b2 = static_cast<float>(std::pow(o.beta2, share));
-  const float eps = static_cast<float>(o.eps / std::sqrt(share));
-  const float bias1 = static_cast<float>(1 - std::pow(beta1, time));
-  const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(o.beta2, time)));
-  StepScalars k;
-  k.lr = static_cast<float>(lr);
-  k.wd = static_cast<float>(o.weight_decay);
-  k.scale = scale;
-  k.us = static_cast<float>(step.update_scale);
-  k.mu = static_cast<float>(step.momentum.value_or(o.momentum));
-  k.blend = static_cast<float>(step.buffer_blend);
-  // A step's momentum is at most the configured one (the async rule only damps it).
-  k.velocity = o.momentum != 0 || k.mu != 0;
-  const float step_size = static_cast<float>(lr / std::sqrt(share)) / bias1;
-  k.adam = AdamScalars{scale, k.lr, k.wd, b1, b2, eps, bias2_sqrt, step_size, o.kind == OptimizerKind::kAdamW};
-  return k;
 }
 
 // Tensor t's part of the flat range [begin, end), as offsets into the tensor: [lo, hi),
@@ -105,47 +33,7 @@ struct TensorPart {
   const int64_t off, lo, hi;
 };
 
-// Tensor t's elements within the flat range [begin, end): the optimizer's step (a buffer's
-// blend) from the snapshot `weights` into `next`; `m` and `v` the optimizer's state.
-void StepRange(const ModelLayout& layout, OptimizerKind kind, int t, int64_t begin, int64_t end, const StepScalars& k,
-               const float* weights, const float* update, float* next, float* m, float* v) {
-  const auto [off, lo, hi] = TensorPart(layout, t, begin, end);
-  if (lo >= hi) return;
-  const float* w = weights + off;
-  float* out = next + off;
-  const float* u = update + off;
-  if (layout.is_buffer(t)) {
-    BlendRange(out, w, u, lo, hi, k.blend, k.us);
-  } else if (kind == OptimizerKind::kSgd && !k.velocity) {
-    PlainSgdRange(out, w, u, lo, hi, k.scale, k.wd, k.lr);
-  } else if (kind == OptimizerKind::kSgd) {
-    SgdRange(out, m + off, w, u, lo, hi, k.mu, k.scale, k.wd, k.lr);
-  } else {
-    AdamRange(out, m + off, v + off, w, u, lo, hi, k.adam);
-  }
-}
-
 }  // namespace
-
-absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
-  const std::string n = absl::AsciiStrToLower(name);
-  if (n == "sgd") return OptimizerKind::kSgd;
-  if (n == "adam") return OptimizerKind::kAdam;
-  if (n == "adamw") return OptimizerKind::kAdamW;
-  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", name, "' (want sgd, adam or adamw)"));
-}
-
-std::string OptimizerName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kAdam:
-      return "adam";
-    case OptimizerKind::kAdamW:
-      return "adamw";
-  }
-  return "unknown";
-}
 
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
   const std::string n = absl::AsciiStrToLower(name);
@@ -156,22 +44,48 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name) {
       absl::StrCat("unknown learning-rate schedule '", name, "' (want constant, step or cosine)"));
 }
 
+HyperMap JobHyper(const OptimizerOptions& o) {
+  HyperMap job;
+  for (const auto& [hp, unused] : RuleOf(o.kind).hyper) {
+    if (hp == Hp::kMomentum) job["momentum"] = o.momentum;
+    if (hp == Hp::kBeta1) job["beta1"] = o.beta1;
+    if (hp == Hp::kBeta2) job["beta2"] = o.beta2;
+    if (hp == Hp::kEps && o.eps > 0) job["eps"] = o.eps;
+  }
+  for (const auto& [name, value] : o.hyper) job[name] = value;
+  return job;
+}
+
+bool SameSteps(const OptimizerOptions& a, const OptimizerOptions& b) {
+  return a.kind == b.kind && a.learning_rate == b.learning_rate && a.weight_decay == b.weight_decay &&
+         JobHyper(a) == JobHyper(b) && a.groups == b.groups;
+}
+
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
   auto bad = [](absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat("optimizer: ", what)); };
+  const OptimizerRule& rule = RuleOf(o.kind);
   if (!(o.learning_rate > 0 && std::isfinite(o.learning_rate))) return bad("the learning rate must be > 0");
-  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum must be in [0, 1)");
   if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) return bad("weight decay must be >= 0");
+  // The typed fields, whatever the rule reads (they are the flags' and the wire's).
+  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("momentum must be in [0, 1)");
   if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) return bad("betas must be in [0, 1)");
-  if (!(o.eps > 0 && std::isfinite(o.eps))) return bad("eps must be > 0");
+  if (!(o.eps != 0 && std::isfinite(o.eps))) return bad("eps must be > 0 (< 0: the optimizer's default)");
+  if (rule.weight_decay < 0 && o.weight_decay != 0) return bad(absl::StrCat(rule.torch_class, " has no weight decay"));
   if (!(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm))) return bad("the clipping norm must be >= 0");
   if (!(o.lr_decay_epochs >= 0)) return bad("lr_decay_epochs must be >= 0");
+  const HyperMap job = JobHyper(o);
+  if (absl::StatusOr<HyperValues> h = ResolveHyper(o.kind, job, {}); !h.ok()) return bad(h.status().message());
   for (size_t g = 0; g < o.groups.size(); ++g) {
-    if (!(o.groups[g].lr > 0 && std::isfinite(o.groups[g].lr))) {
-      return bad(absl::StrCat("param group ", g, "'s learning rate must be > 0"));
-    }
+    const std::string group = absl::StrCat("param group ", g, "'s ");
+    if (!(o.groups[g].lr > 0 && std::isfinite(o.groups[g].lr))) return bad(group + "learning rate must be > 0");
     if (!(o.groups[g].weight_decay >= 0 && std::isfinite(o.groups[g].weight_decay))) {
-      return bad(absl::StrCat("param group ", g, "'s weight decay must be >= 0"));
+      return bad(group + "weight decay must be >= 0");
     }
+    if (rule.weight_decay < 0 && o.groups[g].weight_decay != 0) {
+      return bad(absl::StrCat(rule.torch_class, " has no weight decay"));
+    }
+    absl::StatusOr<HyperValues> h = ResolveHyper(o.kind, job, o.groups[g].hyper);
+    if (!h.ok()) return bad(absl::StrCat(group, h.status().message()));
   }
   if (o.lr_decay_steps > 0 && o.lr_decay_epochs > 0) {
     return bad("the step schedule counts versions (lr_decay_steps) or epochs (lr_decay_epochs), not both");
@@ -187,16 +101,16 @@ absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
 }
 
 std::string DescribeOptimizer(const OptimizerOptions& o) {
-  std::string out;
-  if (o.kind == OptimizerKind::kSgd) {
-    out = absl::StrCat("SGD(lr=", o.learning_rate, ", momentum=", o.momentum, ", weight_decay=", o.weight_decay, ")");
-  } else {
-    out = absl::StrCat(o.kind == OptimizerKind::kAdam ? "Adam" : "AdamW", "(lr=", o.learning_rate, ", betas=(", o.beta1,
-                       ", ", o.beta2, "), eps=", o.eps, ", weight_decay=", o.weight_decay, ")");
-  }
+  const OptimizerRule& rule = RuleOf(o.kind);
+  const absl::StatusOr<HyperValues> h = ResolveHyper(o.kind, JobHyper(o), {});
+  std::string out = absl::StrCat(rule.torch_class, "(lr=", o.learning_rate);
+  if (h.ok() && !rule.hyper.empty()) absl::StrAppend(&out, ", ", DescribeHyper(o.kind, *h));
+  if (rule.weight_decay >= 0) absl::StrAppend(&out, ", weight_decay=", o.weight_decay);
+  absl::StrAppend(&out, ")");
   for (size_t g = 0; g < o.groups.size(); ++g) {
     absl::StrAppend(&out, g == 0 ? ", param groups: " : "; ", g, ": ", o.groups[g].tensors.size(),
                     " tensors lr=", o.groups[g].lr, " weight_decay=", o.groups[g].weight_decay);
+    for (const auto& [name, value] : o.groups[g].hyper) absl::StrAppend(&out, " ", name, "=", value);
   }
   absl::StrAppend(&out, ", clip_grad_norm=", o.clip_grad_norm, ", warmup_steps=", o.warmup_steps, ", schedule=");
   switch (o.schedule) {
@@ -213,13 +127,32 @@ std::string DescribeOptimizer(const OptimizerOptions& o) {
   return out;
 }
 
-std::vector<std::string> ParameterStore::StateNames() const {
-  if (options_.kind == OptimizerKind::kSgd) return {"momentum"};
-  return {"exp_avg", "exp_avg_sq"};
+ParameterStore::ParameterStore(const OptimizerOptions& options) : options_(options) { resolved_ = ResolveGroups(); }
+
+absl::Status ParameterStore::ResolveGroups() {
+  const HyperMap job = JobHyper(options_);
+  group_hyper_.clear();
+  for (size_t g = 0; g < group_count(); ++g) {
+    absl::StatusOr<HyperValues> h =
+        ResolveHyper(options_.kind, job, options_.groups.empty() ? HyperMap{} : options_.groups[g].hyper);
+    if (!h.ok()) {  // ValidateOptimizerOptions refuses these options: Initialize says so
+      group_hyper_.assign(group_count(), *ResolveHyper(options_.kind, {}, {}));
+      return h.status();
+    }
+    group_hyper_.push_back(*h);
+  }
+  const std::vector<std::string> roles = StateRoles(options_.kind), names = StateNames();
+  role_.assign(kMaxStateRoles, -1);
+  for (size_t r = 0; r < roles.size(); ++r) {
+    auto it = std::find(names.begin(), names.end(), roles[r]);
+    if (it != names.end()) role_[r] = static_cast<int>(it - names.begin());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> values, uint64_t version) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
+  if (!resolved_.ok()) return resolved_;
   if (static_cast<int64_t>(values.size()) != layout.total_elements()) {
     return absl::InvalidArgumentError(
         absl::StrCat("initial parameters have ", values.size(), " values, the layout needs ", layout.total_elements()));
@@ -227,11 +160,8 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   if (!AllFinite(values)) return absl::InvalidArgumentError("initial parameters contain NaN or Inf");
   if (absl::Status s = AssignGroups(layout); !s.ok()) return s;
   layout_ = std::move(layout);
-  state_.clear();
-  for (size_t i = 0; i < StateNames().size(); ++i)
-    state_.push_back(std::make_shared<std::vector<float>>(values.size()));
-  state_buffers_.assign(state_.size(), SharedBuffers());
   weights_ = std::make_shared<std::vector<float>>(std::move(values));  // not const: retired as spare_ later
+  InitializeState();
   spare_.reset();
   snapshots_.Clear();
   served_.reset();
@@ -239,6 +169,25 @@ absl::Status ParameterStore::Initialize(ModelLayout layout, std::vector<float> v
   version_ = version;
   adam_time_ = static_cast<double>(version);
   return absl::OkStatus();
+}
+
+void ParameterStore::InitializeState() {
+  const std::vector<std::string> names = StateNames();
+  state_.clear();
+  for (const std::string& name : names) {
+    auto buffer = std::make_shared<std::vector<float>>(weights_->size());
+    for (int t = 0; t < static_cast<int>(layout_.tensors().size()); ++t) {
+      const float start = InitialState(options_.kind, name, group_hyper_[group_of_[t]]);
+      if (start != 0) std::fill_n(buffer->data() + layout_.offset(t), layout_.size(t), start);
+    }
+    state_.push_back(std::move(buffer));
+  }
+  state_buffers_.assign(state_.size(), SharedBuffers());
+  scalars_.clear();
+  for (const char* name : RuleOf(options_.kind).scalars) {
+    // NAdam's mu_product starts at 1; ASGD's eta at 0, which its first step reads as the rate.
+    scalars_[name].assign(group_count(), std::string(name) == "mu_product" ? 1.0 : 0.0);
+  }
 }
 
 double ParameterStore::ScheduledRate() const {
@@ -332,15 +281,22 @@ float ParameterStore::ClippedScale(const std::vector<float>& update, double upda
 }
 
 void ParameterStore::Apply(const std::vector<float>& update, const StepSettings& step) {
-  const int tensors = static_cast<int>(layout_.tensors().size());
   const double share = step.sample_share > 0 ? std::min(step.sample_share, 1.0) : 1.0;
   const float clipped = ClippedScale(update, step.update_scale, step.norm_squared);
-  std::vector<StepScalars> ks;  // per param group
+  std::vector<StepCoefficients> ks;  // per param group
   for (size_t g = 0; g < group_count(); ++g) {
-    const double rate = step.learning_rate ? *step.learning_rate : GroupRate(g) * step.lr_scale;
-    ks.push_back(ScalarsOf(options_, rate, adam_time_ + share, share, step, clipped));
-    if (!options_.groups.empty())
-      ks.back().wd = ks.back().adam.wd = static_cast<float>(options_.groups[g].weight_decay);
+    GroupStepInput in;
+    in.lr = step.learning_rate ? *step.learning_rate : GroupRate(g) * step.lr_scale;
+    in.wd = options_.groups.empty() ? options_.weight_decay : options_.groups[g].weight_decay;
+    in.time = adam_time_ + share;
+    in.share = share;
+    in.scale = clipped;
+    in.momentum = step.momentum;
+    std::vector<double> scalars;
+    for (auto& [name, values] : scalars_) scalars.push_back(values[g]);
+    ks.push_back(PrepareStep(options_.kind, group_hyper_[g], in, &scalars));
+    size_t i = 0;
+    for (auto& [name, values] : scalars_) values[g] = scalars[i++];
   }
   // The new snapshot is written straight from the old one (no copy first), into one a
   // reader let go of (an in-memory checkpoint holds its version across rounds).
@@ -348,24 +304,60 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
   std::shared_ptr<std::vector<float>> next = snapshots_.Take(weights_->size());
   std::vector<const float*> copy_from;
   DetachHeldState(&copy_from);
-  float* const m = state_.empty() ? nullptr : state_[0]->data();
-  float* const v = state_.size() < 2 ? nullptr : state_[1]->data();
-  // Element-wise: split across cores by ranges of the flat model (ParallelFor).
-  ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+  StepAll(ks, step, update, next->data(), copy_from);
+  spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
+  weights_ = std::move(next);
+  ++version_;
+  adam_time_ += share;
+}
+
+StatePointers ParameterStore::StateAt(int64_t offset) const {
+  StatePointers s{};
+  for (int r = 0; r < kMaxStateRoles; ++r) s[r] = role_[r] < 0 ? nullptr : state_[role_[r]]->data() + offset;
+  return s;
+}
+
+void ParameterStore::StepAll(const std::vector<StepCoefficients>& ks, const StepSettings& step,
+                             const std::vector<float>& update, float* next,
+                             const std::vector<const float*>& copy_from) {
+  const float blend = static_cast<float>(step.buffer_blend), us = static_cast<float>(step.update_scale);
+  const int tensors = static_cast<int>(layout_.tensors().size());
+  const float* w = weights_->data();
+  const float* u = update.data();
+  auto copy_held = [&](int64_t begin, int64_t end) {
     for (size_t i = 0; i < state_.size(); ++i) {
       if (copy_from[i] != nullptr) {
         std::memcpy(state_[i]->data() + begin, copy_from[i] + begin, (end - begin) * sizeof(float));
       }
     }
+  };
+  if (RuleOf(options_.kind).whole_tensors) {  // each tensor at once, the held state copied first
+    ParallelFor(layout_.total_elements(), kStepGrain, copy_held);
+    ParallelFor(tensors, 1, [&](int64_t first, int64_t last) {
+      for (int t = static_cast<int>(first); t < last; ++t) {
+        const int64_t off = layout_.offset(t);
+        if (layout_.is_buffer(t)) {
+          BlendRange(next + off, w + off, u + off, 0, layout_.size(t), blend, us);
+          continue;
+        }
+        StepWholeTensor(ks[group_of_[t]], layout_.tensors()[t].shape, w + off, u + off, next + off, StateAt(off));
+      }
+    });
+    return;
+  }
+  // Element-wise: split across cores by ranges of the flat model (ParallelFor).
+  ParallelFor(layout_.total_elements(), kStepGrain, [&](int64_t begin, int64_t end) {
+    copy_held(begin, end);
     for (int t = 0; t < tensors; ++t) {
-      StepRange(layout_, options_.kind, t, begin, end, ks[group_of_[t]], weights_->data(), update.data(), next->data(),
-                m, v);
+      const auto [off, lo, hi] = TensorPart(layout_, t, begin, end);
+      if (lo >= hi) continue;
+      if (layout_.is_buffer(t)) {
+        BlendRange(next + off, w + off, u + off, lo, hi, blend, us);
+      } else {
+        StepElements(ks[group_of_[t]], w + off, u + off, next + off, StateAt(off), lo, hi);
+      }
     }
   });
-  spare_ = std::const_pointer_cast<std::vector<float>>(std::move(weights_));
-  weights_ = std::move(next);
-  ++version_;
-  adam_time_ += share;
 }
 
 void ParameterStore::Predict(double steps) {
@@ -415,7 +407,8 @@ OptimizerBuffers ParameterStore::OptimizerState() const {
 }
 
 absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state,
-                                     uint64_t version, double adam_time) {
+                                     uint64_t version, double adam_time, const OptimizerScalars& scalars,
+                                     std::vector<double> group_rates) {
   if (initialized()) return absl::FailedPreconditionError("the model is already initialized");
   const std::vector<std::string> names = StateNames();
   std::vector<std::string> got;
@@ -431,8 +424,23 @@ absl::Status ParameterStore::Restore(ModelLayout layout, std::vector<float> weig
     }
     if (!AllFinite(*values)) return absl::InvalidArgumentError(absl::StrCat(name, " buffer contains NaN or Inf"));
   }
+  for (const char* name : RuleOf(options_.kind).scalars) {
+    auto it = scalars.find(name);
+    if (it == scalars.end() || it->second.size() != group_count() ||
+        !std::all_of(it->second.begin(), it->second.end(), [](double x) { return std::isfinite(x); })) {
+      return absl::InvalidArgumentError(absl::StrCat("the checkpoint lacks the ", OptimizerName(options_.kind),
+                                                     " optimizer's ", name, " for its ", group_count(), " groups"));
+    }
+  }
+  if (scalars.size() != RuleOf(options_.kind).scalars.size()) {
+    return absl::InvalidArgumentError("the checkpoint has optimizer scalars this optimizer does not keep");
+  }
+  if (!group_rates.empty()) {
+    if (absl::Status s = SetGroupRates(group_rates); !s.ok()) return s;
+  }
   if (absl::Status s = Initialize(std::move(layout), std::move(weights), version); !s.ok()) return s;
   for (size_t i = 0; i < state.size(); ++i) *state_[i] = *state[i].second;
+  scalars_ = scalars;
   if (adam_time >= 0) adam_time_ = adam_time;
   return absl::OkStatus();
 }

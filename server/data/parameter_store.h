@@ -1,11 +1,14 @@
-// The model weights (parameters and buffers) and the optimizer: SGD with momentum, Adam
-// or AdamW, a learning-rate schedule (warm-up, then constant, step or cosine) and
+// The model weights (parameters and buffers) and the optimizer: any of
+// data/optimizer_rules.h's (torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax,
+// NAdam, RAdam, RMSprop, Rprop, ASGD, Adafactor) with param groups of their own
+// hyperparameters, a learning-rate schedule (warm-up, then constant, step or cosine) and
 // optional global gradient-norm clipping.
 #ifndef OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_
 #define OMNILEARN_SERVER_DATA_PARAMETER_STORE_H_
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,17 +19,16 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model_layout.h"
+#include "server/data/optimizer_rules.h"
+#include "server/data/optimizer_steps.h"
 #include "server/data/shared_buffers.h"
 #include "server/data/step_settings.h"
 
 namespace omnilearn {
 namespace server {
 
-enum class OptimizerKind { kSgd, kAdam, kAdamW };
 enum class LrSchedule { kConstant, kStep, kCosine };
 
-absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name);
-std::string OptimizerName(OptimizerKind kind);
 absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
 
 // A sharded job's coordinator: the whole update's squared norm from its slice's part,
@@ -34,24 +36,29 @@ absl::StatusOr<LrSchedule> ParseLrSchedule(absl::string_view name);
 using NormReduction = std::function<double(uint64_t version, double sum_squares)>;
 
 // A param group (torch.optim's param_groups): tensors of the layout, by index, stepping at
-// their own rate and weight decay; the optimizer's other settings are shared.
+// their own rate and weight decay, and with their own values of any other hyperparameter
+// (`hyper`, over the job's).
 struct ParamGroup {
   std::vector<int> tensors;
   double lr = 0;
   double weight_decay = 0;
+  HyperMap hyper;
   bool operator==(const ParamGroup& o) const {
-    return tensors == o.tensors && lr == o.lr && weight_decay == o.weight_decay;
+    return tensors == o.tensors && lr == o.lr && weight_decay == o.weight_decay && hyper == o.hyper;
   }
 };
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
   double learning_rate = 0.05;  // for one step on a gradient averaged over the global batch
-  double momentum = 0;          // sgd (torch.optim.SGD's default)
-  double weight_decay = 0;      // sgd, adam: L2 added to the gradient; adamw: decoupled
-  double beta1 = 0.9;           // adam, adamw
+  double momentum = 0;          // sgd, rmsprop (torch.optim.SGD's default)
+  double weight_decay = 0;      // L2 added to the gradient; adamw (and decoupled_weight_decay): decoupled
+  double beta1 = 0.9;           // the Adam family
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = 1e-8;  // < 0: the rule's own default (torch.optim's)
+  // The rule's other hyperparameters by torch.optim's names (nesterov, amsgrad, rho, ...;
+  // optimizer_rules.h), over its defaults and the fields above.
+  HyperMap hyper;
   // The rate at step t (t = the model version before the step):
   //   t < warmup_steps: learning_rate * (t + 1) / warmup_steps;
   //   then, with s = t - warmup_steps:
@@ -83,6 +90,11 @@ struct OptimizerOptions {
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
 
+// The job's hyperparameters as a map (the typed fields the rule reads, then `hyper`).
+HyperMap JobHyper(const OptimizerOptions& o);
+// Two optimizers that run the same steps (kind, rates, decays, every hyperparameter, groups).
+bool SameSteps(const OptimizerOptions& a, const OptimizerOptions& b);
+
 // The optimizer as the server will run it, in torch.optim's words, e.g.
 // "SGD(lr=0.05, momentum=0.9, weight_decay=0.0001), clip_grad_norm=0, schedule=constant":
 // every hyperparameter that applies to its kind, so that a start line says what runs.
@@ -93,15 +105,20 @@ std::string DescribeOptimizer(const OptimizerOptions& o);
 // layout's parameters (buffers carry values, not gradients).
 double UpdateSumSquares(const ModelLayout& layout, const std::vector<float>& update, double scale);
 
-// The optimizer's state buffers by name, each the model's size: "momentum" (sgd),
-// "exp_avg" and "exp_avg_sq" (adam, adamw). Immutable once handed out.
+// The optimizer's state buffers by name (StateNames, torch.optim's), each the model's size:
+// "momentum" (sgd), "exp_avg" and "exp_avg_sq" (adam, adamw), ... Immutable once handed out.
+// Adafactor keeps its row and column statistics at the start of each tensor's range.
 using OptimizerBuffers = std::vector<std::pair<std::string, std::shared_ptr<const std::vector<float>>>>;
+// The optimizer's per-group scalars by name (OptimizerRule::scalars): NAdam's mu_product,
+// ASGD's eta.
+using OptimizerScalars = std::map<std::string, std::vector<double>>;
 
 // Thread-compatible: the server core serializes access. Snapshots returned by
 // weights() are immutable and may be read from any thread.
 class ParameterStore {
  public:
-  explicit ParameterStore(const OptimizerOptions& options) : options_(options) {}
+  // Options ValidateOptimizerOptions refuses: Initialize returns its error.
+  explicit ParameterStore(const OptimizerOptions& options);
 
   // Sets the model. FailedPrecondition if already set; InvalidArgument on a size
   // mismatch or non-finite values.
@@ -143,9 +160,13 @@ class ParameterStore {
   double GroupRate(size_t g) const;
   size_t group_count() const { return options_.groups.empty() ? 1 : options_.groups.size(); }
   // Every group's rate from now on, as a worker's scheduler set it (replacing the options'
-  // schedule). InvalidArgument unless one finite rate > 0 per group. Not checkpointed: the
-  // workers send theirs again after a restart.
+  // schedule). InvalidArgument unless one finite rate > 0 per group. In checkpoints
+  // (group_rates; Restore).
   absl::Status SetGroupRates(std::vector<double> rates);
+  // The rates SetGroupRates set; empty: the options' schedule runs.
+  const std::vector<double>& group_rates() const { return worker_rates_; }
+  // Group g's hyperparameters, resolved (the rule's defaults, the job's, the group's).
+  const HyperValues& Hyper(size_t g) const { return group_hyper_[g]; }
   // Where training stands in epochs (the step schedule in epochs reads it).
   void SetEpoch(double epoch) { epoch_ = epoch; }
   uint64_t version() const { return version_; }
@@ -168,15 +189,28 @@ class ParameterStore {
   // other buffers while any of these is held (copy on write, range by range inside the
   // step). So a checkpoint copies nothing under the server's lock.
   OptimizerBuffers OptimizerState() const;
+  OptimizerScalars ScalarState() const { return scalars_; }
   // Sets the model and the optimizer state from a checkpoint. FailedPrecondition if the
-  // model is already set; InvalidArgument on sizes, non-finite values, or buffers this
-  // optimizer does not have (or lacks). `adam_time` < 0 (a checkpoint of an earlier
-  // release): the version.
+  // model is already set; InvalidArgument on sizes, non-finite values, or buffers or
+  // scalars this optimizer does not have (or lacks). `adam_time` < 0 (a checkpoint of an
+  // earlier release): the version. `group_rates`: a worker's scheduler's (SetGroupRates),
+  // empty: the schedule's.
   absl::Status Restore(ModelLayout layout, std::vector<float> weights, const OptimizerBuffers& state, uint64_t version,
-                       double adam_time = -1);
+                       double adam_time = -1, const OptimizerScalars& scalars = {},
+                       std::vector<double> group_rates = {});
 
  private:
-  std::vector<std::string> StateNames() const;
+  std::vector<std::string> StateNames() const { return server::StateNames(options_.kind, group_hyper_); }
+  // Each group's hyperparameters (group_hyper_) and the state's roles (role_); InvalidArgument
+  // as ValidateOptimizerOptions.
+  absl::Status ResolveGroups();
+  // The state's starting values (Adagrad's initial accumulator) and scalars.
+  void InitializeState();
+  // The step's elements (rules that step ranges) or tensors (whole_tensors rules), from the
+  // snapshot into `next`, copying held state first (DetachHeldState's `copy_from`).
+  void StepAll(const std::vector<StepCoefficients>& ks, const StepSettings& step, const std::vector<float>& update,
+               float* next, const std::vector<const float*>& copy_from);
+  StatePointers StateAt(int64_t offset) const;
   // The options' rate through warm-up and schedule (group 0's, without a worker's rates).
   double ScheduledRate() const;
   // Each tensor's group (group_of_) from options_.groups; InvalidArgument unless every
@@ -190,6 +224,7 @@ class ParameterStore {
   void DetachHeldState(std::vector<const float*>* copy_from);
 
   OptimizerOptions options_;
+  absl::Status resolved_;  // ResolveGroups's
   ModelLayout layout_;
   std::shared_ptr<const std::vector<float>> weights_;       // a new snapshot per step
   std::shared_ptr<std::vector<float>> spare_;               // the one before (Predict's base)
@@ -199,6 +234,9 @@ class ParameterStore {
   std::vector<std::shared_ptr<std::vector<float>>> state_;  // per StateNames()
   std::vector<SharedBuffers> state_buffers_;                // per StateNames(): those a reader held when replaced
   std::vector<int> group_of_;                               // per tensor of the layout
+  std::vector<HyperValues> group_hyper_;                    // per param group
+  std::vector<int> role_;                                   // per StateRoles: its index in state_, or -1
+  OptimizerScalars scalars_;                                // ScalarState
   std::vector<double> worker_rates_;                        // SetGroupRates; empty: the schedule's
   uint64_t version_ = 0;
   double adam_time_ = 0;  // adam_time()

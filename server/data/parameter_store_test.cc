@@ -108,14 +108,16 @@ TEST_CASE("Options out of range are refused, naming the option") {
   o.clip_grad_norm = -1;
   REQUIRE(absl::StrContains(ValidateOptimizerOptions(o).message(), "clipping"));
   REQUIRE(ParseOptimizer("AdamW").value() == OptimizerKind::kAdamW);
-  REQUIRE(absl::StrContains(ParseOptimizer("lion").status().message(), "sgd, adam or adamw"));
+  REQUIRE(ParseOptimizer("RMSprop").value() == OptimizerKind::kRMSprop);
+  REQUIRE(absl::StrContains(ParseOptimizer("lion").status().message(), "sgd, adam, adamw, adadelta"));
   REQUIRE(absl::StrContains(ParseLrSchedule("linear").status().message(), "constant, step or cosine"));
 }
 
 TEST_CASE("The optimizer is described in torch.optim's words, every hyperparameter of its kind") {
   OptimizerOptions o;
   REQUIRE(DescribeOptimizer(o) ==
-          "SGD(lr=0.05, momentum=0, weight_decay=0), clip_grad_norm=0, warmup_steps=0, schedule=constant");
+          "SGD(lr=0.05, momentum=0, dampening=0, nesterov=False, maximize=False, weight_decay=0), clip_grad_norm=0, "
+          "warmup_steps=0, schedule=constant");
   o.kind = OptimizerKind::kAdamW;
   o.learning_rate = 0.003;
   o.weight_decay = 0.01;
@@ -123,8 +125,8 @@ TEST_CASE("The optimizer is described in torch.optim's words, every hyperparamet
   o.schedule = LrSchedule::kCosine;
   o.cosine_steps = 500;
   REQUIRE(DescribeOptimizer(o) ==
-          "AdamW(lr=0.003, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.01), clip_grad_norm=1, warmup_steps=0, "
-          "schedule=cosine(steps=500, lr_min=0)");
+          "AdamW(lr=0.003, betas=(0.9, 0.999), eps=1e-08, amsgrad=False, maximize=False, weight_decay=0.01), "
+          "clip_grad_norm=1, warmup_steps=0, schedule=cosine(steps=500, lr_min=0)");
   o.schedule = LrSchedule::kStep;
   o.lr_decay_epochs = 2;
   REQUIRE(absl::StrContains(DescribeOptimizer(o), "schedule=step(gamma=0.1, every 2 epochs)"));

@@ -142,7 +142,7 @@ absl::StatusOr<WantedOptimizer> WantedOptimizerFrom(const v1::OptimizerSpec& p) 
   const std::optional<OptimizerKind> kind = OptimizerKindFromProto(p.kind());
   if (!kind.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("the worker's optimizer (kind ", static_cast<int>(p.kind()),
-                                                   ") is not one this server runs: SGD, Adam or AdamW"));
+                                                   ") is not one this server runs: ", OptimizerNames()));
   }
   o.kind = *kind;
   o.lr = p.lr();
@@ -151,8 +151,12 @@ absl::StatusOr<WantedOptimizer> WantedOptimizerFrom(const v1::OptimizerSpec& p) 
   o.beta1 = p.beta1();
   o.beta2 = p.beta2();
   o.eps = p.eps();
+  o.hyper = HyperMap(p.options().begin(), p.options().end());
   for (const v1::ParamGroup& g : p.groups()) {
-    o.groups.push_back({{g.tensors().begin(), g.tensors().end()}, g.lr(), g.weight_decay()});
+    o.groups.push_back({{g.tensors().begin(), g.tensors().end()},
+                        g.lr(),
+                        g.weight_decay(),
+                        HyperMap(g.options().begin(), g.options().end())});
   }
   return o;
 }

@@ -133,7 +133,7 @@ TEST_CASE("every field of an init is range-checked before use", "[shard_apply]")
   layout.mutable_init()->mutable_layout()->mutable_tensors(0)->set_shape(0, -1);
   REQUIRE_FALSE(a.Apply(layout).ok());
   v1::ShardCommand kind = Init();
-  kind.mutable_init()->mutable_optimizer()->set_optimizer(static_cast<v1::OptimizerKind>(7));
+  kind.mutable_init()->mutable_optimizer()->set_optimizer(static_cast<v1::OptimizerKind>(99));
   REQUIRE(absl::IsInvalidArgument(a.Apply(kind)));
   kind.mutable_init()->mutable_optimizer()->clear_optimizer();  // the string of an earlier release
   kind.mutable_init()->mutable_optimizer()->set_kind("lbfgs");

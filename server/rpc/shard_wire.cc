@@ -5,6 +5,9 @@
 #include <string>
 #include <variant>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tensor_codec.h"
 
@@ -16,9 +19,7 @@ namespace server {
 
 v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait) {
   v1::ShardOptimizer p;
-  p.set_optimizer(o.kind == OptimizerKind::kAdam    ? v1::OPTIMIZER_KIND_ADAM
-                  : o.kind == OptimizerKind::kAdamW ? v1::OPTIMIZER_KIND_ADAMW
-                                                    : v1::OPTIMIZER_KIND_SGD);
+  p.set_optimizer(OptimizerKindToProto(o.kind));
   p.set_kind(OptimizerName(o.kind));  // deprecated: for shards of the previous release
   p.set_momentum(o.momentum);
   p.set_weight_decay(o.weight_decay);
@@ -27,20 +28,23 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
   p.set_eps(o.eps);
   p.set_round_timeout_seconds(absl::ToDoubleSeconds(member_wait));
   p.set_clip_grad_norm(o.clip_grad_norm);
+  p.mutable_options()->insert(o.hyper.begin(), o.hyper.end());
   return p;
 }
 
+v1::OptimizerKind OptimizerKindToProto(OptimizerKind kind) {
+  v1::OptimizerKind out = v1::OPTIMIZER_KIND_UNSPECIFIED;
+  v1::OptimizerKind_Parse(absl::StrCat("OPTIMIZER_KIND_", absl::AsciiStrToUpper(OptimizerName(kind))), &out);
+  return out;
+}
+
 std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind) {
-  switch (kind) {
-    case v1::OPTIMIZER_KIND_SGD:
-      return OptimizerKind::kSgd;
-    case v1::OPTIMIZER_KIND_ADAM:
-      return OptimizerKind::kAdam;
-    case v1::OPTIMIZER_KIND_ADAMW:
-      return OptimizerKind::kAdamW;
-    default:
-      return std::nullopt;
-  }
+  const std::string& name = v1::OptimizerKind_Name(kind);  // "" for a value of a later release
+  constexpr absl::string_view kPrefix = "OPTIMIZER_KIND_";
+  if (kind == v1::OPTIMIZER_KIND_UNSPECIFIED || !absl::StartsWith(name, kPrefix)) return std::nullopt;
+  absl::StatusOr<OptimizerKind> parsed = ParseOptimizer(name.substr(kPrefix.size()));
+  if (!parsed.ok()) return std::nullopt;
+  return *parsed;
 }
 
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o) {
@@ -61,6 +65,7 @@ absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o
   o->beta2 = p.beta2();
   o->eps = p.eps();
   o->clip_grad_norm = p.clip_grad_norm();
+  o->hyper = HyperMap(p.options().begin(), p.options().end());
   return absl::OkStatus();
 }
 

@@ -25,6 +25,8 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
 // The wire's optimizer kind as the store's; none for UNSPECIFIED or a kind of a later release.
 std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind);
+// The store's kind as the wire's (the enum's value named OPTIMIZER_KIND_<name>).
+v1::OptimizerKind OptimizerKindToProto(OptimizerKind kind);
 
 // A shard's hello as the coordinator judges it (the fields as sent: CheckShardRegistration
 // checks them), and the commands of a shard's stream (std::monostate: an empty command).

@@ -1,5 +1,7 @@
 #include "worker/client/ps_proto.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 
 namespace omnilearn {
@@ -40,10 +42,9 @@ namespace {
 
 v1::OptimizerSpec OptimizerSpecOf(const OptimizerChoice& o) {
   v1::OptimizerSpec p;
-  p.set_kind(o.kind == "sgd"     ? v1::OPTIMIZER_KIND_SGD
-             : o.kind == "adam"  ? v1::OPTIMIZER_KIND_ADAM
-             : o.kind == "adamw" ? v1::OPTIMIZER_KIND_ADAMW
-                                 : v1::OPTIMIZER_KIND_UNSPECIFIED);  // refused by the server, naming what it runs
+  v1::OptimizerKind kind = v1::OPTIMIZER_KIND_UNSPECIFIED;  // refused by the server, naming what it runs
+  v1::OptimizerKind_Parse(absl::StrCat("OPTIMIZER_KIND_", absl::AsciiStrToUpper(o.kind)), &kind);
+  p.set_kind(kind);
   p.set_lr(o.lr);
   p.set_momentum(o.momentum);
   p.set_weight_decay(o.weight_decay);
@@ -55,7 +56,9 @@ v1::OptimizerSpec OptimizerSpecOf(const OptimizerChoice& o) {
     for (const std::string& t : g.tensors) out->add_tensors(t);
     out->set_lr(g.lr);
     out->set_weight_decay(g.weight_decay);
+    out->mutable_options()->insert(g.options.begin(), g.options.end());
   }
+  p.mutable_options()->insert(o.options.begin(), o.options.end());
   return p;
 }
 

@@ -5,6 +5,7 @@
 #define OMNILEARN_WORKER_CLIENT_PS_TYPES_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,10 +41,13 @@ struct OptimizerChoice {
     std::vector<std::string> tensors;  // the layout's names
     double lr = 0;
     double weight_decay = 0;
+    std::map<std::string, double> options;  // the group's own hyperparameters
   };
-  std::string kind;  // "sgd", "adam" or "adamw" (another is refused by the server)
+  std::string
+      kind;  // torch.optim's class in lower case: "sgd", "rmsprop", ... (the server refuses one it does not run)
   double lr = 0, momentum = 0, weight_decay = 0, beta1 = 0, beta2 = 0, eps = 0;
-  std::vector<Group> groups;  // torch.optim's param_groups; empty: one of every parameter
+  std::map<std::string, double> options;  // every other hyperparameter by torch.optim's name
+  std::vector<Group> groups;              // torch.optim's param_groups; empty: one of every parameter
 };
 
 struct WorkerInfo {

@@ -1,0 +1,254 @@
+#include "server/data/optimizer_rules.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A hyperparameter's name and its range, as torch.optim checks it ([lo, hi]; open where
+// marked). A flag is 0 or 1.
+struct HpInfo {
+  Hp hp;
+  const char* name;
+  double lo, hi;
+  bool lo_open = false, hi_open = false, flag = false;
+};
+
+const std::vector<HpInfo>& HpTable() {
+  static const auto* table = new std::vector<HpInfo>{
+      {Hp::kMomentum, "momentum", 0, 1, false, true},
+      {Hp::kDampening, "dampening", 0, 1},
+      {Hp::kNesterov, "nesterov", 0, 1, false, false, true},
+      {Hp::kBeta1, "beta1", 0, 1, false, true},
+      {Hp::kBeta2, "beta2", 0, 1, false, true},
+      {Hp::kEps, "eps", 0, 1, true},
+      {Hp::kAmsgrad, "amsgrad", 0, 1, false, false, true},
+      {Hp::kMaximize, "maximize", 0, 1, false, false, true},
+      {Hp::kRho, "rho", 0, 1},
+      {Hp::kLrDecay, "lr_decay", 0, kInf},
+      {Hp::kInitialAccumulatorValue, "initial_accumulator_value", 0, kInf},
+      {Hp::kAlpha, "alpha", 0, kInf},
+      {Hp::kCentered, "centered", 0, 1, false, false, true},
+      {Hp::kEtaMinus, "etaminus", 0, 1, true, true},
+      {Hp::kEtaPlus, "etaplus", 1, kInf, true},
+      {Hp::kStepSizeMin, "step_size_min", 0, kInf},
+      {Hp::kStepSizeMax, "step_size_max", 0, kInf, true},
+      {Hp::kLambd, "lambd", 0, kInf},
+      {Hp::kT0, "t0", 0, kInf},
+      {Hp::kMomentumDecay, "momentum_decay", 0, kInf},
+      {Hp::kDecoupledWeightDecay, "decoupled_weight_decay", 0, 1, false, false, true},
+      {Hp::kBeta2Decay, "beta2_decay", -kInf, 0},
+      {Hp::kD, "d", 0, kInf},
+      {Hp::kEps1, "eps1", 0, 1},
+      {Hp::kEps2, "eps2", 0, 1},
+  };
+  return *table;
+}
+
+const HpInfo& InfoOf(Hp hp) { return HpTable()[static_cast<int>(hp)]; }
+
+constexpr double kFloat32Eps = 1.1920928955078125e-07;  // torch.finfo(torch.float32).eps
+
+std::vector<OptimizerRule>* MakeRules() {
+  using K = OptimizerKind;
+  const std::pair<Hp, double> b1{Hp::kBeta1, 0.9}, b2{Hp::kBeta2, 0.999}, eps8{Hp::kEps, 1e-8},
+      maximize{Hp::kMaximize, 0};
+  return new std::vector<OptimizerRule>{
+      {K::kSgd,
+       "sgd",
+       "SGD",
+       0,
+       {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize},
+       false,
+       Hp::kMomentum},
+      {K::kAdam, "adam", "Adam", 0, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize}, false, Hp::kBeta1, true},
+      {K::kAdamW, "adamw", "AdamW", 1e-2, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize}, false, Hp::kBeta1, true},
+      {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize}, false, {}, true},
+      {K::kAdagrad,
+       "adagrad",
+       "Adagrad",
+       0,
+       {{Hp::kLrDecay, 0}, {Hp::kInitialAccumulatorValue, 0}, {Hp::kEps, 1e-10}, maximize},
+       false,
+       {},
+       true},
+      {K::kAdamax, "adamax", "Adamax", 0, {b1, b2, eps8, maximize}, false, Hp::kBeta1, true},
+      {K::kNAdam,
+       "nadam",
+       "NAdam",
+       0,
+       {b1, b2, eps8, {Hp::kMomentumDecay, 4e-3}, {Hp::kDecoupledWeightDecay, 0}, maximize},
+       false,
+       Hp::kBeta1,
+       true,
+       {"mu_product"}},
+      {K::kRAdam,
+       "radam",
+       "RAdam",
+       0,
+       {b1, b2, eps8, {Hp::kDecoupledWeightDecay, 0}, maximize},
+       false,
+       Hp::kBeta1,
+       true},
+      {K::kRMSprop,
+       "rmsprop",
+       "RMSprop",
+       0,
+       {{Hp::kAlpha, 0.99}, eps8, {Hp::kMomentum, 0}, {Hp::kCentered, 0}, maximize},
+       false,
+       Hp::kMomentum,
+       true},
+      {K::kRprop,
+       "rprop",
+       "Rprop",
+       -1,  // no weight decay
+       {{Hp::kEtaMinus, 0.5}, {Hp::kEtaPlus, 1.2}, {Hp::kStepSizeMin, 1e-6}, {Hp::kStepSizeMax, 50}, maximize}},
+      {K::kAsgd,
+       "asgd",
+       "ASGD",
+       0,
+       {{Hp::kLambd, 1e-4}, {Hp::kAlpha, 0.75}, {Hp::kT0, 1e6}, maximize},
+       false,
+       {},
+       false,
+       {"eta"}},
+      {K::kAdafactor,
+       "adafactor",
+       "Adafactor",
+       0,
+       {{Hp::kBeta2Decay, -0.8}, {Hp::kEps1, kFloat32Eps}, {Hp::kEps2, 1e-3}, {Hp::kD, 1}, maximize},
+       true,
+       {},
+       true},
+  };
+}
+
+}  // namespace
+
+const std::vector<OptimizerRule>& OptimizerRules() {
+  static const std::vector<OptimizerRule>* rules = MakeRules();
+  return *rules;
+}
+
+const OptimizerRule& RuleOf(OptimizerKind kind) { return OptimizerRules()[static_cast<int>(kind)]; }
+
+std::string OptimizerNames() {
+  std::vector<std::string> names;
+  for (const OptimizerRule& r : OptimizerRules()) names.push_back(r.name);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizer(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  for (const OptimizerRule& r : OptimizerRules()) {
+    if (n == r.name) return r.kind;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (want one of ", OptimizerNames(), ")"));
+}
+
+std::string OptimizerName(OptimizerKind kind) { return RuleOf(kind).name; }
+
+const char* HpName(Hp hp) { return InfoOf(hp).name; }
+
+absl::StatusOr<HyperValues> ResolveHyper(OptimizerKind kind, const HyperMap& job, const HyperMap& group) {
+  const OptimizerRule& rule = RuleOf(kind);
+  HyperValues h{};
+  for (const auto& [hp, value] : rule.hyper) h[static_cast<int>(hp)] = value;
+  for (const HyperMap* given : {&job, &group}) {
+    for (const auto& [name, value] : *given) {
+      auto it = std::find_if(rule.hyper.begin(), rule.hyper.end(),
+                             [&](const std::pair<Hp, double>& p) { return name == HpName(p.first); });
+      if (it == rule.hyper.end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(rule.torch_class, " has no option '", name, "'", given == &group ? " (a param group's)" : ""));
+      }
+      const HpInfo& info = InfoOf(it->first);
+      const bool in = std::isfinite(value) && (info.lo_open ? value > info.lo : value >= info.lo) &&
+                      (info.hi_open ? value < info.hi : value <= info.hi) && (!info.flag || value == 0 || value == 1);
+      if (!in && !(value == kInf && info.hi == kInf)) {
+        return absl::InvalidArgumentError(absl::StrCat(rule.torch_class, "'s ", name, " = ", value, " is out of range",
+                                                       info.flag ? " (a flag: 0 or 1)" : ""));
+      }
+      h[static_cast<int>(it->first)] = value;
+    }
+  }
+  auto at = [&h](Hp hp) { return h[static_cast<int>(hp)]; };
+  if (kind == OptimizerKind::kSgd && at(Hp::kNesterov) != 0 && (at(Hp::kMomentum) <= 0 || at(Hp::kDampening) != 0)) {
+    return absl::InvalidArgumentError("SGD's nesterov needs momentum > 0 and dampening 0 (torch.optim's rule)");
+  }
+  if (kind == OptimizerKind::kRprop && at(Hp::kStepSizeMin) > at(Hp::kStepSizeMax)) {
+    return absl::InvalidArgumentError("Rprop's step_size_min is above its step_size_max");
+  }
+  return h;
+}
+
+std::string DescribeHyper(OptimizerKind kind, const HyperValues& h) {
+  // torch.optim's pairs, written as torch writes them: betas=(0.9, 0.999).
+  static const auto* pairs =
+      new std::map<Hp, std::pair<Hp, const char*>>{{Hp::kBeta1, {Hp::kBeta2, "betas"}},
+                                                   {Hp::kEtaMinus, {Hp::kEtaPlus, "etas"}},
+                                                   {Hp::kStepSizeMin, {Hp::kStepSizeMax, "step_sizes"}},
+                                                   {Hp::kEps1, {Hp::kEps2, "eps"}}};
+  auto value = [&h](Hp hp) {
+    const double v = h[static_cast<int>(hp)];
+    return InfoOf(hp).flag ? std::string(v != 0 ? "True" : "False") : absl::StrCat(v);
+  };
+  std::vector<std::string> parts;
+  for (const auto& [hp, unused] : RuleOf(kind).hyper) {
+    if (auto pair = pairs->find(hp); pair != pairs->end()) {
+      parts.push_back(absl::StrCat(pair->second.second, "=(", value(hp), ", ", value(pair->second.first), ")"));
+    } else if (std::none_of(pairs->begin(), pairs->end(), [hp](const auto& p) { return p.second.first == hp; })) {
+      parts.push_back(absl::StrCat(HpName(hp), "=", value(hp)));
+    }
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::vector<std::string> StateNames(OptimizerKind kind, const std::vector<HyperValues>& groups) {
+  auto any = [&groups](Hp hp) {
+    return std::any_of(groups.begin(), groups.end(),
+                       [hp](const HyperValues& h) { return h[static_cast<int>(hp)] > 0; });
+  };
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return {"momentum"};
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      if (any(Hp::kAmsgrad)) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+      return {"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kAdadelta:
+      return {"square_avg", "acc_delta"};
+    case OptimizerKind::kAdagrad:
+      return {"sum"};
+    case OptimizerKind::kAdamax:
+      return {"exp_avg", "exp_inf"};
+    case OptimizerKind::kNAdam:
+    case OptimizerKind::kRAdam:
+      return {"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kRMSprop: {
+      std::vector<std::string> names = {"square_avg"};
+      if (any(Hp::kMomentum)) names.push_back("momentum_buffer");
+      if (any(Hp::kCentered)) names.push_back("grad_avg");
+      return names;
+    }
+    case OptimizerKind::kRprop:
+      return {"prev", "step_size"};
+    case OptimizerKind::kAsgd:
+      return {"ax"};
+    case OptimizerKind::kAdafactor:
+      return {"row_var", "col_var"};
+  }
+  return {};
+}
+
+}  // namespace server
+}  // namespace omnilearn

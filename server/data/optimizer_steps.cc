@@ -1,0 +1,396 @@
+#include "server/data/optimizer_steps.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace omnilearn {
+namespace server {
+namespace {
+
+double At(const HyperValues& h, Hp hp) { return h[static_cast<int>(hp)]; }
+
+// The kernels over [lo, hi) of one tensor. Free functions with restrict parameters and the
+// coefficients by value, so that GCC vectorizes the common ones (SGD, Adam).
+void SgdRange(float* __restrict out, float* __restrict v, const float* __restrict w, const float* __restrict u,
+              int64_t lo, int64_t hi, const StepCoefficients k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    const float vi = k.momentum * v[i] + k.damp * g;
+    v[i] = vi;
+    out[i] = w[i] - k.lr * (k.nesterov ? g + k.momentum * vi : vi);
+  }
+}
+
+// SGD without momentum (none on every step of the job): no velocity is kept.
+void PlainSgdRange(float* __restrict out, const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi,
+                   const StepCoefficients k) {
+  for (int64_t i = lo; i < hi; ++i) out[i] = w[i] - k.lr * (k.scale * u[i] + k.wd * w[i]);
+}
+
+// torch's lerp: a + w (b - a), computed from b's side for w >= 0.5.
+inline float Lerp(float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1 - w); }
+
+// The gradient with L2 decay, and the weights with decoupled decay, as the Adam family
+// takes them.
+struct Decayed {
+  float g, w;
+};
+inline Decayed Decay(const StepCoefficients& k, float w, float u) {
+  const float g = k.scale * u;
+  if (k.decoupled) return {g, w * k.keep};
+  return {g + k.wd * w, w};
+}
+
+void AdamRange(float* __restrict out, float* __restrict m, float* __restrict v, float* __restrict vmax,
+               const float* __restrict w, const float* __restrict u, int64_t lo, int64_t hi, const StepCoefficients k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const auto [g, wi] = Decay(k, w[i], u[i]);
+    m[i] = Lerp(m[i], g, k.one_minus_beta1);
+    v[i] = k.beta2 * v[i] + k.one_minus_beta2 * g * g;
+    float second = v[i];
+    if (k.amsgrad) second = vmax[i] = std::max(vmax[i], v[i]);
+    out[i] = wi - k.step_size * m[i] / (std::sqrt(second) / k.bias2_sqrt + k.eps);
+  }
+}
+
+void AdadeltaRange(float* out, float* sq, float* acc, const float* w, const float* u, int64_t lo, int64_t hi,
+                   const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    sq[i] = sq[i] * k.beta1 + k.one_minus_beta1 * g * g;  // rho
+    const float delta = std::sqrt(acc[i] + k.eps) / std::sqrt(sq[i] + k.eps) * g;
+    acc[i] = acc[i] * k.beta1 + k.one_minus_beta1 * delta * delta;
+    out[i] = w[i] - k.lr * delta;
+  }
+}
+
+void AdagradRange(float* out, float* sum, const float* w, const float* u, int64_t lo, int64_t hi,
+                  const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    sum[i] += g * g;
+    out[i] = w[i] - k.step_size * g / (std::sqrt(sum[i]) + k.eps);
+  }
+}
+
+void AdamaxRange(float* out, float* m, float* inf, const float* w, const float* u, int64_t lo, int64_t hi,
+                 const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    m[i] = Lerp(m[i], g, k.one_minus_beta1);
+    inf[i] = std::max(inf[i] * k.beta2, std::abs(g) + k.eps);
+    out[i] = w[i] - k.step_size * m[i] / inf[i];
+  }
+}
+
+void NAdamRange(float* out, float* m, float* v, const float* w, const float* u, int64_t lo, int64_t hi,
+                const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const auto [g, wi] = Decay(k, w[i], u[i]);
+    m[i] = Lerp(m[i], g, k.one_minus_beta1);
+    v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
+    const float denom = std::sqrt(v[i] / k.bias2) + k.eps;
+    const float after_grad = wi + k.c_grad * g / denom;
+    out[i] = after_grad + k.c_avg * m[i] / denom;
+  }
+}
+
+void RAdamRange(float* out, float* m, float* v, const float* w, const float* u, int64_t lo, int64_t hi,
+                const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const auto [g, wi] = Decay(k, w[i], u[i]);
+    m[i] = Lerp(m[i], g, k.one_minus_beta1);
+    v[i] = v[i] * k.beta2 + k.one_minus_beta2 * g * g;
+    const float corrected = m[i] / k.c_avg;  // c_avg: bias1
+    if (k.rectified) {
+      const float adaptive = k.bias2_sqrt / (std::sqrt(v[i]) + k.eps);
+      out[i] = wi - corrected * k.lr * adaptive * k.step_size;  // step_size: the rectification
+    } else {
+      out[i] = wi - corrected * k.lr;
+    }
+  }
+}
+
+void RMSpropRange(float* out, float* sq, float* buf, float* gavg, const float* w, const float* u, int64_t lo,
+                  int64_t hi, const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    sq[i] = sq[i] * k.beta2 + k.one_minus_beta2 * g * g;  // alpha
+    float avg;
+    if (k.centered) {
+      gavg[i] = Lerp(gavg[i], g, k.one_minus_beta2);
+      avg = std::sqrt(sq[i] - gavg[i] * gavg[i]) + k.eps;
+    } else {
+      avg = std::sqrt(sq[i]) + k.eps;
+    }
+    if (k.momentum > 0) {
+      buf[i] = buf[i] * k.momentum + g / avg;
+      out[i] = w[i] - k.lr * buf[i];
+    } else {
+      out[i] = w[i] - k.lr * g / avg;
+    }
+  }
+}
+
+void RpropRange(float* out, float* prev, float* size, const float* w, const float* u, int64_t lo, int64_t hi,
+                const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    float g = k.scale * u[i];
+    if (k.first) size[i] = k.lr;
+    const float product = g * prev[i];
+    const float factor = product > 0 ? k.etaplus : product < 0 ? k.etaminus : 1.0f;
+    size[i] = std::clamp(size[i] * factor, k.step_min, k.step_max);
+    if (product < 0) g = 0;
+    const float sign = g > 0 ? 1.0f : g < 0 ? -1.0f : 0.0f;
+    out[i] = w[i] - sign * size[i];
+    prev[i] = g;
+  }
+}
+
+void AsgdRange(float* out, float* ax, const float* w, const float* u, int64_t lo, int64_t hi,
+               const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i] + k.wd * w[i];
+    const float wi = w[i] * k.keep - k.eta * g;
+    out[i] = wi;
+    ax[i] = k.average == 1 ? wi : ax[i] + (wi - ax[i]) * k.average;
+  }
+}
+
+// The moving averages' decays and their complements, each worked out in double and
+// rounded once, as torch passes a Python scalar to its kernels.
+void SetDecays(double beta1, double beta2, StepCoefficients* k) {
+  k->beta1 = static_cast<float>(beta1);
+  k->beta2 = static_cast<float>(beta2);
+  k->one_minus_beta1 = static_cast<float>(1 - beta1);
+  k->one_minus_beta2 = static_cast<float>(1 - beta2);
+}
+
+// The Adam family's scalars (Adam, AdamW, Adamax, NAdam, RAdam): decays, eps and the rate
+// under the square-root rule for a share of the batch.
+void AdamFamily(const HyperValues& h, const GroupStepInput& in, double beta1, StepCoefficients* k) {
+  SetDecays(std::pow(beta1, in.share), std::pow(At(h, Hp::kBeta2), in.share), k);
+  k->eps = static_cast<float>(At(h, Hp::kEps) / std::sqrt(in.share));
+  k->amsgrad = At(h, Hp::kAmsgrad) != 0;
+}
+
+void PrepareNAdam(const HyperValues& h, const GroupStepInput& in, double lr, double beta1, std::vector<double>* scalars,
+                  StepCoefficients* k) {
+  const double md = At(h, Hp::kMomentumDecay), t = in.time;
+  const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, t * md));
+  const double mu_next = beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * md));
+  // torch keeps mu_product as a float32 tensor.
+  const double product = static_cast<float>((*scalars)[0] * mu);
+  (*scalars)[0] = product;
+  const double product_next = product * mu_next;
+  k->bias2 = static_cast<float>(1 - std::pow(At(h, Hp::kBeta2), t));
+  k->c_grad = static_cast<float>(-lr * (1.0 - mu) / (1.0 - product));
+  k->c_avg = static_cast<float>(-lr * mu_next / (1.0 - product_next));
+}
+
+void PrepareRAdam(const HyperValues& h, double t, StepCoefficients* k) {
+  const double beta1 = At(h, Hp::kBeta1), beta2 = At(h, Hp::kBeta2);
+  const double bias1 = 1 - std::pow(beta1, t), bias2 = 1 - std::pow(beta2, t);
+  const double rho_inf = 2 / (1 - beta2) - 1;
+  const double rho_t = rho_inf - 2 * t * std::pow(beta2, t) / bias2;
+  k->c_avg = static_cast<float>(bias1);
+  k->rectified = rho_t > 5.0;
+  k->bias2_sqrt = static_cast<float>(std::sqrt(bias2));
+  if (k->rectified) {
+    k->step_size =
+        static_cast<float>(std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t)));
+  }
+}
+
+void PrepareAsgd(const HyperValues& h, const GroupStepInput& in, std::vector<double>* scalars, StepCoefficients* k) {
+  double& eta = (*scalars)[0];  // 0: the first step's, the group's rate
+  if (eta == 0) eta = in.lr;
+  k->eta = static_cast<float>(eta);
+  k->keep = static_cast<float>(1 - At(h, Hp::kLambd) * k->eta);
+  const double t0 = At(h, Hp::kT0), before = in.time - in.share;
+  k->average = static_cast<float>(1 / std::max(1.0, before - t0));  // torch's mu, from the step before
+  // The next step's, a float32 tensor in torch.
+  eta = static_cast<float>(in.lr / std::pow(1 + At(h, Hp::kLambd) * in.lr * in.time, At(h, Hp::kAlpha)));
+}
+
+}  // namespace
+
+std::vector<std::string> StateRoles(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+    case OptimizerKind::kRMSprop:
+      return {"square_avg", "momentum_buffer", "grad_avg"};
+    default:
+      return StateNames(kind, {});
+  }
+}
+
+float InitialState(OptimizerKind kind, const std::string& name, const HyperValues& h) {
+  if (kind == OptimizerKind::kAdagrad && name == "sum") return static_cast<float>(At(h, Hp::kInitialAccumulatorValue));
+  return 0;
+}
+
+StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const GroupStepInput& in,
+                             std::vector<double>* scalars) {
+  const OptimizerRule& rule = RuleOf(kind);
+  StepCoefficients k;
+  k.kind = kind;
+  k.scale = At(h, Hp::kMaximize) != 0 ? -in.scale : in.scale;
+  // The adaptive rules move by sqrt(share) of a step (the rate carries share itself).
+  const double lr = rule.adaptive ? in.lr / std::sqrt(in.share) : in.lr;
+  k.lr = static_cast<float>(lr);
+  k.wd = static_cast<float>(std::max(in.wd, 0.0));
+  k.first = in.time - in.share <= 0;
+  k.keep = static_cast<float>(1 - in.lr * k.wd);  // decoupled decay: linear in the samples
+  const double configured = rule.momentum ? At(h, *rule.momentum) : 0;
+  const double momentum = in.momentum.value_or(configured);
+  const double t = in.time;
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      k.momentum = static_cast<float>(momentum);
+      k.damp = static_cast<float>(k.first ? 1.0 : 1.0 - At(h, Hp::kDampening));
+      k.nesterov = At(h, Hp::kNesterov) != 0;
+      k.velocity = configured != 0 || momentum != 0;
+      break;
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdam:
+      AdamFamily(h, in, momentum, &k);
+      k.decoupled = kind == OptimizerKind::kAdamW;
+      k.step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
+      k.bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(At(h, Hp::kBeta2), t)));
+      break;
+    case OptimizerKind::kAdamax:
+      AdamFamily(h, in, momentum, &k);
+      k.step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
+      break;
+    case OptimizerKind::kNAdam:
+      AdamFamily(h, in, momentum, &k);
+      k.decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
+      PrepareNAdam(h, in, lr, momentum, scalars, &k);
+      break;
+    case OptimizerKind::kRAdam:
+      AdamFamily(h, in, momentum, &k);
+      k.decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
+      PrepareRAdam(h, t, &k);
+      break;
+    case OptimizerKind::kAdadelta:
+      SetDecays(std::pow(At(h, Hp::kRho), in.share), 0, &k);
+      k.eps = static_cast<float>(At(h, Hp::kEps));
+      break;
+    case OptimizerKind::kAdagrad:
+      k.eps = static_cast<float>(At(h, Hp::kEps) / std::sqrt(in.share));
+      k.step_size = static_cast<float>(lr / (1 + (t - 1) * At(h, Hp::kLrDecay)));
+      break;
+    case OptimizerKind::kRMSprop:
+      SetDecays(0, std::pow(At(h, Hp::kAlpha), in.share), &k);
+      k.eps = static_cast<float>(At(h, Hp::kEps) / std::sqrt(in.share));
+      k.momentum = static_cast<float>(momentum);
+      k.centered = At(h, Hp::kCentered) != 0;
+      break;
+    case OptimizerKind::kRprop:
+      k.etaminus = static_cast<float>(At(h, Hp::kEtaMinus));
+      k.etaplus = static_cast<float>(At(h, Hp::kEtaPlus));
+      k.step_min = static_cast<float>(At(h, Hp::kStepSizeMin));
+      k.step_max = static_cast<float>(At(h, Hp::kStepSizeMax));
+      break;
+    case OptimizerKind::kAsgd:
+      PrepareAsgd(h, in, scalars, &k);
+      break;
+    case OptimizerKind::kAdafactor:
+      k.one_minus_beta2 = static_cast<float>(std::pow(t, At(h, Hp::kBeta2Decay)));
+      k.rho = static_cast<float>(std::min(lr, 1 / std::sqrt(t)));
+      k.eps1 = static_cast<float>(At(h, Hp::kEps1));
+      k.eps2 = static_cast<float>(At(h, Hp::kEps2));
+      k.d = static_cast<float>(At(h, Hp::kD));
+      break;
+  }
+  return k;
+}
+
+void StepElements(const StepCoefficients& k, const float* w, const float* u, float* out, const StatePointers& s,
+                  int64_t lo, int64_t hi) {
+  switch (k.kind) {
+    case OptimizerKind::kSgd:
+      if (k.velocity) return SgdRange(out, s[0], w, u, lo, hi, k);
+      return PlainSgdRange(out, w, u, lo, hi, k);
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return AdamRange(out, s[0], s[1], s[2], w, u, lo, hi, k);
+    case OptimizerKind::kAdadelta:
+      return AdadeltaRange(out, s[0], s[1], w, u, lo, hi, k);
+    case OptimizerKind::kAdagrad:
+      return AdagradRange(out, s[0], w, u, lo, hi, k);
+    case OptimizerKind::kAdamax:
+      return AdamaxRange(out, s[0], s[1], w, u, lo, hi, k);
+    case OptimizerKind::kNAdam:
+      return NAdamRange(out, s[0], s[1], w, u, lo, hi, k);
+    case OptimizerKind::kRAdam:
+      return RAdamRange(out, s[0], s[1], w, u, lo, hi, k);
+    case OptimizerKind::kRMSprop:
+      return RMSpropRange(out, s[0], s[1], s[2], w, u, lo, hi, k);
+    case OptimizerKind::kRprop:
+      return RpropRange(out, s[0], s[1], w, u, lo, hi, k);
+    case OptimizerKind::kAsgd:
+      return AsgdRange(out, s[0], w, u, lo, hi, k);
+    case OptimizerKind::kAdafactor:
+      return;  // whole tensors: StepWholeTensor
+  }
+}
+
+void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
+                     float* out, const StatePointers& s) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n == 0) return;
+  double norm = 0;
+  for (int64_t i = 0; i < n; ++i) norm += static_cast<double>(w[i]) * w[i];
+  const float alpha = std::max(k.eps2, static_cast<float>(std::sqrt(norm) / std::sqrt(static_cast<double>(n)))) * k.rho;
+  std::vector<float> update(n);
+  const float floor = k.eps1 * k.eps1;
+  if (shape.size() > 1) {
+    const int64_t cols = shape.back(), rows = shape[shape.size() - 2], batch = n / (rows * cols);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t base = b * rows * cols;
+      float* row_var = s[0] + b * rows;
+      float* col_var = s[1] + b * cols;
+      std::vector<double> col_sum(cols, 0.0);
+      double row_var_sum = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double g = k.scale * u[base + r * cols + c];
+          sum += g * g;
+          col_sum[c] += g * g;
+        }
+        row_var[r] = Lerp(row_var[r], static_cast<float>(sum / cols), k.one_minus_beta2);
+        row_var_sum += row_var[r];
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        col_var[c] = Lerp(col_var[c], static_cast<float>(col_sum[c] / rows), k.one_minus_beta2);
+      }
+      const float row_mean = std::max(static_cast<float>(row_var_sum / rows), k.eps1);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const float estimate = std::max(row_var[r] * col_var[c] / row_mean, floor);
+          update[base + r * cols + c] = k.scale * u[base + r * cols + c] / std::sqrt(estimate);
+        }
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = k.scale * u[i];
+      s[0][i] = Lerp(s[0][i], g * g, k.one_minus_beta2);
+      update[i] = g / std::sqrt(std::max(s[0][i], floor));
+    }
+  }
+  double update_norm = 0;
+  for (float x : update) update_norm += static_cast<double>(x) * x;
+  const double denom = std::max(1.0, std::sqrt(update_norm) / (std::sqrt(static_cast<double>(n)) * k.d));
+  const float step = static_cast<float>(alpha / denom);
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * k.keep - step * update[i];
+}
+
+}  // namespace server
+}  // namespace omnilearn
