@@ -14,6 +14,8 @@
 # 4. tests/optimizer_mirror_job.py: the user's torch.optim.AdamW (two param groups) and its
 #    ReduceLROnPlateau, run by a server started with other flags, against torch.optim in one
 #    process on the same batches.
+# 5. tests/mnist_port_job.py: pytorch/examples' mnist/main.py ported as docs/python.md shows, its
+#    own Adadelta and StepLR run by the server, two workers, against the program in one process.
 # The workers run on OMNILEARN_PYTHON (Debian's /usr/bin/python3 and its torch 1.13 unless
 # set: tests/run.sh runs this test again on the pip venv of deploy/install-venv.sh torch).
 source "$(dirname "$0")/e2e_lib.sh"
@@ -110,4 +112,13 @@ grep -q "the job runs worker0's optimizer: AdamW(lr=0.01, betas=(0.9, 0.99)" "$W
   fail "optimizer mirror: the server did not say it runs the worker's AdamW"
 grep -q "worker0's scheduler set the learning rate to 0.005, 0.002" "$WORK/mirror.log" ||
   fail "optimizer mirror: the scheduler's first rates did not reach the server"
+# ---- 5. pytorch/examples' mnist program with its own Adadelta and StepLR (the flags say SGD)
+timeout 600 "$PY" -m omnilearn.run --nproc 2 --server_args="--global_batch=64 --optimizer=sgd --quiet" \
+  "$(dirname "$0")/mnist_port_job.py" > "$WORK/mnist.log" 2>&1 ||
+  { tail -n 20 "$WORK/mnist.log" >&2; fail "mnist port: the job failed"; }
+grep "^mnist_port:" "$WORK/mnist.log"
+grep -q "the job runs worker0's optimizer: Adadelta(lr=1, rho=0.9" "$WORK/mnist.log" ||
+  fail "mnist port: the server did not say it runs the program's Adadelta"
+grep -q "scheduler set the learning rate to 0.7" "$WORK/mnist.log" ||
+  fail "mnist port: StepLR's rate did not reach the server"
 echo "users_models_test: OK"
