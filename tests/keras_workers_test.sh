@@ -29,9 +29,10 @@ assert "torch" not in sys.modules
 print(f"keras_workers_test: {sys.executable}, tensorflow {tensorflow.__version__}, keras {keras.__version__}, no torch")' ||
   fail "$PY cannot import omnilearn.keras"
 # omnilearn.keras's unit tests (layout, storage, optimizer, files, fit's arguments), fit's with
-# jobs of this checkout's server.
-(cd "$WORK" && OMNILEARN_SERVER_BIN=$SERVER timeout 600 "$PY" -m pytest -q -p no:cacheprovider \
-  "$RUNFILES/python/tests_tf") ||
+# jobs of this checkout's server, Keras's optimizers against the server's (optimizer_replay).
+(cd "$WORK" && OMNILEARN_SERVER_BIN=$SERVER \
+  OMNILEARN_OPTIMIZER_REPLAY=$RUNFILES/server/checkpoint/optimizer_replay timeout 600 "$PY" -m pytest -q \
+  -p no:cacheprovider "$RUNFILES/python/tests_tf") ||
   fail "omnilearn.keras's unit tests failed"
 
 KERAS_JOB_THREADS=2 timeout 600 "$PY" "$JOB" reference --epochs="$EPOCHS" --out="$WORK/reference.json" \

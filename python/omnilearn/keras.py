@@ -153,11 +153,21 @@ class VariableStorage:
 
 
 # ---------------------------------------------------------------------- optimizer
-_KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw"}
-# For another optimizer, the nearest one the server runs, with its usual rate.
-_KERAS_INSTEAD = {"RMSprop": "keras.optimizers.Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9): RMSprop's update, "
-                             "with Adam's bias correction"}
+_KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adadelta": "adadelta", "Nadam": "nadam",
+                "Lion": "lion"}
+# Keras's optimizers whose step differs from every rule the server runs: why, and the nearest one.
+_KERAS_INSTEAD = {
+    "RMSprop": "Keras's RMSprop adds epsilon inside the square root, torch's (the server's) outside: "
+               "keras.optimizers.Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9), RMSprop's update with Adam's "
+               "bias correction",
+    "Adagrad": "Keras's Adagrad adds epsilon inside the square root and starts its sum at 0.1: "
+               "keras.optimizers.Adam(learning_rate=0.001)",
+    "Adamax": "Keras's Adamax adds epsilon after the maximum, torch's (the server's) inside: "
+              "keras.optimizers.Adam(learning_rate=0.001)",
+}
 _KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
+_KERAS_RUNS = ("keras.optimizers.SGD (momentum, nesterov), Adam and AdamW (beta_1, beta_2, epsilon, amsgrad), "
+               "Adadelta (rho, epsilon), Nadam (beta_1, beta_2, epsilon) and Lion (beta_1, beta_2), with weight_decay")
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "gradient_accumulation_steps")
 
 
@@ -170,32 +180,47 @@ def _rate(optimizer) -> float:
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
+def _keras_options(kind: str, optimizer) -> dict:
+    """The optimizer's options by the server's names (optimizer_rules.h)."""
+    if kind == "sgd":
+        return {"momentum": float(optimizer.momentum or 0.0), "nesterov": float(bool(optimizer.nesterov))}
+    if kind == "adadelta":
+        return {"rho": float(optimizer.rho), "eps": float(optimizer.epsilon)}
+    if kind == "lion":
+        return {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2)}
+    out = {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2), "eps": float(optimizer.epsilon)}
+    if kind == "nadam":  # Keras's momentum schedule is 0.96^t: torch's NAdam at momentum_decay 1
+        out.update(momentum_decay=1.0, decoupled_weight_decay=1.0)
+    else:
+        out["amsgrad"] = float(bool(optimizer.amsgrad))
+    return out
+
+
 def describe_optimizer(optimizer) -> dict:
     """A Keras optimizer as the join describes it to the server (omnilearn.optim's form).
     ValueError naming the class or the option the server does not run."""
-    kind = _KERAS_KINDS.get(type(optimizer).__name__)
+    name = type(optimizer).__name__
+    kind = _KERAS_KINDS.get(name)
     if kind is None or not isinstance(optimizer, keras.optimizers.Optimizer):
         raise ValueError(f"the server cannot run {type(optimizer).__module__}.{type(optimizer).__qualname__}: it runs "
-                         "keras.optimizers.SGD (learning_rate, momentum, weight_decay), Adam and AdamW "
-                         "(learning_rate, beta_1, beta_2, epsilon, weight_decay). The nearest: "
-                         f"{_KERAS_INSTEAD.get(type(optimizer).__name__, _KERAS_NEAREST)}. Or pass optimizer=None (to "
-                         "Worker or fit) to run the server's --optimizer flags")
+                         f"{_KERAS_RUNS}. The nearest: {_KERAS_INSTEAD.get(name, _KERAS_NEAREST)}. Or pass "
+                         "optimizer=None (to Worker or fit) to run the server's --optimizer flags")
     for option in _UNSUPPORTED:
         if getattr(optimizer, option, None) is not None:
-            raise ValueError(f"{type(optimizer).__name__}({option}=...): the server does not run it here "
+            raise ValueError(f"{name}({option}=...): the server does not run it here "
                              "(its --clip_grad_norm flag clips the global norm)")
-    if getattr(optimizer, "use_ema", False) or getattr(optimizer, "nesterov", False):
-        raise ValueError(f"{type(optimizer).__name__} with use_ema or nesterov: the server runs neither")
+    if getattr(optimizer, "use_ema", False):
+        raise ValueError(f"{name} with use_ema: the server keeps no moving average of the weights")
     weight_decay = float(optimizer.weight_decay or 0.0)
+    options = _keras_options(kind, optimizer)
     if kind == "adam" and weight_decay:
         kind = "adamw"  # Keras decays every optimizer's weights decoupled, as torch's AdamW does
-    momentum = float(getattr(optimizer, "momentum", 0.0) or 0.0)
-    if kind == "sgd" and momentum and weight_decay:
-        raise ValueError("SGD with momentum and weight_decay: Keras decays the weights outside the momentum, the "
-                         "server (as torch.optim.SGD) inside; use one of them, or AdamW")
-    return {"kind": kind, "lr": _rate(optimizer), "momentum": momentum, "weight_decay": weight_decay,
-            "beta1": float(getattr(optimizer, "beta_1", 0.9)), "beta2": float(getattr(optimizer, "beta_2", 0.999)),
-            "eps": float(getattr(optimizer, "epsilon", 1e-8)), "groups": []}
+    if weight_decay and (kind == "adadelta" or (kind == "sgd" and options["momentum"])):
+        raise ValueError(f"{name} with weight_decay: Keras decays the weights apart from the step, the server's "
+                         f"{name} (torch's) adds the decay to the gradient; use AdamW or Lion for decoupled decay")
+    return {"kind": kind, "lr": _rate(optimizer), "weight_decay": weight_decay,
+            "momentum": options.get("momentum", 0.0), "beta1": options.get("beta1", 0.9),
+            "beta2": options.get("beta2", 0.999), "eps": options.get("eps", 1e-8), "options": options, "groups": []}
 
 
 def _device_kind(entries) -> str:

@@ -128,6 +128,7 @@ std::vector<OptimizerRule>* MakeRules() {
        true,
        {},
        true},
+      {K::kLion, "lion", "Lion", 0, {b1, {Hp::kBeta2, 0.99}, maximize}, false, Hp::kBeta1},
   };
 }
 
@@ -246,6 +247,8 @@ std::vector<std::string> StateNames(OptimizerKind kind, const std::vector<HyperV
       return {"ax"};
     case OptimizerKind::kAdafactor:
       return {"row_var", "col_var"};
+    case OptimizerKind::kLion:
+      return {"exp_avg"};
   }
   return {};
 }

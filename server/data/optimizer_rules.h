@@ -31,6 +31,7 @@ enum class OptimizerKind {
   kRprop,
   kAsgd,
   kAdafactor,
+  kLion,  // Keras's (Chen et al., 2023): decoupled decay, the sign of an interpolated momentum
 };
 
 // Every hyperparameter but the rate and the weight decay, by torch.optim's name; a pair

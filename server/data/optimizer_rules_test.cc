@@ -62,6 +62,8 @@ TEST_CASE("The state a job keeps follows the options of its groups") {
   REQUIRE(StateNames(OptimizerKind::kAdam, {ams}).size() == 3);
   REQUIRE(StateNames(OptimizerKind::kSgd, {*ResolveHyper(OptimizerKind::kSgd, {}, {})}) ==
           std::vector<std::string>{"momentum"});
+  REQUIRE(StateNames(OptimizerKind::kLion, {*ResolveHyper(OptimizerKind::kLion, {}, {})}) ==
+          std::vector<std::string>{"exp_avg"});
 }
 
 }  // namespace

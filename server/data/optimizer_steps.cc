@@ -157,6 +157,18 @@ void AsgdRange(float* out, float* ax, const float* w, const float* u, int64_t lo
   }
 }
 
+// Lion: the sign of the momentum's interpolation toward the gradient, decoupled decay first.
+void LionRange(float* out, float* m, const float* w, const float* u, int64_t lo, int64_t hi,
+               const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    const float c = m[i] * k.beta1 + g * k.one_minus_beta1;
+    const float sign = c > 0 ? 1.0f : c < 0 ? -1.0f : 0.0f;
+    out[i] = w[i] * k.keep - k.lr * sign;
+    m[i] = m[i] * k.beta2 + g * k.one_minus_beta2;
+  }
+}
+
 // The moving averages' decays and their complements, each worked out in double and
 // rounded once, as torch passes a Python scalar to its kernels.
 void SetDecays(double beta1, double beta2, StepCoefficients* k) {
@@ -298,6 +310,9 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
     case OptimizerKind::kAsgd:
       PrepareAsgd(h, in, scalars, &k);
       break;
+    case OptimizerKind::kLion:
+      SetDecays(momentum, At(h, Hp::kBeta2), &k);
+      break;
     case OptimizerKind::kAdafactor:
       k.one_minus_beta2 = static_cast<float>(std::pow(t, At(h, Hp::kBeta2Decay)));
       k.rho = static_cast<float>(std::min(lr, 1 / std::sqrt(t)));
@@ -334,6 +349,8 @@ void StepElements(const StepCoefficients& k, const float* w, const float* u, flo
       return RpropRange(out, s[0], s[1], w, u, lo, hi, k);
     case OptimizerKind::kAsgd:
       return AsgdRange(out, s[0], w, u, lo, hi, k);
+    case OptimizerKind::kLion:
+      return LionRange(out, s[0], w, u, lo, hi, k);
     case OptimizerKind::kAdafactor:
       return;  // whole tensors: StepWholeTensor
   }

@@ -1,0 +1,74 @@
+"""The server's optimizers against Keras's own, step by step on the same gradients: each Keras
+optimizer the Keras door runs, described as a worker describes it
+(omnilearn.keras.describe_optimizer), 60 steps through server/checkpoint/optimizer_replay (the
+rate halved at step 30, a restart from a checkpoint after step 40) and through the optimizer's
+own apply_gradients. The weights must agree to 1e-6 of their size after every step; Nadam and
+AdamW to 1e-5, as Keras works out their step's scalars in float32 (the server in double, as
+torch) and adds Adam's epsilon after the bias correction (torch before it)."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+from omnilearn import keras as okeras
+
+_REPLAY = os.environ.get("OMNILEARN_OPTIMIZER_REPLAY") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "bazel-bin", "server", "checkpoint", "optimizer_replay")
+_SHAPES = {"a": (4, 6), "b": (6,)}
+_STEPS, _RATE_CHANGE, _RESTART = 60, 30, 40
+
+_CASES = [  # (id, the optimizer, the tolerance)
+    ("adadelta", lambda: keras.optimizers.Adadelta(learning_rate=1.0, rho=0.9), 1e-6),
+    ("nadam", lambda: keras.optimizers.Nadam(learning_rate=0.01, weight_decay=0.05), 1e-5),
+    ("lion", lambda: keras.optimizers.Lion(learning_rate=0.001, weight_decay=0.1), 1e-6),
+    ("adamw", lambda: keras.optimizers.AdamW(learning_rate=0.01, weight_decay=0.05), 1e-5),
+    ("sgd_nesterov", lambda: keras.optimizers.SGD(learning_rate=0.05, momentum=0.9, nesterov=True), 1e-6),
+]
+# Keras's SGD keeps the rate inside its velocity and its Adam adds epsilon after the bias
+# correction: the same steps as torch's at a constant rate, apart once the rate changes.
+_RATE_INSIDE = {"sgd_nesterov", "adamw"}
+
+
+def _spec(described):
+    return {"kind": described["kind"], "learning_rate": described["lr"], "weight_decay": described["weight_decay"],
+            "momentum": 0.0, "beta1": 0.9, "beta2": 0.999, "eps": -1.0, "hyper": described["options"], "groups": []}
+
+
+@pytest.mark.parametrize("make,tolerance", [c[1:] for c in _CASES], ids=[c[0] for c in _CASES])
+def test_the_server_steps_as_keras(make, tolerance, request):
+    name = request.node.callspec.id
+    rng = np.random.default_rng(5)
+    variables = [keras.Variable(rng.normal(size=s).astype(np.float32), name=n) for n, s in _SHAPES.items()]
+    initial = np.concatenate([v.numpy().reshape(-1) for v in variables])
+    opt = make()
+    spec = {"optimizer": _spec(okeras.describe_optimizer(opt)),
+            "tensors": [{"name": n, "shape": list(s)} for n, s in _SHAPES.items()],
+            "steps": _STEPS, "rates": [None] * _STEPS, "restart_after": _RESTART}
+    gradients, theirs = [], []
+    for step in range(_STEPS):
+        if step == _RATE_CHANGE and name not in _RATE_INSIDE:
+            opt.learning_rate = float(opt.learning_rate) * 0.5
+            spec["rates"][step] = [float(opt.learning_rate)]
+        grads = [rng.normal(size=s).astype(np.float32) for s in _SHAPES.values()]
+        opt.apply_gradients(zip([keras.ops.convert_to_tensor(g) for g in grads], variables))
+        gradients.append(np.concatenate([g.reshape(-1) for g in grads]))
+        theirs.append(np.concatenate([v.numpy().reshape(-1) for v in variables]))
+    work = tempfile.mkdtemp(prefix="omnilearn-keras-mirror-")
+    try:
+        paths = [os.path.join(work, f) for f in ("spec.json", "in.bin", "out.bin")]
+        with open(paths[0], "w") as f:
+            json.dump(spec, f)
+        np.concatenate([initial] + gradients).astype(np.float32).tofile(paths[1])
+        subprocess.run([_REPLAY] + paths, check=True, timeout=120)
+        ours = np.fromfile(paths[2], dtype=np.float32).reshape(_STEPS, -1)
+    finally:
+        shutil.rmtree(work)
+    theirs = np.stack(theirs)
+    worst = np.abs(ours - theirs).max(axis=1) / np.abs(theirs).max(axis=1)
+    assert worst.max() <= tolerance, f"step {int(worst.argmax())} differs by {worst.max():.2e} of the weights"
