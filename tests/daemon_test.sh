@@ -28,7 +28,7 @@ expect_refusal() {  # expect_refusal PATTERN COMMAND...: exits non-zero, stderr 
 }
 expect_refusal "--port must be in \[0, 65535\], got 99999" "$SERVER" --port=99999
 expect_refusal "--lr must be in" "$SERVER" --lr=-1
-expect_refusal "unknown optimizer 'lion' (want one of sgd, adam, adamw, adadelta" "$SERVER" --optimizer=lion
+expect_refusal "unknown optimizer 'lbfgs' (want one of sgd, adam, adamw, adadelta" "$SERVER" --optimizer=lbfgs
 expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout_s=90 --lease_s=60
 # The names of the previous release still work, for one release, with a warning.
 expect_refusal "round_timeout must be shorter than the lease" "$SERVER" --port=0 --metrics_port=0 --round_timeout=90 --lease_s=120 --lease=60
