@@ -227,6 +227,34 @@ void PrepareAsgd(const HyperValues& h, const GroupStepInput& in, std::vector<dou
 
 }  // namespace
 
+// The Adam family's step (Adam, AdamW, Adamax, NAdam, RAdam) after the coefficients all share.
+void PrepareAdamFamily(OptimizerKind kind, const HyperValues& h, const GroupStepInput& in, double lr, double momentum,
+                       std::vector<double>* scalars, StepCoefficients* k) {
+  AdamFamily(h, in, momentum, k);
+  const double t = in.time;
+  switch (kind) {
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdam:
+      k->decoupled = kind == OptimizerKind::kAdamW;
+      k->step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
+      k->bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(At(h, Hp::kBeta2), t)));
+      return;
+    case OptimizerKind::kAdamax:
+      k->step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
+      return;
+    case OptimizerKind::kNAdam:
+      k->decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
+      PrepareNAdam(h, in, lr, momentum, scalars, k);
+      return;
+    case OptimizerKind::kRAdam:
+      k->decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
+      PrepareRAdam(h, t, k);
+      return;
+    default:
+      return;
+  }
+}
+
 std::vector<std::string> StateRoles(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kAdam:
@@ -266,26 +294,12 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
       k.nesterov = At(h, Hp::kNesterov) != 0;
       k.velocity = configured != 0 || momentum != 0;
       break;
-    case OptimizerKind::kAdamW:
     case OptimizerKind::kAdam:
-      AdamFamily(h, in, momentum, &k);
-      k.decoupled = kind == OptimizerKind::kAdamW;
-      k.step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
-      k.bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(At(h, Hp::kBeta2), t)));
-      break;
+    case OptimizerKind::kAdamW:
     case OptimizerKind::kAdamax:
-      AdamFamily(h, in, momentum, &k);
-      k.step_size = static_cast<float>(lr / (1 - std::pow(momentum, t)));
-      break;
     case OptimizerKind::kNAdam:
-      AdamFamily(h, in, momentum, &k);
-      k.decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
-      PrepareNAdam(h, in, lr, momentum, scalars, &k);
-      break;
     case OptimizerKind::kRAdam:
-      AdamFamily(h, in, momentum, &k);
-      k.decoupled = At(h, Hp::kDecoupledWeightDecay) != 0;
-      PrepareRAdam(h, t, &k);
+      PrepareAdamFamily(kind, h, in, lr, momentum, scalars, &k);
       break;
     case OptimizerKind::kAdadelta:
       SetDecays(std::pow(At(h, Hp::kRho), in.share), 0, &k);
