@@ -164,6 +164,18 @@ _KERAS_INSTEAD = {
                "keras.optimizers.Adam(learning_rate=0.001)",
     "Adamax": "Keras's Adamax adds epsilon after the maximum, torch's (the server's) inside: "
               "keras.optimizers.Adam(learning_rate=0.001)",
+    "Lamb": "Lamb scales each tensor's step by a trust ratio, which the server does not run: "
+            "keras.optimizers.AdamW(learning_rate=0.001)",
+    "Ftrl": "Ftrl's proximal step is not run on the server: keras.optimizers.Adam(learning_rate=0.001)",
+    "Adafactor": "Keras's Adafactor differs from torch's (which the server runs: --optimizer=adafactor with "
+                 "optimizer=None): keras.optimizers.Adam(learning_rate=0.001)",
+    "Muon": "Muon orthogonalizes each matrix's update, which the server does not run yet: "
+            "keras.optimizers.AdamW(learning_rate=3e-4, weight_decay=0.1)",
+    "ScheduleFreeAdamW": "schedule-free AdamW evaluates the gradient at an interpolation of two copies of the "
+                         "weights that the server would have to send each step: keras.optimizers.AdamW(...)",
+    "LossScaleOptimizer": "the worker's gradients reach the server unscaled and in float32, so loss scaling has "
+                          "nothing to do: pass its inner_optimizer",
+    "MultiOptimizer": "one optimizer runs a job: pass one (param groups of their own rate come with torch.optim)",
 }
 _KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _KERAS_RUNS = ("keras.optimizers.SGD (momentum, nesterov), Adam and AdamW (beta_1, beta_2, epsilon, amsgrad), "

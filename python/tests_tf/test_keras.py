@@ -89,7 +89,9 @@ def test_optimizers_described_as_the_server_runs_them():
 def test_a_refusal_names_the_nearest_optimizer_that_runs_and_its_rate():
     for bad, says in [(keras.optimizers.RMSprop(), "Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9)"),
                       (keras.optimizers.Adagrad(), "inside the square root"),
-                      (keras.optimizers.Ftrl(), "The nearest: keras.optimizers.Adam(learning_rate=0.001)")]:
+                      (keras.optimizers.Ftrl(), "proximal step is not run"),
+                      (keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()), "pass its inner_optimizer"),
+                      (keras.optimizers.ScheduleFreeAdamW(), "two copies of the weights")]:
         with pytest.raises(ValueError) as e:
             okeras.describe_optimizer(bad)
         assert says in str(e.value)

@@ -73,6 +73,15 @@ absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
   return absl::OkStatus();
 }
 
+// torch.optim's eps for the optimizer (1e-8 for those without one): what --eps < 0 means, written
+// out so that every shard, of any release, reads a value.
+double DefaultEps(OptimizerKind kind) {
+  for (const auto& [hp, value] : RuleOf(kind).hyper) {
+    if (hp == Hp::kEps) return value;
+  }
+  return 1e-8;
+}
+
 // --optimizer_options: "name=value,..." (a flag as 0, 1, true or false).
 absl::StatusOr<HyperMap> ParseOptimizerOptions(const std::string& text) {
   HyperMap out;
@@ -148,7 +157,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
       f.weight_decay >= 0 ? f.weight_decay : std::max(0.0, RuleOf(o.optimizer.kind).weight_decay);
   o.optimizer.beta1 = f.beta1;
   o.optimizer.beta2 = f.beta2;
-  o.optimizer.eps = f.eps;
+  o.optimizer.eps = f.eps >= 0 ? f.eps : DefaultEps(o.optimizer.kind);
   absl::StatusOr<HyperMap> hyper = ParseOptimizerOptions(f.optimizer_options);
   if (!hyper.ok()) return hyper.status();
   o.optimizer.hyper = *std::move(hyper);

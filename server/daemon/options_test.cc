@@ -56,7 +56,12 @@ TEST_CASE("--optimizer_options: the optimizer's other options by torch.optim's n
   REQUIRE(o.ok());
   REQUIRE(o->optimizer.kind == OptimizerKind::kRMSprop);
   REQUIRE(o->optimizer.hyper == HyperMap{{"alpha", 0.9}, {"centered", 1}});
-  REQUIRE(o->optimizer.eps < 0);  // torch.optim's default for RMSprop
+  REQUIRE(o->optimizer.eps == 1e-8);  // torch.optim's default for RMSprop
+  f.optimizer = "adadelta";
+  f.optimizer_options = "";
+  REQUIRE(Options(f)->optimizer.eps == 1e-6);
+  f.optimizer = "rmsprop";
+  f.optimizer_options = "centered=true, alpha=0.9";
   REQUIRE(ValidateOptimizerOptions(o->optimizer).ok());
   f.optimizer_options = "rho=0.9";
   REQUIRE(absl::StrContains(ValidateOptimizerOptions(Options(f)->optimizer).message(), "RMSprop has no option 'rho'"));
