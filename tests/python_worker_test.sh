@@ -172,6 +172,15 @@ PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --npro
   { tail -n 20 "$WORK/habits_sharded.log" >&2; fail "habits: the launcher failed with --shards 2"; }
 grep -q "shard 1 registered" "$WORK/habits_sharded.log" ||
   { tail -n 20 "$WORK/habits_sharded.log" >&2; fail "habits: no shard registered with --shards 2"; }
+# A worker's own optimizer in a sharded job: AdamW with two param groups and ReduceLROnPlateau
+# (the flags say SGD), every shard stepping its pieces in their tensor's group at the
+# scheduler's rates, against torch.optim in one process on the same batches.
+PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc 1 --shards 2 \
+  --server_args="--global_batch=32 --optimizer=sgd --lr=0.1" "$RUNFILES/tests/optimizer_mirror_job.py" \
+  > "$WORK/mirror_sharded.log" 2>&1 || { tail -n 20 "$WORK/mirror_sharded.log" >&2; fail "sharded optimizer mirror"; }
+grep "^mirror:" "$WORK/mirror_sharded.log"
+grep -q "the job runs worker0's optimizer: AdamW" "$WORK/mirror_sharded.log" ||
+  fail "sharded optimizer mirror: the coordinator did not take the worker's AdamW"
 /usr/bin/python3 - "$WORK" <<'PY' || fail "habits: the trained model does not load back"
 import glob, os, sys, torch, omnilearn
 from omnilearn import models

@@ -33,6 +33,13 @@ bool ReadGroup(const Json& j, ParamGroup* g) {
     if (!t.is_number_integer()) return false;
     g->tensors.push_back(t.get<int>());
   }
+  if (j.contains("names")) {
+    if (!j["names"].is_array()) return false;
+    for (const Json& n : j["names"]) {
+      if (!n.is_string()) return false;
+      g->names.push_back(n.get<std::string>());
+    }
+  }
   g->lr = j["lr"].get<double>();
   g->weight_decay = j["weight_decay"].get<double>();
   return ReadHyper(j["hyper"], &g->hyper);
@@ -43,7 +50,11 @@ bool ReadGroup(const Json& j, ParamGroup* g) {
 std::string OptimizerJson(const OptimizerOptions& o) {
   Json groups = Json::array();
   for (const ParamGroup& g : o.groups) {
-    groups.push_back({{"tensors", g.tensors}, {"lr", g.lr}, {"weight_decay", g.weight_decay}, {"hyper", g.hyper}});
+    groups.push_back({{"tensors", g.tensors},
+                      {"names", g.names},
+                      {"lr", g.lr},
+                      {"weight_decay", g.weight_decay},
+                      {"hyper", g.hyper}});
   }
   return Dump({{"kind", OptimizerName(o.kind)},
                {"learning_rate", o.learning_rate},

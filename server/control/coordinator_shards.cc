@@ -18,7 +18,8 @@ ShardCommand SessionOpened(WorkerId id, const std::string& secret) { return Shar
 
 }  // namespace
 
-CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options) : options_(std::move(options)) {
+CoordinatorShards::CoordinatorShards(CoordinatorShardsOptions options)
+    : options_(std::move(options)), optimizer_(options_.optimizer) {
   slots_.resize(static_cast<size_t>(std::max(1, options_.shards)));
   for (Slot& slot : slots_) slot.missing_since = options_.clock->Now();
 }
@@ -462,7 +463,7 @@ void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   init.layout = *layout_;
   init.version = version;
   init.fingerprint = map_->fingerprint();
-  init.optimizer = options_.optimizer;
+  init.optimizer = optimizer_;
   init.member_wait = options_.member_wait;
   init.sync = options_.sync;
   init.restore = restore;
@@ -568,6 +569,10 @@ absl::StatusOr<double> CoordinatorShards::ReduceNorm(uint64_t version, int index
 Replication CoordinatorShards::Hooks() {
   Replication r;
   r.model_adopted = [this](const std::string& joiner) { ModelAdopted(joiner); };
+  r.optimizer = [this](const OptimizerOptions& optimizer) {
+    absl::MutexLock lock(&mu_);
+    optimizer_ = optimizer;
+  };
   r.session_opened = [this](WorkerId id, const std::string& secret) {
     absl::MutexLock lock(&mu_);
     sessions_[id] = secret;

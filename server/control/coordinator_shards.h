@@ -223,6 +223,8 @@ class CoordinatorShards {
   };
   std::map<std::string, Stashed> stashed_ ABSL_GUARDED_BY(mu_);
   std::optional<ModelLayout> layout_ ABSL_GUARDED_BY(mu_);  // the job's whole model
+  // The job's optimizer (Replication::optimizer: a worker's, a checkpoint's or the flags').
+  OptimizerOptions optimizer_ ABSL_GUARDED_BY(mu_);
   std::optional<ShardMap> map_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> initial_ ABSL_GUARDED_BY(mu_);
   std::map<WorkerId, std::string> sessions_ ABSL_GUARDED_BY(mu_);

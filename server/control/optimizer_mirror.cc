@@ -8,7 +8,7 @@ namespace omnilearn {
 namespace server {
 
 absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, const OptimizerOptions& job,
-                                                 const ModelLayout& layout) {
+                                                 const ModelLayout& layout, bool pieces) {
   OptimizerOptions o = job;
   o.kind = wanted.kind;
   o.learning_rate = wanted.lr;
@@ -25,18 +25,9 @@ absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, 
   if (reads(Hp::kEps) && wanted.eps != 0) o.eps = wanted.eps;
   o.hyper = wanted.hyper;
   o.groups.clear();
-  for (const WantedOptimizer::Group& g : wanted.groups) {
-    ParamGroup group{{}, g.lr, g.weight_decay, g.hyper};
-    for (const std::string& name : g.tensors) {
-      const int t = layout.Find(name);
-      if (t < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the optimizer's param group ", o.groups.size(), " names '", name, "', not in the model"));
-      }
-      group.tensors.push_back(t);
-    }
-    o.groups.push_back(std::move(group));
-  }
+  for (const WantedOptimizer::Group& g : wanted.groups)
+    o.groups.push_back({{}, g.lr, g.weight_decay, g.hyper, g.tensors});
+  if (absl::Status s = ResolveGroupNames(layout, pieces, &o.groups); !s.ok()) return s;
   if (absl::Status s = ValidateOptimizerOptions(o); !s.ok()) return s;
   return o;
 }

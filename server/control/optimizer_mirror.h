@@ -33,10 +33,11 @@ struct WantedOptimizer {
 
 // The job's options (`job`: the flags', whose schedule, warm-up and clipping stay) with
 // the worker's optimizer: its kind, rate, decay, every other hyperparameter and param groups
-// (names resolved to `layout`'s indices). InvalidArgument naming a value out of range or
-// a tensor the layout does not hold.
+// (names resolved to `layout`'s indices; `pieces`: `layout` is a sharded job's slice,
+// ResolveGroupNames). InvalidArgument naming a value out of range or a tensor the layout
+// does not hold.
 absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, const OptimizerOptions& job,
-                                                 const ModelLayout& layout);
+                                                 const ModelLayout& layout, bool pieces = false);
 
 // A worker's mirrored optimizer against the job's: FailedPrecondition naming both unless
 // they run the same steps (SameSteps). `why` says

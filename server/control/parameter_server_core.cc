@@ -248,12 +248,11 @@ absl::StatusOr<std::optional<OptimizerOptions>> ParameterServerCore::JoinOptimiz
   const bool adopts =
       info.initial_parameters.has_value() && !(store_.initialized() && info.layout.SameTensors(store_.layout()));
   absl::StatusOr<OptimizerOptions> mirrored =
-      MirrorOptimizer(*info.optimizer, options_.optimizer, adopts ? info.layout : store_.layout());
+      MirrorOptimizer(*info.optimizer, options_.optimizer, adopts ? info.layout : store_.layout(),
+                      /*pieces=*/static_cast<bool>(options_.replication.step));  // a sharded job: slice 0's
   if (!mirrored.ok()) return mirrored.status();
-  const bool sharded = static_cast<bool>(options_.replication.step);
-  if (adopts && !sharded) return std::optional<OptimizerOptions>(*std::move(mirrored));
-  const std::string why = sharded ? "a sharded job runs its servers' --optimizer flags"
-                          : optimizer_from_.empty()
+  if (adopts) return std::optional<OptimizerOptions>(*std::move(mirrored));
+  const std::string why = optimizer_from_.empty()
                               ? "the server's flags or its checkpoint"
                               : absl::StrCat("from ", optimizer_from_, ", whose model the job took");
   if (absl::Status s = CheckSameOptimizer(*mirrored, adopts ? options_.optimizer : store_.options(), why); !s.ok()) {
@@ -273,6 +272,7 @@ absl::Status ParameterServerCore::AdoptModel(JoinInfo& info, std::optional<Optim
     Event(absl::StrCat("the job runs ", info.name, "'s optimizer: ", DescribeOptimizer(*optimizer)));
   store_ = ParameterStore(optimizer.value_or(options_.optimizer));
   absl::Status s = store_.Initialize(info.layout, std::move(*info.initial_parameters));
+  if (s.ok() && options_.replication.optimizer) options_.replication.optimizer(store_.options());
   if (s.ok() && options_.replication.model_adopted) options_.replication.model_adopted(info.name);
   return s;
 }
@@ -676,7 +676,7 @@ void ParameterServerCore::CompleteRound() {
 
 void ParameterServerCore::DecideRoundAhead() {
   const OptimizerOptions& optimizer = store_.options();
-  if (!options_.replication.round_ahead || optimizer.clip_grad_norm > 0 ||
+  if (!options_.replication.round_ahead || optimizer.clip_grad_norm > 0 || store_.group_count() > 1 ||
       (optimizer.schedule == LrSchedule::kStep && optimizer.lr_decay_epochs > 0)) {
     return;
   }
@@ -698,6 +698,10 @@ void ParameterServerCore::Step(const std::vector<float>& update, std::vector<Rep
     step.members = std::move(members);
     step.settings = settings;
     step.settings.learning_rate = store_.LearningRate() * settings.lr_scale;
+    if (store_.group_count() > 1) {
+      for (size_t g = 0; g < store_.group_count(); ++g)
+        step.settings.group_rates.push_back(store_.GroupRate(g) * settings.lr_scale);
+    }
     step.predict_steps = predict_steps;
     options_.replication.step(step);
   }
@@ -892,6 +896,7 @@ absl::Status ParameterServerCore::Restore(const CheckpointState& state) {
   if (absl::Status s = LoadCheckpoint(state, &sampler, &store); !s.ok()) return s;
   store_ = std::move(store);
   optimizer_from_ = state.optimizer_options.has_value() ? state.optimizer_from : "";
+  if (options_.replication.optimizer) options_.replication.optimizer(store_.options());
   sampler_ = std::move(sampler);
   stats_.Restore(state.global_samples, state.rounds);
   remembered_ = state.controller;

@@ -65,6 +65,9 @@ struct Replication {
   std::function<void(WorkerId id)> session_closed;
   // The job's model was taken from this joiner's initial parameters.
   std::function<void(const std::string& joiner)> model_adopted;
+  // The job's optimizer, each time a model is adopted (a worker's optimizer or the flags') or
+  // a checkpoint restored: the shards run the same (before model_adopted).
+  std::function<void(const OptimizerOptions& optimizer)> optimizer;
   std::function<void(const ReplicatedStep& step)> step;
   // Sync, --shard_steps_ahead: the next round's members and rate, decided as the round before
   // closes (under the core's lock, after its step), when the round's step can be: not in a

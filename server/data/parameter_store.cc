@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -59,6 +61,32 @@ HyperMap JobHyper(const OptimizerOptions& o) {
 bool SameSteps(const OptimizerOptions& a, const OptimizerOptions& b) {
   return a.kind == b.kind && a.learning_rate == b.learning_rate && a.weight_decay == b.weight_decay &&
          JobHyper(a) == JobHyper(b) && a.groups == b.groups;
+}
+
+absl::Status ResolveGroupNames(const ModelLayout& layout, bool pieces, std::vector<ParamGroup>* groups) {
+  std::map<std::string, int> group_of;  // a name's group
+  for (size_t g = 0; g < groups->size(); ++g) {
+    for (const std::string& name : (*groups)[g].names) group_of[name] = static_cast<int>(g);
+    (*groups)[g].tensors.clear();
+  }
+  std::set<std::string> found;
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
+    std::string name = layout.tensors()[t].name;
+    if (const size_t at = name.rfind('@'); pieces && at != std::string::npos) name.resize(at);
+    auto it = group_of.find(name);
+    if (it == group_of.end()) continue;  // a buffer, or a parameter in no group (AssignGroups says which)
+    (*groups)[it->second].tensors.push_back(t);
+    found.insert(name);
+  }
+  for (size_t g = 0; g < groups->size() && !pieces; ++g) {
+    for (const std::string& name : (*groups)[g].names) {
+      if (found.count(name) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the optimizer's param group ", g, " names '", name, "', not in the model"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o) {
@@ -286,7 +314,9 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
   std::vector<StepCoefficients> ks;  // per param group
   for (size_t g = 0; g < group_count(); ++g) {
     GroupStepInput in;
-    in.lr = step.learning_rate ? *step.learning_rate : GroupRate(g) * step.lr_scale;
+    in.lr = g < step.group_rates.size() ? step.group_rates[g]
+            : step.learning_rate        ? *step.learning_rate
+                                        : GroupRate(g) * step.lr_scale;
     in.wd = options_.groups.empty() ? options_.weight_decay : options_.groups[g].weight_decay;
     in.time = adam_time_ + share;
     in.share = share;

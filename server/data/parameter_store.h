@@ -43,8 +43,11 @@ struct ParamGroup {
   double lr = 0;
   double weight_decay = 0;
   HyperMap hyper;
+  // The tensors by the whole model's names, as the worker's optimizer gave them (a sharded
+  // job's shards find their pieces by them: ResolveGroupNames); empty: by index alone.
+  std::vector<std::string> names;
   bool operator==(const ParamGroup& o) const {
-    return tensors == o.tensors && lr == o.lr && weight_decay == o.weight_decay && hyper == o.hyper;
+    return tensors == o.tensors && names == o.names && lr == o.lr && weight_decay == o.weight_decay && hyper == o.hyper;
   }
 };
 
@@ -89,6 +92,12 @@ struct OptimizerOptions {
 
 // InvalidArgument naming the option out of range.
 absl::Status ValidateOptimizerOptions(const OptimizerOptions& o);
+
+// Sets each group's tensors (indices into `layout`) from its names. `pieces`: `layout` is a
+// sharded model's slice (ShardMap::slice_layout), its tensors named "tensor@begin": a piece
+// goes in the group of its tensor, and a name no piece here has is another slice's. Else
+// InvalidArgument for a name the layout does not hold.
+absl::Status ResolveGroupNames(const ModelLayout& layout, bool pieces, std::vector<ParamGroup>* groups);
 
 // The job's hyperparameters as a map (the typed fields the rule reads, then `hyper`).
 HyperMap JobHyper(const OptimizerOptions& o);

@@ -57,9 +57,9 @@ bool SameStep(const ReplicatedStep& a, const ReplicatedStep& b) {
     }
   }
   const StepSettings &x = a.settings, &y = b.settings;
-  return x.learning_rate == y.learning_rate && x.update_scale == y.update_scale && x.buffer_blend == y.buffer_blend &&
-         x.momentum == y.momentum && x.sample_share == y.sample_share && x.lr_scale == y.lr_scale &&
-         a.predict_steps == b.predict_steps;
+  return x.learning_rate == y.learning_rate && x.group_rates == y.group_rates && x.update_scale == y.update_scale &&
+         x.buffer_blend == y.buffer_blend && x.momentum == y.momentum && x.sample_share == y.sample_share &&
+         x.lr_scale == y.lr_scale && a.predict_steps == b.predict_steps;
 }
 
 }  // namespace server

@@ -482,6 +482,7 @@ absl::Status ShardCore::TakeStep(const ReplicatedStep& step, bool command) {
   if (!norm.ok()) return norm.status();
   StepSettings settings = step.settings;
   settings.learning_rate = none ? 0.0 : step.settings.learning_rate.value_or(0.0);  // the coordinator's rate
+  if (none) settings.group_rates.assign(settings.group_rates.size(), 0.0);
   if (none) settings.buffer_blend = 0;
   settings.update_scale = scale;
   settings.norm_squared = *norm;

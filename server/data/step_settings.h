@@ -5,6 +5,7 @@
 #define OMNILEARN_SERVER_DATA_STEP_SETTINGS_H_
 
 #include <optional>
+#include <vector>
 
 namespace omnilearn {
 namespace server {
@@ -17,6 +18,9 @@ struct StepSettings {
   // coordinator's step took (schedule, group and lr_scale applied), whatever its own store's
   // schedule. None: the store's rate times lr_scale.
   std::optional<double> learning_rate;
+  // Each param group's rate, decided as learning_rate is (a shard's replay of a job with several
+  // groups); empty: learning_rate (or the store's) for every group.
+  std::vector<double> group_rates;
   // Buffer tensors (BatchNorm statistics) move toward the update's values: b += blend * (u - b).
   double buffer_blend = 1;
   // SGD's momentum or Adam's beta1 for this step (async lowers it); none: the optimizer's own.

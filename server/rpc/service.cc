@@ -273,6 +273,10 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
   }
   absl::StatusOr<ShardMap> map = shards_->PlanFor(info->layout);
   if (!map.ok()) return map.status();
+  if (info->optimizer.has_value()) {  // its groups name the whole model's tensors: checked before the slice
+    absl::StatusOr<OptimizerOptions> whole = MirrorOptimizer(*info->optimizer, OptimizerOptions(), info->layout);
+    if (!whole.ok()) return whole.status();
+  }
   if (info->initial_parameters.has_value()) {
     auto whole = std::make_shared<const std::vector<float>>(std::move(*info->initial_parameters));
     std::vector<float> slice(map->slice_elements(0));

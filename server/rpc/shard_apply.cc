@@ -109,6 +109,7 @@ absl::Status ShardApplier::ApplyInit(const v1::ShardInit& init) {
   p->slice = map->slice_layout(static_cast<int>(index));
   p->fingerprint = map->fingerprint();
   if (absl::Status s = OptimizerFromProto(init.optimizer(), &p->optimizer); !s.ok()) return s;
+  if (absl::Status s = ResolveGroupNames(p->slice, /*pieces=*/true, &p->optimizer.groups); !s.ok()) return s;
   if (init.restore()) return ApplyRestore(*p);
   p->values.emplace(&p->slice);
   pending_ = std::move(p);

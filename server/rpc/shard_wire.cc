@@ -29,6 +29,13 @@ v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration me
   p.set_round_timeout_seconds(absl::ToDoubleSeconds(member_wait));
   p.set_clip_grad_norm(o.clip_grad_norm);
   p.mutable_options()->insert(o.hyper.begin(), o.hyper.end());
+  for (const ParamGroup& g : o.groups) {
+    v1::ParamGroup* out = p.add_groups();
+    for (const std::string& name : g.names) out->add_tensors(name);
+    out->set_lr(g.lr);
+    out->set_weight_decay(g.weight_decay);
+    out->mutable_options()->insert(g.hyper.begin(), g.hyper.end());
+  }
   return p;
 }
 
@@ -66,6 +73,14 @@ absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o
   o->eps = p.eps();
   o->clip_grad_norm = p.clip_grad_norm();
   o->hyper = HyperMap(p.options().begin(), p.options().end());
+  o->groups.clear();
+  for (const v1::ParamGroup& g : p.groups()) {
+    o->groups.push_back({{},
+                         g.lr(),
+                         g.weight_decay(),
+                         HyperMap(g.options().begin(), g.options().end()),
+                         {g.tensors().begin(), g.tensors().end()}});
+  }
   return absl::OkStatus();
 }
 
@@ -152,6 +167,7 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
   }
   p.set_update_scale(step.settings.update_scale);
   p.set_learning_rate(step.settings.learning_rate.value_or(0.0));
+  p.mutable_group_rates()->Add(step.settings.group_rates.begin(), step.settings.group_rates.end());
   p.set_buffer_blend(step.settings.buffer_blend);
   p.set_momentum(step.settings.momentum.value_or(-1));  // -1 on the wire: the optimizer's own
   p.set_sample_share(step.settings.sample_share);
@@ -175,6 +191,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p) {
     step.members.push_back({m.worker_id(), m.model_version(), m.weight()});
   step.settings.update_scale = p.update_scale();
   step.settings.learning_rate = p.learning_rate();
+  step.settings.group_rates.assign(p.group_rates().begin(), p.group_rates().end());
   step.settings.buffer_blend = p.buffer_blend();
   if (p.momentum() >= 0) step.settings.momentum = p.momentum();
   step.settings.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release
@@ -216,6 +233,9 @@ absl::Status CheckStep(const v1::ShardStep& step) {
                                 InRange("step.sample_share", step.sample_share(), 0, 1),
                                 InRange("step.predict_steps", step.predict_steps(), 0, kMaxPredictSteps)}) {
     if (!s.ok()) return s;
+  }
+  for (double rate : step.group_rates()) {
+    if (absl::Status s = InRange("step.group_rates", rate, 0, 1e6); !s.ok()) return s;
   }
   for (const v1::ShardStepMember& m : step.members()) {
     if (absl::Status s = InRange("step.members.weight", m.weight(), 0, 1e30); !s.ok()) return s;

@@ -21,7 +21,8 @@ namespace server {
 // What every shard's optimizer shares with the coordinator's, and how long a step waits
 // for a member's slice.
 v1::ShardOptimizer OptimizerToProto(const OptimizerOptions& o, absl::Duration member_wait);
-// InvalidArgument for an optimizer this release does not know.
+// InvalidArgument for an optimizer this release does not know. Param groups come by name
+// (ParamGroup::names): the shard resolves them against its slice (ResolveGroupNames).
 absl::Status OptimizerFromProto(const v1::ShardOptimizer& p, OptimizerOptions* o);
 // The wire's optimizer kind as the store's; none for UNSPECIFIED or a kind of a later release.
 std::optional<OptimizerKind> OptimizerKindFromProto(v1::OptimizerKind kind);

@@ -37,6 +37,33 @@ TEST_CASE("the optimizer travels as an enum, the string kept for shards of the p
   REQUIRE(absl::StrContains(later.message(), "later release"));
 }
 
+TEST_CASE("a worker's optimizer reaches the shards: every option, its groups by name, each group's rate",
+          "[shard_wire]") {
+  OptimizerOptions rms;
+  rms.kind = OptimizerKind::kRMSprop;
+  rms.hyper = {{"centered", 1}, {"alpha", 0.9}};
+  rms.groups = {{{0}, 0.01, 0.1, {}, {"fc.weight"}}, {{1}, 0.02, 0, {{"momentum", 0.5}}, {"fc.bias"}}};
+  OptimizerOptions back;
+  REQUIRE(OptimizerFromProto(OptimizerToProto(rms, absl::Seconds(5)), &back).ok());
+  REQUIRE(back.kind == OptimizerKind::kRMSprop);
+  REQUIRE(back.hyper == rms.hyper);
+  REQUIRE(back.groups.size() == 2);
+  REQUIRE(back.groups[1].names == std::vector<std::string>{"fc.bias"});
+  REQUIRE(back.groups[1].hyper == HyperMap{{"momentum", 0.5}});
+  // The shard's slice holds pieces named tensor@begin: each goes in its tensor's group.
+  const ModelLayout slice = *ModelLayout::Create({{"fc.weight@0", {6}}, {"fc.weight@6", {6}}, {"fc.bias@0", {2}}});
+  REQUIRE(ResolveGroupNames(slice, /*pieces=*/true, &back.groups).ok());
+  REQUIRE(back.groups[0].tensors == std::vector<int>{0, 1});
+  REQUIRE(back.groups[1].tensors == std::vector<int>{2});
+  // A whole model's layout names every tensor of the groups.
+  REQUIRE(absl::StrContains(ResolveGroupNames(slice, /*pieces=*/false, &back.groups).message(), "not in the model"));
+  ReplicatedStep step;
+  step.version = 3;
+  step.settings.learning_rate = 0.01;
+  step.settings.group_rates = {0.01, 0.02};
+  REQUIRE(StepFromProto(StepToProto(step)).settings.group_rates == step.settings.group_rates);
+}
+
 TEST_CASE("a step's sample share travels; a coordinator of an earlier release sends none: a whole step",
           "[shard_wire]") {
   ReplicatedStep step;
