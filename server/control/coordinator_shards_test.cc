@@ -109,6 +109,23 @@ TEST_CASE("shard registration: the job's shape, free slices, and no slice after 
   REQUIRE(absl::StrContains(late.status().message(), "--checkpoint_dir"));
 }
 
+TEST_CASE("a shard's init carries the job's optimizer: the flags', then the one the core adopted or restored",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(3);
+  Adopt(c);
+  REQUIRE(*c.Register(Hello("s:1", 1)) == 1);
+  REQUIRE(InitOf(Drain(c, 1).at(0)).optimizer.kind == OptimizerKind::kSgd);  // the flags'
+  OptimizerOptions nadam;
+  nadam.kind = OptimizerKind::kNAdam;
+  nadam.groups = {{{0}, 0.01, 0, {}, {"a"}}, {{1}, 0.02, 0, {}, {"b"}}};
+  c.Hooks().optimizer(nadam);  // a worker's, as the core adopts its model
+  Adopt(c);
+  const ShardInitCommand init = InitOf(Drain(c, 1).at(0));
+  REQUIRE(init.optimizer.kind == OptimizerKind::kNAdam);
+  REQUIRE(init.optimizer.groups.size() == 2);
+  REQUIRE(init.optimizer.groups[1].names == std::vector<std::string>{"b"});
+}
+
 TEST_CASE("a shard's stream: its slice of the adopted model, then sessions and steps in the core's order",
           "[coordinator_shards]") {
   CoordinatorShards c = Make(3);
