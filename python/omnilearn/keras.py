@@ -154,16 +154,12 @@ class VariableStorage:
 
 # ---------------------------------------------------------------------- optimizer
 _KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adadelta": "adadelta", "Nadam": "nadam",
-                "Lion": "lion"}
-# Keras's optimizers whose step differs from every rule the server runs: why, and the nearest one.
+                "Lion": "lion", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Adamax": "adamax"}
+# The kinds the server runs in Keras's own form (its option "keras": epsilon where Keras adds
+# it, the rate inside RMSprop's momentum, decoupled decay, float32 scalars).
+_KERAS_FORM = {"adam", "adamw", "rmsprop", "adagrad", "adamax"}
+# Keras's optimizers the server does not run: why, and the nearest one.
 _KERAS_INSTEAD = {
-    "RMSprop": "Keras's RMSprop adds epsilon inside the square root, torch's (the server's) outside: "
-               "keras.optimizers.Adam(learning_rate=0.001, beta_1=0.0, beta_2=0.9), RMSprop's update with Adam's "
-               "bias correction",
-    "Adagrad": "Keras's Adagrad adds epsilon inside the square root and starts its sum at 0.1: "
-               "keras.optimizers.Adam(learning_rate=0.001)",
-    "Adamax": "Keras's Adamax adds epsilon after the maximum, torch's (the server's) inside: "
-              "keras.optimizers.Adam(learning_rate=0.001)",
     "Lamb": "Lamb scales each tensor's step by a trust ratio, which the server does not run: "
             "keras.optimizers.AdamW(learning_rate=0.001)",
     "Ftrl": "Ftrl's proximal step is not run on the server: keras.optimizers.Adam(learning_rate=0.001)",
@@ -179,7 +175,7 @@ _KERAS_INSTEAD = {
 }
 _KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _KERAS_RUNS = ("keras.optimizers.SGD (momentum, nesterov), Adam and AdamW (beta_1, beta_2, epsilon, amsgrad), "
-               "Adadelta (rho, epsilon), Nadam (beta_1, beta_2, epsilon) and Lion (beta_1, beta_2), with weight_decay")
+               "Adadelta, Adagrad, Adamax, Nadam, RMSprop (rho, momentum, centered) and Lion, with weight_decay")
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "gradient_accumulation_steps")
 
 
@@ -200,11 +196,19 @@ def _keras_options(kind: str, optimizer) -> dict:
         return {"rho": float(optimizer.rho), "eps": float(optimizer.epsilon)}
     if kind == "lion":
         return {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2)}
+    if kind == "rmsprop":
+        return {"alpha": float(optimizer.rho), "eps": float(optimizer.epsilon), "momentum": float(optimizer.momentum),
+                "centered": float(bool(optimizer.centered)), "keras": 1.0}
+    if kind == "adagrad":
+        return {"initial_accumulator_value": float(optimizer.initial_accumulator_value),
+                "eps": float(optimizer.epsilon), "keras": 1.0}
     out = {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2), "eps": float(optimizer.epsilon)}
     if kind == "nadam":  # Keras's momentum schedule is 0.96^t: torch's NAdam at momentum_decay 1
         out.update(momentum_decay=1.0, decoupled_weight_decay=1.0)
-    else:
+    elif kind in ("adam", "adamw"):
         out["amsgrad"] = float(bool(optimizer.amsgrad))
+    if kind in _KERAS_FORM:
+        out["keras"] = 1.0
     return out
 
 

@@ -49,6 +49,7 @@ const std::vector<HpInfo>& HpTable() {
       {Hp::kD, "d", 0, kInf},
       {Hp::kEps1, "eps1", 0, 1},
       {Hp::kEps2, "eps2", 0, 1},
+      {Hp::kKeras, "keras", 0, 1, false, false, true},
   };
   return *table;
 }
@@ -60,7 +61,7 @@ constexpr double kFloat32Eps = 1.1920928955078125e-07;  // torch.finfo(torch.flo
 std::vector<OptimizerRule>* MakeRules() {
   using K = OptimizerKind;
   const std::pair<Hp, double> b1{Hp::kBeta1, 0.9}, b2{Hp::kBeta2, 0.999}, eps8{Hp::kEps, 1e-8},
-      maximize{Hp::kMaximize, 0};
+      maximize{Hp::kMaximize, 0}, keras{Hp::kKeras, 0};
   return new std::vector<OptimizerRule>{
       {K::kSgd,
        "sgd",
@@ -69,18 +70,18 @@ std::vector<OptimizerRule>* MakeRules() {
        {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize},
        false,
        Hp::kMomentum},
-      {K::kAdam, "adam", "Adam", 0, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize}, false, Hp::kBeta1, true},
-      {K::kAdamW, "adamw", "AdamW", 1e-2, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize}, false, Hp::kBeta1, true},
+      {K::kAdam, "adam", "Adam", 0, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize, keras}, false, Hp::kBeta1, true},
+      {K::kAdamW, "adamw", "AdamW", 1e-2, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize, keras}, false, Hp::kBeta1, true},
       {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize}, false, {}, true},
       {K::kAdagrad,
        "adagrad",
        "Adagrad",
        0,
-       {{Hp::kLrDecay, 0}, {Hp::kInitialAccumulatorValue, 0}, {Hp::kEps, 1e-10}, maximize},
+       {{Hp::kLrDecay, 0}, {Hp::kInitialAccumulatorValue, 0}, {Hp::kEps, 1e-10}, maximize, keras},
        false,
        {},
        true},
-      {K::kAdamax, "adamax", "Adamax", 0, {b1, b2, eps8, maximize}, false, Hp::kBeta1, true},
+      {K::kAdamax, "adamax", "Adamax", 0, {b1, b2, eps8, maximize, keras}, false, Hp::kBeta1, true},
       {K::kNAdam,
        "nadam",
        "NAdam",
@@ -102,7 +103,7 @@ std::vector<OptimizerRule>* MakeRules() {
        "rmsprop",
        "RMSprop",
        0,
-       {{Hp::kAlpha, 0.99}, eps8, {Hp::kMomentum, 0}, {Hp::kCentered, 0}, maximize},
+       {{Hp::kAlpha, 0.99}, eps8, {Hp::kMomentum, 0}, {Hp::kCentered, 0}, maximize, keras},
        false,
        Hp::kMomentum,
        true},
@@ -205,6 +206,7 @@ std::string DescribeHyper(OptimizerKind kind, const HyperValues& h) {
   };
   std::vector<std::string> parts;
   for (const auto& [hp, unused] : RuleOf(kind).hyper) {
+    if (hp == Hp::kKeras && h[static_cast<int>(hp)] == 0) continue;  // ours, not torch's: named when on
     if (auto pair = pairs->find(hp); pair != pairs->end()) {
       parts.push_back(absl::StrCat(pair->second.second, "=(", value(hp), ", ", value(pair->second.first), ")"));
     } else if (std::none_of(pairs->begin(), pairs->end(), [hp](const auto& p) { return p.second.first == hp; })) {

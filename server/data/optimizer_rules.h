@@ -62,8 +62,12 @@ enum class Hp {
   kD,
   kEps1,
   kEps2,
+  // Ours, for the Keras door: the step as Keras writes it (epsilon inside Adagrad's and
+  // RMSprop's square root, after Adamax's maximum and Adam's bias correction; the rate inside
+  // RMSprop's momentum; decoupled decay; the step's scalars in float32).
+  kKeras,
 };
-inline constexpr int kHpCount = static_cast<int>(Hp::kEps2) + 1;
+inline constexpr int kHpCount = static_cast<int>(Hp::kKeras) + 1;
 
 // A group's hyperparameters, indexed by Hp: the rule's defaults overridden by the job's and
 // the group's. Those the rule does not read are 0.

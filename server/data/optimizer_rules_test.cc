@@ -50,6 +50,9 @@ TEST_CASE("Options are written as torch.optim writes them, pairs as pairs") {
   REQUIRE(DescribeHyper(OptimizerKind::kRprop, h) == "etas=(0.5, 1.2), step_sizes=(1e-06, 50), maximize=False");
   REQUIRE(DescribeHyper(OptimizerKind::kAdam, *ResolveHyper(OptimizerKind::kAdam, {{"amsgrad", 1}}, {})) ==
           "betas=(0.9, 0.999), eps=1e-08, amsgrad=True, maximize=False");
+  // Keras's form is ours, not torch's: named only when on.
+  REQUIRE(DescribeHyper(OptimizerKind::kRMSprop, *ResolveHyper(OptimizerKind::kRMSprop, {{"keras", 1}}, {})) ==
+          "alpha=0.99, eps=1e-08, momentum=0, centered=False, maximize=False, keras=True");
 }
 
 TEST_CASE("The state a job keeps follows the options of its groups") {

@@ -157,6 +157,70 @@ void AsgdRange(float* out, float* ax, const float* w, const float* u, int64_t lo
   }
 }
 
+// Keras's forms (Hp::kKeras), each as keras/src/optimizers writes its update_step; the
+// decoupled decay (Keras's for every optimizer) first. Adam: step_size is Keras's alpha.
+void KerasAdamRange(float* out, float* m, float* v, float* vmax, const float* w, const float* u, int64_t lo, int64_t hi,
+                    const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    m[i] += (g - m[i]) * k.one_minus_beta1;
+    v[i] += (g * g - v[i]) * k.one_minus_beta2;
+    float second = v[i];
+    if (k.amsgrad) second = vmax[i] = std::max(vmax[i], v[i]);
+    out[i] = w[i] * k.keep - m[i] * k.step_size / (std::sqrt(second) + k.eps);
+  }
+}
+
+void KerasAdagradRange(float* out, float* sum, const float* w, const float* u, int64_t lo, int64_t hi,
+                       const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    sum[i] += g * g;
+    out[i] = w[i] * k.keep - k.lr * g / std::sqrt(sum[i] + k.eps);
+  }
+}
+
+void KerasRMSpropRange(float* out, float* sq, float* buf, float* gavg, const float* w, const float* u, int64_t lo,
+                       int64_t hi, const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    sq[i] = k.beta2 * sq[i] + k.one_minus_beta2 * (g * g);  // rho
+    float denominator = sq[i] + k.eps;
+    if (k.centered) {
+      gavg[i] = k.beta2 * gavg[i] + k.one_minus_beta2 * g;
+      denominator = sq[i] - gavg[i] * gavg[i] + k.eps;
+    }
+    const float increment = k.lr * g / std::sqrt(denominator);
+    if (k.momentum > 0) {
+      buf[i] = k.momentum * buf[i] + increment;
+      out[i] = w[i] * k.keep - buf[i];
+    } else {
+      out[i] = w[i] * k.keep - increment;
+    }
+  }
+}
+
+void KerasAdamaxRange(float* out, float* m, float* inf, const float* w, const float* u, int64_t lo, int64_t hi,
+                      const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    m[i] += (g - m[i]) * k.one_minus_beta1;
+    inf[i] = std::max(k.beta2 * inf[i], std::abs(g));
+    out[i] = w[i] * k.keep - k.lr * m[i] / (k.c_avg * (inf[i] + k.eps));  // c_avg: 1 - beta1^t
+  }
+}
+
+// Keras's scalars, in float32 as Keras works them out; the decay is decoupled.
+void PrepareKeras(OptimizerKind kind, const GroupStepInput& in, StepCoefficients* k) {
+  const float t = static_cast<float>(in.time);
+  k->keep = static_cast<float>(1 - in.lr * in.wd);
+  if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW) {
+    k->step_size = k->lr * std::sqrt(1 - std::pow(k->beta2, t)) / (1 - std::pow(k->beta1, t));
+  } else if (kind == OptimizerKind::kAdamax) {
+    k->c_avg = 1 - std::pow(k->beta1, t);
+  }
+}
+
 // Lion: the sign of the momentum's interpolation toward the gradient, decoupled decay first.
 void LionRange(float* out, float* m, const float* w, const float* u, int64_t lo, int64_t hi,
                const StepCoefficients& k) {
@@ -335,11 +399,28 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
       k.d = static_cast<float>(At(h, Hp::kD));
       break;
   }
+  k.keras = At(h, Hp::kKeras) != 0;
+  if (k.keras) PrepareKeras(kind, in, &k);
   return k;
 }
 
 void StepElements(const StepCoefficients& k, const float* w, const float* u, float* out, const StatePointers& s,
                   int64_t lo, int64_t hi) {
+  if (k.keras) {
+    switch (k.kind) {
+      case OptimizerKind::kAdam:
+      case OptimizerKind::kAdamW:
+        return KerasAdamRange(out, s[0], s[1], s[2], w, u, lo, hi, k);
+      case OptimizerKind::kAdagrad:
+        return KerasAdagradRange(out, s[0], w, u, lo, hi, k);
+      case OptimizerKind::kRMSprop:
+        return KerasRMSpropRange(out, s[0], s[1], s[2], w, u, lo, hi, k);
+      case OptimizerKind::kAdamax:
+        return KerasAdamaxRange(out, s[0], s[1], w, u, lo, hi, k);
+      default:
+        break;  // no Keras form: torch's
+    }
+  }
   switch (k.kind) {
     case OptimizerKind::kSgd:
       if (k.velocity) return SgdRange(out, s[0], w, u, lo, hi, k);

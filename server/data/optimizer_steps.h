@@ -41,6 +41,7 @@ struct StepCoefficients {
   // Adadelta's rho is its beta1, RMSprop's alpha its beta2.
   float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
   bool amsgrad = false, centered = false;
+  bool keras = false;  // Hp::kKeras: Keras's form of the step (the Keras* kernels)
   // Adam: lr / bias1 and sqrt(bias2); Adamax: lr / bias1; NAdam: bias2 and the
   // gradient's and the average's coefficients; RAdam: the rectified (or plain) rate;
   // Adagrad: its decayed rate.
