@@ -154,14 +154,12 @@ class VariableStorage:
 
 # ---------------------------------------------------------------------- optimizer
 _KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adadelta": "adadelta", "Nadam": "nadam",
-                "Lion": "lion", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Adamax": "adamax"}
+                "Lion": "lion", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Adamax": "adamax", "Lamb": "lamb"}
 # The kinds the server runs in Keras's own form (its option "keras": epsilon where Keras adds
 # it, the rate inside RMSprop's momentum, decoupled decay, float32 scalars).
-_KERAS_FORM = {"adam", "adamw", "rmsprop", "adagrad", "adamax"}
+_KERAS_FORM = {"adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam"}
 # Keras's optimizers the server does not run: why, and the nearest one.
 _KERAS_INSTEAD = {
-    "Lamb": "Lamb scales each tensor's step by a trust ratio, which the server does not run: "
-            "keras.optimizers.AdamW(learning_rate=0.001)",
     "Ftrl": "Ftrl's proximal step is not run on the server: keras.optimizers.Adam(learning_rate=0.001)",
     "Adafactor": "Keras's Adafactor differs from torch's (which the server runs: --optimizer=adafactor with "
                  "optimizer=None): keras.optimizers.Adam(learning_rate=0.001)",
@@ -175,7 +173,7 @@ _KERAS_INSTEAD = {
 }
 _KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _KERAS_RUNS = ("keras.optimizers.SGD (momentum, nesterov), Adam and AdamW (beta_1, beta_2, epsilon, amsgrad), "
-               "Adadelta, Adagrad, Adamax, Nadam, RMSprop (rho, momentum, centered) and Lion, with weight_decay")
+               "Adadelta, Adagrad, Adamax, Nadam, RMSprop (rho, momentum, centered), Lion and Lamb, with weight_decay")
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "gradient_accumulation_steps")
 
 
@@ -203,9 +201,7 @@ def _keras_options(kind: str, optimizer) -> dict:
         return {"initial_accumulator_value": float(optimizer.initial_accumulator_value),
                 "eps": float(optimizer.epsilon), "keras": 1.0}
     out = {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2), "eps": float(optimizer.epsilon)}
-    if kind == "nadam":  # Keras's momentum schedule is 0.96^t: torch's NAdam at momentum_decay 1
-        out.update(momentum_decay=1.0, decoupled_weight_decay=1.0)
-    elif kind in ("adam", "adamw"):
+    if kind in ("adam", "adamw"):
         out["amsgrad"] = float(bool(optimizer.amsgrad))
     if kind in _KERAS_FORM:
         out["keras"] = 1.0

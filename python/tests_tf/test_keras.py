@@ -75,12 +75,11 @@ def test_optimizers_described_as_the_server_runs_them():
     # Keras decays Adam's weights decoupled: torch's AdamW.
     assert okeras.describe_optimizer(keras.optimizers.Adam(weight_decay=0.1))["kind"] == "adamw"
     nadam = okeras.describe_optimizer(keras.optimizers.Nadam(weight_decay=0.01))
-    assert (nadam["kind"], nadam["options"]["momentum_decay"], nadam["options"]["decoupled_weight_decay"]) == \
-        ("nadam", 1.0, 1.0)
+    assert (nadam["kind"], nadam["options"]["keras"]) == ("nadam", 1.0)
     assert okeras.describe_optimizer(keras.optimizers.SGD(nesterov=True, momentum=0.9))["options"]["nesterov"] == 1
     assert okeras.describe_optimizer(keras.optimizers.RMSprop(centered=True))["options"] == {
         "alpha": 0.9, "eps": 1e-7, "momentum": 0.0, "centered": 1.0, "keras": 1.0}
-    for bad, why in [(keras.optimizers.Lamb(), "cannot run"), (keras.optimizers.SGD(clipnorm=1.0), "clipnorm"),
+    for bad, why in [(keras.optimizers.Ftrl(), "cannot run"), (keras.optimizers.SGD(clipnorm=1.0), "clipnorm"),
                      (keras.optimizers.SGD(momentum=0.9, weight_decay=0.1), "SGD with weight_decay"),
                      (keras.optimizers.Adadelta(weight_decay=0.1), "Adadelta with weight_decay"),
                      (keras.optimizers.SGD(keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.9)), "schedule")]:
@@ -89,7 +88,7 @@ def test_optimizers_described_as_the_server_runs_them():
 
 
 def test_a_refusal_names_the_nearest_optimizer_that_runs_and_its_rate():
-    for bad, says in [(keras.optimizers.Lamb(), "keras.optimizers.AdamW(learning_rate=0.001)"),
+    for bad, says in [(keras.optimizers.Muon(), "keras.optimizers.AdamW(learning_rate=3e-4"),
                       (keras.optimizers.Ftrl(), "proximal step is not run"),
                       (keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()), "pass its inner_optimizer"),
                       (keras.optimizers.ScheduleFreeAdamW(), "two copies of the weights")]:
@@ -135,6 +134,6 @@ def test_tf_keras_model_is_taken_as_well():
 
 def test_fit_refuses_an_optimizer_the_server_does_not_run_and_says_what_to_do():
     model = cnn()
-    model.compile(optimizer=keras.optimizers.Lamb(), loss="mse")
+    model.compile(optimizer=keras.optimizers.Ftrl(), loss="mse")
     with pytest.raises(ValueError, match="optimizer=None"):
         okeras.fit(model, np.zeros((4, 8, 8, 1), np.float32), np.zeros((4, 3), np.float32), server="127.0.0.1:1")

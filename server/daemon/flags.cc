@@ -35,7 +35,7 @@ ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "torch.optim's: sgd | adam | adamw | adadelta | adagrad | adamax | nadam | radam | rmsprop | rprop | asgd | "
-          "adafactor; Keras's lion (a worker that brings the job's model may bring its own instead)");
+          "adafactor; Keras's lion | lamb (a worker that brings the job's model may bring its own instead)");
 ABSL_FLAG(std::string, optimizer_options, "",
           "the optimizer's other options by torch.optim's names, name=value,... (flags as 0 or 1; pairs as two: "
           "beta1, beta2; etaminus, etaplus; step_size_min, step_size_max; eps1, eps2), e.g. nesterov=1 or "

@@ -86,7 +86,7 @@ std::vector<OptimizerRule>* MakeRules() {
        "nadam",
        "NAdam",
        0,
-       {b1, b2, eps8, {Hp::kMomentumDecay, 4e-3}, {Hp::kDecoupledWeightDecay, 0}, maximize},
+       {b1, b2, eps8, {Hp::kMomentumDecay, 4e-3}, {Hp::kDecoupledWeightDecay, 0}, maximize, keras},
        false,
        Hp::kBeta1,
        true,
@@ -130,6 +130,7 @@ std::vector<OptimizerRule>* MakeRules() {
        {},
        true},
       {K::kLion, "lion", "Lion", 0, {b1, {Hp::kBeta2, 0.99}, maximize}, false, Hp::kBeta1},
+      {K::kLamb, "lamb", "Lamb", 0, {b1, b2, {Hp::kEps, 1e-6}, maximize}, true, Hp::kBeta1, true},
   };
 }
 
@@ -251,6 +252,8 @@ std::vector<std::string> StateNames(OptimizerKind kind, const std::vector<HyperV
       return {"row_var", "col_var"};
     case OptimizerKind::kLion:
       return {"exp_avg"};
+    case OptimizerKind::kLamb:
+      return {"exp_avg", "exp_avg_sq"};
   }
   return {};
 }

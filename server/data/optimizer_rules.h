@@ -32,6 +32,7 @@ enum class OptimizerKind {
   kAsgd,
   kAdafactor,
   kLion,  // Keras's (Chen et al., 2023): decoupled decay, the sign of an interpolated momentum
+  kLamb,  // Keras's (You et al., 2019): Adam's step scaled by each tensor's trust ratio
 };
 
 // Every hyperparameter but the rate and the weight decay, by torch.optim's name; a pair
@@ -64,7 +65,8 @@ enum class Hp {
   kEps2,
   // Ours, for the Keras door: the step as Keras writes it (epsilon inside Adagrad's and
   // RMSprop's square root, after Adamax's maximum and Adam's bias correction; the rate inside
-  // RMSprop's momentum; decoupled decay; the step's scalars in float32).
+  // RMSprop's momentum; Nadam's momentum schedule 0.96^t; decoupled decay; the step's scalars
+  // in float32).
   kKeras,
 };
 inline constexpr int kHpCount = static_cast<int>(Hp::kKeras) + 1;

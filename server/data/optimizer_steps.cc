@@ -157,6 +157,10 @@ void AsgdRange(float* out, float* ax, const float* w, const float* u, int64_t lo
   }
 }
 
+// Keras's decoupled decay, as it writes it for every optimizer: w - w * wd * lr, at the
+// step's rate without the square-root rule (linear in the samples).
+inline float KerasDecay(float w, const StepCoefficients& k) { return w - w * k.wd * k.linear_lr; }
+
 // Keras's forms (Hp::kKeras), each as keras/src/optimizers writes its update_step; the
 // decoupled decay (Keras's for every optimizer) first. Adam: step_size is Keras's alpha.
 void KerasAdamRange(float* out, float* m, float* v, float* vmax, const float* w, const float* u, int64_t lo, int64_t hi,
@@ -167,7 +171,7 @@ void KerasAdamRange(float* out, float* m, float* v, float* vmax, const float* w,
     v[i] += (g * g - v[i]) * k.one_minus_beta2;
     float second = v[i];
     if (k.amsgrad) second = vmax[i] = std::max(vmax[i], v[i]);
-    out[i] = w[i] * k.keep - m[i] * k.step_size / (std::sqrt(second) + k.eps);
+    out[i] = KerasDecay(w[i], k) - m[i] * k.step_size / (std::sqrt(second) + k.eps);
   }
 }
 
@@ -176,7 +180,7 @@ void KerasAdagradRange(float* out, float* sum, const float* w, const float* u, i
   for (int64_t i = lo; i < hi; ++i) {
     const float g = k.scale * u[i];
     sum[i] += g * g;
-    out[i] = w[i] * k.keep - k.lr * g / std::sqrt(sum[i] + k.eps);
+    out[i] = KerasDecay(w[i], k) - k.lr * g / std::sqrt(sum[i] + k.eps);
   }
 }
 
@@ -193,9 +197,9 @@ void KerasRMSpropRange(float* out, float* sq, float* buf, float* gavg, const flo
     const float increment = k.lr * g / std::sqrt(denominator);
     if (k.momentum > 0) {
       buf[i] = k.momentum * buf[i] + increment;
-      out[i] = w[i] * k.keep - buf[i];
+      out[i] = KerasDecay(w[i], k) - buf[i];
     } else {
-      out[i] = w[i] * k.keep - increment;
+      out[i] = KerasDecay(w[i], k) - increment;
     }
   }
 }
@@ -206,14 +210,24 @@ void KerasAdamaxRange(float* out, float* m, float* inf, const float* w, const fl
     const float g = k.scale * u[i];
     m[i] += (g - m[i]) * k.one_minus_beta1;
     inf[i] = std::max(k.beta2 * inf[i], std::abs(g));
-    out[i] = w[i] * k.keep - k.lr * m[i] / (k.c_avg * (inf[i] + k.eps));  // c_avg: 1 - beta1^t
+    out[i] = KerasDecay(w[i], k) - k.lr * m[i] / (k.c_avg * (inf[i] + k.eps));  // c_avg: 1 - beta1^t
   }
 }
 
-// Keras's scalars, in float32 as Keras works them out; the decay is decoupled.
+void KerasNAdamRange(float* out, float* m, float* v, const float* w, const float* u, int64_t lo, int64_t hi,
+                     const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    m[i] += (g - m[i]) * k.one_minus_beta1;
+    v[i] += (g * g - v[i]) * k.one_minus_beta2;
+    const float m_hat = k.u_next * m[i] / k.product_next_gap + k.one_minus_u * g / k.product_gap;
+    out[i] = KerasDecay(w[i], k) - m_hat * k.lr / (std::sqrt(v[i] / k.bias2) + k.eps);
+  }
+}
+
+// Keras's scalars, in float32 as Keras works them out (its decay: KerasDecay).
 void PrepareKeras(OptimizerKind kind, const GroupStepInput& in, StepCoefficients* k) {
   const float t = static_cast<float>(in.time);
-  k->keep = static_cast<float>(1 - in.lr * in.wd);
   if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW) {
     k->step_size = k->lr * std::sqrt(1 - std::pow(k->beta2, t)) / (1 - std::pow(k->beta1, t));
   } else if (kind == OptimizerKind::kAdamax) {
@@ -228,7 +242,7 @@ void LionRange(float* out, float* m, const float* w, const float* u, int64_t lo,
     const float g = k.scale * u[i];
     const float c = m[i] * k.beta1 + g * k.one_minus_beta1;
     const float sign = c > 0 ? 1.0f : c < 0 ? -1.0f : 0.0f;
-    out[i] = w[i] * k.keep - k.lr * sign;
+    out[i] = KerasDecay(w[i], k) - k.lr * sign;
     m[i] = m[i] * k.beta2 + g * k.one_minus_beta2;
   }
 }
@@ -250,8 +264,26 @@ void AdamFamily(const HyperValues& h, const GroupStepInput& in, double beta1, St
   k->amsgrad = At(h, Hp::kAmsgrad) != 0;
 }
 
+// Keras's Nadam: its momentum schedule 0.96^t, every scalar in float32 (its u_product too).
+void PrepareKerasNAdam(const HyperValues& h, const GroupStepInput& in, double beta1, std::vector<double>* scalars,
+                       StepCoefficients* k) {
+  const float t = static_cast<float>(in.time), b1 = static_cast<float>(beta1),
+              b2 = static_cast<float>(At(h, Hp::kBeta2));
+  const float u = b1 * (1.0f - 0.5f * std::pow(0.96f, t));
+  k->u_next = b1 * (1.0f - 0.5f * std::pow(0.96f, t + 1));
+  const float product = static_cast<float>((*scalars)[0]) * b1 * (1.0f - 0.5f * std::pow(0.96f, t));
+  (*scalars)[0] = product;
+  k->one_minus_u = 1 - u;
+  k->product_gap = 1 - product;
+  k->product_next_gap = 1 - product * k->u_next;
+  k->one_minus_beta1 = 1 - b1;
+  k->one_minus_beta2 = 1 - b2;
+  k->bias2 = 1 - std::pow(b2, t);
+}
+
 void PrepareNAdam(const HyperValues& h, const GroupStepInput& in, double lr, double beta1, std::vector<double>* scalars,
                   StepCoefficients* k) {
+  if (At(h, Hp::kKeras) != 0) return PrepareKerasNAdam(h, in, beta1, scalars, k);
   const double md = At(h, Hp::kMomentumDecay), t = in.time;
   const double mu = beta1 * (1.0 - 0.5 * std::pow(0.96, t * md));
   const double mu_next = beta1 * (1.0 - 0.5 * std::pow(0.96, (t + 1) * md));
@@ -348,6 +380,7 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
   k.wd = static_cast<float>(std::max(in.wd, 0.0));
   k.first = in.time - in.share <= 0;
   k.keep = static_cast<float>(1 - in.lr * k.wd);  // decoupled decay: linear in the samples
+  k.linear_lr = static_cast<float>(in.lr);
   const double configured = rule.momentum ? At(h, *rule.momentum) : 0;
   const double momentum = in.momentum.value_or(configured);
   const double t = in.time;
@@ -391,6 +424,12 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
     case OptimizerKind::kLion:
       SetDecays(momentum, At(h, Hp::kBeta2), &k);
       break;
+    case OptimizerKind::kLamb:  // Keras's: its bias corrections in float32
+      SetDecays(momentum, At(h, Hp::kBeta2), &k);
+      k.eps = static_cast<float>(At(h, Hp::kEps));
+      k.c_avg = 1 - std::pow(k.beta1, static_cast<float>(t));
+      k.bias2 = 1 - std::pow(k.beta2, static_cast<float>(t));
+      break;
     case OptimizerKind::kAdafactor:
       k.one_minus_beta2 = static_cast<float>(std::pow(t, At(h, Hp::kBeta2Decay)));
       k.rho = static_cast<float>(std::min(lr, 1 / std::sqrt(t)));
@@ -417,6 +456,8 @@ void StepElements(const StepCoefficients& k, const float* w, const float* u, flo
         return KerasRMSpropRange(out, s[0], s[1], s[2], w, u, lo, hi, k);
       case OptimizerKind::kAdamax:
         return KerasAdamaxRange(out, s[0], s[1], w, u, lo, hi, k);
+      case OptimizerKind::kNAdam:
+        return KerasNAdamRange(out, s[0], s[1], w, u, lo, hi, k);
       default:
         break;  // no Keras form: torch's
     }
@@ -447,8 +488,31 @@ void StepElements(const StepCoefficients& k, const float* w, const float* u, flo
     case OptimizerKind::kLion:
       return LionRange(out, s[0], w, u, lo, hi, k);
     case OptimizerKind::kAdafactor:
+    case OptimizerKind::kLamb:
       return;  // whole tensors: StepWholeTensor
   }
+}
+
+// Lamb (Keras's): Adam's bias-corrected step, scaled by the tensor's trust ratio |w| / |step|.
+void LambTensor(const StepCoefficients& k, int64_t n, const float* w, const float* u, float* out,
+                const StatePointers& s) {
+  float* m = s[0];
+  float* v = s[1];
+  std::vector<float> update(n);
+  double w_norm = 0, update_norm = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = k.scale * u[i];
+    out[i] = KerasDecay(w[i], k);
+    m[i] += (g - m[i]) * k.one_minus_beta1;
+    v[i] += (g * g - v[i]) * k.one_minus_beta2;
+    update[i] = (m[i] / k.c_avg) / (std::sqrt(v[i] / k.bias2) + k.eps);
+    w_norm += static_cast<double>(out[i]) * out[i];
+    update_norm += static_cast<double>(update[i]) * update[i];
+  }
+  const float ratio = w_norm > 0 && update_norm > 0
+                          ? static_cast<float>(std::sqrt(w_norm)) / static_cast<float>(std::sqrt(update_norm))
+                          : 1.0f;
+  for (int64_t i = 0; i < n; ++i) out[i] -= ratio * k.lr * update[i];
 }
 
 void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
@@ -456,6 +520,7 @@ void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shap
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   if (n == 0) return;
+  if (k.kind == OptimizerKind::kLamb) return LambTensor(k, n, w, u, out, s);
   double norm = 0;
   for (int64_t i = 0; i < n; ++i) norm += static_cast<double>(w[i]) * w[i];
   const float alpha = std::max(k.eps2, static_cast<float>(std::sqrt(norm) / std::sqrt(static_cast<double>(n)))) * k.rho;

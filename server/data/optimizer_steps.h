@@ -42,6 +42,8 @@ struct StepCoefficients {
   float beta1 = 0, beta2 = 0, one_minus_beta1 = 1, one_minus_beta2 = 1, eps = 0;
   bool amsgrad = false, centered = false;
   bool keras = false;  // Hp::kKeras: Keras's form of the step (the Keras* kernels)
+  // Keras's Nadam: u_{t+1}, 1 - u_t, 1 - prod(u)_{t+1} and 1 - prod(u)_t.
+  float u_next = 0, one_minus_u = 0, product_next_gap = 1, product_gap = 1;
   // Adam: lr / bias1 and sqrt(bias2); Adamax: lr / bias1; NAdam: bias2 and the
   // gradient's and the average's coefficients; RAdam: the rectified (or plain) rate;
   // Adagrad: its decayed rate.
@@ -52,6 +54,7 @@ struct StepCoefficients {
   // The weights' factor before the step: 1 - lr * wd for decoupled decay (at the rate
   // without the square-root rule: linear in the samples), ASGD's 1 - lambd * eta.
   float keep = 1;
+  float linear_lr = 0;  // the rate without the square-root rule (Keras's decay reads it)
   // ASGD: the step's eta and the average's weight (1: the average is the weights).
   float eta = 0, average = 1;
   // Adafactor: rho_t, eps1, eps2, d (its 1 - beta2_t is one_minus_beta2).
@@ -77,7 +80,7 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
 void StepElements(const StepCoefficients& k, const float* w, const float* u, float* out, const StatePointers& s,
                   int64_t lo, int64_t hi);
 
-// A rule with whole_tensors: the tensor of `shape`, all of it.
+// A rule with whole_tensors (Adafactor, Lamb): the tensor of `shape`, all of it.
 void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
                      float* out, const StatePointers& s);
 
