@@ -117,7 +117,7 @@ timeout 600 "$PY" -m omnilearn.run --nproc 2 --server_args="--global_batch=64 --
   "$(dirname "$0")/mnist_port_job.py" > "$WORK/mnist.log" 2>&1 ||
   { tail -n 20 "$WORK/mnist.log" >&2; fail "mnist port: the job failed"; }
 grep "^mnist_port:" "$WORK/mnist.log"
-grep -q "the job runs worker0's optimizer: Adadelta(lr=1, rho=0.9" "$WORK/mnist.log" ||
+grep -q "the job runs worker[0-9]'s optimizer: Adadelta(lr=1, rho=0.9" "$WORK/mnist.log" ||
   fail "mnist port: the server did not say it runs the program's Adadelta"
 grep -q "scheduler set the learning rate to 0.7" "$WORK/mnist.log" ||
   fail "mnist port: StepLR's rate did not reach the server"
