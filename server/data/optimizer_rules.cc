@@ -167,7 +167,9 @@ absl::StatusOr<HyperValues> ResolveHyper(OptimizerKind kind, const HyperMap& job
   HyperValues h{};
   for (const auto& [hp, value] : rule.hyper) h[static_cast<int>(hp)] = value;
   for (const HyperMap* given : {&job, &group}) {
-    for (const auto& [name, value] : *given) {
+    for (const auto& given_entry : *given) {  // not a structured binding: a lambda below reads it (C++17)
+      const std::string& name = given_entry.first;
+      const double value = given_entry.second;
       auto it = std::find_if(rule.hyper.begin(), rule.hyper.end(),
                              [&](const std::pair<Hp, double>& p) { return name == HpName(p.first); });
       if (it == rule.hyper.end()) {
@@ -206,7 +208,8 @@ std::string DescribeHyper(OptimizerKind kind, const HyperValues& h) {
     return InfoOf(hp).flag ? std::string(v != 0 ? "True" : "False") : absl::StrCat(v);
   };
   std::vector<std::string> parts;
-  for (const auto& [hp, unused] : RuleOf(kind).hyper) {
+  for (const auto& entry : RuleOf(kind).hyper) {  // not a structured binding: a lambda below reads it (C++17)
+    const Hp hp = entry.first;
     if (hp == Hp::kKeras && h[static_cast<int>(hp)] == 0) continue;  // ours, not torch's: named when on
     if (auto pair = pairs->find(hp); pair != pairs->end()) {
       parts.push_back(absl::StrCat(pair->second.second, "=(", value(hp), ", ", value(pair->second.first), ")"));
