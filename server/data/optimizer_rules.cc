@@ -1,5 +1,6 @@
 #include "server/data/optimizer_rules.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -58,29 +59,17 @@ const HpInfo& InfoOf(Hp hp) { return HpTable()[static_cast<int>(hp)]; }
 
 constexpr double kFloat32Eps = 1.1920928955078125e-07;  // torch.finfo(torch.float32).eps
 
-std::vector<OptimizerRule>* MakeRules() {
+// The hyperparameters several rules read, with torch's defaults.
+const std::pair<Hp, double> kBeta1Default{Hp::kBeta1, 0.9}, kBeta2Default{Hp::kBeta2, 0.999}, kEps8{Hp::kEps, 1e-8},
+    kMaximize{Hp::kMaximize, 0}, kKerasForm{Hp::kKeras, 0};
+
+// The rules of a running average and its betas: the Adam family, Keras's Lion and Lamb.
+std::vector<OptimizerRule> BetaRules() {
   using K = OptimizerKind;
-  const std::pair<Hp, double> b1{Hp::kBeta1, 0.9}, b2{Hp::kBeta2, 0.999}, eps8{Hp::kEps, 1e-8},
-      maximize{Hp::kMaximize, 0}, keras{Hp::kKeras, 0};
-  return new std::vector<OptimizerRule>{
-      {K::kSgd,
-       "sgd",
-       "SGD",
-       0,
-       {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize},
-       false,
-       Hp::kMomentum},
+  const auto b1 = kBeta1Default, b2 = kBeta2Default, eps8 = kEps8, maximize = kMaximize, keras = kKerasForm;
+  return {
       {K::kAdam, "adam", "Adam", 0, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize, keras}, false, Hp::kBeta1, true},
       {K::kAdamW, "adamw", "AdamW", 1e-2, {b1, b2, eps8, {Hp::kAmsgrad, 0}, maximize, keras}, false, Hp::kBeta1, true},
-      {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize}, false, {}, true},
-      {K::kAdagrad,
-       "adagrad",
-       "Adagrad",
-       0,
-       {{Hp::kLrDecay, 0}, {Hp::kInitialAccumulatorValue, 0}, {Hp::kEps, 1e-10}, maximize, keras},
-       false,
-       {},
-       true},
       {K::kAdamax, "adamax", "Adamax", 0, {b1, b2, eps8, maximize, keras}, false, Hp::kBeta1, true},
       {K::kNAdam,
        "nadam",
@@ -98,6 +87,32 @@ std::vector<OptimizerRule>* MakeRules() {
        {b1, b2, eps8, {Hp::kDecoupledWeightDecay, 0}, maximize},
        false,
        Hp::kBeta1,
+       true},
+      {K::kLion, "lion", "Lion", 0, {b1, {Hp::kBeta2, 0.99}, maximize}, false, Hp::kBeta1},
+      {K::kLamb, "lamb", "Lamb", 0, {b1, b2, {Hp::kEps, 1e-6}, maximize}, true, Hp::kBeta1, true},
+  };
+}
+
+// The others: SGD, the accumulators (Adadelta, Adagrad, RMSprop), Rprop, ASGD, Adafactor.
+std::vector<OptimizerRule> OtherRules() {
+  using K = OptimizerKind;
+  const auto eps8 = kEps8, maximize = kMaximize, keras = kKerasForm;
+  return {
+      {K::kSgd,
+       "sgd",
+       "SGD",
+       0,
+       {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize},
+       false,
+       Hp::kMomentum},
+      {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize}, false, {}, true},
+      {K::kAdagrad,
+       "adagrad",
+       "Adagrad",
+       0,
+       {{Hp::kLrDecay, 0}, {Hp::kInitialAccumulatorValue, 0}, {Hp::kEps, 1e-10}, maximize, keras},
+       false,
+       {},
        true},
       {K::kRMSprop,
        "rmsprop",
@@ -129,9 +144,16 @@ std::vector<OptimizerRule>* MakeRules() {
        true,
        {},
        true},
-      {K::kLion, "lion", "Lion", 0, {b1, {Hp::kBeta2, 0.99}, maximize}, false, Hp::kBeta1},
-      {K::kLamb, "lamb", "Lamb", 0, {b1, b2, {Hp::kEps, 1e-6}, maximize}, true, Hp::kBeta1, true},
   };
+}
+
+// Every rule, in OptimizerKind's order (RuleOf indexes by kind).
+std::vector<OptimizerRule>* MakeRules() {
+  auto* rules = new std::vector<OptimizerRule>(BetaRules());
+  for (OptimizerRule& rule : OtherRules()) rules->push_back(std::move(rule));
+  std::sort(rules->begin(), rules->end(),
+            [](const OptimizerRule& a, const OptimizerRule& b) { return a.kind < b.kind; });
+  return rules;
 }
 
 }  // namespace
