@@ -13,7 +13,7 @@
 #    stream (plain SGD at lr 20, clipping 0.25), a fresh hidden state each step.
 # 4. tests/optimizer_mirror_job.py: the user's torch.optim.AdamW (two param groups) and its
 #    ReduceLROnPlateau, run by a server started with other flags, against torch.optim in one
-#    process on the same batches.
+#    process on the same batches; on a torch with Muon, torch's Muon recipe ([Muon, AdamW]) too.
 # 5. tests/mnist_port_job.py: pytorch/examples' mnist/main.py ported as docs/python.md shows, its
 #    own Adadelta and StepLR run by the server, two workers, against the program in one process.
 # The workers run on OMNILEARN_PYTHON (Debian's /usr/bin/python3 and its torch 1.13 unless
@@ -112,6 +112,15 @@ grep -q "the job runs worker0's optimizer: AdamW(lr=0.01, betas=(0.9, 0.99)" "$W
   fail "optimizer mirror: the server did not say it runs the worker's AdamW"
 grep -q "worker0's scheduler set the learning rate to 0.005, 0.002" "$WORK/mirror.log" ||
   fail "optimizer mirror: the scheduler's first rates did not reach the server"
+# torch's Muon recipe, [Muon, AdamW], run as one (torch 2.9 and later have Muon)
+if "$PY" -c 'import sys, torch; sys.exit(not hasattr(torch.optim, "Muon"))'; then
+  timeout 300 "$PY" -m omnilearn.run --nproc 1 --server_args="--global_batch=32 --optimizer=sgd --lr=0.1" \
+    "$(dirname "$0")/optimizer_mirror_job.py" muon > "$WORK/muon.log" 2>&1 ||
+    { tail -n 20 "$WORK/muon.log" >&2; fail "muon mirror: the job failed"; }
+  grep "^mirror:" "$WORK/muon.log"
+  grep -q "the job runs worker0's optimizer: Muon(lr=0.02" "$WORK/muon.log" ||
+    fail "muon mirror: the server did not say it runs the worker's Muon"
+fi
 # ---- 5. pytorch/examples' mnist program with its own Adadelta and StepLR (the flags say SGD)
 timeout 600 "$PY" -m omnilearn.run --nproc 2 --server_args="--global_batch=64 --optimizer=sgd --quiet" \
   "$(dirname "$0")/mnist_port_job.py" > "$WORK/mnist.log" 2>&1 ||

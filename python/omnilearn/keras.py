@@ -19,9 +19,10 @@ gradients), then the floating-point non-trainable variables (BatchNormalization'
 mean and variance: a push carries their values, as the PyTorch worker carries buffers),
 each named by its Keras path ("conv2d/kernel") and shaped as Keras holds it. Integer state
 (a Dropout's seed) stays with each worker. The server runs the optimizer: a compiled
-model's keras.optimizers.SGD, Adam or AdamW (or Worker(optimizer=...)) is described to it
-at join, as the PyTorch worker's torch.optim object is (omnilearn.optim); never call its
-apply_gradients. This module imports TensorFlow and Keras, and no PyTorch.
+model's Keras optimizer (or Worker(optimizer=...)) is described to it at join, as the
+PyTorch worker's torch.optim object is (omnilearn.optim): SGD, Adam, AdamW, Adadelta,
+Adagrad, Adamax, Nadam, RMSprop, Lion, Lamb, Ftrl, Adafactor and Muon, each stepped as Keras
+steps it. Never call its apply_gradients. This module imports TensorFlow and Keras, and no PyTorch.
 """
 
 import math
@@ -154,17 +155,13 @@ class VariableStorage:
 
 # ---------------------------------------------------------------------- optimizer
 _KERAS_KINDS = {"SGD": "sgd", "Adam": "adam", "AdamW": "adamw", "Adadelta": "adadelta", "Nadam": "nadam",
-                "Lion": "lion", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Adamax": "adamax", "Lamb": "lamb"}
+                "Lion": "lion", "RMSprop": "rmsprop", "Adagrad": "adagrad", "Adamax": "adamax", "Lamb": "lamb",
+                "Ftrl": "ftrl", "Adafactor": "adafactor", "Muon": "muon"}
 # The kinds the server runs in Keras's own form (its option "keras": epsilon where Keras adds
-# it, the rate inside RMSprop's momentum, decoupled decay, float32 scalars).
-_KERAS_FORM = {"adam", "adamw", "rmsprop", "adagrad", "adamax", "nadam"}
+# it, the rate inside SGD's and RMSprop's momentum, decoupled decay, float32 scalars).
+_KERAS_FORM = {"sgd", "adam", "adamw", "adadelta", "rmsprop", "adagrad", "adamax", "nadam", "adafactor", "muon"}
 # Keras's optimizers the server does not run: why, and the nearest one.
 _KERAS_INSTEAD = {
-    "Ftrl": "Ftrl's proximal step is not run on the server: keras.optimizers.Adam(learning_rate=0.001)",
-    "Adafactor": "Keras's Adafactor differs from torch's (which the server runs: --optimizer=adafactor with "
-                 "optimizer=None): keras.optimizers.Adam(learning_rate=0.001)",
-    "Muon": "Muon orthogonalizes each matrix's update, which the server does not run yet: "
-            "keras.optimizers.AdamW(learning_rate=3e-4, weight_decay=0.1)",
     "ScheduleFreeAdamW": "schedule-free AdamW evaluates the gradient at an interpolation of two copies of the "
                          "weights that the server would have to send each step: keras.optimizers.AdamW(...)",
     "LossScaleOptimizer": "the worker's gradients reach the server unscaled and in float32, so loss scaling has "
@@ -173,7 +170,8 @@ _KERAS_INSTEAD = {
 }
 _KERAS_NEAREST = "keras.optimizers.Adam(learning_rate=0.001), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _KERAS_RUNS = ("keras.optimizers.SGD (momentum, nesterov), Adam and AdamW (beta_1, beta_2, epsilon, amsgrad), "
-               "Adadelta, Adagrad, Adamax, Nadam, RMSprop (rho, momentum, centered), Lion and Lamb, with weight_decay")
+               "Adadelta, Adagrad, Adamax, Nadam, RMSprop (rho, momentum, centered), Lion, Lamb, Ftrl, Adafactor and "
+               "Muon, with weight_decay")
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "gradient_accumulation_steps")
 
 
@@ -189,9 +187,27 @@ def _rate(optimizer) -> float:
 def _keras_options(kind: str, optimizer) -> dict:
     """The optimizer's options by the server's names (optimizer_rules.h)."""
     if kind == "sgd":
-        return {"momentum": float(optimizer.momentum or 0.0), "nesterov": float(bool(optimizer.nesterov))}
+        return {"momentum": float(optimizer.momentum or 0.0), "nesterov": float(bool(optimizer.nesterov)),
+                "keras": 1.0}
     if kind == "adadelta":
-        return {"rho": float(optimizer.rho), "eps": float(optimizer.epsilon)}
+        return {"rho": float(optimizer.rho), "eps": float(optimizer.epsilon), "keras": 1.0}
+    if kind == "ftrl":
+        return {"learning_rate_power": float(optimizer.learning_rate_power),
+                "initial_accumulator_value": float(optimizer.initial_accumulator_value),
+                "l1_regularization_strength": float(optimizer.l1_regularization_strength),
+                "l2_regularization_strength": float(optimizer.l2_regularization_strength),
+                "l2_shrinkage_regularization_strength": float(optimizer.l2_shrinkage_regularization_strength),
+                "beta": float(optimizer.beta)}
+    if kind == "adafactor":
+        return {"beta2_decay": float(optimizer.beta_2_decay), "eps1": float(optimizer.epsilon_1),
+                "eps2": float(optimizer.epsilon_2), "d": float(optimizer.clip_threshold), "keras": 1.0}
+    if kind == "muon":
+        return {"momentum": float(optimizer.momentum), "nesterov": float(bool(optimizer.nesterov)),
+                "ns_a": float(optimizer.muon_a), "ns_b": float(optimizer.muon_b), "ns_c": float(optimizer.muon_c),
+                "ns_steps": float(optimizer.ns_steps), "eps": float(optimizer.epsilon),
+                # Keras's lr_adjust: match_rms_adamw with its rms_rate, or none
+                "adjust_lr_fn": 3.0 if optimizer.rms_rate is None else 1.0,
+                "rms_rate": float(optimizer.rms_rate or 0.0), "keras": 1.0}
     if kind == "lion":
         return {"beta1": float(optimizer.beta_1), "beta2": float(optimizer.beta_2)}
     if kind == "rmsprop":
@@ -208,8 +224,26 @@ def _keras_options(kind: str, optimizer) -> dict:
     return out
 
 
-def describe_optimizer(optimizer) -> dict:
-    """A Keras optimizer as the join describes it to the server (omnilearn.optim's form).
+def _muon_groups(optimizer, variables) -> list:
+    """Keras's Muon as the server's param groups, by the server's tensor names: the matrices
+    Muon steps, then those Keras's AdamW steps (vectors, embeddings, exclude_layers) at
+    adam_lr_ratio of the rate, each decayed by its own weight decay at the optimizer's rate."""
+    muon, adamw = [], []
+    for name, v in variables:
+        (adamw if optimizer._should_use_adamw(v) else muon).append(name)
+    ratio = float(optimizer.adam_lr_ratio)
+    lr = _rate(optimizer)
+    adam_decay = float(optimizer.adam_weight_decay or 0.0)
+    return [g for g in (
+        {"tensors": muon, "lr": lr, "weight_decay": float(optimizer.weight_decay or 0.0), "options": {}},
+        {"tensors": adamw, "lr": lr * ratio, "weight_decay": adam_decay / ratio if ratio else 0.0,
+         "options": {"adamw": 1.0, "beta1": float(optimizer.adam_beta_1), "beta2": float(optimizer.adam_beta_2)}},
+    ) if g["tensors"]]
+
+
+def describe_optimizer(optimizer, variables=None) -> dict:
+    """A Keras optimizer as the join describes it to the server (omnilearn.optim's form);
+    `variables`, (server name, variable) pairs, place Muon's tensors in its groups.
     ValueError naming the class or the option the server does not run."""
     name = type(optimizer).__name__
     kind = _KERAS_KINDS.get(name)
@@ -227,12 +261,17 @@ def describe_optimizer(optimizer) -> dict:
     options = _keras_options(kind, optimizer)
     if kind == "adam" and weight_decay:
         kind = "adamw"  # Keras decays every optimizer's weights decoupled, as torch's AdamW does
-    if weight_decay and (kind == "adadelta" or (kind == "sgd" and options["momentum"])):
-        raise ValueError(f"{name} with weight_decay: Keras decays the weights apart from the step, the server's "
-                         f"{name} (torch's) adds the decay to the gradient; use AdamW or Lion for decoupled decay")
-    return {"kind": kind, "lr": _rate(optimizer), "weight_decay": weight_decay,
-            "momentum": options.get("momentum", 0.0), "beta1": options.get("beta1", 0.9),
-            "beta2": options.get("beta2", 0.999), "eps": options.get("eps", 1e-8), "options": options, "groups": []}
+    groups = _muon_groups(optimizer, variables or []) if kind == "muon" else []
+    if kind == "muon" and variables is None:
+        raise ValueError("Muon: describe_optimizer needs the model's variables, which place each in its group")
+    described = {"kind": kind, "lr": _rate(optimizer), "weight_decay": weight_decay,
+                 "momentum": options.get("momentum", 0.0), "beta1": options.get("beta1", 0.9),
+                 "beta2": options.get("beta2", 0.999), "eps": options.get("eps", 1e-8), "options": options,
+                 "groups": groups if len(groups) > 1 else []}
+    if len(groups) == 1:  # one kind of tensor: the group is the job's
+        described.update(lr=groups[0]["lr"], weight_decay=groups[0]["weight_decay"])
+        options.update(groups[0]["options"])
+    return described
 
 
 def _device_kind(entries) -> str:
@@ -249,7 +288,7 @@ class Worker(WorkerSession):
     data's gathering included); call start_compute() to start it later. The gradient leaves
     whole at push() and the new model is assigned to the variables before push() returns:
     TensorFlow computes a tape's gradients in one call and keeps its variables' memory its
-    own. `optimizer`: a Keras SGD, Adam or AdamW for the server to run (fit() passes the
+    own. `optimizer`: a Keras optimizer for the server to run (fit() passes the
     compiled model's); a change of its learning_rate reaches the server with the next push.
     """
 
@@ -257,8 +296,12 @@ class Worker(WorkerSession):
         self.model = model
         entries = model_tensors(model)
         self.optimizer = optimizer
-        spec = describe_optimizer(optimizer) if optimizer is not None else None
-        self._sent_rate = (spec["lr"], 0) if spec else None
+        spec = describe_optimizer(optimizer, [(n, v) for n, v, buffer in entries if not buffer]) \
+            if optimizer is not None else None
+        if spec:  # each param group's rate as a multiple of the optimizer's (Muon's AdamW: adam_lr_ratio)
+            base = _rate(optimizer)
+            self._rate_factors = [lr / base if base else 1.0 for lr in [g["lr"] for g in spec["groups"]] or [spec["lr"]]]
+        self._sent_rate = (self._rates(), 0) if spec else None
         storage = VariableStorage(entries)
         super().__init__(server, storage, storage.tensors(), device=_device_kind(entries), optimizer_spec=spec,
                          **options)
@@ -276,11 +319,16 @@ class Worker(WorkerSession):
         the session was established again since); else [] (unchanged)."""
         if self.optimizer is None:
             return []
-        now = (_rate(self.optimizer), self.rejoins)
+        now = (self._rates(), self.rejoins)
         if now == self._sent_rate:
             return []
         self._sent_rate = now
-        return [now[0]]
+        return now[0]
+
+    def _rates(self) -> list:
+        """Each param group's rate now: the optimizer's, times the group's factor."""
+        rate = _rate(self.optimizer)
+        return [rate * f for f in self._rate_factors]
 
 
 # ---------------------------------------------------------------------- fit

@@ -7,12 +7,14 @@ schedulers (StepLR, CosineAnnealingLR, ReduceLROnPlateau, ...) keep working: the
 the param groups' `lr`, and each push that follows a change carries the new rates.
 
 The server runs torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam,
-RMSprop, Rprop, ASGD and Adafactor with every option of their step (nesterov, dampening,
-amsgrad, centered, maximize, decoupled weight decay, ...), each param group with its own
-values of any of them. What it cannot run is refused here, before the join, saying why and
-naming the nearest one it runs: another class (a user's own optimizer would have to step
-on the workers, which then exchange weights instead of gradients: not what a parameter
-server does), LBFGS (a closure), SparseAdam (sparse gradients), Muon.
+RMSprop, Rprop, ASGD, Adafactor and Muon with every option of their step (nesterov,
+dampening, amsgrad, centered, maximize, decoupled weight decay, ns_coefficients, ...), each
+param group with its own values of any of them. Muon takes matrices only, so torch's recipe
+pairs it with an AdamW for the rest: pass both, `optimizer=[muon, adamw]`, and the server
+runs them as one. What it cannot run is refused here, before the join, saying why and naming
+the nearest one it runs: another class (a user's own optimizer would have to step on the
+workers, which then exchange weights instead of gradients: not what a parameter server
+does), LBFGS (a closure), SparseAdam (sparse gradients).
 """
 
 import torch
@@ -33,21 +35,22 @@ _OPTIONS = {
     "rprop": ("etas", "step_sizes", "maximize"),
     "asgd": ("lambd", "alpha", "t0", "maximize"),
     "adafactor": ("beta2_decay", "eps", "d", "maximize"),
+    "muon": ("momentum", "nesterov", "ns_coefficients", "eps", "ns_steps", "adjust_lr_fn"),
 }
+# Muon's adjust_lr_fn by the server's number (Hp::kAdjustLrFn); None is "original".
+_ADJUST_LR_FN = {None: 0.0, "original": 0.0, "match_rms_adamw": 1.0, "spectral_unclamped": 2.0}
 _KINDS = {getattr(torch.optim, cls): kind for cls, kind in (
     ("SGD", "sgd"), ("Adam", "adam"), ("AdamW", "adamw"), ("Adadelta", "adadelta"), ("Adagrad", "adagrad"),
     ("Adamax", "adamax"), ("NAdam", "nadam"), ("RAdam", "radam"), ("RMSprop", "rmsprop"), ("Rprop", "rprop"),
-    ("ASGD", "asgd"), ("Adafactor", "adafactor")) if hasattr(torch.optim, cls)}
-RUNS = ("torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam, RMSprop, Rprop, ASGD and Adafactor, "
-        "with their options and param groups")
+    ("ASGD", "asgd"), ("Adafactor", "adafactor"), ("Muon", "muon")) if hasattr(torch.optim, cls)}
+RUNS = ("torch.optim's SGD, Adam, AdamW, Adadelta, Adagrad, Adamax, NAdam, RAdam, RMSprop, Rprop, ASGD, Adafactor and "
+        "Muon (with an AdamW for what Muon does not take: optimizer=[muon, adamw]), with their options and param groups")
 # For an optimizer the server does not run: why, and the nearest one it runs with its usual rate.
 _NEAREST_ADAM = "torch.optim.Adam(params, lr=1e-3), the adaptive optimizer it runs (AdamW for decoupled decay)"
 _INSTEAD = {
     "LBFGS": "LBFGS needs a closure that evaluates the loss several times a step, which a server's step cannot "
              "call: " + _NEAREST_ADAM,
     "SparseAdam": "SparseAdam takes sparse gradients and the job exchanges dense ones: " + _NEAREST_ADAM,
-    "Muon": "Muon orthogonalizes each matrix's update, which the server does not run yet: torch.optim.AdamW(params, "
-            "lr=3e-4, weight_decay=0.1), the optimizer Muon is tuned against",
 }
 
 
@@ -84,6 +87,10 @@ def _options(kind: str, group: dict, i: int) -> dict:
         if kind == "adafactor" and name == "eps":  # (eps1, eps2); eps1 None: the dtype's eps
             out["eps1"] = torch.finfo(torch.float32).eps if value[0] is None else _number(value[0])
             out["eps2"] = _number(value[1])
+        elif name == "ns_coefficients":
+            out["ns_a"], out["ns_b"], out["ns_c"] = (_number(v) for v in value)
+        elif name == "adjust_lr_fn":
+            out[name] = _ADJUST_LR_FN[value]
         elif name in _PAIR:
             out[_PAIR[name][0]], out[_PAIR[name][1]] = _number(value[0]), _number(value[1])
         else:
@@ -111,18 +118,53 @@ def _tensors(optimizer, model) -> list:
     return out
 
 
-def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
-    """The optimizer as JoinHeader.optimizer carries it (omnilearn._core takes the dict).
+class _MuonWithAdamW:
+    """torch's Muon recipe as one optimizer for the server: Muon's param groups, then the
+    AdamW's, each marked adamw (the server's Muon steps those as AdamW)."""
+
+    def __init__(self, optimizers):
+        names = sorted(type(o).__name__ for o in optimizers)
+        muon = [o for o in optimizers if type(o).__name__ == "Muon"]
+        rest = [o for o in optimizers if type(o).__name__ != "Muon"]
+        if len(optimizers) != 2 or len(muon) != 1 or _kind(rest[0]) != "adamw":
+            raise ValueError(f"optimizer={names}: a list runs as one optimizer only as torch.optim.Muon with an "
+                             "AdamW for the parameters Muon does not take (its docs' recipe); else pass one optimizer")
+        self.muon, self.adamw = muon[0], rest[0]
+        self.param_groups = self.muon.param_groups + self.adamw.param_groups
+
+    def options(self) -> list:
+        out = [_options("muon", g, i) for i, g in enumerate(self.muon.param_groups)]
+        for i, g in enumerate(self.adamw.param_groups, start=len(out)):
+            opts = _options("adamw", g, i)
+            if opts.pop("amsgrad", 0.0):
+                raise ValueError(f"AdamW(amsgrad=True) beside Muon (param group {i}): the server's Muon steps its "
+                                 "AdamW groups without amsgrad")
+            out.append({**opts, "adamw": 1.0})
+        return out
+
+
+def _joined(optimizer):
+    """One optimizer, or torch's Muon recipe (a list: Muon and AdamW) as one."""
+    return _MuonWithAdamW(list(optimizer)) if isinstance(optimizer, (list, tuple)) else optimizer
+
+
+def describe(optimizer, model: torch.nn.Module) -> dict:
+    """The optimizer as JoinHeader.optimizer carries it (omnilearn._core takes the dict):
+    a torch.optim object, or [Muon, AdamW].
 
     ValueError naming the class or the option when the server cannot run it, and a
     parameter in no group or not the model's."""
-    kind = _kind(optimizer)
+    optimizer = _joined(optimizer)
+    if isinstance(optimizer, _MuonWithAdamW):
+        kind, options = "muon", optimizer.options()
+    else:
+        kind = _kind(optimizer)
+        options = [_options(kind, g, i) for i, g in enumerate(optimizer.param_groups)]
     groups = optimizer.param_groups
-    options = [_options(kind, g, i) for i, g in enumerate(groups)]
     tensors = _tensors(optimizer, model)
     out_groups = []
     for g, opts, names in zip(groups, options, tensors):
-        own = {k: v for k, v in opts.items() if v != options[0][k]}  # where the group differs from group 0
+        own = {k: v for k, v in opts.items() if v != options[0].get(k)}  # where the group differs from group 0
         out_groups.append({"tensors": names, "lr": _number(g["lr"]), "weight_decay": float(g.get("weight_decay", 0)),
                            "options": own})
     first = groups[0]
@@ -134,6 +176,7 @@ def describe(optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> dict:
             "options": job, "groups": out_groups if len(groups) > 1 else []}
 
 
-def rates(optimizer: torch.optim.Optimizer) -> list:
-    """Each param group's current lr (a scheduler changes them)."""
-    return [_number(g["lr"]) for g in optimizer.param_groups]
+def rates(optimizer) -> list:
+    """Each param group's current lr (a scheduler changes them); of [Muon, AdamW], Muon's
+    groups then AdamW's."""
+    return [_number(g["lr"]) for g in _joined(optimizer).param_groups]

@@ -53,8 +53,9 @@ class Worker(WorkerSession):
     each module's forward waits for its own tensors only. Read parameters outside a forward
     (a state_dict of your own) after wait_model().
 
-    `optimizer`: a torch.optim object built over the model's parameters (SGD, Adam or
-    AdamW, with param groups): the job runs it when this worker brings the job's model, and
+    `optimizer`: a torch.optim object built over the model's parameters (any that
+    omnilearn.optim runs, with param groups; or [Muon, AdamW], torch's Muon recipe): the job
+    runs it when this worker brings the job's model, and
     its schedulers' rates reach the server with the next push (omnilearn.optim). Do not
     call its step(): the server steps. Left out, the job runs the server's --optimizer flags.
     """
@@ -219,9 +220,11 @@ class Worker(WorkerSession):
         """The server steps the optimizer's parameters: a scheduler that checks that
         optimizer.step() ran before scheduler.step() (torch.optim.lr_scheduler warns
         otherwise, on every step) is told it did, in the attributes it reads."""
-        if self.optimizer is not None:
-            self.optimizer._opt_called = True  # torch 2.x
-            self.optimizer._step_count = getattr(self.optimizer, "_step_count", 0) + 1  # torch 1.x
+        if self.optimizer is None:
+            return
+        for opt in self.optimizer if isinstance(self.optimizer, (list, tuple)) else [self.optimizer]:
+            opt._opt_called = True  # torch 2.x
+            opt._step_count = getattr(opt, "_step_count", 0) + 1  # torch 1.x
 
     def _check_parameters_unchanged(self):
         """The server owns the optimizer: a step of one's own (opt.step() after backward)

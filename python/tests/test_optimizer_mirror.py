@@ -106,27 +106,30 @@ def _flat(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
 
 
-def _mirror(cls, kwargs, own):
-    """(torch's weights after each step, the server's spec, the initial weights, the gradients)."""
+def _mirror(cls, kwargs, own, model=None, make=None):
+    """(torch's weights after each step, the server's spec, the initial weights, the
+    gradients): getattr(torch.optim, cls) over _groups, or make(model)'s optimizer (a list too)."""
     torch.manual_seed(0)
-    model = _Model()
-    opt = getattr(torch.optim, cls)(_groups(model, own), **kwargs)
+    model = model or _Model()
+    opt = make(model) if make else getattr(torch.optim, cls)(_groups(model, own), **kwargs)
+    opts = opt if isinstance(opt, list) else [opt]
     names = [n for n, _ in model.named_parameters()]
     spec = {"optimizer": _server_spec(optim.describe(opt, model), names),
-            "tensors": [{"name": n, "shape": list(_SHAPES[n])} for n in names],
+            "tensors": [{"name": n, "shape": list(p.shape)} for n, p in model.named_parameters()],
             "steps": _STEPS, "rates": [None] * _STEPS, "restart_after": _RESTART}
     initial = _flat(model)
     gen = torch.Generator().manual_seed(1)
     gradients, theirs = [], []
     for step in range(_STEPS):
         if step == _RATE_CHANGE:  # as a scheduler does between steps
-            for g in opt.param_groups:
+            for g in (g for o in opts for g in o.param_groups):
                 g["lr"] = g["lr"] * 0.5
             spec["rates"][step] = optim.rates(opt)
         grads = [torch.randn(p.shape, generator=gen) for p in model.parameters()]
         for p, g in zip(model.parameters(), grads):
             p.grad = g.clone()
-        opt.step()
+        for o in opts:
+            o.step()
         gradients.append(torch.cat([g.reshape(-1) for g in grads]).numpy())
         theirs.append(_flat(model))
     return np.stack(theirs), spec, initial, gradients
@@ -144,29 +147,87 @@ def work():
     shutil.rmtree(path)
 
 
+def _check_mirrored(mirrored, work, tolerance=_TOLERANCE, sensitive=True):
+    """The server's steps within `tolerance` of torch's; and, with group 0's rate 1% off,
+    not (`sensitive`): the check sees a rule's change. Returns the largest difference."""
+    if not os.path.exists(_REPLAY):
+        pytest.fail(f"no {_REPLAY}: bazel build //server/checkpoint:optimizer_replay")
+    theirs, spec, initial, gradients = mirrored
+    worst = _worst(_replay(spec, initial, gradients, work), theirs)
+    assert worst.max() <= tolerance, f"step {int(worst.argmax())} differs by {worst.max():.2e} of the weights"
+    if not sensitive:
+        return worst.max()
+    spec["optimizer"]["learning_rate"] *= 1.01
+    for g in spec["optimizer"]["groups"][:1]:
+        g["lr"] *= 1.01
+    assert _worst(_replay(spec, initial, gradients, work), theirs).max() > 10 * tolerance
+    return worst.max()
+
+
 @pytest.mark.parametrize("cls,kwargs,own,needs", [c[1:] for c in _CASES], ids=[c[0] for c in _CASES])
 def test_the_server_steps_as_torch_optim(cls, kwargs, own, needs, work):
     if needs is not None and not _NEEDS[needs](cls):
         pytest.skip(f"torch {torch.__version__} lacks what {cls} needs here ({needs}); the pip venv's torch runs it")
-    if not os.path.exists(_REPLAY):
-        pytest.fail(f"no {_REPLAY}: bazel build //server/checkpoint:optimizer_replay")
-    theirs, spec, initial, gradients = _mirror(cls, kwargs, own)
-    worst = _worst(_replay(spec, initial, gradients, work), theirs)
-    assert worst.max() <= _TOLERANCE, f"step {int(worst.argmax())} differs by {worst.max():.2e} of the weights"
-    # The check sees a rule's change: the same run with group 0's rate 1% off is told apart.
-    spec["optimizer"]["learning_rate"] *= 1.01
-    for g in spec["optimizer"]["groups"][:1]:
-        g["lr"] *= 1.01
-    assert _worst(_replay(spec, initial, gradients, work), theirs).max() > 10 * _TOLERANCE
+    _check_mirrored(_mirror(cls, kwargs, own), work)
+
+
+class _MatricesModel(torch.nn.Module):
+    """Matrices for Muon (a wide one, a tall one: the iteration runs on the transpose), and a
+    vector and a 3-D tensor for the AdamW beside it."""
+
+    def __init__(self):
+        super().__init__()
+        gen = torch.Generator().manual_seed(3)
+        for name, shape in (("wide", (4, 6)), ("tall", (7, 3)), ("bias", (6,)), ("cube", (2, 3, 5))):
+            self.register_parameter(name, torch.nn.Parameter(torch.randn(shape, generator=gen)))
+
+
+def _muon_recipe(adjust_lr_fn):
+    """torch's Muon over the matrices (two groups), its docs' AdamW over the rest."""
+    def make(m):
+        muon = torch.optim.Muon([{"params": [m.wide]}, {"params": [m.tall], "lr": 0.01, "nesterov": False}],
+                                lr=0.02, weight_decay=0.05, adjust_lr_fn=adjust_lr_fn)
+        return [muon, torch.optim.AdamW([m.bias, m.cube], lr=0.01, betas=(0.85, 0.99), weight_decay=0.01)]
+    return make
+
+
+class _Float32Torch:
+    """torch, but its bfloat16 is float32: Muon's own code with its iteration in float32."""
+
+    def __getattr__(self, name):
+        return torch.float32 if name == "bfloat16" else getattr(torch, name)
+
+
+@pytest.mark.parametrize("adjust_lr_fn", [None, "match_rms_adamw", "spectral_unclamped"])
+def test_muon_and_its_adamw_step_as_torch_in_float32(adjust_lr_fn, work, monkeypatch):
+    """The server runs Muon's Newton-Schulz iteration in float32; torch in bfloat16. Its own
+    code made float32 must agree to 1e-6, as every other optimizer's."""
+    if not _has("Muon"):
+        pytest.skip(f"torch {torch.__version__} has no Muon; the pip venv's torch runs it")
+    import torch.optim._muon as muon_module
+    monkeypatch.setattr(muon_module, "torch", _Float32Torch())
+    _check_mirrored(_mirror(None, None, None, _MatricesModel(), _muon_recipe(adjust_lr_fn)), work)
+
+
+def test_muon_stays_within_bfloat16_of_torch(work):
+    """torch's own Muon, its iteration in bfloat16 (8 bits of mantissa): the server's float32
+    iteration stays within 2e-3 of the weights over the 60 steps (bfloat16's eps is 7.8e-3)."""
+    if not _has("Muon"):
+        pytest.skip(f"torch {torch.__version__} has no Muon; the pip venv's torch runs it")
+    worst = _check_mirrored(_mirror(None, None, None, _MatricesModel(), _muon_recipe(None)), work,
+                            tolerance=2e-3, sensitive=False)
+    print(f"torch's bfloat16 Muon: {worst:.2e} of the weights")
 
 
 def test_what_torch_steps_elsewhere_is_refused_naming_the_nearest():
     model = _Model()
-    for cls, says in (("LBFGS", "needs a closure"), ("SparseAdam", "takes sparse gradients"),
-                      ("Muon", "torch.optim.AdamW(params, lr=3e-4")):
+    for cls, says in (("LBFGS", "needs a closure"), ("SparseAdam", "takes sparse gradients")):
         if not _has(cls):
             continue
-        params = [model.a] if cls == "Muon" else model.parameters()
         with pytest.raises(ValueError, match="cannot run") as e:
-            optim.describe(getattr(torch.optim, cls)(params), model)
+            optim.describe(getattr(torch.optim, cls)(model.parameters()), model)
         assert says in str(e.value)
+    if _has("Muon"):  # a list runs as one only as torch's Muon recipe
+        m = _MatricesModel()
+        with pytest.raises(ValueError, match="only as torch.optim.Muon with an AdamW"):
+            optim.describe([torch.optim.SGD([m.bias, m.cube]), torch.optim.Muon([m.wide, m.tall])], m)

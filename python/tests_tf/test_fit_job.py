@@ -133,3 +133,18 @@ def test_initial_epoch_steps_per_epoch_and_weights(job):
     assert history.epoch == [2, 3]
     s = job.summary()
     assert s["global_samples"] == 8 * 32  # 2 epochs of 4 steps of the global batch
+
+
+@needs_server
+def test_keras_muon_runs_in_a_job_its_groups_at_the_callbacks_rates(job, tmp_path):
+    """Keras's Muon: the Dense kernel in Muon's group, the bias in its AdamW's at
+    adam_lr_ratio of the rate; a LearningRateScheduler's rates reach both groups."""
+    x, y = data()
+    m = model()
+    m.compile(optimizer=keras.optimizers.Muon(learning_rate=0.05, adam_lr_ratio=0.5), metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rates = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.05 * 0.5 ** epoch)
+    history = okeras.fit(m, x, y, server=job.address, epochs=3, callbacks=[rates], verbose=0, name="k0")
+    assert job.summary()["global_samples"] == 3 * 320
+    assert history.history["learning_rate"] == pytest.approx([0.05, 0.025, 0.0125])
+    assert history.history["loss"][-1] < history.history["loss"][0]

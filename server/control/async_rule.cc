@@ -13,7 +13,8 @@ StepSettings AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint
   StepSettings step;
   step.lr_scale = share * (rule.staleness_damping ? std::min(1.0, n / (1.0 + static_cast<double>(staleness))) : 1.0);
   step.buffer_blend = std::min(1.0, share);
-  step.momentum = rule.staleness_damping && !predicted ? std::max(0.0, momentum - (1.0 - 1.0 / n)) : momentum;
+  step.momentum_cut = rule.staleness_damping && !predicted ? 1.0 - 1.0 / n : 0.0;
+  if (step.momentum_cut > 0) step.momentum = std::max(0.0, momentum - step.momentum_cut);  // group 0's
   step.sample_share = rule.adam_sqrt_scaling ? std::min(1.0, share) : 1.0;
   return step;
 }

@@ -40,9 +40,10 @@ struct AsyncRuleOptions {
 // computed on weights stepped ahead by the steps it meets (Adam's weight prediction,
 // PredictedSteps), which takes away the staleness that acts as momentum, so the momentum
 // stays as configured (lowered, the job's loss ends higher: docs/results.md).
-// The push's step: lr_scale (b / B) * damping, buffer_blend min(1, b / B), momentum
-// max(0, momentum - (1 - 1/n)), sample_share b / B (1/n without lr_scaling; 1 without
-// adam_sqrt_scaling).
+// The push's step: lr_scale (b / B) * damping, buffer_blend min(1, b / B), each group's
+// momentum lowered by momentum_cut = 1 - 1/n (floored at 0; `momentum` is group 0's, which
+// the caller passes; none without damping: each group's own), sample_share b / B (1/n
+// without lr_scaling; 1 without adam_sqrt_scaling).
 StepSettings AsyncStepFor(int64_t batch, int64_t global_batch, size_t live, uint64_t staleness, double momentum,
                           AsyncRuleOptions rule = {}, bool predicted = false);
 

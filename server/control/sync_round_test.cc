@@ -44,12 +44,13 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   StepSettings fresh = AsyncStepFor(16, 64, 4, 3, 0.9);
   REQUIRE(fresh.lr_scale == Approx(0.25));  // s = n - 1: not damped
   REQUIRE(fresh.buffer_blend == Approx(0.25));
-  REQUIRE(*fresh.momentum == Approx(0.9 - 0.75));
+  REQUIRE(*fresh.momentum == Approx(0.9 - 0.75));  // group 0's, for shards of an earlier release
+  REQUIRE(fresh.momentum_cut == Approx(0.75));     // each group's own momentum lowered by it
   StepSettings stale = AsyncStepFor(16, 64, 4, 7, 0.9);
   REQUIRE(stale.lr_scale == Approx(0.25 * 4 / 8.0));
-  REQUIRE(*AsyncStepFor(16, 64, 1, 0, 0.9).momentum == Approx(0.9));  // one worker: plain momentum
-  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);      // a share above B: capped
-  REQUIRE(*AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);          // never negative
+  REQUIRE_FALSE(AsyncStepFor(16, 64, 1, 0, 0.9).momentum.has_value());  // one worker: each group's own
+  REQUIRE(AsyncStepFor(128, 64, 1, 0, 0.5).buffer_blend == 1.0);        // a share above B: capped
+  REQUIRE(*AsyncStepFor(16, 64, 8, 0, 0.5).momentum == 0.0);            // never negative
   // The ablation's switches: equal shares instead of b/B; no damping, plain momentum.
   AsyncRuleOptions equal_share;
   equal_share.lr_scaling = false;
@@ -58,13 +59,14 @@ TEST_CASE("the async rule damps only pushes staler than n workers in turn", "[as
   plain.staleness_damping = false;
   const StepSettings undamped = AsyncStepFor(16, 64, 4, 7, 0.9, plain);
   REQUIRE(undamped.lr_scale == Approx(0.25));
-  REQUIRE(*undamped.momentum == Approx(0.9));
+  REQUIRE_FALSE(undamped.momentum.has_value());
+  REQUIRE(undamped.momentum_cut == 0);
   // Adam's beta1 is lowered as SGD's momentum is (the caller passes it in its place).
   REQUIRE(*AsyncStepFor(32, 64, 2, 1, 0.9).momentum == Approx(0.4));
   // ...but not when the push was computed on predicted weights: the prediction takes the
   // staleness away, and with it the momentum it adds.
   const StepSettings predicted = AsyncStepFor(32, 64, 2, 1, 0.9, {}, true);
-  REQUIRE(*predicted.momentum == Approx(0.9));
+  REQUIRE_FALSE(predicted.momentum.has_value());
   REQUIRE(predicted.lr_scale == Approx(0.5));                                   // the rest as without it
   REQUIRE(AsyncStepFor(32, 64, 2, 3, 0.9, {}, true).lr_scale == Approx(0.25));  // stale pushes still damped
   // Adam's share of a global batch: b/B (capped at 1), 1/n with equal shares, 1 when off.

@@ -50,6 +50,18 @@ const std::vector<HpInfo>& HpTable() {
       {Hp::kD, "d", 0, kInf},
       {Hp::kEps1, "eps1", 0, 1},
       {Hp::kEps2, "eps2", 0, 1},
+      {Hp::kLearningRatePower, "learning_rate_power", -kInf, 0},
+      {Hp::kL1, "l1_regularization_strength", 0, kInf},
+      {Hp::kL2, "l2_regularization_strength", 0, kInf},
+      {Hp::kL2Shrinkage, "l2_shrinkage_regularization_strength", 0, kInf},
+      {Hp::kBeta, "beta", 0, kInf},
+      {Hp::kNsA, "ns_a", -kInf, kInf},
+      {Hp::kNsB, "ns_b", -kInf, kInf},
+      {Hp::kNsC, "ns_c", -kInf, kInf},
+      {Hp::kNsSteps, "ns_steps", 0, 99},
+      {Hp::kAdjustLrFn, "adjust_lr_fn", 0, 3},
+      {Hp::kRmsRate, "rms_rate", 0, kInf},
+      {Hp::kAdamW, "adamw", 0, 1, false, false, true},
       {Hp::kKeras, "keras", 0, 1, false, false, true},
   };
   return *table;
@@ -93,7 +105,8 @@ std::vector<OptimizerRule> BetaRules() {
   };
 }
 
-// The others: SGD, the accumulators (Adadelta, Adagrad, RMSprop), Rprop, ASGD, Adafactor.
+// The others: SGD, the accumulators (Adadelta, Adagrad, RMSprop), Rprop, ASGD, Adafactor,
+// Ftrl, Muon.
 std::vector<OptimizerRule> OtherRules() {
   using K = OptimizerKind;
   const auto eps8 = kEps8, maximize = kMaximize, keras = kKerasForm;
@@ -102,10 +115,10 @@ std::vector<OptimizerRule> OtherRules() {
        "sgd",
        "SGD",
        0,
-       {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize},
+       {{Hp::kMomentum, 0}, {Hp::kDampening, 0}, {Hp::kNesterov, 0}, maximize, keras},
        false,
        Hp::kMomentum},
-      {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize}, false, {}, true},
+      {K::kAdadelta, "adadelta", "Adadelta", 0, {{Hp::kRho, 0.9}, {Hp::kEps, 1e-6}, maximize, keras}, false, {}, true},
       {K::kAdagrad,
        "adagrad",
        "Adagrad",
@@ -140,10 +153,41 @@ std::vector<OptimizerRule> OtherRules() {
        "adafactor",
        "Adafactor",
        0,
-       {{Hp::kBeta2Decay, -0.8}, {Hp::kEps1, kFloat32Eps}, {Hp::kEps2, 1e-3}, {Hp::kD, 1}, maximize},
+       {{Hp::kBeta2Decay, -0.8}, {Hp::kEps1, kFloat32Eps}, {Hp::kEps2, 1e-3}, {Hp::kD, 1}, maximize, keras},
        true,
        {},
        true},
+      {K::kFtrl,
+       "ftrl",
+       "Ftrl",
+       0,
+       {{Hp::kLearningRatePower, -0.5},
+        {Hp::kInitialAccumulatorValue, 0.1},
+        {Hp::kL1, 0},
+        {Hp::kL2, 0},
+        {Hp::kL2Shrinkage, 0},
+        {Hp::kBeta, 0},
+        maximize}},
+      {K::kMuon,
+       "muon",
+       "Muon",
+       0.1,
+       {{Hp::kMomentum, 0.95},
+        {Hp::kNesterov, 1},
+        {Hp::kEps, 1e-7},
+        {Hp::kNsA, 3.4445},
+        {Hp::kNsB, -4.7750},
+        {Hp::kNsC, 2.0315},
+        {Hp::kNsSteps, 5},
+        {Hp::kAdjustLrFn, 0},
+        {Hp::kRmsRate, 0.2},
+        {Hp::kAdamW, 0},
+        kBeta1Default,
+        kBeta2Default,
+        maximize,
+        keras},
+       true,
+       Hp::kMomentum},
   };
 }
 
@@ -212,6 +256,12 @@ absl::StatusOr<HyperValues> ResolveHyper(OptimizerKind kind, const HyperMap& job
   if (kind == OptimizerKind::kSgd && at(Hp::kNesterov) != 0 && (at(Hp::kMomentum) <= 0 || at(Hp::kDampening) != 0)) {
     return absl::InvalidArgumentError("SGD's nesterov needs momentum > 0 and dampening 0 (torch.optim's rule)");
   }
+  for (Hp whole : {Hp::kNsSteps, Hp::kAdjustLrFn}) {
+    if (at(whole) != std::floor(at(whole))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(rule.torch_class, "'s ", HpName(whole), " must be a whole number"));
+    }
+  }
   if (kind == OptimizerKind::kRprop && at(Hp::kStepSizeMin) > at(Hp::kStepSizeMax)) {
     return absl::InvalidArgumentError("Rprop's step_size_min is above its step_size_max");
   }
@@ -232,7 +282,7 @@ std::string DescribeHyper(OptimizerKind kind, const HyperValues& h) {
   std::vector<std::string> parts;
   for (const auto& entry : RuleOf(kind).hyper) {  // not a structured binding: a lambda below reads it (C++17)
     const Hp hp = entry.first;
-    if (hp == Hp::kKeras && h[static_cast<int>(hp)] == 0) continue;  // ours, not torch's: named when on
+    if ((hp == Hp::kKeras || hp == Hp::kAdamW) && h[static_cast<int>(hp)] == 0) continue;  // ours: named when on
     if (auto pair = pairs->find(hp); pair != pairs->end()) {
       parts.push_back(absl::StrCat(pair->second.second, "=(", value(hp), ", ", value(pair->second.first), ")"));
     } else if (std::none_of(pairs->begin(), pairs->end(), [hp](const auto& p) { return p.second.first == hp; })) {
@@ -279,6 +329,11 @@ std::vector<std::string> StateNames(OptimizerKind kind, const std::vector<HyperV
       return {"exp_avg"};
     case OptimizerKind::kLamb:
       return {"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kFtrl:
+      return {"accumulator", "linear"};
+    case OptimizerKind::kMuon:  // Keras's AdamW groups keep a second moment too
+      if (any(Hp::kAdamW)) return {"momentum_buffer", "exp_avg_sq"};
+      return {"momentum_buffer"};
   }
   return {};
 }

@@ -33,6 +33,8 @@ enum class OptimizerKind {
   kAdafactor,
   kLion,  // Keras's (Chen et al., 2023): decoupled decay, the sign of an interpolated momentum
   kLamb,  // Keras's (You et al., 2019): Adam's step scaled by each tensor's trust ratio
+  kFtrl,  // Keras's (McMahan et al., 2013): follow the regularized leader, a proximal step
+  kMuon,  // torch's and Keras's (Jordan et al., 2024): each matrix's momentum orthogonalized
 };
 
 // Every hyperparameter but the rate and the weight decay, by torch.optim's name; a pair
@@ -63,6 +65,24 @@ enum class Hp {
   kD,
   kEps1,
   kEps2,
+  // Keras's Ftrl, by Keras's names.
+  kLearningRatePower,
+  kL1,
+  kL2,
+  kL2Shrinkage,
+  kBeta,
+  // Muon: the Newton-Schulz iteration's coefficients (torch's ns_coefficients) and steps;
+  // the rate's adjustment (torch's adjust_lr_fn: 0 "original", 1 "match_rms_adamw",
+  // 2 "spectral_unclamped", 3 none), match_rms_adamw's factor (Keras's rms_rate); ours,
+  // for Keras's Muon: a group stepped by Keras's AdamW instead (its vectors, embeddings and
+  // excluded layers).
+  kNsA,
+  kNsB,
+  kNsC,
+  kNsSteps,
+  kAdjustLrFn,
+  kRmsRate,
+  kAdamW,
   // Ours, for the Keras door: the step as Keras writes it (epsilon inside Adagrad's and
   // RMSprop's square root, after Adamax's maximum and Adam's bias correction; the rate inside
   // RMSprop's momentum; Nadam's momentum schedule 0.96^t; decoupled decay; the step's scalars

@@ -43,6 +43,9 @@ TEST_CASE("A hyperparameter the rule does not read, or out of its range, is refu
   refused(OptimizerKind::kRprop, {{"etaplus", 1}}, {}, "etaplus = 1 is out of range");
   refused(OptimizerKind::kSgd, {{"nesterov", 1}}, {}, "nesterov needs momentum > 0 and dampening 0");
   refused(OptimizerKind::kRprop, {{"step_size_min", 2}, {"step_size_max", 1}}, {}, "step_size_min is above");
+  refused(OptimizerKind::kMuon, {{"ns_steps", 2.5}}, {}, "Muon's ns_steps must be a whole number");
+  refused(OptimizerKind::kMuon, {{"adjust_lr_fn", 4}}, {}, "adjust_lr_fn = 4 is out of range");
+  refused(OptimizerKind::kFtrl, {{"learning_rate_power", 0.5}}, {}, "learning_rate_power = 0.5 is out of range");
 }
 
 TEST_CASE("Options are written as torch.optim writes them, pairs as pairs") {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/data/newton_schulz.h"
+
 namespace omnilearn {
 namespace server {
 namespace {
@@ -228,10 +230,14 @@ void KerasNAdamRange(float* out, float* m, float* v, const float* w, const float
 // Keras's scalars, in float32 as Keras works them out (its decay: KerasDecay).
 void PrepareKeras(OptimizerKind kind, const GroupStepInput& in, StepCoefficients* k) {
   const float t = static_cast<float>(in.time);
-  if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW) {
+  if (kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW || kind == OptimizerKind::kMuon) {
     k->step_size = k->lr * std::sqrt(1 - std::pow(k->beta2, t)) / (1 - std::pow(k->beta1, t));
   } else if (kind == OptimizerKind::kAdamax) {
     k->c_avg = 1 - std::pow(k->beta1, t);
+  } else if (kind == OptimizerKind::kAdafactor) {
+    k->beta2 = 1 - std::pow(t, k->beta2);  // beta2: beta2_decay here (PrepareOthers)
+    k->one_minus_beta2 = 1 - k->beta2;
+    k->rho = std::min(k->linear_lr, 1 / std::sqrt(t));
   }
 }
 
@@ -244,6 +250,47 @@ void LionRange(float* out, float* m, const float* w, const float* u, int64_t lo,
     const float sign = c > 0 ? 1.0f : c < 0 ? -1.0f : 0.0f;
     out[i] = KerasDecay(w[i], k) - k.lr * sign;
     m[i] = m[i] * k.beta2 + g * k.one_minus_beta2;
+  }
+}
+
+// Keras's SGD: the rate inside the velocity (v <- momentum v - lr g), the decay decoupled.
+void KerasSgdRange(float* out, float* v, const float* w, const float* u, int64_t lo, int64_t hi,
+                   const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i], wi = KerasDecay(w[i], k);
+    if (!k.velocity) {
+      out[i] = wi - g * k.lr;
+      continue;
+    }
+    v[i] = v[i] * k.momentum - g * k.lr;
+    out[i] = k.nesterov ? wi + (v[i] * k.momentum - g * k.lr) : wi + v[i];
+  }
+}
+
+// Keras's Adadelta: torch's step with Keras's order of operations, the decay decoupled.
+void KerasAdadeltaRange(float* out, float* sq, float* acc, const float* w, const float* u, int64_t lo, int64_t hi,
+                        const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float g = k.scale * u[i];
+    sq[i] = k.beta1 * sq[i] + k.one_minus_beta1 * (g * g);  // rho
+    const float delta = -(std::sqrt(acc[i] + k.eps) * g / std::sqrt(sq[i] + k.eps));
+    acc[i] = k.beta1 * acc[i] + k.one_minus_beta1 * (delta * delta);
+    out[i] = KerasDecay(w[i], k) + k.lr * delta;
+  }
+}
+
+// Keras's Ftrl: the accumulated squares set each weight's rate, the linear term gathers the
+// gradients, and the weight is the proximal point of both (0 inside the L1 ball).
+void FtrlRange(float* out, float* acc, float* linear, const float* w, const float* u, int64_t lo, int64_t hi,
+               const StepCoefficients& k) {
+  for (int64_t i = lo; i < hi; ++i) {
+    const float wi = KerasDecay(w[i], k), g = k.scale * u[i];
+    const float next = acc[i] + g * g;
+    const float rate_next = std::pow(next, k.power), rate_now = std::pow(acc[i], k.power);
+    linear[i] += (g + k.shrinkage_twice * wi) - (rate_next - rate_now) / k.lr * wi;
+    const float quadratic = rate_next / k.lr + k.l2_twice;
+    out[i] = (std::clamp(linear[i], -k.l1, k.l1) - linear[i]) / quadratic;
+    acc[i] = next;
   }
 }
 
@@ -351,6 +398,61 @@ void PrepareAdamFamily(OptimizerKind kind, const HyperValues& h, const GroupStep
   }
 }
 
+// Rprop, Lion, Lamb, Adafactor, Ftrl and Muon: their scalars.
+void PrepareOthers(OptimizerKind kind, const HyperValues& h, const GroupStepInput& in, double lr, double momentum,
+                   StepCoefficients* k) {
+  const double t = in.time;
+  switch (kind) {
+    case OptimizerKind::kRprop:
+      k->etaminus = static_cast<float>(At(h, Hp::kEtaMinus));
+      k->etaplus = static_cast<float>(At(h, Hp::kEtaPlus));
+      k->step_min = static_cast<float>(At(h, Hp::kStepSizeMin));
+      k->step_max = static_cast<float>(At(h, Hp::kStepSizeMax));
+      return;
+    case OptimizerKind::kLion:
+      return SetDecays(momentum, At(h, Hp::kBeta2), k);
+    case OptimizerKind::kLamb:  // Keras's: its bias corrections in float32
+      SetDecays(momentum, At(h, Hp::kBeta2), k);
+      k->eps = static_cast<float>(At(h, Hp::kEps));
+      k->c_avg = 1 - std::pow(k->beta1, static_cast<float>(t));
+      k->bias2 = 1 - std::pow(k->beta2, static_cast<float>(t));
+      return;
+    case OptimizerKind::kAdafactor:
+      k->beta2 = static_cast<float>(At(h, Hp::kBeta2Decay));  // Keras's form works its beta2_t from it
+      k->one_minus_beta2 = static_cast<float>(std::pow(t, At(h, Hp::kBeta2Decay)));
+      k->rho = static_cast<float>(std::min(lr, 1 / std::sqrt(t)));
+      k->eps1 = static_cast<float>(At(h, Hp::kEps1));
+      k->eps2 = static_cast<float>(At(h, Hp::kEps2));
+      k->d = static_cast<float>(At(h, Hp::kD));
+      return;
+    case OptimizerKind::kFtrl: {  // Keras's, its scalars in float32
+      k->power = static_cast<float>(-At(h, Hp::kLearningRatePower));
+      k->l1 = static_cast<float>(At(h, Hp::kL1));
+      const float l2 = static_cast<float>(At(h, Hp::kL2)) + static_cast<float>(At(h, Hp::kBeta)) / (2.0f * k->lr);
+      k->l2_twice = 2 * l2;
+      k->shrinkage_twice = static_cast<float>(2 * At(h, Hp::kL2Shrinkage));
+      return;
+    }
+    case OptimizerKind::kMuon:
+      k->momentum = static_cast<float>(momentum);
+      k->one_minus_beta1 = static_cast<float>(1 - momentum);
+      k->nesterov = At(h, Hp::kNesterov) != 0;
+      k->eps = static_cast<float>(At(h, Hp::kEps));
+      k->ns_a = static_cast<float>(At(h, Hp::kNsA));
+      k->ns_b = static_cast<float>(At(h, Hp::kNsB));
+      k->ns_c = static_cast<float>(At(h, Hp::kNsC));
+      k->ns_steps = static_cast<int>(At(h, Hp::kNsSteps));
+      k->adjust_lr_fn = static_cast<int>(At(h, Hp::kAdjustLrFn));
+      k->rms_rate = static_cast<float>(At(h, Hp::kRmsRate));
+      k->adamw = At(h, Hp::kAdamW) != 0;
+      if (k->adamw && k->keras) SetDecays(At(h, Hp::kBeta1), At(h, Hp::kBeta2), k);  // the rest: PrepareKeras
+      if (k->adamw && !k->keras) PrepareAdamFamily(OptimizerKind::kAdamW, h, in, lr, At(h, Hp::kBeta1), nullptr, k);
+      return;
+    default:
+      return;
+  }
+}
+
 std::vector<std::string> StateRoles(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::kAdam:
@@ -358,13 +460,17 @@ std::vector<std::string> StateRoles(OptimizerKind kind) {
       return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
     case OptimizerKind::kRMSprop:
       return {"square_avg", "momentum_buffer", "grad_avg"};
+    case OptimizerKind::kMuon:
+      return {"momentum_buffer", "exp_avg_sq"};
     default:
       return StateNames(kind, {});
   }
 }
 
 float InitialState(OptimizerKind kind, const std::string& name, const HyperValues& h) {
-  if (kind == OptimizerKind::kAdagrad && name == "sum") return static_cast<float>(At(h, Hp::kInitialAccumulatorValue));
+  if ((kind == OptimizerKind::kAdagrad && name == "sum") || (kind == OptimizerKind::kFtrl && name == "accumulator")) {
+    return static_cast<float>(At(h, Hp::kInitialAccumulatorValue));
+  }
   return 0;
 }
 
@@ -381,6 +487,7 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
   k.first = in.time - in.share <= 0;
   k.keep = static_cast<float>(1 - in.lr * k.wd);  // decoupled decay: linear in the samples
   k.linear_lr = static_cast<float>(in.lr);
+  k.keras = At(h, Hp::kKeras) != 0;
   const double configured = rule.momentum ? At(h, *rule.momentum) : 0;
   const double momentum = in.momentum.value_or(configured);
   const double t = in.time;
@@ -412,33 +519,13 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
       k.momentum = static_cast<float>(momentum);
       k.centered = At(h, Hp::kCentered) != 0;
       break;
-    case OptimizerKind::kRprop:
-      k.etaminus = static_cast<float>(At(h, Hp::kEtaMinus));
-      k.etaplus = static_cast<float>(At(h, Hp::kEtaPlus));
-      k.step_min = static_cast<float>(At(h, Hp::kStepSizeMin));
-      k.step_max = static_cast<float>(At(h, Hp::kStepSizeMax));
-      break;
     case OptimizerKind::kAsgd:
       PrepareAsgd(h, in, scalars, &k);
       break;
-    case OptimizerKind::kLion:
-      SetDecays(momentum, At(h, Hp::kBeta2), &k);
-      break;
-    case OptimizerKind::kLamb:  // Keras's: its bias corrections in float32
-      SetDecays(momentum, At(h, Hp::kBeta2), &k);
-      k.eps = static_cast<float>(At(h, Hp::kEps));
-      k.c_avg = 1 - std::pow(k.beta1, static_cast<float>(t));
-      k.bias2 = 1 - std::pow(k.beta2, static_cast<float>(t));
-      break;
-    case OptimizerKind::kAdafactor:
-      k.one_minus_beta2 = static_cast<float>(std::pow(t, At(h, Hp::kBeta2Decay)));
-      k.rho = static_cast<float>(std::min(lr, 1 / std::sqrt(t)));
-      k.eps1 = static_cast<float>(At(h, Hp::kEps1));
-      k.eps2 = static_cast<float>(At(h, Hp::kEps2));
-      k.d = static_cast<float>(At(h, Hp::kD));
+    default:
+      PrepareOthers(kind, h, in, lr, momentum, &k);
       break;
   }
-  k.keras = At(h, Hp::kKeras) != 0;
   if (k.keras) PrepareKeras(kind, in, &k);
   return k;
 }
@@ -458,6 +545,10 @@ void StepElements(const StepCoefficients& k, const float* w, const float* u, flo
         return KerasAdamaxRange(out, s[0], s[1], w, u, lo, hi, k);
       case OptimizerKind::kNAdam:
         return KerasNAdamRange(out, s[0], s[1], w, u, lo, hi, k);
+      case OptimizerKind::kSgd:
+        return KerasSgdRange(out, s[0], w, u, lo, hi, k);
+      case OptimizerKind::kAdadelta:
+        return KerasAdadeltaRange(out, s[0], s[1], w, u, lo, hi, k);
       default:
         break;  // no Keras form: torch's
     }
@@ -487,8 +578,11 @@ void StepElements(const StepCoefficients& k, const float* w, const float* u, flo
       return AsgdRange(out, s[0], w, u, lo, hi, k);
     case OptimizerKind::kLion:
       return LionRange(out, s[0], w, u, lo, hi, k);
+    case OptimizerKind::kFtrl:
+      return FtrlRange(out, s[0], s[1], w, u, lo, hi, k);
     case OptimizerKind::kAdafactor:
     case OptimizerKind::kLamb:
+    case OptimizerKind::kMuon:
       return;  // whole tensors: StepWholeTensor
   }
 }
@@ -515,46 +609,73 @@ void LambTensor(const StepCoefficients& k, int64_t n, const float* w, const floa
   for (int64_t i = 0; i < n; ++i) out[i] -= ratio * k.lr * update[i];
 }
 
-void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
-                     float* out, const StatePointers& s) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  if (n == 0) return;
-  if (k.kind == OptimizerKind::kLamb) return LambTensor(k, n, w, u, out, s);
-  double norm = 0;
-  for (int64_t i = 0; i < n; ++i) norm += static_cast<double>(w[i]) * w[i];
-  const float alpha = std::max(k.eps2, static_cast<float>(std::sqrt(norm) / std::sqrt(static_cast<double>(n)))) * k.rho;
+namespace {
+
+double SumOfSquares(const float* x, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+// A factored second moment over a tensor's last two dimensions (`batch` matrices of rows x
+// cols): each row's and each column's mean of `square(g)`, taken into row_var and col_var
+// by `average(old, mean)`.
+template <typename Square, typename Average>
+void FactoredMoments(int64_t batch, int64_t rows, int64_t cols, const float* u, Square square, Average average,
+                     float* row_var, float* col_var) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* g = u + b * rows * cols;
+    std::vector<double> col_sum(cols, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double s = square(g[r * cols + c]);
+        sum += s;
+        col_sum[c] += s;
+      }
+      float& rv = row_var[b * rows + r];
+      rv = average(rv, static_cast<float>(sum / cols));
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      float& cv = col_var[b * cols + c];
+      cv = average(cv, static_cast<float>(col_sum[c] / rows));
+    }
+  }
+}
+
+// Each matrix's estimate of the second moment: row_var x col_var / mean(row_var), floored.
+void FactoredUpdate(int64_t batch, int64_t rows, int64_t cols, float scale, const float* u, const float* row_var,
+                    const float* col_var, float floor, float row_mean_floor, float* update) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* rv = row_var + b * rows;
+    const float* cv = col_var + b * cols;
+    double row_sum = 0;
+    for (int64_t r = 0; r < rows; ++r) row_sum += rv[r];
+    const float row_mean = std::max(static_cast<float>(row_sum / rows), row_mean_floor);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = b * rows * cols + r * cols + c;
+        update[i] = scale * u[i] / std::sqrt(std::max(rv[r] * cv[c] / row_mean, floor));
+      }
+    }
+  }
+}
+
+// torch's Adafactor (Shazeer and Stern, 2018): row and column moments of a matrix, a
+// vector's own; the update's RMS capped at d; the step relative to the weights' RMS.
+void AdafactorTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, int64_t n, const float* w,
+                     const float* u, float* out, const StatePointers& s) {
+  const float alpha =
+      std::max(k.eps2, static_cast<float>(std::sqrt(SumOfSquares(w, n)) / std::sqrt(static_cast<double>(n)))) * k.rho;
   std::vector<float> update(n);
   const float floor = k.eps1 * k.eps1;
   if (shape.size() > 1) {
     const int64_t cols = shape.back(), rows = shape[shape.size() - 2], batch = n / (rows * cols);
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t base = b * rows * cols;
-      float* row_var = s[0] + b * rows;
-      float* col_var = s[1] + b * cols;
-      std::vector<double> col_sum(cols, 0.0);
-      double row_var_sum = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        double sum = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          const double g = k.scale * u[base + r * cols + c];
-          sum += g * g;
-          col_sum[c] += g * g;
-        }
-        row_var[r] = Lerp(row_var[r], static_cast<float>(sum / cols), k.one_minus_beta2);
-        row_var_sum += row_var[r];
-      }
-      for (int64_t c = 0; c < cols; ++c) {
-        col_var[c] = Lerp(col_var[c], static_cast<float>(col_sum[c] / rows), k.one_minus_beta2);
-      }
-      const float row_mean = std::max(static_cast<float>(row_var_sum / rows), k.eps1);
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const float estimate = std::max(row_var[r] * col_var[c] / row_mean, floor);
-          update[base + r * cols + c] = k.scale * u[base + r * cols + c] / std::sqrt(estimate);
-        }
-      }
-    }
+    const float scale = k.scale, fresh = k.one_minus_beta2;
+    FactoredMoments(
+        batch, rows, cols, u, [scale](float x) { return static_cast<double>(scale * x) * (scale * x); },
+        [fresh](float old, float mean) { return Lerp(old, mean, fresh); }, s[0], s[1]);
+    FactoredUpdate(batch, rows, cols, k.scale, u, s[0], s[1], floor, k.eps1, update.data());
   } else {
     for (int64_t i = 0; i < n; ++i) {
       const float g = k.scale * u[i];
@@ -562,11 +683,103 @@ void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shap
       update[i] = g / std::sqrt(std::max(s[0][i], floor));
     }
   }
-  double update_norm = 0;
-  for (float x : update) update_norm += static_cast<double>(x) * x;
-  const double denom = std::max(1.0, std::sqrt(update_norm) / (std::sqrt(static_cast<double>(n)) * k.d));
+  const double denom =
+      std::max(1.0, std::sqrt(SumOfSquares(update.data(), n)) / (std::sqrt(static_cast<double>(n)) * k.d));
   const float step = static_cast<float>(alpha / denom);
   for (int64_t i = 0; i < n; ++i) out[i] = w[i] * k.keep - step * update[i];
+}
+
+// Keras's Adafactor: its moments of g^2 + epsilon_1, no floor, the weights decayed first.
+void KerasAdafactorTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, int64_t n, const float* w,
+                          const float* u, float* out, const StatePointers& s) {
+  for (int64_t i = 0; i < n; ++i) out[i] = KerasDecay(w[i], k);
+  const float rms = static_cast<float>(std::sqrt(SumOfSquares(out, n) / static_cast<double>(n)));
+  const float alpha = std::max(k.eps2, rms) * k.rho;
+  std::vector<float> update(n);
+  const float scale = k.scale, eps1 = k.eps1, beta = k.beta2, fresh = k.one_minus_beta2;
+  auto regulated = [scale, eps1](float x) { return (scale * x) * (scale * x) + eps1; };
+  auto average = [beta, fresh](float old, float mean) { return beta * old + fresh * mean; };
+  if (shape.size() >= 2) {
+    const int64_t cols = shape.back(), rows = shape[shape.size() - 2], batch = n / (rows * cols);
+    FactoredMoments(batch, rows, cols, u, regulated, average, s[0], s[1]);
+    FactoredUpdate(batch, rows, cols, k.scale, u, s[0], s[1], 0, 0, update.data());
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      s[0][i] = average(s[0][i], regulated(u[i]));
+      update[i] = k.scale * u[i] / std::sqrt(s[0][i]);
+    }
+  }
+  const float update_rms = static_cast<float>(std::sqrt(SumOfSquares(update.data(), n) / static_cast<double>(n)));
+  const float cap = std::max(1.0f, update_rms / k.d);
+  for (int64_t i = 0; i < n; ++i) out[i] -= alpha * (update[i] / cap);
+}
+
+// The rate's factor for a rows x cols matrix (torch's _adjust_lr; Keras's lr_adjust is 1).
+float MuonRatio(const StepCoefficients& k, int64_t rows, int64_t cols) {
+  const double a = static_cast<double>(rows), b = static_cast<double>(cols);
+  switch (k.adjust_lr_fn) {
+    case 0:
+      return static_cast<float>(std::sqrt(std::max(1.0, a / b)));
+    case 1:
+      return static_cast<float>(k.rms_rate * std::sqrt(std::max(a, b)));
+    case 2:
+      return static_cast<float>(std::sqrt(a / b));
+    default:
+      return 1.0f;
+  }
+}
+
+// Muon: a matrix's momentum (Nesterov's, by default) orthogonalized, at a rate adjusted to
+// its shape; torch's momentum is an average (lerp), Keras's a sum (m <- momentum m + g).
+// A group of Keras's with adamw steps as Keras's AdamW.
+void MuonTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, int64_t n, const float* w, const float* u,
+                float* out, const StatePointers& s) {
+  if (k.adamw && k.keras) return KerasAdamRange(out, s[0], s[1], nullptr, w, u, 0, n, k);
+  if (k.adamw) return AdamRange(out, s[0], s[1], nullptr, w, u, 0, n, k);
+  float* m = s[0];
+  std::vector<float> update(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = k.scale * u[i];
+    if (k.keras) {
+      m[i] += g + m[i] * (k.momentum - 1.0f);
+      update[i] = k.nesterov ? g + k.momentum * m[i] : m[i];
+    } else {
+      m[i] = Lerp(m[i], g, k.one_minus_beta1);
+      update[i] = k.nesterov ? Lerp(g, m[i], k.momentum) : m[i];
+    }
+  }
+  NewtonSchulz ns;
+  ns.a = k.ns_a, ns.b = k.ns_b, ns.c = k.ns_c, ns.steps = k.ns_steps;
+  ns.eps = k.keras ? 1e-7f : k.eps;  // Keras's is fixed
+  ns.eps_added = k.keras;
+  Orthogonalize(ns, shape[0], shape[1], update.data());
+  const float ratio = MuonRatio(k, shape[0], shape[1]);
+  if (k.keras) {
+    for (int64_t i = 0; i < n; ++i) out[i] = KerasDecay(w[i], k) - k.lr * update[i] * ratio;
+    return;
+  }
+  const float adjusted = k.lr * ratio;
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * k.keep + -adjusted * update[i];
+}
+
+}  // namespace
+
+void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
+                     float* out, const StatePointers& s) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n == 0) return;
+  switch (k.kind) {
+    case OptimizerKind::kLamb:
+      return LambTensor(k, n, w, u, out, s);
+    case OptimizerKind::kMuon:
+      return MuonTensor(k, shape, n, w, u, out, s);
+    case OptimizerKind::kAdafactor:
+      if (k.keras) return KerasAdafactorTensor(k, shape, n, w, u, out, s);
+      return AdafactorTensor(k, shape, n, w, u, out, s);
+    default:
+      return;
+  }
 }
 
 }  // namespace server

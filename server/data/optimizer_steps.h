@@ -57,8 +57,17 @@ struct StepCoefficients {
   float linear_lr = 0;  // the rate without the square-root rule (Keras's decay reads it)
   // ASGD: the step's eta and the average's weight (1: the average is the weights).
   float eta = 0, average = 1;
-  // Adafactor: rho_t, eps1, eps2, d (its 1 - beta2_t is one_minus_beta2).
+  // Adafactor: rho_t, eps1, eps2, d (its 1 - beta2_t is one_minus_beta2; Keras's beta2_t
+  // is beta2, its clip_threshold d).
   float rho = 0, eps1 = 0, eps2 = 0, d = 1;
+  // Ftrl: -learning_rate_power, the L1 strength, twice the L2 strength (beta's part in),
+  // twice the shrinkage's.
+  float power = 0.5f, l1 = 0, l2_twice = 0, shrinkage_twice = 0;
+  // Muon: the iteration, the rate's adjustment (Hp::kAdjustLrFn) with its factor, and a
+  // group of Keras's that Keras's AdamW steps (its scalars: Keras's Adam's).
+  float ns_a = 0, ns_b = 0, ns_c = 0, rms_rate = 0;
+  int ns_steps = 0, adjust_lr_fn = 0;
+  bool adamw = false;
 };
 
 // A group's step: `lr` its rate (schedule, group and a push's scale applied), `wd` its
@@ -80,11 +89,11 @@ StepCoefficients PrepareStep(OptimizerKind kind, const HyperValues& h, const Gro
 void StepElements(const StepCoefficients& k, const float* w, const float* u, float* out, const StatePointers& s,
                   int64_t lo, int64_t hi);
 
-// A rule with whole_tensors (Adafactor, Lamb): the tensor of `shape`, all of it.
+// A rule with whole_tensors (Adafactor, Lamb, Muon): the tensor of `shape`, all of it.
 void StepWholeTensor(const StepCoefficients& k, const std::vector<int64_t>& shape, const float* w, const float* u,
                      float* out, const StatePointers& s);
 
-// The value a state buffer starts at (Adagrad's initial_accumulator_value; else 0).
+// The value a state buffer starts at (Adagrad's and Ftrl's initial_accumulator_value; else 0).
 float InitialState(OptimizerKind kind, const std::string& name, const HyperValues& h);
 
 }  // namespace server

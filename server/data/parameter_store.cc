@@ -278,6 +278,21 @@ absl::Status ParameterStore::AssignGroups(const ModelLayout& layout) {
     }
     group_of_[t] = std::max(group_of_[t], 0);  // a buffer's blend reads no group
   }
+  return CheckMatrices(layout);
+}
+
+absl::Status ParameterStore::CheckMatrices(const ModelLayout& layout) const {
+  if (options_.kind != OptimizerKind::kMuon) return absl::OkStatus();
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
+    const std::vector<int64_t>& shape = layout.tensors()[t].shape;
+    if (layout.is_buffer(t) || shape.size() == 2 || group_hyper_[group_of_[t]][static_cast<int>(Hp::kAdamW)] != 0) {
+      continue;
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Muon steps matrices, and tensor '", layout.tensors()[t].name, "' has ", shape.size(),
+        " dimensions: give its vectors and other tensors an AdamW (omnilearn.Worker(optimizer=[muon, adamw]), "
+        "as torch.optim.Muon's docs do), or a param group with adamw=1"));
+  }
   return absl::OkStatus();
 }
 
@@ -322,6 +337,9 @@ void ParameterStore::Apply(const std::vector<float>& update, const StepSettings&
     in.share = share;
     in.scale = clipped;
     in.momentum = step.momentum;
+    if (const std::optional<Hp> m = RuleOf(options_.kind).momentum; step.momentum_cut > 0 && m.has_value()) {
+      in.momentum = std::max(0.0, group_hyper_[g][static_cast<int>(*m)] - step.momentum_cut);
+    }
     std::vector<double> scalars;
     for (auto& [name, values] : scalars_) scalars.push_back(values[g]);
     ks.push_back(PrepareStep(options_.kind, group_hyper_[g], in, &scalars));

@@ -225,6 +225,8 @@ class ParameterStore {
   // Each tensor's group (group_of_) from options_.groups; InvalidArgument unless every
   // parameter tensor of the layout is in exactly one group and no buffer is in any.
   absl::Status AssignGroups(const ModelLayout& layout);
+  // Muon's groups hold matrices only (but those Keras's AdamW steps, Hp::kAdamW).
+  absl::Status CheckMatrices(const ModelLayout& layout) const;
   // The update's scale after global-norm clipping (update_scale when there is none).
   float ClippedScale(const std::vector<float>& update, double update_scale, std::optional<double> norm_squared) const;
   // Before a step: each state buffer held outside (OptimizerState) is replaced by a

@@ -214,6 +214,44 @@ TEST_CASE("SGD without momentum steps without a velocity; a damped step of a mom
   REQUIRE((*damped.weights())[0] == Approx(-0.5 - 0.45));
 }
 
+TEST_CASE("Async damping lowers each param group's own momentum, not group 0's for all") {
+  OptimizerOptions o;
+  o.learning_rate = 1;
+  o.momentum = 0.9;
+  o.weight_decay = 0;
+  o.groups = {ParamGroup{{0}, 1, 0}, ParamGroup{{1}, 1, 0, {{"momentum", 0.5}}}};
+  ParameterStore s(o);
+  REQUIRE(s.Initialize(TwoTensors(false), {0, 0, 0, 0}).ok());
+  StepSettings cut;
+  cut.momentum = 0.4;  // group 0's (0.9 - 0.5), as a shard of an earlier release reads it
+  cut.momentum_cut = 0.5;
+  s.Apply({1, 1, 1, 1});  // v = 1 in both groups
+  s.Apply({0, 0, 0, 0}, cut);
+  REQUIRE((*s.weights())[0] == Approx(-1 - 0.4));  // group 0: 0.9 - 0.5
+  REQUIRE((*s.weights())[2] == Approx(-1 - 0.0));  // group 1: 0.5 - 0.5, not group 0's 0.4
+  s.Apply({0, 0, 0, 0});                           // none: each group's own
+  REQUIRE((*s.weights())[0] == Approx(-1.4 - 0.9 * 0.4));
+  REQUIRE((*s.weights())[2] == Approx(-1.0));  // its velocity is 0 now
+}
+
+TEST_CASE("Muon's groups hold matrices; another shape is refused unless its group is an AdamW one") {
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kMuon;
+  o.learning_rate = 0.02;
+  o.momentum = 0.95;
+  o.eps = 1e-7;
+  const ModelLayout layout = *ModelLayout::Create({TensorSpec{"fc.weight", {2, 3}}, TensorSpec{"fc.bias", {2}}});
+  ParameterStore muon(o);
+  REQUIRE(absl::StrContains(muon.Initialize(layout, std::vector<float>(8, 1)).message(),
+                            "Muon steps matrices, and tensor 'fc.bias' has 1 dimensions"));
+  o.groups = {ParamGroup{{0}, 0.02, 0.1}, ParamGroup{{1}, 0.01, 0, {{"adamw", 1}}}};
+  ParameterStore recipe(o);
+  REQUIRE(recipe.Initialize(layout, std::vector<float>(8, 1)).ok());
+  REQUIRE(recipe.OptimizerState().size() == 2);  // momentum_buffer, and exp_avg_sq for the AdamW group
+  recipe.Apply(std::vector<float>(8, 1));
+  for (float w : *recipe.weights()) REQUIRE(w < 1);  // both groups stepped down the gradient
+}
+
 TEST_CASE("Buffers take the update's values (sync) or blend toward them (async)") {
   OptimizerOptions o;
   o.learning_rate = 1.0;

@@ -23,8 +23,12 @@ struct StepSettings {
   std::vector<double> group_rates;
   // Buffer tensors (BatchNorm statistics) move toward the update's values: b += blend * (u - b).
   double buffer_blend = 1;
-  // SGD's momentum or Adam's beta1 for this step (async lowers it); none: the optimizer's own.
+  // SGD's momentum or Adam's beta1 for this step, every group's; none: each group's own.
   std::optional<double> momentum;
+  // > 0: each group's own momentum (OptimizerRule::momentum) lowered by this much, floored
+  // at 0 (async's staleness damping); `momentum` is then group 0's, for a shard of an
+  // earlier release, and the store reads this instead.
+  double momentum_cut = 0;
   // The update is taken times this (a round's sum of b_k g_k times 1 / sum b_k is its mean).
   double update_scale = 1;
   // The part of a global batch the step stands for: 1 in sync, b/B for an async push (Adam's

@@ -170,6 +170,7 @@ v1::ShardStep StepToProto(const ReplicatedStep& step) {
   p.mutable_group_rates()->Add(step.settings.group_rates.begin(), step.settings.group_rates.end());
   p.set_buffer_blend(step.settings.buffer_blend);
   p.set_momentum(step.settings.momentum.value_or(-1));  // -1 on the wire: the optimizer's own
+  p.set_momentum_cut(step.settings.momentum_cut);
   p.set_sample_share(step.settings.sample_share);
   p.set_predict_steps(step.predict_steps);
   return p;
@@ -194,6 +195,7 @@ ReplicatedStep StepFromProto(const v1::ShardStep& p) {
   step.settings.group_rates.assign(p.group_rates().begin(), p.group_rates().end());
   step.settings.buffer_blend = p.buffer_blend();
   if (p.momentum() >= 0) step.settings.momentum = p.momentum();
+  step.settings.momentum_cut = p.momentum_cut();
   step.settings.sample_share = p.sample_share() > 0 ? p.sample_share() : 1.0;  // 0: a coordinator of an earlier release
   step.predict_steps = p.predict_steps();
   return step;
@@ -230,6 +232,7 @@ absl::Status CheckStep(const v1::ShardStep& step) {
                                 InRange("step.learning_rate", step.learning_rate(), 0, 1e6),
                                 InRange("step.buffer_blend", step.buffer_blend(), 0, 1),
                                 InRange("step.momentum", step.momentum(), -1, 0.999999),
+                                InRange("step.momentum_cut", step.momentum_cut(), 0, 1),
                                 InRange("step.sample_share", step.sample_share(), 0, 1),
                                 InRange("step.predict_steps", step.predict_steps(), 0, kMaxPredictSteps)}) {
     if (!s.ok()) return s;

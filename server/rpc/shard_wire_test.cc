@@ -71,6 +71,7 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   step.members = {{3, 6, 0.25}};
   step.settings.learning_rate = 0.01;
   step.settings.momentum = 0.4;
+  step.settings.momentum_cut = 0.5;
   step.settings.sample_share = 0.25;
   v1::ShardStep p = StepToProto(step);
   auto check = [](const v1::ShardStep& s) {
@@ -82,6 +83,7 @@ TEST_CASE("a step's sample share travels; a coordinator of an earlier release se
   ReplicatedStep back = StepFromProto(p);
   REQUIRE(back.settings.sample_share == 0.25);
   REQUIRE(back.settings.momentum == 0.4);
+  REQUIRE(back.settings.momentum_cut == 0.5);
   REQUIRE(back.members.size() == 1);
   step.settings.momentum.reset();  // the optimizer's own: -1 on the wire, none again
   REQUIRE(StepToProto(step).momentum() == -1);
