@@ -68,6 +68,27 @@ std::vector<std::vector<ShardPiece>> Assign(const std::vector<Partition>& parts,
   return slices;
 }
 
+// Whole tensors: each non-empty one a partition, the largest first to the shard holding
+// least (the lowest index on a tie); every slice in layout order.
+std::vector<std::vector<ShardPiece>> AssignWhole(const ModelLayout& layout, int shards) {
+  std::vector<int> order;
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) {
+    if (layout.size(t) > 0) order.push_back(t);
+  }
+  std::stable_sort(order.begin(), order.end(), [&layout](int a, int b) { return layout.size(a) > layout.size(b); });
+  std::vector<std::vector<ShardPiece>> slices(shards);
+  std::vector<int64_t> held(shards, 0);
+  for (int t : order) {
+    const int s = static_cast<int>(std::min_element(held.begin(), held.end()) - held.begin());
+    slices[s].push_back(ShardPiece{t, 0, layout.size(t), layout.offset(t)});
+    held[s] += layout.size(t);
+  }
+  for (auto& slice : slices) {
+    std::sort(slice.begin(), slice.end(), [](const ShardPiece& a, const ShardPiece& b) { return a.tensor < b.tensor; });
+  }
+  return slices;
+}
+
 class Fnv1a {
  public:
   void Add(const void* data, size_t n) {
@@ -85,7 +106,9 @@ class Fnv1a {
   uint64_t h_ = 14695981039346656037ull;
 };
 
-uint64_t Fingerprint(const ModelLayout& layout, const std::vector<std::vector<ShardPiece>>& slices) {
+// A map of whole tensors adds its mark (a cut map's fingerprint is as before it existed).
+uint64_t Fingerprint(const ModelLayout& layout, const std::vector<std::vector<ShardPiece>>& slices,
+                     bool whole_tensors) {
   Fnv1a h;
   for (const TensorSpec& t : layout.tensors()) {
     h.Add(t.name);
@@ -102,16 +125,19 @@ uint64_t Fingerprint(const ModelLayout& layout, const std::vector<std::vector<Sh
       h.Add(p.end);
     }
   }
+  if (whole_tensors) h.Add(std::string("whole tensors"));
   return h.value();
 }
 
-// One flat tensor per piece, named "tensor@begin", a buffer where its tensor is one.
-ModelLayout SliceLayoutOf(const ModelLayout& layout, const std::vector<ShardPiece>& slice) {
+// One tensor per piece, named "tensor@begin", a buffer where its tensor is one: flat, or
+// shaped as its tensor in a map of whole tensors.
+ModelLayout SliceLayoutOf(const ModelLayout& layout, const std::vector<ShardPiece>& slice, bool whole_tensors) {
   std::vector<TensorSpec> specs;
   specs.reserve(slice.size());
   for (const ShardPiece& p : slice) {
     const TensorSpec& t = layout.tensors()[p.tensor];
-    specs.push_back(TensorSpec{absl::StrCat(t.name, "@", p.begin), {p.size()}, t.buffer});
+    specs.push_back(TensorSpec{absl::StrCat(t.name, "@", p.begin),
+                               whole_tensors ? t.shape : std::vector<int64_t>{p.size()}, t.buffer});
   }
   absl::StatusOr<ModelLayout> out = ModelLayout::Create(std::move(specs));
   // Never fails: (tensor, begin) is unique, every piece holds an element.
@@ -121,7 +147,8 @@ ModelLayout SliceLayoutOf(const ModelLayout& layout, const std::vector<ShardPiec
 
 }  // namespace
 
-absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, int64_t partition_bytes) {
+absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, int64_t partition_bytes,
+                                        bool whole_tensors) {
   if (shards < 1 || shards > kMaxShards) {
     return absl::InvalidArgumentError(absl::StrFormat("%d shards: want 1 to %d", shards, kMaxShards));
   }
@@ -135,14 +162,26 @@ absl::StatusOr<ShardMap> ShardMap::Plan(const ModelLayout& layout, int shards, i
         absl::StrFormat("the model has %d parameters, fewer than the %d shards: a shard would hold nothing",
                         layout.total_elements(), shards));
   }
-  const std::vector<Partition> parts = Cut(layout, PartitionCount(layout.total_elements(), shards, partition_bytes));
   ShardMap map;
-  map.slices_ = Assign(parts, shards);
-  map.partitions_ = static_cast<int>(parts.size());
+  map.whole_tensors_ = whole_tensors;
+  if (whole_tensors) {
+    map.slices_ = AssignWhole(layout, shards);
+    for (const auto& slice : map.slices_) map.partitions_ += static_cast<int>(slice.size());
+    if (map.partitions_ < shards) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the model has %d tensors, fewer than the %d shards, and its optimizer reads whole tensors (each on one "
+          "shard): a shard would hold nothing",
+          map.partitions_, shards));
+    }
+  } else {
+    const std::vector<Partition> parts = Cut(layout, PartitionCount(layout.total_elements(), shards, partition_bytes));
+    map.slices_ = Assign(parts, shards);
+    map.partitions_ = static_cast<int>(parts.size());
+  }
   map.total_ = layout.total_elements();
   for (const auto& slice : map.slices_) map.slice_elements_.push_back(Elements(slice));
-  map.fingerprint_ = Fingerprint(layout, map.slices_);
-  for (const auto& slice : map.slices_) map.slice_layouts_.push_back(SliceLayoutOf(layout, slice));
+  map.fingerprint_ = Fingerprint(layout, map.slices_, whole_tensors);
+  for (const auto& slice : map.slices_) map.slice_layouts_.push_back(SliceLayoutOf(layout, slice, whole_tensors));
   return map;
 }
 

@@ -6,11 +6,12 @@
 // layer, and so every phase of a round, spreads over every shard's link: few large
 // partitions put a big layer's bytes on some links more than others, the more so the more
 // shards; bench/iteration_bound.py); a partition is a run of pieces of tensors, cut at the
-// tensors' bounds. Partition j goes to shard j mod shards, so every shard holds the same
-// bytes (k elements apart at most: a host's link carries no more than another's) and pieces
-// from the whole model. The map is a pure function of (layout, shards,
-// partition bytes): the coordinator, every shard and every worker compute the same one,
-// and its fingerprint tells when two processes do not. No gRPC, no torch.
+// tensors' bounds. A map of whole tensors (an optimizer that reads whole tensors: Adafactor,
+// Lamb, Muon) cuts none: each tensor is a partition, the largest first to the shard that
+// holds least, and each piece keeps its tensor's shape. Partition j goes to shard j mod shards, so every shard holds
+// the same bytes (k elements apart at most: a host's link carries no more than another's) and pieces from the whole
+// model. The map is a pure function of (layout, shards, partition bytes): the coordinator, every shard and every worker
+// compute the same one, and its fingerprint tells when two processes do not. No gRPC, no torch.
 #ifndef OMNILEARN_COMMON_SHARD_MAP_H_
 #define OMNILEARN_COMMON_SHARD_MAP_H_
 
@@ -50,10 +51,12 @@ class ShardMap {
   // InvalidArgument: shards outside [1, kMaxShards], partition_bytes neither
   // kAutoPartitionBytes nor at least one float, or a model of fewer elements than shards (a
   // shard would hold nothing).
+  // whole_tensors: no tensor cut (InvalidArgument: fewer non-empty tensors than shards).
   static absl::StatusOr<ShardMap> Plan(const ModelLayout& layout, int shards,
-                                       int64_t partition_bytes = kAutoPartitionBytes);
+                                       int64_t partition_bytes = kAutoPartitionBytes, bool whole_tensors = false);
 
   int shards() const { return static_cast<int>(slices_.size()); }
+  bool whole_tensors() const { return whole_tensors_; }
   int partitions() const { return partitions_; }
   // The shard's pieces in layout order (tensor, then begin): its slice's flat order.
   const std::vector<ShardPiece>& slice(int shard) const { return slices_[shard]; }
@@ -79,6 +82,7 @@ class ShardMap {
   std::vector<int64_t> slice_elements_;
   std::vector<ModelLayout> slice_layouts_;
   int partitions_ = 0;
+  bool whole_tensors_ = false;
   int64_t total_ = 0;
   uint64_t fingerprint_ = 0;
 };

@@ -173,6 +173,28 @@ TEST_CASE("a slice's layout names each piece once and keeps buffers", "[shard_ma
   }
 }
 
+TEST_CASE("a map of whole tensors cuts none, keeps their shapes and balances the shards", "[shard_map]") {
+  const ModelLayout layout = Mixed();
+  const ShardMap map = *ShardMap::Plan(layout, 3, ShardMap::kAutoPartitionBytes, /*whole_tensors=*/true);
+  REQUIRE(map.whole_tensors());
+  RequireCoversOnce(layout, map);
+  int64_t largest = 0;
+  for (int t = 0; t < static_cast<int>(layout.tensors().size()); ++t) largest = std::max(largest, layout.size(t));
+  for (int s = 0; s < 3; ++s) {
+    for (size_t i = 0; i < map.slice(s).size(); ++i) {
+      const ShardPiece& p = map.slice(s)[i];
+      REQUIRE((p.begin == 0 && p.end == layout.size(p.tensor)));  // whole
+      if (i > 0) REQUIRE(map.slice(s)[i - 1].tensor < p.tensor);  // layout order
+      REQUIRE(map.slice_layout(s).tensors()[i].shape == layout.tensors()[p.tensor].shape);
+    }
+    // Largest first to the least loaded: no shard holds more than another by a tensor's size.
+    for (int o = 0; o < 3; ++o) REQUIRE(map.slice_elements(s) - map.slice_elements(o) <= largest);
+  }
+  REQUIRE(map.fingerprint() != ShardMap::Plan(layout, 3)->fingerprint());
+  const auto two = ShardMap::Plan(Layout({{"a", {4, 4}}, {"b", {4}}}), 3, 0, true);
+  REQUIRE(absl::StrContains(two.status().message(), "2 tensors, fewer than the 3 shards"));
+}
+
 TEST_CASE("a plan that cannot be made is a clear error", "[shard_map]") {
   const ModelLayout layout = Layout({{"w", {3}}});
   const auto zero = ShardMap::Plan(layout, 0);

@@ -13,7 +13,8 @@
 #    stream (plain SGD at lr 20, clipping 0.25), a fresh hidden state each step.
 # 4. tests/optimizer_mirror_job.py: the user's torch.optim.AdamW (two param groups) and its
 #    ReduceLROnPlateau, run by a server started with other flags, against torch.optim in one
-#    process on the same batches; on a torch with Muon, torch's Muon recipe ([Muon, AdamW]) too.
+#    process on the same batches; on a torch with Muon, torch's Muon recipe ([Muon, AdamW]) too,
+#    on one server and over two (--shards 2: the map cuts no tensor).
 # 5. tests/mnist_port_job.py: pytorch/examples' mnist/main.py ported as docs/python.md shows, its
 #    own Adadelta and StepLR run by the server, two workers, against the program in one process.
 # The workers run on OMNILEARN_PYTHON (Debian's /usr/bin/python3 and its torch 1.13 unless
@@ -120,6 +121,12 @@ if "$PY" -c 'import sys, torch; sys.exit(not hasattr(torch.optim, "Muon"))'; the
   grep "^mirror:" "$WORK/muon.log"
   grep -q "the job runs worker0's optimizer: Muon(lr=0.02" "$WORK/muon.log" ||
     fail "muon mirror: the server did not say it runs the worker's Muon"
+  # Sharded: Muon reads whole matrices, so the job's map cuts no tensor (each on one server).
+  timeout 300 "$PY" -m omnilearn.run --nproc 1 --shards 2 \
+    --server_args="--global_batch=32 --optimizer=sgd --lr=0.1" "$(dirname "$0")/optimizer_mirror_job.py" muon \
+    > "$WORK/muon_sharded.log" 2>&1 || { tail -n 20 "$WORK/muon_sharded.log" >&2; fail "muon mirror: sharded"; }
+  grep "^mirror:" "$WORK/muon_sharded.log"
+  grep -q "shard 1 registered" "$WORK/muon_sharded.log" || fail "muon mirror: no shard registered with --shards 2"
 fi
 # ---- 5. pytorch/examples' mnist program with its own Adadelta and StepLR (the flags say SGD)
 timeout 600 "$PY" -m omnilearn.run --nproc 2 --server_args="--global_batch=64 --optimizer=sgd --quiet" \

@@ -116,8 +116,9 @@ absl::StatusOr<ModelLayout> MarkKinds(const ModelLayout& layout, const std::stri
 std::string ShardedJobJson(const ShardedJob& job) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorSpec& t : job.layout.tensors()) tensors.push_back({t.name, t.shape, t.buffer, t.dtype});
-  return nlohmann::json{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}}.dump(
-      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json j{{"shards", job.shards}, {"partition_bytes", job.partition_bytes}, {"tensors", tensors}};
+  if (job.whole_tensors) j["whole_tensors"] = true;  // absent: a cut map (and an earlier release's)
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Empty text: not a sharded job's coordinator.
@@ -153,6 +154,10 @@ absl::StatusOr<std::optional<ShardedJob>> ParseShardedJobJson(const std::string&
   job.shards = j["shards"].get<int>();
   job.partition_bytes = j["partition_bytes"].get<int64_t>();
   if (job.shards < 2 || job.partition_bytes < 0) return bad();  // 0: the automatic size
+  if (j.contains("whole_tensors")) {
+    if (!j["whole_tensors"].is_boolean()) return bad();
+    job.whole_tensors = j["whole_tensors"].get<bool>();
+  }
   return job;
 }
 

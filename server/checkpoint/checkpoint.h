@@ -41,8 +41,10 @@ struct ShardedJob {
   ModelLayout layout;
   int shards = 1;
   int64_t partition_bytes = 0;
+  bool whole_tensors = false;  // the map cuts no tensor (ShardMap::whole_tensors)
   bool operator==(const ShardedJob& o) const {
-    return layout == o.layout && shards == o.shards && partition_bytes == o.partition_bytes;
+    return layout == o.layout && shards == o.shards && partition_bytes == o.partition_bytes &&
+           whole_tensors == o.whole_tensors;
   }
 };
 

@@ -133,6 +133,10 @@ TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cu
   r = ReadCheckpoint(dir + "/auto.safetensors");
   REQUIRE(r.ok());
   REQUIRE(r->sharded->partition_bytes == 0);
+  REQUIRE_FALSE(r->sharded->whole_tensors);
+  s.sharded->whole_tensors = true;  // a map that cuts no tensor (Adafactor, Lamb, Muon)
+  REQUIRE(WriteCheckpoint(dir + "/whole.safetensors", s).ok());
+  REQUIRE(ReadCheckpoint(dir + "/whole.safetensors")->sharded->whole_tensors);
   s.sharded->shards = 1;  // not a sharded job: a file that says so is not ours
   REQUIRE(WriteCheckpoint(dir + "/bad.safetensors", s).ok());
   absl::StatusOr<CheckpointState> bad = ReadCheckpoint(dir + "/bad.safetensors");

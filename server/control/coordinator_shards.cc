@@ -218,7 +218,8 @@ absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout&
         job.shards, job.partition_bytes, options_.shards, options_.partition_bytes, job.shards,
         static_cast<double>(job.partition_bytes) / (1 << 20)));
   }
-  absl::StatusOr<ShardMap> map = ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes);
+  absl::StatusOr<ShardMap> map =
+      ShardMap::Plan(job.layout, options_.shards, options_.partition_bytes, job.whole_tensors);
   if (!map.ok()) return map.status();
   if (!(map->slice_layout(0) == slice0)) {
     return absl::FailedPreconditionError(
@@ -243,7 +244,7 @@ absl::Status CoordinatorShards::Resume(const ShardedJob& job, const ModelLayout&
 std::optional<ShardedJob> CoordinatorShards::sharded_job() const {
   absl::MutexLock lock(&mu_);
   if (!layout_.has_value()) return std::nullopt;
-  return ShardedJob{*layout_, options_.shards, options_.partition_bytes};
+  return ShardedJob{*layout_, options_.shards, options_.partition_bytes, map_->whole_tensors()};
 }
 
 absl::Status CoordinatorShards::Next(int index, uint64_t generation, Outgoing* out, absl::Time deadline) {
@@ -403,12 +404,14 @@ void CoordinatorShards::Shutdown() {
   shutdown_ = true;
 }
 
-absl::StatusOr<ShardMap> CoordinatorShards::PlanFor(const ModelLayout& layout) {
+absl::StatusOr<ShardMap> CoordinatorShards::PlanFor(const ModelLayout& layout, std::optional<OptimizerKind> brought) {
+  bool whole = false;
   {
     absl::MutexLock lock(&mu_);
-    if (map_.has_value() && layout_.has_value() && *layout_ == layout) return *map_;
+    whole = RuleOf(brought.value_or(optimizer_.kind)).whole_tensors;
+    if (map_.has_value() && layout_.has_value() && *layout_ == layout && map_->whole_tensors() == whole) return *map_;
   }
-  return ShardMap::Plan(layout, options_.shards, options_.partition_bytes);
+  return ShardMap::Plan(layout, options_.shards, options_.partition_bytes, whole);
 }
 
 void CoordinatorShards::StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
@@ -429,6 +432,7 @@ ShardMapAnswer CoordinatorShards::Answer(const ShardMap& map) const {
   a.partition_bytes = options_.partition_bytes;
   a.fingerprint = map.fingerprint();
   a.push_in_order = options_.push_in_order;
+  a.whole_tensors = map.whole_tensors();
   a.addresses.push_back(options_.address);
   for (size_t i = 1; i < slots_.size(); ++i) a.addresses.push_back(slots_[i].address);
   return a;
@@ -468,6 +472,7 @@ void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   init.sync = options_.sync;
   init.restore = restore;
   init.job = job_;
+  init.whole_tensors = map_->whole_tensors();
   o.command = std::move(init);
   if (!restore) {
     auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));

@@ -118,10 +118,12 @@ class CoordinatorShards {
   // Streams end once what is queued was sent (the last checkpoint command included).
   void Shutdown();
 
-  // A joiner's whole model: the job's map for it (planned once per layout), the slice 0
-  // layout and values its join gives the core, and the full values kept until the core
-  // says whose model it adopted. InvalidArgument when the model cannot be cut.
-  absl::StatusOr<ShardMap> PlanFor(const ModelLayout& layout);
+  // A joiner's whole model: the job's map for it (planned once per layout and kind of map),
+  // the slice 0 layout and values its join gives the core, and the full values kept until
+  // the core says whose model it adopted. The map cuts no tensor when the optimizer the
+  // joiner brings (else the job's) reads whole tensors. InvalidArgument when the model
+  // cannot be cut.
+  absl::StatusOr<ShardMap> PlanFor(const ModelLayout& layout, std::optional<OptimizerKind> brought = std::nullopt);
   void StashInitial(const std::string& joiner, const ModelLayout& layout, ShardMap map,
                     std::shared_ptr<const std::vector<float>> values);
   void ForgetInitial(const std::string& joiner);

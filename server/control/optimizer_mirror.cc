@@ -9,13 +9,6 @@ namespace server {
 
 absl::StatusOr<OptimizerOptions> MirrorOptimizer(const WantedOptimizer& wanted, const OptimizerOptions& job,
                                                  const ModelLayout& layout, bool pieces) {
-  const OptimizerRule& rule = RuleOf(wanted.kind);
-  if (pieces && rule.whole_tensors) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(rule.torch_class,
-                     "'s step reads whole tensors, and this sharded job's servers each hold a slice that cuts "
-                     "tensors: run it on a job of one server, or bring an optimizer that steps each element (AdamW)"));
-  }
   OptimizerOptions o = job;
   o.kind = wanted.kind;
   o.learning_rate = wanted.lr;

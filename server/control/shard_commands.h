@@ -49,8 +49,9 @@ struct ShardInitCommand {
   OptimizerOptions optimizer;
   absl::Duration member_wait;  // how long a step waits for a member's slice
   bool sync = true;
-  bool restore = false;  // no values follow: the slice comes from its checkpoint of `version`
-  uint64_t job = 1;      // the coordinator's job (--reset_when_done counts them)
+  bool restore = false;        // no values follow: the slice comes from its checkpoint of `version`
+  uint64_t job = 1;            // the coordinator's job (--reset_when_done counts them)
+  bool whole_tensors = false;  // the map cuts no tensor (ShardMap::whole_tensors)
 };
 
 // A worker's session on the shard: opened with its secret, or closed.
@@ -74,6 +75,7 @@ struct ShardMapAnswer {
   int64_t partition_bytes = 0;
   uint64_t fingerprint = 0;
   bool push_in_order = false;  // --push_slices_in_order
+  bool whole_tensors = false;  // the map cuts no tensor (ShardMap::whole_tensors)
   std::vector<std::string> addresses;
 };
 

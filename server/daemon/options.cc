@@ -195,11 +195,6 @@ absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
     }
     return absl::OkStatus();
   }
-  if (RuleOf(o.optimizer.kind).whole_tensors) {
-    return absl::InvalidArgumentError(absl::StrCat("--optimizer=", OptimizerName(o.optimizer.kind),
-                                                   " and --shards > 1: its step reads whole tensors, and a "
-                                                   "sharded job's slices cut tensors"));
-  }
   if (f.shard_steps_ahead && o.mode != Mode::kSync) {
     return absl::InvalidArgumentError("--shard_steps_ahead needs --mode=sync: it decides a round's step ahead");
   }

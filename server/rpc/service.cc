@@ -271,11 +271,19 @@ absl::StatusOr<ShardMap> ParameterServerService::JoinSliceZero(grpc::ServerConte
     return absl::InvalidArgumentError(
         absl::StrCat("the worker's model differs from the job's: ", info->layout.DescribeDifference(*job)));
   }
-  absl::StatusOr<ShardMap> map = shards_->PlanFor(info->layout);
+  const std::optional<OptimizerKind> brought =
+      info->optimizer.has_value() ? std::optional<OptimizerKind>(info->optimizer->kind) : std::nullopt;
+  absl::StatusOr<ShardMap> map = shards_->PlanFor(info->layout, brought);
   if (!map.ok()) return map.status();
   if (info->optimizer.has_value()) {  // its groups name the whole model's tensors: checked before the slice
     absl::StatusOr<OptimizerOptions> whole = MirrorOptimizer(*info->optimizer, OptimizerOptions(), info->layout);
     if (!whole.ok()) return whole.status();
+    if (RuleOf(info->optimizer->kind).whole_tensors && !map->whole_tensors()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          RuleOf(info->optimizer->kind).torch_class,
+          "'s step reads whole tensors, and this sharded job's map of the model, made for its optimizer, cuts "
+          "tensors: bring the job's optimizer, or none"));
+    }
   }
   if (info->initial_parameters.has_value()) {
     auto whole = std::make_shared<const std::vector<float>>(std::move(*info->initial_parameters));

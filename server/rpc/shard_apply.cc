@@ -91,7 +91,8 @@ absl::Status ShardApplier::OpenAhead(const v1::ShardCommand& c) {
 absl::Status ShardApplier::ApplyInit(const v1::ShardInit& init) {
   absl::StatusOr<ModelLayout> layout = ParseLayout(init.layout());
   if (!layout.ok()) return layout.status();
-  absl::StatusOr<ShardMap> map = ShardMap::Plan(*layout, options_.shards, options_.partition_bytes);
+  absl::StatusOr<ShardMap> map =
+      ShardMap::Plan(*layout, options_.shards, options_.partition_bytes, init.whole_tensors());
   if (!map.ok()) return map.status();
   const uint32_t index = init.index();  // >= 1 (CheckShardCommand); compared before any cast
   if (map->fingerprint() != init.fingerprint() || index >= static_cast<uint32_t>(map->shards())) {

@@ -116,6 +116,7 @@ struct CommandEncoder {
     init->set_sync(c.sync);
     init->set_restore(c.restore);
     init->set_job(c.job);
+    init->set_whole_tensors(c.whole_tensors);
   }
   void operator()(const ShardSessionCommand& c) const {
     v1::ShardSession* session = out->mutable_session();
@@ -153,6 +154,7 @@ void ShardMapToProto(const ShardMapAnswer& answer, v1::ShardMap* out) {
   out->set_partition_bytes(answer.partition_bytes);
   out->set_fingerprint(answer.fingerprint);
   out->set_push_in_order(answer.push_in_order);
+  out->set_whole_tensors(answer.whole_tensors);
   for (const std::string& address : answer.addresses) out->add_addresses(address);
 }
 

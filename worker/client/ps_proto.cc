@@ -106,6 +106,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
     out.shard_fingerprint = r.shard_map().fingerprint();
     out.shard_addresses.assign(r.shard_map().addresses().begin(), r.shard_map().addresses().end());
     out.push_slices_in_order = r.shard_map().push_in_order();
+    out.whole_tensors = r.shard_map().whole_tensors();
   }
   return out;
 }

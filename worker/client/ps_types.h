@@ -112,6 +112,7 @@ struct JoinReply {
   uint64_t shard_fingerprint = 0;
   std::vector<std::string> shard_addresses;
   bool push_slices_in_order = false;  // ShardMap.push_in_order: one slice's push after the other
+  bool whole_tensors = false;         // ShardMap.whole_tensors: the map cuts no tensor
 };
 
 // What a step came to, known only once its backward is done: a streamed push's trailer.

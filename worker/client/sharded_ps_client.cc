@@ -66,7 +66,7 @@ absl::StatusOr<JoinReply> ShardedPsClient::Join(const JoinRequest& request, cons
     map_.reset();
     return r;
   }
-  absl::StatusOr<ShardMap> map = ShardMap::Plan(layout, r->shards, r->partition_bytes);
+  absl::StatusOr<ShardMap> map = ShardMap::Plan(layout, r->shards, r->partition_bytes, r->whole_tensors);
   if (!map.ok()) return map.status();
   if (map->fingerprint() != r->shard_fingerprint || static_cast<int>(r->shard_addresses.size()) != r->shards) {
     return absl::FailedPreconditionError(absl::StrFormat(
