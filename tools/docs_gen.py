@@ -383,6 +383,14 @@ def test_tiers():
     return table(["phase", "what it checks", "gate", "full tier"], rows), [source]
 
 
+def optimizer_mirror():
+    data = load("optimizer_mirror.json")
+    rows = [[r["framework"], r["case"].replace("_", " "), f"{r['worst']:.1e}", f"{r['tolerance']:.0e}"]
+            for r in data["rows"]]
+    header = ["framework", "optimizer (case)", "largest difference over 60 steps", "bound"]
+    return table(header, rows), [Source("optimizer_mirror.json", data["command"], data["date"], data["machine"])]
+
+
 # ------------------------------------------------------------------ README: how it compares
 
 LAYER_BY_LAYER = "[layer by layer](docs/performance.md#beside-ddp-communication-overlapped-with-compute)"
@@ -470,7 +478,7 @@ TABLES = {
     "slowlink_async": lambda: paper_table(HET_SLOWLINK, "async", ("off", "omnilearn", "omnilearn/compute")),
     "ablation": ablation, "async_adam": async_adam, "gpu_mixed": gpu_mixed,
     "keras_workers": keras_workers, "keras_async_rate": keras_async_rate, "keras_step": keras_step,
-    "test_tiers": test_tiers,
+    "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror,
 }
 FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 

@@ -26,6 +26,15 @@ _REPLAY = os.environ.get("OMNILEARN_OPTIMIZER_REPLAY") or os.path.join(
 _SHAPES = {"a": (4, 6), "b": (6,), "c": (2, 3, 5)}
 _STEPS, _RATE_CHANGE, _RESTART = 60, 30, 40
 _TOLERANCE = 1e-6
+_RECORD = os.environ.get("OMNILEARN_MIRROR_RECORD")  # bench/optimizer_mirror.py: each case's figure
+
+
+def _record(case, worst, tolerance):
+    """Appends the case's largest difference to bench/optimizer_mirror.py's file, when it asks."""
+    if _RECORD:
+        with open(_RECORD, "a") as f:
+            f.write(json.dumps({"framework": f"torch {torch.__version__}", "case": case, "worst": float(worst),
+                                "tolerance": tolerance}) + "\n")
 
 
 class _Model(torch.nn.Module):
@@ -147,7 +156,7 @@ def work():
     shutil.rmtree(path)
 
 
-def _check_mirrored(mirrored, work, tolerance=_TOLERANCE, sensitive=True):
+def _check_mirrored(case, mirrored, work, tolerance=_TOLERANCE, sensitive=True):
     """The server's steps within `tolerance` of torch's; and, with group 0's rate 1% off,
     not (`sensitive`): the check sees a rule's change. Returns the largest difference."""
     if not os.path.exists(_REPLAY):
@@ -155,6 +164,7 @@ def _check_mirrored(mirrored, work, tolerance=_TOLERANCE, sensitive=True):
     theirs, spec, initial, gradients = mirrored
     worst = _worst(_replay(spec, initial, gradients, work), theirs)
     assert worst.max() <= tolerance, f"step {int(worst.argmax())} differs by {worst.max():.2e} of the weights"
+    _record(case, worst.max(), tolerance)
     if not sensitive:
         return worst.max()
     spec["optimizer"]["learning_rate"] *= 1.01
@@ -165,10 +175,10 @@ def _check_mirrored(mirrored, work, tolerance=_TOLERANCE, sensitive=True):
 
 
 @pytest.mark.parametrize("cls,kwargs,own,needs", [c[1:] for c in _CASES], ids=[c[0] for c in _CASES])
-def test_the_server_steps_as_torch_optim(cls, kwargs, own, needs, work):
+def test_the_server_steps_as_torch_optim(cls, kwargs, own, needs, work, request):
     if needs is not None and not _NEEDS[needs](cls):
         pytest.skip(f"torch {torch.__version__} lacks what {cls} needs here ({needs}); the pip venv's torch runs it")
-    _check_mirrored(_mirror(cls, kwargs, own), work)
+    _check_mirrored(request.node.callspec.id, _mirror(cls, kwargs, own), work)
 
 
 class _MatricesModel(torch.nn.Module):
@@ -206,7 +216,8 @@ def test_muon_and_its_adamw_step_as_torch_in_float32(adjust_lr_fn, work, monkeyp
         pytest.skip(f"torch {torch.__version__} has no Muon; the pip venv's torch runs it")
     import torch.optim._muon as muon_module
     monkeypatch.setattr(muon_module, "torch", _Float32Torch())
-    _check_mirrored(_mirror(None, None, None, _MatricesModel(), _muon_recipe(adjust_lr_fn)), work)
+    _check_mirrored(f"muon_adamw_{adjust_lr_fn or 'original'}_float32",
+                    _mirror(None, None, None, _MatricesModel(), _muon_recipe(adjust_lr_fn)), work)
 
 
 def test_muon_stays_within_bfloat16_of_torch(work):
@@ -214,9 +225,8 @@ def test_muon_stays_within_bfloat16_of_torch(work):
     iteration stays within 2e-3 of the weights over the 60 steps (bfloat16's eps is 7.8e-3)."""
     if not _has("Muon"):
         pytest.skip(f"torch {torch.__version__} has no Muon; the pip venv's torch runs it")
-    worst = _check_mirrored(_mirror(None, None, None, _MatricesModel(), _muon_recipe(None)), work,
-                            tolerance=2e-3, sensitive=False)
-    print(f"torch's bfloat16 Muon: {worst:.2e} of the weights")
+    _check_mirrored("muon_adamw_bfloat16", _mirror(None, None, None, _MatricesModel(), _muon_recipe(None)), work,
+                    tolerance=2e-3, sensitive=False)
 
 
 def test_what_torch_steps_elsewhere_is_refused_naming_the_nearest():

@@ -23,6 +23,7 @@ _REPLAY = os.environ.get("OMNILEARN_OPTIMIZER_REPLAY") or os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "..", "bazel-bin", "server", "checkpoint", "optimizer_replay")
 _SHAPES = {"a": (4, 6), "b": (6,), "c": (7, 3), "d": (2, 3, 5)}
 _STEPS, _RATE_CHANGE, _RESTART = 60, 30, 40
+_RECORD = os.environ.get("OMNILEARN_MIRROR_RECORD")  # bench/optimizer_mirror.py: each case's figure
 
 _CASES = [  # (id, the optimizer, the tolerance)
     ("adadelta", lambda: keras.optimizers.Adadelta(learning_rate=1.0, rho=0.9), 1e-6),
@@ -75,7 +76,7 @@ def _replay(spec, initial, gradients):
 
 
 @pytest.mark.parametrize("make,tolerance", [c[1:] for c in _CASES], ids=[c[0] for c in _CASES])
-def test_the_server_steps_as_keras(make, tolerance):
+def test_the_server_steps_as_keras(make, tolerance, request):
     rng = np.random.default_rng(5)
     variables = [keras.Variable(rng.normal(size=s).astype(np.float32), name=n) for n, s in _SHAPES.items()]
     initial = np.concatenate([v.numpy().reshape(-1) for v in variables])
@@ -98,7 +99,12 @@ def test_the_server_steps_as_keras(make, tolerance):
 
     def worst(ours):
         return (np.abs(ours - theirs).max(axis=1) / np.abs(theirs).max(axis=1)).max()
-    assert worst(_replay(spec, initial, gradients)) <= tolerance
+    ours = worst(_replay(spec, initial, gradients))
+    assert ours <= tolerance
+    if _RECORD:
+        with open(_RECORD, "a") as f:
+            f.write(json.dumps({"framework": f"Keras {keras.__version__}", "case": request.node.callspec.id,
+                                "worst": float(ours), "tolerance": tolerance}) + "\n")
     spec["optimizer"]["learning_rate"] *= 1.01
     for g in spec["optimizer"]["groups"]:
         g["lr"] *= 1.01

@@ -35,7 +35,8 @@ ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
 ABSL_FLAG(std::string, optimizer, "sgd",
           "torch.optim's: sgd | adam | adamw | adadelta | adagrad | adamax | nadam | radam | rmsprop | rprop | asgd | "
-          "adafactor; Keras's lion | lamb (a worker that brings the job's model may bring its own instead)");
+          "adafactor | muon; Keras's lion | lamb | ftrl (a worker that brings the job's model may bring its own "
+          "instead)");
 ABSL_FLAG(std::string, optimizer_options, "",
           "the optimizer's other options by torch.optim's names, name=value,... (flags as 0 or 1; pairs as two: "
           "beta1, beta2; etaminus, etaplus; step_size_min, step_size_max; eps1, eps2), e.g. nesterov=1 or "
@@ -55,14 +56,18 @@ ABSL_FLAG(std::string, adam_weight_prediction, "on",
           "other live workers' pushes will take first: a stale gradient is computed near the weights it "
           "meets, and beta1 stays as configured) | off (on the weights as they are: ablation)");
 ABSL_FLAG(double, lr, 0.05, "learning rate of one step on a global batch");
-ABSL_FLAG(double, momentum, omnilearn::torch_optim::kMomentum, "sgd, rmsprop: momentum (torch.optim's default: 0)");
+ABSL_FLAG(double, momentum, -1, "sgd, rmsprop, muon: momentum; default: torch.optim's for --optimizer (0; muon 0.95)");
 ABSL_FLAG(double, weight_decay, -1,
           "weight decay (L2 on the gradient; adamw, and decoupled_weight_decay=1: decoupled); default: "
-          "torch.optim's for --optimizer (0; adamw 0.01)");
-ABSL_FLAG(double, beta1, 0.9, "the Adam family (adam, adamw, adamax, nadam, radam): first-moment decay");
-ABSL_FLAG(double, beta2, 0.999, "the Adam family: second-moment decay");
+          "torch.optim's for --optimizer (0; adamw 0.01, muon 0.1)");
+ABSL_FLAG(double, beta1, -1,
+          "the Adam family (adam, adamw, adamax, nadam, radam), lion, lamb: first-moment decay; default: "
+          "torch.optim's (0.9)");
+ABSL_FLAG(double, beta2, -1,
+          "the Adam family, lion, lamb: second-moment decay; default: torch.optim's (0.999; lion 0.99)");
 ABSL_FLAG(double, eps, -1,
-          "denominator epsilon; default: torch.optim's for --optimizer (1e-8; adadelta 1e-6, adagrad 1e-10)");
+          "denominator epsilon; default: torch.optim's for --optimizer (1e-8; adadelta 1e-6, adagrad 1e-10, "
+          "muon 1e-7)");
 ABSL_FLAG(std::string, lr_schedule, "",
           "constant | step (x --lr_decay every --lr_decay_steps versions or --lr_decay_epochs epochs) | cosine (to "
           "--lr_min over "

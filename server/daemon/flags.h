@@ -32,10 +32,10 @@ struct DaemonFlags {
   std::string adam_sqrt_scaling = "on";
   std::string adam_weight_prediction = "on";
   double lr = 0.05;
-  double momentum = 0;
+  double momentum = -1;      // < 0: the optimizer's default (momentum, beta1, beta2)
   double weight_decay = -1;  // < 0: torch.optim's default for the optimizer (OptionsFromFlags)
-  double beta1 = 0.9;
-  double beta2 = 0.999;
+  double beta1 = -1;
+  double beta2 = -1;
   double eps = -1;                // < 0: the optimizer's default
   std::string optimizer_options;  // name=value,...
   std::string lr_schedule = "";

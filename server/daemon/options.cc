@@ -73,13 +73,14 @@ absl::Status ParseChoices(const DaemonFlags& f, ServerOptions* o) {
   return absl::OkStatus();
 }
 
-// torch.optim's eps for the optimizer (1e-8 for those without one): what --eps < 0 means, written
-// out so that every shard, of any release, reads a value.
-double DefaultEps(OptimizerKind kind) {
-  for (const auto& [hp, value] : RuleOf(kind).hyper) {
-    if (hp == Hp::kEps) return value;
+// torch.optim's default of `hp` for the optimizer (`fallback` for one that reads none): what
+// --momentum, --beta1, --beta2 or --eps < 0 means, written out so that every shard, of any
+// release, reads a value.
+double RuleDefault(OptimizerKind kind, Hp hp, double fallback) {
+  for (const auto& [read, value] : RuleOf(kind).hyper) {
+    if (read == hp) return value;
   }
-  return 1e-8;
+  return fallback;
 }
 
 // --optimizer_options: "name=value,..." (a flag as 0, 1, true or false).
@@ -113,10 +114,10 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"num_workers", d(f.num_workers), 1, 100000},
       {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},
       {"lr", f.lr, 1e-12, 100},
-      {"momentum", f.momentum, 0, 0.999999},
+      {"momentum", f.momentum < 0 ? 0 : f.momentum, 0, 0.999999},        // < 0: torch.optim's default
       {"weight_decay", f.weight_decay < 0 ? 0 : f.weight_decay, 0, 10},  // < 0: torch.optim's default
-      {"beta1", f.beta1, 0, 0.999999999},
-      {"beta2", f.beta2, 0, 0.999999999},
+      {"beta1", f.beta1 < 0 ? 0 : f.beta1, 0, 0.999999999},              // < 0: torch.optim's default
+      {"beta2", f.beta2 < 0 ? 0 : f.beta2, 0, 0.999999999},
       {"eps", f.eps < 0 ? 1e-8 : f.eps, 1e-15, 1},  // < 0: torch.optim's default
       {"warmup_steps", d(f.warmup_steps), 0, 1e12},
       {"lr_decay_steps", d(f.lr_decay_steps), 0, 1e12},
@@ -152,12 +153,13 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
   o.round_timeout = absl::Seconds(f.round_timeout_s);
   o.lease = absl::Seconds(f.lease_s);
   o.optimizer.learning_rate = f.lr;
-  o.optimizer.momentum = f.momentum;
+  const OptimizerKind kind = o.optimizer.kind;
+  o.optimizer.momentum = f.momentum >= 0 ? f.momentum : RuleDefault(kind, Hp::kMomentum, 0);
   o.optimizer.weight_decay =
       f.weight_decay >= 0 ? f.weight_decay : std::max(0.0, RuleOf(o.optimizer.kind).weight_decay);
-  o.optimizer.beta1 = f.beta1;
-  o.optimizer.beta2 = f.beta2;
-  o.optimizer.eps = f.eps >= 0 ? f.eps : DefaultEps(o.optimizer.kind);
+  o.optimizer.beta1 = f.beta1 >= 0 ? f.beta1 : RuleDefault(kind, Hp::kBeta1, 0.9);
+  o.optimizer.beta2 = f.beta2 >= 0 ? f.beta2 : RuleDefault(kind, Hp::kBeta2, 0.999);
+  o.optimizer.eps = f.eps >= 0 ? f.eps : RuleDefault(kind, Hp::kEps, 1e-8);
   absl::StatusOr<HyperMap> hyper = ParseOptimizerOptions(f.optimizer_options);
   if (!hyper.ok()) return hyper.status();
   o.optimizer.hyper = *std::move(hyper);
