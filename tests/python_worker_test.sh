@@ -181,6 +181,17 @@ PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --npro
 grep "^mirror:" "$WORK/mirror_sharded.log"
 grep -q "the job runs worker0's optimizer: AdamW" "$WORK/mirror_sharded.log" ||
   fail "sharded optimizer mirror: the coordinator did not take the worker's AdamW"
+# Local steps (--local_steps=8): each worker steps the program's AdamW on a round's samples and
+# pushes the pseudo-gradient; the server's Nesterov SGD is the outer optimizer. One worker: the
+# job is DiLoCo written out in one process; two, sync and async: the job trains.
+LOCAL_FLAGS="--global_batch=32 --local_steps=8 --optimizer=sgd --lr=0.7 --momentum=0.5 --optimizer_options=nesterov=1"
+for run in "1 sync" "2 sync" "2 async"; do
+  set -- $run
+  PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc "$1" \
+    --server_args="--mode=$2 $LOCAL_FLAGS" "$RUNFILES/tests/local_steps_job.py" 0.7 0.5 \
+    > "$WORK/local_$1_$2.log" 2>&1 || { tail -n 20 "$WORK/local_$1_$2.log" >&2; fail "local steps: $1 worker(s), $2"; }
+  grep "^local:" "$WORK/local_$1_$2.log" | sort -u
+done
 /usr/bin/python3 - "$WORK" <<'PY' || fail "habits: the trained model does not load back"
 import glob, os, sys, torch, omnilearn
 from omnilearn import models

@@ -247,6 +247,25 @@ class FlatStorage:
                     self.host_update[off:off + n].copy_(self.update[off:off + n])
         return self.update_host
 
+    def snapshot(self) -> torch.Tensor:
+        """The model's values now, flat (a local round's start)."""
+        self.prepare_weights()
+        return self.weights.clone()
+
+    def prepare_difference(self, start: torch.Tensor) -> np.ndarray:
+        """A local round's push, in host memory: `start` less the values now for the
+        parameters (the round's pseudo-gradient), the buffers' values."""
+        self.prepare_update()
+        self.prepare_weights()
+        with torch.no_grad():
+            for (_, t, is_buffer), off in zip(self.flat.entries, self.flat.offsets):
+                if not is_buffer:
+                    n = t.numel()
+                    torch.sub(start[off:off + n], self.weights[off:off + n], out=self.update[off:off + n])
+            if self._cuda:
+                self.host_update.copy_(self.update)
+        return self.update_host
+
     def prepare_weights(self) -> np.ndarray:
         """The model's values in host memory (a join that brings the model)."""
         with torch.no_grad():

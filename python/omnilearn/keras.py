@@ -122,6 +122,22 @@ class VariableStorage:
             self._assign = assign
         self._assign([self.weights_host[off:off + n].reshape(v.shape) for _, v, _, off, n in spans])
 
+    def snapshot(self) -> np.ndarray:
+        """The variables' values now, flat (a local round's start)."""
+        return self.prepare_weights().copy()
+
+    def prepare_difference(self, start: np.ndarray) -> np.ndarray:
+        """A local round's push: `start` less the values now for the trainable variables (the
+        round's pseudo-gradient), the non-trainable ones' values."""
+        now = self.prepare_weights()
+        for name, v, b, off, n in self._spans():
+            self.update_host[off:off + n] = now[off:off + n] if b else start[off:off + n] - now[off:off + n]
+        return self.update_host
+
+    def trainable_pairs(self):
+        """(gradient, variable) of the step's gradients, as an optimizer's apply_gradients takes them."""
+        return [(g, v) for g, (_, v, b) in zip(self._gradients, self.entries) if not b and g is not None]
+
     def set_gradients(self, gradients) -> None:
         gradients = list(gradients)
         if len(gradients) != self.trainable:
@@ -313,6 +329,16 @@ class Worker(WorkerSession):
         self._require_step()
         self.storage.set_gradients(gradients)
         return self._push_step(float(loss), test_accuracy)
+
+    def _begin_local_steps(self):
+        if self.optimizer is None:
+            raise ValueError(f"the server runs local steps (--local_steps={self.local_steps}): each worker steps the "
+                             "program's own optimizer, so pass it: Worker(..., optimizer=opt), or compile the model "
+                             "with one for fit()")
+        super()._begin_local_steps()
+
+    def _local_step(self):
+        self.optimizer.apply_gradients(self.storage.trainable_pairs())
 
     def _changed_rates(self) -> list:
         """The optimizer's learning rate when it changed since the server last had it (or

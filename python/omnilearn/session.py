@@ -15,7 +15,7 @@ import threading
 import time
 import weakref
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 import numpy as np
@@ -66,6 +66,19 @@ class Step:
     epoch: int
     model_version: int
     epoch_end: bool = False
+
+
+@dataclass
+class _LocalRound:
+    """A round of local steps (the server's --local_steps): the batch the server gave, split in
+    `steps` steps of the program's own optimizer; their compute and loss so far, and the
+    weights the round started from (the pseudo-gradient's base)."""
+    steps: int
+    samples: int
+    done: int = 0
+    compute: float = 0.0
+    loss: float = 0.0
+    start: Any = None
 
 
 _live_cores = weakref.WeakSet()  # closed at exit, before the interpreter goes
@@ -147,6 +160,7 @@ class WorkerSession:
         self._overlap = False  # the model arrives during the next forward (a framework's hooks wait)
         self._arriving = False  # a model is still arriving into the parameters
         self._step_arrival_wait = 0.0  # this step's forward waiting for the model to arrive
+        self._round = None  # the local round under way (--local_steps), or None
         self.arrival_wait_seconds = 0.0  # all steps
         self._times_forward = False  # the framework marks a step's start (start_compute) itself
         self.metrics = WorkerMetrics(self.name)
@@ -190,6 +204,21 @@ class WorkerSession:
         return self._core.global_samples
 
     @property
+    def local_steps(self) -> int:
+        """The job's local steps (the server's --local_steps): each batch the server gives is
+        split in that many steps of the program's own optimizer, and the round's
+        pseudo-gradient is pushed after the last; 1: every step is pushed."""
+        return self._core.local_steps
+
+    def _begin_local_steps(self):
+        """The framework checks it can step the program's optimizer; gradients leave whole."""
+        self._bucket_bytes = 0
+
+    def _local_step(self):
+        """One step of the program's own optimizer on the gradients in the storage."""
+        raise NotImplementedError
+
+    @property
     def mode(self) -> str:
         """The server's mode: "sync", "async" or "ssp"."""
         return self._core.mode
@@ -226,6 +255,12 @@ class WorkerSession:
             return
         self._log(f"joined as worker {self.worker_id}: device={self._device_kind} batch={self.batch_size} "
                   f"mode={self.mode} samples so far={self.global_samples}")
+        if self.local_steps > 1:
+            try:
+                self._begin_local_steps()
+            except Exception:
+                self.leave()
+                raise
         self.pull()
 
     def leave(self, finished: bool = False):
@@ -286,16 +321,31 @@ class WorkerSession:
             ids = np.frombuffer(raw, dtype="<i8").astype(np.int64) if raw else np.empty(0, dtype=np.int64)
             if len(ids) and self.dataset_size and int(ids.max()) >= self.dataset_size:
                 raise ValueError(f"the server assigned sample {int(ids.max())} of a data set of {self.dataset_size}")
-            samples = self._samples(ids) if len(ids) else None
             epoch = first_epoch if first_epoch >= 0 else self.epoch
-            self.storage.zero_grad()
-            self._step = Step(self.iteration, len(ids) if len(ids) else self.batch_size, samples, epoch,
-                              self.model_version)
-            self._begin_push(self._step)
-            self._t0 = None if self._times_forward else time.perf_counter()
-            yield self._step
-            if self._step is not None:
-                raise RuntimeError("the loop body must call push() (or report_out_of_memory()) for each step")
+            parts = self._round_parts(ids)
+            local = self._round is not None
+            for part, size in parts:
+                self.storage.zero_grad()
+                self._step = Step(self.iteration, size, self._samples(part) if len(part) else None, epoch,
+                                  self.model_version)
+                self._begin_push(self._step)
+                self._t0 = None if self._times_forward else time.perf_counter()
+                yield self._step
+                if self._step is not None:
+                    raise RuntimeError("the loop body must call push() (or report_out_of_memory()) for each step")
+                if self.stopped.is_set() or (local and self._round is None):  # the round ended (or was given up)
+                    break
+
+    def _round_parts(self, ids: np.ndarray) -> list:
+        """The steps of the batch the server gave, (sample ids, size) each: the batch whole, or
+        with local steps split in as many near-equal parts (no more than it has samples)."""
+        n = len(ids) if len(ids) else self.batch_size
+        if self.local_steps <= 1 or n <= 1:
+            self._round = None
+            return [(ids, n)]
+        positions = np.array_split(np.arange(n), min(self.local_steps, n))
+        self._round = _LocalRound(steps=len(positions), samples=n)
+        return [(ids[p] if len(ids) else ids, len(p)) for p in positions]
 
     def _idle(self):
         """One wait with the server while this worker holds no samples: it may hand out
@@ -382,6 +432,8 @@ class WorkerSession:
     def _push_step(self, loss: float, test_accuracy: Optional[float]):
         """The step's end: its times and loss, then its gradients and the new model (see push())."""
         step = self._require_step()
+        if self._round is not None:
+            return self._push_local(step, loss, test_accuracy)
         if test_accuracy is not None:
             self._check_accuracy(test_accuracy)
         end = _core.StepEnd(compute_seconds=self._compute_seconds(), train_loss=loss, test_accuracy=test_accuracy,
@@ -395,6 +447,34 @@ class WorkerSession:
         if self._open_push:
             return self._send(None, update, step, end)
         return self._send(_core.StepReport(batch_size=step.batch_size, end=end), update, step)
+
+    def _push_local(self, step: Step, loss: float, test_accuracy: Optional[float]):
+        """A local step: the program's optimizer steps; after the round's last, its
+        pseudo-gradient goes to the server as the round's update, and the new model comes."""
+        r = self._round
+        if r.done == 0:
+            self.wait_model()  # the round starts from the model the server gave, whole
+            r.start = self.storage.snapshot()
+        seconds = self._compute_seconds()
+        r.compute += seconds
+        r.loss += loss * step.batch_size
+        self.metrics.step(seconds, loss)
+        self._local_step()
+        r.done += 1
+        if r.done < r.steps:
+            self._step = None
+            return None
+        self._round = None
+        if test_accuracy is not None:
+            self._check_accuracy(test_accuracy)
+            self.metrics.accuracy(test_accuracy)
+        end = _core.StepEnd(compute_seconds=r.compute, train_loss=r.loss / r.samples, test_accuracy=test_accuracy,
+                            emulation_overruns=self._overruns() if self.emulation is not None else None)
+        whole = replace(step, batch_size=r.samples)  # the round, as the server counts it
+        reply = self._send(_core.StepReport(batch_size=r.samples, end=end), self.storage.prepare_difference(r.start),
+                           whole)
+        step.epoch_end = whole.epoch_end
+        return reply
 
     def _changed_rates(self) -> list:
         """The optimizer's param-group rates for the server when they changed ([]: unchanged)."""
@@ -416,6 +496,9 @@ class WorkerSession:
     def report_out_of_memory(self):
         """The step ran out of memory: no gradient; the server lowers this worker's batch."""
         step = self._require_step()
+        if self._round is not None:  # a local round is given up whole: the server lowers its batch
+            step = replace(step, batch_size=self._round.samples)
+            self._round = None
         self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()
         report = _core.StepReport(batch_size=step.batch_size, out_of_memory=True)

@@ -199,6 +199,18 @@ class Worker(WorkerSession):
         self._note_server_step()
         self._check_parameters_unchanged()
 
+    def _begin_local_steps(self):
+        if self.optimizer is None:
+            raise ValueError(f"the server runs local steps (--local_steps={self.local_steps}): each worker steps the "
+                             "program's own optimizer, so pass it: Worker(..., optimizer=opt)")
+        super()._begin_local_steps()
+        self._log(f"local steps: {self.local_steps} steps of the program's optimizer a round, then the round's "
+                  "pseudo-gradient to the server (its optimizer is the outer one)")
+
+    def _local_step(self):
+        for opt in self.optimizer if isinstance(self.optimizer, (list, tuple)) else [self.optimizer]:
+            opt.step()
+
     def _note_pulled(self):
         """Remembers the parameters' version counters as the model arrived (until warned)."""
         if not self._warned_changed:

@@ -644,6 +644,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("model_version", [](Core& c) { return c.session()->model_version(); })
       .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
       .def_property_readonly("mode", [](Core& c) { return omnilearn::worker::ModeName(c.session()->mode()); })
+      .def_property_readonly("local_steps", [](Core& c) { return c.session()->local_steps(); })
       .def_property_readonly("stop_requested", [](Core& c) { return c.session()->stop_requested(); })
       .def_property_readonly("rejoins", [](Core& c) { return c.session()->rejoins(); });
 }

@@ -68,6 +68,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.idle_replies = set()  # push numbers (1-based) answered "idle": the job's samples all handed out
         self.global_at = {}        # push number -> global_samples of its reply (default 4 per push)
         self.dataset = 0           # a data set's size: the samples' epochs follow global_samples
+        self.local_steps = 0       # JoinResponse.local_steps (the server's --local_steps)
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -105,7 +106,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
             return pb2.JoinResponse(worker_id=wid, lease_seconds=60, mode=pb2.MODE_ASYNC, batch_size=4,
                                     samples=self._samples(),
                                     session_secret=SECRET + bytes([wid]), action=pb2.ACTION_CONTINUE,
-                                    push_trailer=self.trailers)
+                                    push_trailer=self.trailers, local_steps=self.local_steps)
 
     def _model(self, have_version):
         if have_version == self.version:
@@ -247,6 +248,36 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual([p.idle for p in self.fake.pushes], [False, False, False, True, True])
         self.assertEqual([p.batch_size for p in self.fake.pushes[3:]], [0, 0])
         self.assertEqual(len(self.fake.gradients), 3)
+
+    def test_local_steps_step_the_programs_optimizer_and_push_the_rounds_pseudo_gradient(self):
+        """--local_steps=2: each batch of 4 is two steps of 2 samples with the program's own
+        SGD, then one push of the round's pseudo-gradient (its start less its end)."""
+        self.fake.local_steps = 2
+        ref = models.make("mlp", seed=1)  # the same program in one process
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.5)
+        start = torch.cat([p.detach().reshape(-1) for p in ref.parameters()]).clone()
+        for ids in ([0, 1], [2, 3]):
+            ref_opt.zero_grad()
+            F.cross_entropy(ref(self.x[ids]), self.y[ids]).backward()
+            ref_opt.step()
+        expected = (start - torch.cat([p.detach().reshape(-1) for p in ref.parameters()])).numpy()
+        opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.5)
+        with self.make_worker(max_iterations=2, optimizer=opt) as w:
+            self.assertEqual(w.local_steps, 2)
+            steps = self.train(w)
+        self.assertEqual([s.samples.tolist() for s in steps], [[0, 1], [2, 3], [4, 5], [6, 7]])
+        self.assertEqual([s.batch_size for s in steps], [2, 2, 2, 2])
+        self.assertEqual([p.batch_size for p in self.fake.pushes], [4, 4])  # a round's samples each
+        self.assertEqual(len(self.fake.gradients), 2)
+        np.testing.assert_allclose(self.fake.gradients[0][:len(expected)], expected, rtol=1e-5, atol=1e-7)
+        self.assert_same_model()  # the round's end: the server's model, loaded
+
+    def test_local_steps_need_the_programs_optimizer(self):
+        self.fake.local_steps = 4
+        with self.assertRaisesRegex(ValueError, "--local_steps=4.*pass it: Worker\\(..., optimizer=opt\\)"):
+            with self.make_worker():
+                pass
+        self.assertEqual(len(self.fake.leaves), 1)  # it told the server it left
 
     def test_a_step_that_ends_the_jobs_epoch_says_so_after_its_push(self):
         # A data set of 16: the pushes' replies put the job at 8, 16 (epoch 0 ends: another

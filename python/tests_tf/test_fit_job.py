@@ -36,14 +36,14 @@ def model(lr=0.1):
 class Job:
     """A server on 127.0.0.1 for one worker, global batch 32; its summary once it exited."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, *flags):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.summary_path = tmp_path / "summary.json"
         self.server = subprocess.Popen([SERVER, "--bind=127.0.0.1", f"--port={self.port}", "--metrics_port=0",
                                         "--num_workers=1", "--global_batch=32", "--exit_when_done", "--quiet",
-                                        f"--summary_json={self.summary_path}"])
+                                        f"--summary_json={self.summary_path}", *flags])
         self.address = f"127.0.0.1:{self.port}"
 
     def summary(self):
@@ -148,3 +148,23 @@ def test_keras_muon_runs_in_a_job_its_groups_at_the_callbacks_rates(job, tmp_pat
     assert job.summary()["global_samples"] == 3 * 320
     assert history.history["learning_rate"] == pytest.approx([0.05, 0.025, 0.0125])
     assert history.history["loss"][-1] < history.history["loss"][0]
+
+
+@needs_server
+def test_local_steps_step_the_compiled_optimizer_on_the_worker(tmp_path):
+    """--local_steps=4: fit() splits each batch in four steps of the compiled Adam, the server
+    steps the pseudo-gradients with its outer Nesterov SGD; every sample trains once."""
+    job = Job(tmp_path, "--local_steps=4", "--optimizer=sgd", "--lr=0.7", "--momentum=0.5",
+              "--optimizer_options=nesterov=1")
+    try:
+        x, y = data()
+        m = model()
+        m.compile(optimizer=keras.optimizers.Adam(0.01), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        before = m.optimizer.iterations.numpy()
+        history = okeras.fit(m, x, y, server=job.address, epochs=3, verbose=0, name="k0")
+        assert job.summary()["global_samples"] == 3 * 320
+        assert m.optimizer.iterations.numpy() - before == 4 * 30  # 10 rounds of 32 an epoch, 4 steps each
+        assert history.history["loss"][-1] < history.history["loss"][0]
+    finally:
+        job.stop()

@@ -243,6 +243,7 @@ JoinResult ParameterServerCore::FinishedJoin(const std::string& name) {
 
 absl::StatusOr<std::optional<OptimizerOptions>> ParameterServerCore::JoinOptimizer(const JoinInfo& info) {
   if (!info.optimizer.has_value()) return std::nullopt;
+  if (options_.local_steps > 1) return std::nullopt;  // the worker steps its own: the inner optimizer
   // CheckJoin passed: a join that brings parameters and meets no model of the same tensors
   // brings the job's model; any other meets an initialized store.
   const bool adopts =
@@ -353,6 +354,7 @@ JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   r.id = id;
   r.lease = options_.lease;
   r.mode = options_.mode;
+  r.local_steps = options_.local_steps;
   r.batch = controller_.plan().batch(id);
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);

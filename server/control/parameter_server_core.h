@@ -91,8 +91,13 @@ struct ServerOptions {
   absl::Duration start_timeout = absl::Minutes(5);   // ...or starts with who is there after this
   absl::Duration round_timeout = absl::Seconds(30);  // sync/ssp: workers waited for longer are dropped
   int staleness_bound = 4;                           // ssp: iterations ahead of the slowest (>= 0)
-  absl::Duration lease = absl::Seconds(60);          // silent this long = gone
-  int adjust_every = 10;                             // rounds (sync) or n-worker pushes (async)
+  // > 1: local steps. Each worker takes this many steps of its own optimizer on a round's
+  // samples (its batch split in as many parts) and pushes the round's pseudo-gradient (the
+  // weights it started from less those it ended with); the server's optimizer is the outer
+  // one (DiLoCo: SGD, lr 0.7, momentum 0.9, nesterov), and a worker's is not adopted.
+  int local_steps = 1;
+  absl::Duration lease = absl::Seconds(60);  // silent this long = gone
+  int adjust_every = 10;                     // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
   uint64_t data_seed = 1;  // the epochs' sample permutations
@@ -143,6 +148,7 @@ struct JoinResult {
   WorkerId id = 0;
   absl::Duration lease;
   Mode mode = Mode::kSync;
+  int local_steps = 1;  // ServerOptions::local_steps
   int64_t batch = 0;
   uint64_t global_samples = 0;
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)

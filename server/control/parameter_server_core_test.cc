@@ -169,6 +169,25 @@ TEST_CASE("a worker's optimizer comes with its model; a later worker's must be t
                             "1 learning rates for the job's 2 param groups"));
 }
 
+TEST_CASE("local steps: the workers are told, their optimizers stay theirs, the server's is the outer one", "[core]") {
+  ServerOptions o = Options(Mode::kSync, 1);  // SGD at lr 1
+  o.local_steps = 8;
+  auto core = *ParameterServerCore::Create(o);
+  JoinInfo info = Info("a", true);
+  WantedOptimizer adamw;  // the inner optimizer: stepped by the worker, never adopted
+  adamw.kind = OptimizerKind::kAdamW;
+  adamw.lr = 0.01;
+  adamw.beta1 = 0.9;
+  adamw.beta2 = 0.999;
+  adamw.eps = 1e-8;
+  info.optimizer = adamw;
+  const JoinResult a = *core->Join(info, Soon());
+  REQUIRE(a.local_steps == 8);
+  // The round's push is its pseudo-gradient: the outer SGD moves the model by lr times it.
+  REQUIRE(core->Push(Grad(a.id, a.batch, 0), std::vector<float>(kParams, 0.25f), Soon()).ok());
+  REQUIRE(Weights(*core, a.id) == std::vector<float>(kParams, -0.25f));
+}
+
 TEST_CASE("a push must carry the batch it was assigned, a finite loss, a sane time and accuracy", "[core]") {
   auto core = *ParameterServerCore::Create(Options(Mode::kAsync, 1));
   const JoinResult a = *core->Join(Info("a", true), Soon());

@@ -31,6 +31,11 @@ ABSL_FLAG(std::string, advertise, "",
           "--bind is 0.0.0.0)");
 ABSL_FLAG(std::string, mode, "sync", "sync | async | ssp (stale-synchronous, see --staleness_bound)");
 ABSL_FLAG(int, staleness_bound, 4, "ssp: iterations a worker may run ahead of the slowest (0 = lockstep)");
+ABSL_FLAG(int, local_steps, 1,
+          "> 1: local steps (with sync, async or ssp): each worker splits the batch it is given into this many steps "
+          "of its program's own optimizer and pushes the round's pseudo-gradient; the server's --optimizer is the "
+          "outer one (DiLoCo's: --optimizer=sgd --lr=0.7 --momentum=0.9 --optimizer_options=nesterov=1) and "
+          "--global_batch a round's samples");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
 ABSL_FLAG(std::string, optimizer, "sgd",
@@ -151,6 +156,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.advertise = absl::GetFlag(FLAGS_advertise);
   f.mode = absl::GetFlag(FLAGS_mode);
   f.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
+  f.local_steps = absl::GetFlag(FLAGS_local_steps);
   f.num_workers = absl::GetFlag(FLAGS_num_workers);
   f.start_timeout_s = absl::GetFlag(FLAGS_start_timeout_s);
   f.optimizer = absl::GetFlag(FLAGS_optimizer);

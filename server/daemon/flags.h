@@ -23,6 +23,7 @@ struct DaemonFlags {
   std::string advertise = "";
   std::string mode = "sync";
   int staleness_bound = 4;
+  int local_steps = 1;
   int num_workers = 1;
   int start_timeout_s = 300;
   std::string optimizer = "sgd";

@@ -23,7 +23,11 @@ void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::
       o.num_workers, tls ? (f.tls_client_ca.empty() ? "on" : "mutual") : "off", token ? "on" : "off",
       exposer ? absl::StrCat(f.metrics_bind, ":", exposer->port(), "/metrics").c_str() : "off");
   // What runs, spelled as torch.optim would: the server's defaults are its own (README).
-  std::printf("omnilearn_server optimizer: %s\n", DescribeOptimizer(o.optimizer).c_str());
+  std::printf("omnilearn_server optimizer: %s%s\n", DescribeOptimizer(o.optimizer).c_str(),
+              o.local_steps > 1 ? absl::StrCat("; local steps: ", o.local_steps,
+                                               " a round, each worker's own optimizer inside, this one outside")
+                                      .c_str()
+                                : "");
   std::fflush(stdout);
 }
 

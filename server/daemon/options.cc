@@ -111,6 +111,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"shards", d(f.shards), 1, ShardMap::kMaxShards},
       {"partition_mb", f.partition_mb == 0 ? 1.0 : f.partition_mb, 4.0 / (1 << 20), 1 << 20},  // 0: automatic
       {"staleness_bound", d(f.staleness_bound), 0, 1e6},
+      {"local_steps", d(f.local_steps), 1, 1e5},
       {"num_workers", d(f.num_workers), 1, 100000},
       {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},
       {"lr", f.lr, 1e-12, 100},
@@ -148,6 +149,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
   if (!wire.ok()) return wire.status();
   *wire_dtype = *wire;
   o.staleness_bound = f.staleness_bound;
+  o.local_steps = f.local_steps;
   o.num_workers = f.num_workers;
   o.start_timeout = absl::Seconds(f.start_timeout_s);
   o.round_timeout = absl::Seconds(f.round_timeout_s);

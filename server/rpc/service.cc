@@ -252,6 +252,7 @@ void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::Joi
   response->set_worker_id(r.id);
   response->set_lease_seconds(absl::ToDoubleSeconds(r.lease));
   response->set_mode(ToProto(r.mode));
+  response->set_local_steps(static_cast<uint32_t>(r.local_steps));
   response->set_batch_size(r.batch);
   response->set_global_samples(r.global_samples);
   SamplesToProto(r.samples, response->mutable_samples());

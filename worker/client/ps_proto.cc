@@ -1,5 +1,7 @@
 #include "worker/client/ps_proto.h"
 
+#include <algorithm>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
@@ -94,6 +96,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   out.session_secret = r.session_secret();
   out.lease_seconds = r.lease_seconds();
   out.mode = ModeOf(r.mode());
+  out.local_steps = std::max<int>(1, static_cast<int>(r.local_steps()));
   out.batch_size = r.batch_size();
   out.samples = AssignmentOf(r.samples());
   out.idle = r.idle();

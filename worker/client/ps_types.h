@@ -100,6 +100,7 @@ struct JoinReply {
   std::string session_secret;   // sent with every later call of the session
   double lease_seconds = 0;     // heartbeat or push at least this often
   std::optional<Mode> mode;     // none: a server that did not say
+  int local_steps = 1;          // > 1: each batch is that many steps of the worker's own optimizer
   int64_t batch_size = 0;       // the first mini-batch's
   Assignment samples;           // the first mini-batch's samples
   bool idle = false;            // the job's samples are all handed out: none for this worker now

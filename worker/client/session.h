@@ -167,6 +167,8 @@ class Session {
   uint64_t model_version() const { return version_; }
   uint64_t global_samples() const { return global_samples_; }
   std::optional<Mode> mode() const { return mode_; }
+  // > 1: the job's local steps (JoinReply::local_steps): each batch is that many steps.
+  int local_steps() const { return local_steps_; }
   bool stop_requested() const { return stop_.load(); }
   int rejoins() const { return rejoins_; }
   // Pushes sent (every call, report-only ones too) and the ones the server answered (a
@@ -205,6 +207,7 @@ class Session {
   uint64_t version_ = ~0ull;  // the version `weights` hold; ~0 = none yet
   uint64_t global_samples_ = 0;
   std::optional<Mode> mode_;
+  int local_steps_ = 1;
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
