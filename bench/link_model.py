@@ -25,6 +25,14 @@ So an iteration is
   fan-out costs);
 - o: local work per byte of model, in link-times (copies, the optimizer's step, sums).
 
+With local steps (the servers' --local_steps), a round is H inner steps of compute and one
+exchange of the servers' layout, the pseudo-gradient's bytes scaled by the wire's type
+(bf16: 1/2): per inner step
+
+    T_local(N) = C (1 + s E[max of N]) + (k x wire(N) x b + a x (N - 1) + o x M / R) / H
+
+with the servers' fitted k, a and o (predict_local).
+
 k, a and o are fitted per layout by least squares on measured points, none negative (a fit
 free to go below 0 bought a few tenths of a percent on the points with a negative cost per
 peer, which then predicts a ring that gets faster with more hosts); the fit is judged by how
@@ -96,6 +104,14 @@ def predict(params, n, model_bytes, rate, compute_s, jitter):
     """The model's iteration time in seconds."""
     k, a, o = (params[f] for f in FEATURES)
     return compute_seconds(n, compute_s, jitter) + float(np.dot([k, a, o], _row(n, model_bytes, rate)))
+
+
+def predict_local(params, n, model_bytes, rate, compute_s, jitter, steps, wire_scale=1.0):
+    """An inner step's time in seconds with local steps: the servers' exchange (`params`,
+    the pseudo-gradient's bytes times `wire_scale`) once every `steps` steps."""
+    k, a, o = (params[f] for f in FEATURES)
+    exchange = k * wire_seconds(n, model_bytes, rate) * wire_scale + a * (n - 1) + o * model_bytes / rate
+    return compute_seconds(n, compute_s, jitter) + exchange / steps
 
 
 def crossing(params_a, params_b, model_bytes, rate, compute_s, jitter, workers):

@@ -34,6 +34,17 @@ class LinkModelTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             link_model.expected_max_normal(0)
 
+    def test_local_steps_spread_the_exchange_over_the_rounds_steps(self):
+        params = {"k": 1.2, "a": 0.002, "o": 0.1}
+        sync = link_model.predict(params, 16, 42e6, RATE, 0.5, 0.02)
+        compute = link_model.compute_seconds(16, 0.5, 0.02)
+        self.assertAlmostEqual(link_model.predict_local(params, 16, 42e6, RATE, 0.5, 0.02, 1), sync)
+        self.assertAlmostEqual(link_model.predict_local(params, 16, 42e6, RATE, 0.5, 0.02, 8) - compute,
+                               (sync - compute) / 8)
+        halved = link_model.predict_local(params, 16, 42e6, RATE, 0.5, 0.02, 8, wire_scale=0.5)
+        wire = 1.2 * link_model.wire_seconds(16, 42e6, RATE)
+        self.assertAlmostEqual(link_model.predict_local(params, 16, 42e6, RATE, 0.5, 0.02, 8) - halved, wire / 16)
+
     def test_bytes_per_host_are_the_rings(self):
         self.assertAlmostEqual(link_model.wire_seconds(2, 1e6, 1e6), 1.0)
         self.assertAlmostEqual(link_model.wire_seconds(4, 1e6, 1e6), 1.5)

@@ -20,6 +20,14 @@ models, data, emulated devices and links:
                        --fat_slices slices (8: a coordinator and 7 shard servers on it), which
                        workers push one after the other (--push_slices_in_order): a slice's
                        model comes back while the next slice's gradient goes out
+  omnilearn-local      (only with --systems) servers as omnilearn-colocated, with local steps
+                       (--local_steps): each worker takes H steps of the same SGD on its share
+                       of H global batches, then pushes the pseudo-gradient; the servers' outer
+                       Nesterov SGD (--outer_lr, --outer_momentum) steps the model, the round's
+                       pseudo-gradients on the wire as --local_wire says. Its iteration is an
+                       inner step, its time the mean (a round's push included)
+  local-blind          (only with --systems) the same with --controller=off: equal batches and
+                       the same H for every worker, as DiLoCo runs (the heterogeneity-blind peer)
 
 Devices at the paper's levels (core counts 12,12,12,12 / 9,9,6,24 / 6,6,4,32 for HL1/4/8) and
 the dynamic schedule HL1 -> HL2 -> HL4 -> HL8 -> HL4 -> HL1, emulated (omnilearn.emulation:
@@ -76,7 +84,8 @@ PORT = 50051
 DDP_PORT = 29500
 SYSTEMS = ("ddp", "ddp-balanced", "omnilearn-1server", "omnilearn-colocated")
 # Not in the default matrix (--systems=...): one server whose link is N times a worker's.
-EXTRA_SYSTEMS = ("omnilearn-1server-fat", "omnilearn-fat-slices")
+EXTRA_SYSTEMS = ("omnilearn-1server-fat", "omnilearn-fat-slices", "omnilearn-local", "local-blind")
+LOCAL_SYSTEMS = ("omnilearn-local", "local-blind")  # local steps (--local_steps): rounds of H inner steps
 DYNAMIC = ("HL1", "HL2", "HL4", "HL8", "HL4", "HL1")
 # name: (real samples per step, 0 = the whole batch; description)
 MODELS = {"mlp4": (0, "MLP, 4 MB"), "mlp40": (16, "MLP, 40 MB"), "resnet18": (2, "ResNet-18, 45 MB"),
@@ -377,7 +386,10 @@ def omnilearn_main(args):
     layers = args.timing == "layers"
     from omnilearn.emulation import EmulatedDevice
     device = EmulatedDevice(device_text(args, args.rank), seed=args.rank) if layers else None
-    with Worker(args.server, model, name=f"w{args.rank}", max_iterations=args.iterations,
+    local = args.system in LOCAL_SYSTEMS  # the same SGD as DDP's, stepped by the worker; rounds of H steps
+    inner = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM) if local else None
+    rounds = math.ceil(args.iterations / args.local_steps) if local else args.iterations
+    with Worker(args.server, model, name=f"w{args.rank}", max_iterations=rounds, optimizer=inner,
                 dataset_size=args.dataset, emulate_device=None if layers else device_text(args, args.rank),
                 rpc_timeout=300, connect_timeout=120, bucket_mb=args.bucket_mb, overlap_pull=bool(args.overlap_pull),
                 log=lambda line: print(line, file=sys.stderr, flush=True)) as w:
@@ -417,6 +429,15 @@ def start_servers(args, cluster, system, log):
     """The system's servers; returns (processes, the workers' server address)."""
     job = ["--mode=sync", f"--num_workers={args.workers}", f"--global_batch={args.global_batch}", f"--lr={LR}",
            f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done", *args.server_flags.split()]
+    if system in LOCAL_SYSTEMS:  # a round is H global batches; the servers' optimizer is the outer one
+        job[2:5] = [f"--global_batch={args.local_steps * args.global_batch}", f"--local_steps={args.local_steps}",
+                    "--optimizer=sgd", f"--lr={args.outer_lr}", f"--momentum={args.outer_momentum}",
+                    f"--wire_dtype={args.local_wire}"]
+        if args.outer_momentum > 0:
+            job.append("--optimizer_options=nesterov=1")
+        if system == "local-blind":
+            job.append("--controller=off")
+        job += ["--round_timeout_s=600", "--lease_s=900"]  # a round is H steps (a slow device's, unbalanced)
     if system.startswith("omnilearn-1server"):
         return [subprocess.Popen(server_command(args, cluster, "ps", job), stdout=log("ps"),
                                  stderr=subprocess.STDOUT)], f"{cluster.addr['ps']}:{PORT}"
@@ -480,7 +501,7 @@ def one_run(args, model, level, system):
                   f"--overlap_pull={args.overlap_pull}",
                   f"--global_batch={args.global_batch}", f"--ms_per_sample_1core={args.ms_per_sample_1core}",
                   f"--step_iterations={args.step_iterations}", f"--dataset={args.dataset}",
-                  f"--workers={args.workers}"]
+                  f"--workers={args.workers}", f"--local_steps={args.local_steps}"]
         for r in range(args.workers):
             where = [f"--master={cluster.addr['w0']}"] if target is None else [f"--server={target}"]
             env = dict(os.environ, GLOO_SOCKET_IFNAME="eth0", OMP_NUM_THREADS="1")
@@ -559,6 +580,9 @@ def profiles(args, r, results, samplers):
 def summarize(args, model, level, system, results, mbytes):
     starts = [r["start"] for r in results[0]["rows"]]
     iterations = [b - a for a, b in zip(starts, starts[1:])][args.skip:]
+    local = system in LOCAL_SYSTEMS
+    if local:  # the inner steps' mean: a round's push amortized over its H steps
+        iterations = [statistics.mean(iterations)]
     # The job's loss per iteration: every rank's loss weighted by its batch (DDP's rows carry
     # the all-reduced one already).
     n = min(len(r["rows"]) for r in results)
@@ -578,6 +602,14 @@ def summarize(args, model, level, system, results, mbytes):
     # The slices one after the other: slice s's model comes down while slice s+1's gradient
     # goes up, so a worker's link carries M each way at once, plus the last slice's model.
     wire["omnilearn-fat-slices"] = (1 + 1 / args.fat_slices) * mbytes / rate
+    wire["omnilearn-local"] = wire["local-blind"] = wire["ddp"] / args.local_steps  # a round's, over its H steps
+    # What a worker host sends per trained sample: 2(N-1)/N x M a ring's (or colocated
+    # servers') iteration, 2 x M a push and pull to one server, over B samples (local: H x B).
+    sent = {"omnilearn-1server": 2 * mbytes, "omnilearn-1server-fat": 2 * mbytes,
+            "omnilearn-fat-slices": 2 * mbytes}.get(system, 2 * (w - 1) / w * mbytes)
+    if local and args.local_wire == "bf16":
+        sent /= 2
+    per_sample = w * sent / (args.global_batch * (args.local_steps if local else 1))
     pushes = [r.get("push_s") for r in results[0]["rows"][args.skip:]]
     # Communication per rank after its step (DDP: the all_reduce; OmniLearn: push to model
     # back), the sync barrier's wait included: the median over every rank's iterations.
@@ -585,7 +617,8 @@ def summarize(args, model, level, system, results, mbytes):
     return {"model": model, "level": level, "system": system, "iteration_s": statistics.median(iterations),
             "push_s": statistics.median(pushes) if None not in pushes and pushes else None,
             "comm_s": statistics.median(comms) if comms else None,
-            "wire_s": wire[system], "batches": [r["rows"][-1]["batch"] for r in results],
+            "wire_s": wire[system], "bytes_per_sample": per_sample,
+            "batches": [r["rows"][-1]["batch"] for r in results],
             "overruns": sum(r["overruns"] for r in results), "elapsed": [b - starts[0] for b in starts[1:]],
             "losses": losses}
 
@@ -609,7 +642,8 @@ def add_time_to_target(rows):
 
 def table(rows):
     lines = ["| model | level | system | iteration | x ddp | x ddp-balanced | wire bound | x its wire | "
-             "communication (x wire) | time to target | x ddp | batches at the end | overruns |", "|---" * 13 + "|"]
+             "communication (x wire) | time to target | x ddp | MB sent per sample | batches at the end | overruns |",
+             "|---" * 14 + "|"]
     for r in rows:
         peers = {p["system"]: p for p in rows if p["model"] == r["model"] and p["level"] == r["level"]}
         ratio = lambda key, system: (f"{r[key] / peers[system][key]:.2f}"  # noqa: E731
@@ -619,7 +653,8 @@ def table(rows):
         lines.append(f"| {r['model']} | {r['level']} | {r['system']} | {1000 * r['iteration_s']:.0f} ms | "
                      f"{ratio('iteration_s', 'ddp')} | {ratio('iteration_s', 'ddp-balanced')} | "
                      f"{1000 * r['wire_s']:.0f} ms | {r['iteration_s'] / r['wire_s']:.2f} | {comm} | {ttt} | "
-                     f"{ratio('time_to_target_s', 'ddp')} | {','.join(map(str, r['batches']))} | {r['overruns']} |")
+                     f"{ratio('time_to_target_s', 'ddp')} | {r.get('bytes_per_sample', 0) / 1e6:.3f} | "
+                     f"{','.join(map(str, r['batches']))} | {r['overruns']} |")
     return "\n".join(lines)
 
 
@@ -688,6 +723,12 @@ def parse():
     ap.add_argument("--skip", type=int, default=10, help="first iterations left out (joins, the controller's start)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
     ap.add_argument("--fat_slices", type=int, default=8, help="omnilearn-fat-slices: the slices on the server host")
+    ap.add_argument("--local_steps", type=int, default=8, help="omnilearn-local: inner steps a round")
+    ap.add_argument("--outer_lr", type=float, default=0.7, help="omnilearn-local: the outer SGD's rate (DiLoCo's)")
+    ap.add_argument("--outer_momentum", type=float, default=0.9,
+                    help="omnilearn-local: the outer SGD's Nesterov momentum (DiLoCo's; 0: plain averaging)")
+    ap.add_argument("--local_wire", choices=("f32", "bf16"), default="f32",
+                    help="omnilearn-local: the pseudo-gradients' and models' values on the wire")
     ap.add_argument("--server_flags", default="", help="more flags for every OmniLearn job's coordinator or "
                     "server (e.g. --clip_grad_norm=1); DDP's ranks clip nothing")
     ap.add_argument("--partition_mb", type=float, help="OmniLearn's sharded servers: the model's partitions "
@@ -728,7 +769,7 @@ def main():
     if args.worker:
         return worker_main(args)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the runs' finally blocks stop what they started
-    if any(s.startswith("omnilearn") for s in args.systems.split(",")):
+    if any(not s.startswith("ddp") for s in args.systems.split(",")):
         build_check.check(args.bin_dir, ["server/omnilearn_server"], "omnilearn")
     os.makedirs(args.out, exist_ok=True)
     args.work = os.path.join(args.out, "peers-logs")

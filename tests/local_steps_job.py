@@ -74,14 +74,20 @@ def main():
             if w.iteration != before:  # the round's push went: its batches are one round
                 rounds.append(batches)
                 batches = []
+                print(f"local: round {len(rounds)} pushed", flush=True)
         w.wait_model()
-        local_steps = w.local_steps
+        local_steps, local_batch = w.local_steps, w.local_batch
     trained = validation(model, vx, vy)
-    print(f"local: {len(rounds)} rounds of {local_steps} steps, {sum(len(b) for r in rounds for b in r)} samples, "
-          f"validation loss {untrained:.4f} -> {trained:.4f}", flush=True)
-    # A round of fewer samples than steps (the job's last) has a step a sample.
-    if local_steps < 2 or any(len(r) != min(local_steps, sum(map(len, r))) for r in rounds):
-        sys.exit("local: the rounds are not of the server's --local_steps")
+    steps = sorted({len(r) for r in rounds})
+    print(f"local: {len(rounds)} rounds of {','.join(map(str, steps))} steps, "
+          f"{sum(len(b) for r in rounds for b in r)} samples, validation loss {untrained:.4f} -> {trained:.4f}",
+          flush=True)
+    # --local_steps: H steps a round (a round of fewer samples, a step a sample); --local_batch:
+    # a round of b samples is ceil(b / local_batch) steps.
+    def wanted(n):
+        return -(-n // local_batch) if local_batch > 0 else min(local_steps, n)
+    if (local_steps < 2 and local_batch <= 0) or any(len(r) != wanted(sum(map(len, r))) for r in rounds):
+        sys.exit("local: the rounds are not of the server's --local_steps or --local_batch")
     if os.environ.get("OMNILEARN_WORLD_SIZE", "1") == "1":
         ref = single_process(rounds, x, y, float(sys.argv[1]), float(sys.argv[2]))
         worst = max(float((a - b).abs().max()) for a, b in zip(model.parameters(), ref.parameters()))

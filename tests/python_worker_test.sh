@@ -184,14 +184,37 @@ grep -q "the job runs worker0's optimizer: AdamW" "$WORK/mirror_sharded.log" ||
 # Local steps (--local_steps=8): each worker steps the program's AdamW on a round's samples and
 # pushes the pseudo-gradient; the server's Nesterov SGD is the outer optimizer. One worker: the
 # job is DiLoCo written out in one process; two, sync and async: the job trains.
-LOCAL_FLAGS="--global_batch=32 --local_steps=8 --optimizer=sgd --lr=0.7 --momentum=0.5 --optimizer_options=nesterov=1"
-for run in "1 sync" "2 sync" "2 async"; do
+# --local_batch=4: each worker's steps a round are its batch over 4 (a faster one takes more).
+OUTER="--global_batch=32 --optimizer=sgd --lr=0.7 --momentum=0.5 --optimizer_options=nesterov=1"
+for run in "1 sync --local_steps=8" "2 sync --local_steps=8" "2 async --local_steps=8" "2 sync --local_batch=4"; do
   set -- $run
+  log=$WORK/local_$1_$2_${3#--}.log
   PATH=$WORK/prefix/bin:$PATH timeout 240 /usr/bin/python3 -m omnilearn.run --nproc "$1" \
-    --server_args="--mode=$2 $LOCAL_FLAGS" "$RUNFILES/tests/local_steps_job.py" 0.7 0.5 \
-    > "$WORK/local_$1_$2.log" 2>&1 || { tail -n 20 "$WORK/local_$1_$2.log" >&2; fail "local steps: $1 worker(s), $2"; }
-  grep "^local:" "$WORK/local_$1_$2.log" | sort -u
+    --server_args="--mode=$2 $3 $OUTER" "$RUNFILES/tests/local_steps_job.py" 0.7 0.5 \
+    > "$log" 2>&1 || { tail -n 20 "$log" >&2; fail "local steps: $1 worker(s), $2, $3"; }
+  grep "^local: [0-9]" "$log" | sort -u
 done
+# A worker killed mid-round (--local_steps=4, three workers, sync): it costs its own steps only;
+# the others' rounds close without it at the round timeout, its samples are handed out again,
+# and the job trains exactly its samples (4 epochs of 512).
+start_server local_fault --mode=sync --num_workers=3 --round_timeout_s=2 --local_steps=4 $OUTER
+WORKER_PIDS=()
+for r in 0 1 2; do
+  OMNILEARN_SERVER=127.0.0.1:$PORT OMNILEARN_NAME=l$r OMNILEARN_WORLD_SIZE=3 timeout 240 /usr/bin/python3 \
+    "$RUNFILES/tests/local_steps_job.py" 0.7 0.5 > "$WORK/local_fault_l$r.log" 2>&1 &
+  WORKER_PIDS+=($!)
+  STARTED+=($!)
+done
+wait_until 1200 "the victim's third round" grep -q "round 3 pushed" "$WORK/local_fault_l2.log"
+pkill -KILL -P "${WORKER_PIDS[2]}" || true  # the worker (our `timeout` wrapper's child), then the wrapper
+kill -KILL "${WORKER_PIDS[2]}" 2>/dev/null || true
+WORKER_PIDS=("${WORKER_PIDS[@]:0:2}")
+wait_workers || { tail -n 5 "$WORK"/local_fault_l*.log >&2; fail "local steps: a survivor failed"; }
+stop_server
+[ "$(json "s['global_samples']")" -eq 2048 ] || fail "local steps: the job did not train exactly its samples"
+victim_state=$(json "[w['state'] for w in s['workers'] if w['name'] == 'l2']")
+[ "$victim_state" = "['dropped']" ] || fail "local steps: the killed worker was not dropped: $victim_state"
+grep -h "^local: [0-9]" "$WORK"/local_fault_l[01].log
 /usr/bin/python3 - "$WORK" <<'PY' || fail "habits: the trained model does not load back"
 import glob, os, sys, torch, omnilearn
 from omnilearn import models

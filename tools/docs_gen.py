@@ -181,6 +181,48 @@ def scaling_predicted():
     return table(["workers"] + [str(n) for n in counts], rows), [SCALING]
 
 
+LOCAL_COMMAND = ("bench/peers.py --models=mlp4 --levels=HL1,HL8 --link={link} --systems=ddp,ddp-balanced,"
+                 "omnilearn-colocated,omnilearn-local,local-blind --local_steps=32 --local_wire=bf16 "
+                 "--iterations=128 --skip=16 --out=bench/results/local_steps_{link}")
+LOCAL_RUNS = [Source(f"local_steps_{link}/peers.json", LOCAL_COMMAND.format(link=link), "2026-12-07")
+              for link in ("100mbit", "1gbit")]
+FINAL_STEPS = 16  # the final loss: the job's mean over its last 16 steps (half a round of 32)
+
+
+def local_peers():
+    rows = []
+    for source in LOCAL_RUNS:
+        data = load(source.path)
+        for (model, level, _), by in groups(data["rows"]).items():
+            ddp, sync = by["ddp"], by["omnilearn-colocated"]
+            final = lambda r: statistics.mean(r["losses"][-FINAL_STEPS:])  # noqa: E731
+            for system, r in by.items():
+                rows.append([data["link"], level, system, ms(r["iteration_s"]), ratio(r["iteration_s"], ddp["iteration_s"]),
+                             f"{r['time_to_target_s']:.1f} s", ratio(r["time_to_target_s"], ddp["time_to_target_s"]),
+                             f"{r['bytes_per_sample'] / 1e3:.1f} kB", ratio(ddp["bytes_per_sample"], r["bytes_per_sample"]),
+                             f"{final(r):.3f}", f"{100 * (final(r) / final(sync) - 1):+.1f}%"])
+    header = ["link", "devices", "system", "iteration (local: an inner step)", "x DDP", "time to target", "x DDP",
+              "sent per sample", "DDP's bytes over these", "final loss", "x sync (OmniLearn)"]
+    return table(header, rows), LOCAL_RUNS
+
+
+def local_predicted():
+    import link_model
+    from peers import JITTER
+    points = load(SCALING.path)["points"]
+    fit = {s: link_model.fit([p for p in points if p["system"] == s], JITTER) for s in (RING, SERVERS)}
+    p = points[0]
+    args = (p["model_bytes"], p["rate"], p["compute_s"], JITTER)
+    ring = lambda n: link_model.predict(fit[RING], n, *args)  # noqa: E731
+    counts = [2, 4, 8, 16, 32, 64, 128, 256]
+    layouts = [("servers (sync)", lambda n: link_model.predict(fit[SERVERS], n, *args)),
+               ("local steps, H = 8", lambda n: link_model.predict_local(fit[SERVERS], n, *args, 8)),
+               ("local steps, H = 32, bf16", lambda n: link_model.predict_local(fit[SERVERS], n, *args, 32, 0.5))]
+    rows = [["ring (DDP)"] + [ms(ring(n)) for n in counts]]
+    rows += [[name + " x ring"] + [ratio(f(n), ring(n)) for n in counts] for name, f in layouts]
+    return table(["workers"] + [str(n) for n in counts], rows), [SCALING]
+
+
 # ------------------------------------------------------------------ the server's own benchmarks
 
 def bench_source(name, command):
@@ -478,7 +520,8 @@ TABLES = {
     "slowlink_async": lambda: paper_table(HET_SLOWLINK, "async", ("off", "omnilearn", "omnilearn/compute")),
     "ablation": ablation, "async_adam": async_adam, "gpu_mixed": gpu_mixed,
     "keras_workers": keras_workers, "keras_async_rate": keras_async_rate, "keras_step": keras_step,
-    "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror,
+    "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror, "local_peers": local_peers,
+    "local_predicted": local_predicted,
 }
 FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 

@@ -332,7 +332,7 @@ class Worker(WorkerSession):
 
     def _begin_local_steps(self):
         if self.optimizer is None:
-            raise ValueError(f"the server runs local steps (--local_steps={self.local_steps}): each worker steps the "
+            raise ValueError("the server runs local steps (--local_steps or --local_batch): each worker steps the "
                              "program's own optimizer, so pass it: Worker(..., optimizer=opt), or compile the model "
                              "with one for fit()")
         super()._begin_local_steps()

@@ -207,8 +207,19 @@ class WorkerSession:
     def local_steps(self) -> int:
         """The job's local steps (the server's --local_steps): each batch the server gives is
         split in that many steps of the program's own optimizer, and the round's
-        pseudo-gradient is pushed after the last; 1: every step is pushed."""
+        pseudo-gradient is pushed after the last; 1: every step is pushed (but see local_batch)."""
         return self._core.local_steps
+
+    @property
+    def local_batch(self) -> int:
+        """The server's --local_batch: > 0, each batch the server gives is split in steps of
+        about this many samples (a faster worker, given more, takes more steps)."""
+        return self._core.local_batch
+
+    @property
+    def local(self) -> bool:
+        """The job runs local steps (--local_steps or --local_batch)."""
+        return self.local_steps > 1 or self.local_batch > 0
 
     def _begin_local_steps(self):
         """The framework checks it can step the program's optimizer; gradients leave whole."""
@@ -255,7 +266,7 @@ class WorkerSession:
             return
         self._log(f"joined as worker {self.worker_id}: device={self._device_kind} batch={self.batch_size} "
                   f"mode={self.mode} samples so far={self.global_samples}")
-        if self.local_steps > 1:
+        if self.local:
             try:
                 self._begin_local_steps()
             except Exception:
@@ -338,12 +349,14 @@ class WorkerSession:
 
     def _round_parts(self, ids: np.ndarray) -> list:
         """The steps of the batch the server gave, (sample ids, size) each: the batch whole, or
-        with local steps split in as many near-equal parts (no more than it has samples)."""
+        with local steps split in near-equal parts (--local_steps of them, or of about
+        --local_batch samples; no more than it has samples)."""
         n = len(ids) if len(ids) else self.batch_size
-        if self.local_steps <= 1 or n <= 1:
+        if not self.local:
             self._round = None
             return [(ids, n)]
-        positions = np.array_split(np.arange(n), min(self.local_steps, n))
+        steps = -(-n // self.local_batch) if self.local_batch > 0 else self.local_steps
+        positions = np.array_split(np.arange(n), max(1, min(steps, n)))
         self._round = _LocalRound(steps=len(positions), samples=n)
         return [(ids[p] if len(ids) else ids, len(p)) for p in positions]
 
@@ -498,6 +511,10 @@ class WorkerSession:
         step = self._require_step()
         if self._round is not None:  # a local round is given up whole: the server lowers its batch
             step = replace(step, batch_size=self._round.samples)
+            if self._round.start is not None:  # the round's steps are undone: the model it was given
+                start = self._round.start
+                self.storage.weights_host[:] = start.cpu().numpy() if hasattr(start, "cpu") else start
+                self._received()
             self._round = None
         self._cancel_push()  # the server changes nothing for it
         self.storage.zero_grad()

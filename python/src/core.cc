@@ -581,7 +581,8 @@ worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host
                             max_batch_size,
                             dataset_size,
                             worker::JobSamples(epochs, dataset_size),
-                            OptimizerChoiceOf(optimizer)};
+                            OptimizerChoiceOf(optimizer),
+                            /*takes_local_steps=*/true};  // omnilearn.session splits a batch into local steps
 }
 
 }  // namespace
@@ -645,6 +646,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
       .def_property_readonly("mode", [](Core& c) { return omnilearn::worker::ModeName(c.session()->mode()); })
       .def_property_readonly("local_steps", [](Core& c) { return c.session()->local_steps(); })
+      .def_property_readonly("local_batch", [](Core& c) { return c.session()->local_batch(); })
       .def_property_readonly("stop_requested", [](Core& c) { return c.session()->stop_requested(); })
       .def_property_readonly("rejoins", [](Core& c) { return c.session()->rejoins(); });
 }

@@ -272,9 +272,28 @@ class WorkerTest(unittest.TestCase):
         np.testing.assert_allclose(self.fake.gradients[0][:len(expected)], expected, rtol=1e-5, atol=1e-7)
         self.assert_same_model()  # the round's end: the server's model, loaded
 
+    def test_out_of_memory_in_a_local_round_gives_it_up_and_undoes_its_steps(self):
+        self.fake.local_steps = 2
+        opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        with self.make_worker(max_iterations=1, optimizer=opt) as w:
+            for i, step in enumerate(w):
+                if i == 0:  # the round's first step: stepped locally
+                    F.cross_entropy(self.model(self.x[step.samples]), self.y[step.samples]).backward()
+                    w.push(1.0)
+                    changed = flat_model.FlatModel(self.model).values().copy()
+                else:  # its second runs out of memory: the round is given up whole
+                    w.report_out_of_memory()
+                    break
+        oom = self.fake.pushes[-1]
+        self.assertTrue(oom.out_of_memory)
+        self.assertEqual(oom.batch_size, 4)  # the round's samples, as the server gave them
+        self.assertEqual(len(self.fake.gradients), 0)
+        self.assertFalse(np.array_equal(changed, self.fake.flat.values()))
+        self.assert_same_model()  # the first step undone: the model the server gave
+
     def test_local_steps_need_the_programs_optimizer(self):
         self.fake.local_steps = 4
-        with self.assertRaisesRegex(ValueError, "--local_steps=4.*pass it: Worker\\(..., optimizer=opt\\)"):
+        with self.assertRaisesRegex(ValueError, "--local_steps or --local_batch.*pass it: Worker\\(..., optimizer=opt\\)"):
             with self.make_worker():
                 pass
         self.assertEqual(len(self.fake.leaves), 1)  # it told the server it left

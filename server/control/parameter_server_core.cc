@@ -182,6 +182,12 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
         info.name, w->id, w->host, absl::ToDoubleSeconds(options_.clock->Now() - w->last_seen),
         absl::ToDoubleSeconds(options_.lease)));
   }
+  if (options_.local() && !info.takes_local_steps) {
+    return absl::FailedPreconditionError(
+        "the job runs local steps (--local_steps or --local_batch), which this worker does not take (the C++ "
+        "worker, or a release before them): it would push gradients where pseudo-gradients are due; use the "
+        "Python or Keras worker, or start the server without local steps");
+  }
   const std::optional<uint64_t> job_dataset =
       sampler_.enabled() ? std::optional<uint64_t>(sampler_.dataset_size()) : std::nullopt;
   if (absl::Status s = CheckJoinDataset(info.dataset_size, job_dataset); !s.ok()) return s;
@@ -243,7 +249,7 @@ JoinResult ParameterServerCore::FinishedJoin(const std::string& name) {
 
 absl::StatusOr<std::optional<OptimizerOptions>> ParameterServerCore::JoinOptimizer(const JoinInfo& info) {
   if (!info.optimizer.has_value()) return std::nullopt;
-  if (options_.local_steps > 1) return std::nullopt;  // the worker steps its own: the inner optimizer
+  if (options_.local()) return std::nullopt;  // the worker steps its own: the inner optimizer
   // CheckJoin passed: a join that brings parameters and meets no model of the same tensors
   // brings the job's model; any other meets an initialized store.
   const bool adopts =
@@ -355,6 +361,7 @@ JoinResult ParameterServerCore::JoinReply(WorkerId id) {
   r.lease = options_.lease;
   r.mode = options_.mode;
   r.local_steps = options_.local_steps;
+  r.local_batch = options_.local_batch;
   r.batch = controller_.plan().batch(id);
   r.global_samples = stats_.global_samples();
   r.samples = Assign(*me, r.batch);

@@ -96,6 +96,11 @@ struct ServerOptions {
   // weights it started from less those it ended with); the server's optimizer is the outer
   // one (DiLoCo: SGD, lr 0.7, momentum 0.9, nesterov), and a worker's is not adopted.
   int local_steps = 1;
+  // > 0: local steps of this many samples each: a worker's number of steps a round is its
+  // batch over this (Dynamic Local Updates: a faster worker, given more samples by the
+  // controller, takes more steps of the same size). Instead of local_steps.
+  int64_t local_batch = 0;
+  bool local() const { return local_steps > 1 || local_batch > 0; }
   absl::Duration lease = absl::Seconds(60);  // silent this long = gone
   int adjust_every = 10;                     // rounds (sync) or n-worker pushes (async)
   controller::ControllerOptions controller;
@@ -138,6 +143,7 @@ struct JoinInfo {
   // The worker's own optimizer (a torch.optim object): the job's when this join brings the
   // job's model, else it must equal the job's. None: the worker takes the job's.
   std::optional<WantedOptimizer> optimizer;
+  bool takes_local_steps = false;  // it takes local steps when asked (JoinHeader.takes_local_steps)
 };
 
 struct JoinResult {
@@ -148,7 +154,8 @@ struct JoinResult {
   WorkerId id = 0;
   absl::Duration lease;
   Mode mode = Mode::kSync;
-  int local_steps = 1;  // ServerOptions::local_steps
+  int local_steps = 1;      // ServerOptions::local_steps
+  int64_t local_batch = 0;  // ServerOptions::local_batch
   int64_t batch = 0;
   uint64_t global_samples = 0;
   SampleBatch samples;  // the first mini-batch's samples (with dataset_size)

@@ -181,6 +181,9 @@ TEST_CASE("local steps: the workers are told, their optimizers stay theirs, the 
   adamw.beta2 = 0.999;
   adamw.eps = 1e-8;
   info.optimizer = adamw;
+  const absl::Status refused = core->Join(info, Soon()).status();  // a worker that would push gradients
+  REQUIRE(absl::StrContains(refused.message(), "this worker does not take (the C++ worker"));
+  info.takes_local_steps = true;
   const JoinResult a = *core->Join(info, Soon());
   REQUIRE(a.local_steps == 8);
   // The round's push is its pseudo-gradient: the outer SGD moves the model by lr times it.

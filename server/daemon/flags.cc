@@ -36,6 +36,9 @@ ABSL_FLAG(int, local_steps, 1,
           "of its program's own optimizer and pushes the round's pseudo-gradient; the server's --optimizer is the "
           "outer one (DiLoCo's: --optimizer=sgd --lr=0.7 --momentum=0.9 --optimizer_options=nesterov=1) and "
           "--global_batch a round's samples");
+ABSL_FLAG(int64_t, local_batch, 0,
+          "> 0: local steps of this many samples each, instead of --local_steps: a worker's steps a round are its "
+          "batch over this, so a faster worker (given more samples) takes more steps of the same size");
 ABSL_FLAG(int, num_workers, 1, "workers the first round waits for");
 ABSL_FLAG(int, start_timeout_s, 300, "start without the missing workers after this many seconds");
 ABSL_FLAG(std::string, optimizer, "sgd",
@@ -94,7 +97,9 @@ ABSL_FLAG(std::string, wire_dtype, "f32",
           "values of gradients and models on the wire for workers that can use it: f32 | bf16 (half the bytes; the "
           "server keeps float32 master weights and optimizer state; workers keep the rounding error and send it "
           "with their next gradient)");
-ABSL_FLAG(double, round_timeout_s, 30, "sync/ssp: seconds to wait for a late worker before dropping it");
+ABSL_FLAG(double, round_timeout_s, 30,
+          "sync/ssp: seconds to wait for a late worker before dropping it (with local steps, a round is many "
+          "steps: give it a round's time, and --lease_s more)");
 ABSL_FLAG(double, lease_s, 60, "seconds without a call after which a worker is gone");
 // The names of earlier releases, kept for one release (a warning says the new name).
 ABSL_FLAG(std::optional<double>, round_timeout, std::nullopt, "deprecated: --round_timeout_s");
@@ -157,6 +162,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.mode = absl::GetFlag(FLAGS_mode);
   f.staleness_bound = absl::GetFlag(FLAGS_staleness_bound);
   f.local_steps = absl::GetFlag(FLAGS_local_steps);
+  f.local_batch = absl::GetFlag(FLAGS_local_batch);
   f.num_workers = absl::GetFlag(FLAGS_num_workers);
   f.start_timeout_s = absl::GetFlag(FLAGS_start_timeout_s);
   f.optimizer = absl::GetFlag(FLAGS_optimizer);

@@ -24,6 +24,7 @@ struct DaemonFlags {
   std::string mode = "sync";
   int staleness_bound = 4;
   int local_steps = 1;
+  int64_t local_batch = 0;
   int num_workers = 1;
   int start_timeout_s = 300;
   std::string optimizer = "sgd";

@@ -12,6 +12,18 @@
 
 namespace omnilearn {
 namespace server {
+namespace {
+
+// Local steps, as the start line says them ("" without).
+std::string LocalSteps(const ServerOptions& o) {
+  if (!o.local()) return "";
+  const std::string steps =
+      o.local_batch > 0 ? absl::StrCat("of ", o.local_batch, " samples") : absl::StrCat("x", o.local_steps, " a round");
+  return absl::StrCat("; local steps ", steps, ": each worker's own optimizer inside, this one outside");
+}
+
+}  // namespace
+
 void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::WireDtype wire_dtype, bool token,
                     const metrics::MetricsExposer* exposer) {
   const bool tls = !f.tls_cert.empty();
@@ -23,11 +35,7 @@ void PrintListening(const DaemonFlags& f, const ServerOptions& o, int port, v1::
       o.num_workers, tls ? (f.tls_client_ca.empty() ? "on" : "mutual") : "off", token ? "on" : "off",
       exposer ? absl::StrCat(f.metrics_bind, ":", exposer->port(), "/metrics").c_str() : "off");
   // What runs, spelled as torch.optim would: the server's defaults are its own (README).
-  std::printf("omnilearn_server optimizer: %s%s\n", DescribeOptimizer(o.optimizer).c_str(),
-              o.local_steps > 1 ? absl::StrCat("; local steps: ", o.local_steps,
-                                               " a round, each worker's own optimizer inside, this one outside")
-                                      .c_str()
-                                : "");
+  std::printf("omnilearn_server optimizer: %s%s\n", DescribeOptimizer(o.optimizer).c_str(), LocalSteps(o).c_str());
   std::fflush(stdout);
 }
 

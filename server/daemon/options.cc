@@ -112,6 +112,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"partition_mb", f.partition_mb == 0 ? 1.0 : f.partition_mb, 4.0 / (1 << 20), 1 << 20},  // 0: automatic
       {"staleness_bound", d(f.staleness_bound), 0, 1e6},
       {"local_steps", d(f.local_steps), 1, 1e5},
+      {"local_batch", d(f.local_batch), 0, 1e9},
       {"num_workers", d(f.num_workers), 1, 100000},
       {"start_timeout_s", d(f.start_timeout_s), 1, 7 * 86400},
       {"lr", f.lr, 1e-12, 100},
@@ -143,6 +144,10 @@ absl::Status CheckFlags(const DaemonFlags& f) {
 
 absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDtype* wire_dtype) {
   if (absl::Status s = CheckFlags(f); !s.ok()) return s;
+  if (f.local_steps > 1 && f.local_batch > 0) {
+    return absl::InvalidArgumentError(
+        "--local_steps and --local_batch: one or the other (the steps of a round, or the samples of a step)");
+  }
   ServerOptions o;
   if (absl::Status s = ParseChoices(f, &o); !s.ok()) return s;
   absl::StatusOr<v1::WireDtype> wire = WireDtypeFromFlag(f);
@@ -150,6 +155,7 @@ absl::StatusOr<ServerOptions> OptionsFromFlags(const DaemonFlags& f, v1::WireDty
   *wire_dtype = *wire;
   o.staleness_bound = f.staleness_bound;
   o.local_steps = f.local_steps;
+  o.local_batch = f.local_batch;
   o.num_workers = f.num_workers;
   o.start_timeout = absl::Seconds(f.start_timeout_s);
   o.round_timeout = absl::Seconds(f.round_timeout_s);

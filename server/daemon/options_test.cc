@@ -95,6 +95,10 @@ TEST_CASE("a value out of range or a choice not offered is refused, naming the f
   f = DaemonFlags();
   f.lr_min = 1;  // above --lr
   REQUIRE(absl::StrContains(Refusal(f), "lr_min"));
+  f = DaemonFlags();
+  f.local_steps = 8;
+  f.local_batch = 16;
+  REQUIRE(absl::StrContains(Refusal(f), "--local_steps and --local_batch: one or the other"));
 }
 
 TEST_CASE("a sharded job takes every flag one server takes; checkpoints need two kept", "[daemon]") {

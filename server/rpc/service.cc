@@ -129,6 +129,7 @@ JoinInfo JoinInfoFrom(const v1::JoinHeader& header, ModelLayout layout) {
   info.max_batch = header.max_batch_size();
   info.dataset_size = header.dataset_size();
   info.job_samples = header.job_samples();
+  info.takes_local_steps = header.takes_local_steps();
   info.resume_id = header.resume_worker_id();
   info.resume_secret = header.resume_secret();
   info.layout = std::move(layout);
@@ -253,6 +254,7 @@ void ParameterServerService::FillJoinResponse(const JoinResult& r, const v1::Joi
   response->set_lease_seconds(absl::ToDoubleSeconds(r.lease));
   response->set_mode(ToProto(r.mode));
   response->set_local_steps(static_cast<uint32_t>(r.local_steps));
+  response->set_local_batch(r.local_batch);
   response->set_batch_size(r.batch);
   response->set_global_samples(r.global_samples);
   SamplesToProto(r.samples, response->mutable_samples());

@@ -81,6 +81,7 @@ v1::JoinHeader JoinHeaderOf(const JoinRequest& r, const ModelLayout& layout, boo
   h.add_wire_dtypes(v1::WIRE_DTYPE_F32);
   if (offer_bfloat16) h.add_wire_dtypes(v1::WIRE_DTYPE_BF16);
   h.set_accepts_send_model(true);
+  h.set_takes_local_steps(r.worker.takes_local_steps);
   if (r.worker.optimizer.has_value()) *h.mutable_optimizer() = OptimizerSpecOf(*r.worker.optimizer);
   return h;
 }
@@ -97,6 +98,7 @@ JoinReply JoinReplyOf(const v1::JoinResponse& r) {
   out.lease_seconds = r.lease_seconds();
   out.mode = ModeOf(r.mode());
   out.local_steps = std::max<int>(1, static_cast<int>(r.local_steps()));
+  out.local_batch = std::max<int64_t>(0, r.local_batch());
   out.batch_size = r.batch_size();
   out.samples = AssignmentOf(r.samples());
   out.idle = r.idle();

@@ -60,6 +60,7 @@ struct WorkerInfo {
   // the server hands out none past them. 0: the worker stops by itself.
   uint64_t job_samples = 0;
   std::optional<OptimizerChoice> optimizer;  // none: the job's
+  bool takes_local_steps = false;            // it splits a batch into local steps when asked
 };
 
 // What a worker of `epochs` epochs of a `dataset_size`-sample set trains in all: the
@@ -101,6 +102,7 @@ struct JoinReply {
   double lease_seconds = 0;     // heartbeat or push at least this often
   std::optional<Mode> mode;     // none: a server that did not say
   int local_steps = 1;          // > 1: each batch is that many steps of the worker's own optimizer
+  int64_t local_batch = 0;      // > 0: each batch is steps of this many samples (instead)
   int64_t batch_size = 0;       // the first mini-batch's
   Assignment samples;           // the first mini-batch's samples
   bool idle = false;            // the job's samples are all handed out: none for this worker now

@@ -72,6 +72,7 @@ absl::Status Session::TryJoin(absl::Span<const float> weights) {
   global_samples_ = r->global_samples;
   mode_ = r->mode;
   local_steps_ = r->local_steps;
+  local_batch_ = r->local_batch;
   push_trailer_ = r->push_trailer;
   version_ = ~0ull;  // whatever we hold, pull the server's model
   rejoin_.store(false);

@@ -169,6 +169,7 @@ class Session {
   std::optional<Mode> mode() const { return mode_; }
   // > 1: the job's local steps (JoinReply::local_steps): each batch is that many steps.
   int local_steps() const { return local_steps_; }
+  int64_t local_batch() const { return local_batch_; }  // > 0: steps of this many samples (instead)
   bool stop_requested() const { return stop_.load(); }
   int rejoins() const { return rejoins_; }
   // Pushes sent (every call, report-only ones too) and the ones the server answered (a
@@ -208,6 +209,7 @@ class Session {
   uint64_t global_samples_ = 0;
   std::optional<Mode> mode_;
   int local_steps_ = 1;
+  int64_t local_batch_ = 0;
   int rejoins_ = 0;
   uint64_t pushes_sent_ = 0, pushes_answered_ = 0;
   bool joined_once_ = false;
