@@ -147,6 +147,6 @@ def test_tf_keras_model_is_taken_as_well():
 
 def test_fit_refuses_an_optimizer_the_server_does_not_run_and_says_what_to_do():
     model = cnn()
-    model.compile(optimizer=keras.optimizers.Ftrl(), loss="mse")
+    model.compile(optimizer=keras.optimizers.ScheduleFreeAdamW(), loss="mse")
     with pytest.raises(ValueError, match="optimizer=None"):
         okeras.fit(model, np.zeros((4, 8, 8, 1), np.float32), np.zeros((4, 3), np.float32), server="127.0.0.1:1")
