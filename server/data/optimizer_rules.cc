@@ -105,8 +105,8 @@ std::vector<OptimizerRule> BetaRules() {
   };
 }
 
-// The others: SGD, the accumulators (Adadelta, Adagrad, RMSprop), Rprop, ASGD, Adafactor,
-// Ftrl, Muon.
+// SGD, the accumulators (Adadelta, Adagrad, RMSprop), Rprop, ASGD: the element-wise rules
+// without betas.
 std::vector<OptimizerRule> OtherRules() {
   using K = OptimizerKind;
   const auto eps8 = kEps8, maximize = kMaximize, keras = kKerasForm;
@@ -149,6 +149,14 @@ std::vector<OptimizerRule> OtherRules() {
        {},
        false,
        {"eta"}},
+  };
+}
+
+// Adafactor and Muon (whole tensors), Keras's Ftrl: the rules of hyperparameters of their own.
+std::vector<OptimizerRule> OwnHyperRules() {
+  using K = OptimizerKind;
+  const auto maximize = kMaximize, keras = kKerasForm;
+  return {
       {K::kAdafactor,
        "adafactor",
        "Adafactor",
@@ -194,7 +202,9 @@ std::vector<OptimizerRule> OtherRules() {
 // Every rule, in OptimizerKind's order (RuleOf indexes by kind).
 std::vector<OptimizerRule>* MakeRules() {
   auto* rules = new std::vector<OptimizerRule>(BetaRules());
-  for (OptimizerRule& rule : OtherRules()) rules->push_back(std::move(rule));
+  for (auto part : {OtherRules(), OwnHyperRules()}) {
+    for (OptimizerRule& rule : part) rules->push_back(std::move(rule));
+  }
   std::sort(rules->begin(), rules->end(),
             [](const OptimizerRule& a, const OptimizerRule& b) { return a.kind < b.kind; });
   return rules;
