@@ -277,9 +277,9 @@ def describe_optimizer(optimizer, variables=None) -> dict:
     options = _keras_options(kind, optimizer)
     if kind == "adam" and weight_decay:
         kind = "adamw"  # Keras decays every optimizer's weights decoupled, as torch's AdamW does
-    groups = _muon_groups(optimizer, variables or []) if kind == "muon" else []
     if kind == "muon" and variables is None:
         raise ValueError("Muon: describe_optimizer needs the model's variables, which place each in its group")
+    groups = _muon_groups(optimizer, variables) if kind == "muon" else []
     described = {"kind": kind, "lr": _rate(optimizer), "weight_decay": weight_decay,
                  "momentum": options.get("momentum", 0.0), "beta1": options.get("beta1", 0.9),
                  "beta2": options.get("beta2", 0.999), "eps": options.get("eps", 1e-8), "options": options,
