@@ -12,7 +12,7 @@ ABSL_FLAG(std::string, balance, "iteration",
 ABSL_FLAG(int64_t, global_batch, 256, "sum of all workers' mini-batches");
 ABSL_FLAG(int64_t, min_batch, 1, "smallest per-worker batch");
 ABSL_FLAG(int64_t, max_batch, 0, "largest per-worker batch (0 = global batch)");
-ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments");
+ABSL_FLAG(int, adjust_every, 10, "iterations between controller adjustments (with local steps: every round)");
 ABSL_FLAG(double, deadband, 0.05, "omnilearn: minimum predicted spread excess before re-planning");
 ABSL_FLAG(bool, revert_worse_plans, true,
           "omnilearn: go back to the plan before when a new plan's first rounds deliver less and the workers' "

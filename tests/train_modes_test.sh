@@ -5,10 +5,13 @@
 # sample, and 4x slower per sample): a tiny model's real step on 2 shared cores is a few ms
 # of mostly scheduling noise, which once planned batches of 94:1:1 for workers of speeds 1:1:4.
 # Every mode trains exactly the job's samples (async and ssp once ran a few batches past).
+# Local steps too: the C++ workers take 4 steps of their own SGD a round and push the
+# round's pseudo-gradient; the server's SGD at rate 1 averages them (Local SGD).
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 
 EXTRA=()  # more server flags for the next run_job
+WEXTRA=() # more worker flags for the next run_job
 run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
   local name=$1 mode=$2 controller=$3; shift 3
   start_server "$name" --mode="$mode" --controller="$controller" --num_workers=3 --global_batch=96 \
@@ -16,9 +19,11 @@ run_job() {  # run_job NAME MODE CONTROLLER SLOWDOWNS...
   EXTRA=()
   local i=0
   for s in "$@"; do
-    start_worker "w$i" "$WORK/$name.w$i.log" --emulate_device="2:$(awk "BEGIN {print 0.5 * $s}")" --epochs=0.3
+    start_worker "w$i" "$WORK/$name.w$i.log" --emulate_device="2:$(awk "BEGIN {print 0.5 * $s}")" --epochs=0.3 \
+      "${WEXTRA[@]}"
     i=$((i + 1))
   done
+  WEXTRA=()
   wait_workers || { tail -5 "$WORK/$name".w*.log >&2; fail "$name: a worker failed"; }
   stop_server
   read -r first last < <(first_and_last_loss "$WORK/$name.w0.log")
@@ -61,6 +66,16 @@ read -r b0 b1 b2 < <(mean_batches)
   fail "ssp: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
 read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
 [ $((i0 - i2)) -le 2 ] || fail "ssp: w0 ran $i0 iterations, the slow w2 $i2: more than the bound 2 apart"
+
+# Local steps: a round is 4 steps of each worker's own SGD; the controller plans a round's
+# batch from the first round on, so the slow worker's round ends with the others'.
+EXTRA=(--local_steps=4 --lr=1)
+WEXTRA=(--optimizer=sgd --lr=0.05)
+run_job sync-local sync omnilearn 1 1 4
+read -r b0 b1 b2 < <(batches)
+[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
+  fail "local steps: batches $b0 $b1 $b2 did not move toward 4:4:1"
+grep -q "local steps x4 a round" "$WORK/sync-local.server.log" || fail "local steps: the server did not say it runs them"
 
 run_job sync-off sync off 1 1 4
 read -r b0 b1 b2 < <(batches)

@@ -17,6 +17,19 @@
 namespace omnilearn {
 namespace server {
 
+namespace {
+
+// The options as the core runs them. Every store of a sharded job that clips holds slice 0
+// and clips by the whole model's norm. With local steps a report is a round of many steps:
+// its first is no warm-up to set aside (the warm-up is one step of them).
+ServerOptions Effective(ServerOptions o) {
+  if (o.replication.norm) o.optimizer.norm_reduction = o.replication.norm;
+  if (o.local()) o.controller.steps.judge_first = false;
+  return o;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create(const ServerOptions& options) {
   if (options.num_workers < 1) return absl::InvalidArgumentError("num_workers must be >= 1");
   if (options.adjust_every < 1) return absl::InvalidArgumentError("adjust_every must be >= 1");
@@ -32,23 +45,14 @@ absl::StatusOr<std::unique_ptr<ParameterServerCore>> ParameterServerCore::Create
     return absl::InvalidArgumentError("round_timeout must be shorter than the lease (a waiting worker would expire)");
   }
   if (absl::Status s = ValidateOptimizerOptions(options.optimizer); !s.ok()) return s;
-  absl::StatusOr<controller::BatchController> c = controller::BatchController::Create(options.controller);
+  const ServerOptions effective = Effective(options);
+  absl::StatusOr<controller::BatchController> c = controller::BatchController::Create(effective.controller);
   if (!c.ok()) return c.status();
-  return std::unique_ptr<ParameterServerCore>(new ParameterServerCore(options, std::move(*c)));
+  return std::unique_ptr<ParameterServerCore>(new ParameterServerCore(effective, std::move(*c)));
 }
-
-namespace {
-
-// Every store of a sharded job that clips holds slice 0 and clips by the whole model's norm.
-ServerOptions WithNormReduction(ServerOptions o) {
-  if (o.replication.norm) o.optimizer.norm_reduction = o.replication.norm;
-  return o;
-}
-
-}  // namespace
 
 ParameterServerCore::ParameterServerCore(const ServerOptions& options, controller::BatchController controller)
-    : options_(WithNormReduction(options)),
+    : options_(options),
       start_time_(options.clock->Now()),
       metrics_(registry_),
       controller_(std::move(controller)),
@@ -184,9 +188,9 @@ absl::Status ParameterServerCore::CheckJoin(const JoinInfo& info) {
   }
   if (options_.local() && !info.takes_local_steps) {
     return absl::FailedPreconditionError(
-        "the job runs local steps (--local_steps or --local_batch), which this worker does not take (the C++ "
-        "worker, or a release before them): it would push gradients where pseudo-gradients are due; use the "
-        "Python or Keras worker, or start the server without local steps");
+        "the job runs local steps (--local_steps or --local_batch), which this worker does not take (a release "
+        "before them): it would push gradients where pseudo-gradients are due; upgrade the worker, or start the "
+        "server without local steps");
   }
   const std::optional<uint64_t> job_dataset =
       sampler_.enabled() ? std::optional<uint64_t>(sampler_.dataset_size()) : std::nullopt;
@@ -381,8 +385,15 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.last_compute = info.compute_seconds;
   w.sum_compute += info.compute_seconds;
   // The device emulation overran in this step: its time is the host's (the count is the
-  // worker's own, from its start; a worker that joined again starts over).
-  const bool overran = info.emulation_overruns > w.emulation_overruns;
+  // worker's own, from its start; a worker that joined again starts over). A round of local
+  // steps is the host's when more than a quarter of its steps overran: a few add little to
+  // the device's time of the rest, and one in many would hide a worker from the plan.
+  const uint64_t overruns =
+      info.emulation_overruns > w.emulation_overruns ? info.emulation_overruns - w.emulation_overruns : 0;
+  const bool overran =
+      overruns > 0 &&
+      (!options_.local() ||
+       4 * overruns > static_cast<uint64_t>(LocalRoundSteps(info.batch, options_.local_steps, options_.local_batch)));
   w.emulation_overruns = info.emulation_overruns;
   metrics_.worker_emulation_overruns.Add({w.name}).Set(static_cast<double>(info.emulation_overruns));
   stats_.Trained(info.batch, info.train_loss);
@@ -418,8 +429,10 @@ void ParameterServerCore::CountAdjustmentTick() {
   const uint64_t per_round = options_.mode == Mode::kSync ? 1 : std::max<size_t>(1, LiveCount());
   // The first plan once every worker measured two iterations: equal batches cost the most
   // while nothing is known of the devices (at HL8 a round of them takes twice a balanced one).
-  const uint64_t rounds =
-      controller_.plan().adjustment == 0 ? std::min<uint64_t>(2, options_.adjust_every) : options_.adjust_every;
+  // A round of local steps is many iterations: a plan every round, the first after one.
+  const uint64_t rounds = options_.local()                     ? 1
+                          : controller_.plan().adjustment == 0 ? std::min<uint64_t>(2, options_.adjust_every)
+                                                               : options_.adjust_every;
   if (ticks_since_adjust_ >= rounds * per_round) {
     ticks_since_adjust_ = 0;
     if (controller_.Adjust().reverted) metrics_.plan_reverts.Increment();

@@ -102,7 +102,7 @@ struct ServerOptions {
   int64_t local_batch = 0;
   bool local() const { return local_steps > 1 || local_batch > 0; }
   absl::Duration lease = absl::Seconds(60);  // silent this long = gone
-  int adjust_every = 10;                     // rounds (sync) or n-worker pushes (async)
+  int adjust_every = 10;                     // rounds (sync) or n-worker pushes (async); local steps: every round
   controller::ControllerOptions controller;
   OptimizerOptions optimizer;
   uint64_t data_seed = 1;  // the epochs' sample permutations

@@ -182,7 +182,7 @@ TEST_CASE("local steps: the workers are told, their optimizers stay theirs, the 
   adamw.eps = 1e-8;
   info.optimizer = adamw;
   const absl::Status refused = core->Join(info, Soon()).status();  // a worker that would push gradients
-  REQUIRE(absl::StrContains(refused.message(), "this worker does not take (the C++ worker"));
+  REQUIRE(absl::StrContains(refused.message(), "which this worker does not take (a release before them)"));
   info.takes_local_steps = true;
   const JoinResult a = *core->Join(info, Soon());
   REQUIRE(a.local_steps == 8);
@@ -588,12 +588,14 @@ ServerOptions TwoPlanned(int every) {
   return o;
 }
 
-// Joins "a" (with the model) and "b": both wait for the start.
-std::pair<JoinResult, JoinResult> JoinTwo(ParameterServerCore& core) {
+// Joins "a" (with the model) and "b": both wait for the start. `local`: they take local steps.
+std::pair<JoinResult, JoinResult> JoinTwo(ParameterServerCore& core, bool local = false) {
   JoinResult a, b;
-  std::thread joiner([&] { a = *core.Join(Info("a", true), Soon()); });
+  JoinInfo info_a = Info("a", true), info_b = Info("b", false);
+  info_a.takes_local_steps = info_b.takes_local_steps = local;
+  std::thread joiner([&] { a = *core.Join(info_a, Soon()); });
   AwaitState([&] { return core.Snapshot().parameter_count > 0; });
-  b = *core.Join(Info("b", false), Soon());
+  b = *core.Join(info_b, Soon());
   joiner.join();
   return {a, b};
 }
@@ -657,6 +659,43 @@ TEST_CASE("steps whose emulated device overran do not move the plan", "[core][co
             std::string::npos);
     } else {
       CHECK(WorkerOf(s, b.id).batch < 10);  // 3x slower: about a quarter of the global batch
+    }
+  }
+}
+
+// Two workers taking 8 local steps a round, b's device 3x slower than a's. A round is many
+// steps: the first plan comes after one round, and one every round after it. A round with
+// one step of 8 overrun is still the device's and moves the plan (b's batch falls); three
+// of 8 make it the host's, and b, never measured, stays at an equal share.
+TEST_CASE("local steps: a plan every round, the first after one; a round is the host's past a quarter overrun",
+          "[core][controller]") {
+  for (const uint64_t overran_steps : {uint64_t{1}, uint64_t{3}}) {
+    CAPTURE(overran_steps);
+    ServerOptions o = TwoPlanned(10);
+    o.local_steps = 8;
+    auto core = *ParameterServerCore::Create(o);
+    JoinResult a, b;
+    std::tie(a, b) = JoinTwo(*core, /*local=*/true);
+    for (uint64_t r = 0; r < 3; ++r) {
+      const uint64_t version = core->Snapshot().version;
+      const int64_t batch_a = WorkerOf(core->Snapshot(), a.id).batch;
+      const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
+      PushInfo pa = Grad(a.id, batch_a, version);
+      pa.compute_seconds = 0.01 * static_cast<double>(batch_a);
+      PushInfo pb = Grad(b.id, batch_b, version);
+      pb.compute_seconds = 0.03 * static_cast<double>(batch_b);
+      pb.emulation_overruns = overran_steps * (r + 1);
+      std::thread first([&] { REQUIRE(core->Push(pa, std::vector<float>(kParams, 0.0f), Soon()).ok()); });
+      AwaitState([&] { return AppliedPushes(*core) % 2 == 1; });
+      REQUIRE(core->Push(pb, std::vector<float>(kParams, 0.0f), Soon()).ok());
+      first.join();
+      REQUIRE(core->Snapshot().adjustments == r + 1);
+    }
+    const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
+    if (overran_steps == 1) {
+      CHECK(batch_b < 10);  // 3x slower: about a quarter of the global batch
+    } else {
+      CHECK(batch_b == 15);
     }
   }
 }

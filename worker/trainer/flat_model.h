@@ -80,6 +80,19 @@ class FlatModel {
     }
   }
 
+  // Local steps' pseudo-gradient into `out` (sized to the model): a parameter's value in
+  // `start` (Values() at the round's start) less its value now; a buffer's value now.
+  void Difference(const std::vector<float>& start, std::vector<float>* out) const {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      torch::Tensor dst = torch::from_blob(out->data() + offsets_[i], tensors_[i].sizes(), torch::kFloat32);
+      dst.copy_(tensors_[i].detach());
+      if (specs_[i].buffer) continue;
+      dst.neg_().add_(
+          torch::from_blob(const_cast<float*>(start.data()) + offsets_[i], tensors_[i].sizes(), torch::kFloat32));
+    }
+  }
+
   void ZeroGrad() {
     for (torch::Tensor& t : tensors_) {
       if (t.grad().defined()) t.mutable_grad() = torch::Tensor();

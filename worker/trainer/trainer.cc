@@ -207,6 +207,21 @@ absl::StatusOr<bool> JoinJob(bool cuda, const std::vector<float>& weights, Sessi
   return true;
 }
 
+// The rounds of the job's local steps, on the worker's own optimizer (null without local
+// steps). A worker without an optimizer of its own leaves the job, saying what to give.
+absl::StatusOr<std::unique_ptr<LocalRound>> LocalRoundFor(const std::optional<OptimizerChoice>& optimizer, Model* model,
+                                                          Session* session) {
+  if (session->local_steps() <= 1 && session->local_batch() <= 0) return nullptr;
+  absl::StatusOr<std::unique_ptr<LocalRound>> local =
+      optimizer.has_value()
+          ? LocalRound::Create(*optimizer, model)
+          : absl::FailedPreconditionError(
+                "the job runs local steps (the server's --local_steps or --local_batch): each worker steps its own "
+                "optimizer, the inner one; give it with --optimizer (sgd, adam or adamw) and its flags");
+  if (!local.ok()) session->Leave(/*finished=*/false);
+  return local;
+}
+
 }  // namespace
 
 absl::StatusOr<Warmup> ParseWarmup(const std::string& text) {
@@ -258,7 +273,8 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
     SessionOptions so = SessionOptionsFor(o, cuda, setup->train.size());
     absl::StatusOr<std::optional<OptimizerChoice>> optimizer = OptimizerFromFlags(o.optimizer, ParameterNames(*layout));
     if (!optimizer.ok()) return optimizer.status();
-    so.worker.optimizer = *std::move(optimizer);
+    so.worker.optimizer = *optimizer;
+    so.worker.takes_local_steps = true;  // with its own optimizer (LocalRoundFor)
     so.log = [&progress](const std::string& line) { progress.Note(line); };
     Session session(&client, *layout, std::move(so));
     TrainerMetrics series(o.registry, o.name);  // from the start: its counters show 0 at the start barrier
@@ -269,7 +285,9 @@ absl::StatusOr<TrainerResult> Train(const TrainerOptions& o, PsClient& client) {
       stopped.stopped_by_server = true;
       return stopped;
     }
-    TrainingLoop loop(o, &*setup, &params, &*timing, &session, &series, &progress, std::move(*weights));
+    absl::StatusOr<std::unique_ptr<LocalRound>> local = LocalRoundFor(*optimizer, setup->model.get(), &session);
+    if (!local.ok()) return local.status();
+    TrainingLoop loop(o, &*setup, &params, &*timing, &session, &series, &progress, std::move(*weights), local->get());
     return loop.Run();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("LibTorch: ", ErrorCause(e)));

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/training_mode.h"
 
 namespace omnilearn {
 namespace worker {
@@ -28,7 +29,7 @@ std::function<void(int)> ReadyFor(StreamedPush* push) {
 
 TrainingLoop::TrainingLoop(const TrainerOptions& o, TrainingSetup* setup, FlatModel* params, StepTiming* timing,
                            Session* session, TrainerMetrics* series, const ProgressReporter* progress,
-                           std::vector<float> weights)
+                           std::vector<float> weights, LocalRound* local)
     : o_(o),
       progress_(progress),
       setup_(setup),
@@ -36,6 +37,7 @@ TrainingLoop::TrainingLoop(const TrainerOptions& o, TrainingSetup* setup, FlatMo
       timing_(timing),
       session_(session),
       series_(series),
+      local_(local),
       weights_(std::move(weights)),
       samples_(o.seed * 7919 + std::hash<std::string>()(o.name), setup->train.size()),
       runner_(WarmupOn(o, *setup), setup, params, timing, series, progress),
@@ -66,10 +68,11 @@ absl::StatusOr<TrainerResult> TrainingLoop::Run() {
     FollowSchedules();
     // The push opens before backward, whose buckets leave while it runs (when streaming).
     // An emulated or slowed step waits after its real backward: its gradient leaves whole
-    // after the wait, or the link would hide behind a wait no real device makes.
+    // after the wait, or the link would hide behind a wait no real device makes. A round of
+    // local steps pushes its pseudo-gradient whole, after its last step.
     std::unique_ptr<StreamedPush> push =
-        session_->BeginPushPull(PushFor(batch), grad_, timing_->waits() ? 0 : o_.bucket_bytes);
-    const StepResult step = runner_.Run(*idx, batch, &grad_, ReadyFor(push.get()));
+        session_->BeginPushPull(PushFor(batch), grad_, timing_->waits() || local_ != nullptr ? 0 : o_.bucket_bytes);
+    const StepResult step = Compute(*idx, batch, push.get());
     PushReply reply;
     bool model_changed = false;  // one round trip: the reply brings the new model
     const auto comm_start = Clock::now();
@@ -109,15 +112,21 @@ void TrainingLoop::Record(int64_t it, int64_t batch, const StepResult& step, con
   result_.iterations = it;
   result_.last_loss = step.loss;
   progress_->Iteration(it - 1, batch, step.loss, step.compute_seconds, reply.model_version);
-  if (model_changed) params_->Load(weights_);
+  if (model_changed || local_ != nullptr) params_->Load(weights_);  // a round starts from the server's model
   series_->Iteration(batch, step.compute_seconds, comm_seconds, step.loss, step.out_of_memory);
   series_->Rejoins(static_cast<uint64_t>(session_->rejoins()));
+}
+
+StepResult TrainingLoop::Compute(const torch::Tensor& idx, int64_t batch, StreamedPush* push) {
+  if (local_ == nullptr) return runner_.Run(idx, batch, &grad_, ReadyFor(push));
+  const int64_t steps = LocalRoundSteps(batch, session_->local_steps(), session_->local_batch());
+  return local_->Run(idx, steps, &runner_, params_, &grad_);
 }
 
 absl::Status TrainingLoop::Pull() {
   absl::StatusOr<bool> changed = session_->Pull(absl::MakeSpan(weights_));
   if (!changed.ok()) return changed.status();
-  if (*changed) params_->Load(weights_);
+  if (*changed || local_ != nullptr) params_->Load(weights_);
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "worker/client/session.h"
 #include "worker/trainer/evaluation_schedule.h"
 #include "worker/trainer/flat_model.h"
+#include "worker/trainer/local_round.h"
 #include "worker/trainer/progress_reporter.h"
 #include "worker/trainer/samples.h"
 #include "worker/trainer/step_runner.h"
@@ -28,10 +29,11 @@ namespace worker {
 
 class TrainingLoop {
  public:
-  // `session` has joined; `weights` are the values the worker joined with. All pointers
-  // must outlive the loop.
+  // `session` has joined; `weights` are the values the worker joined with. `local`: the
+  // rounds of the job's local steps (null without them). All pointers must outlive the loop.
   TrainingLoop(const TrainerOptions& o, TrainingSetup* setup, FlatModel* params, StepTiming* timing, Session* session,
-               TrainerMetrics* series, const ProgressReporter* progress, std::vector<float> weights);
+               TrainerMetrics* series, const ProgressReporter* progress, std::vector<float> weights,
+               LocalRound* local = nullptr);
 
   // Trains until the job's epochs or max_iterations, a stop from the server, or an
   // interrupt (Cancelled, after leaving unfinished); then saves the module when asked and
@@ -41,6 +43,8 @@ class TrainingLoop {
  private:
   void Record(int64_t it, int64_t batch, const StepResult& step, const Assignment& spans, const PushReply& reply,
               bool model_changed, double comm_seconds);
+  // The step's compute: one step, or a round of local steps.
+  StepResult Compute(const torch::Tensor& idx, int64_t batch, StreamedPush* push);
   absl::Status Pull();
   absl::StatusOr<bool> Idle();
   void FollowSchedules();
@@ -58,6 +62,9 @@ class TrainingLoop {
   StepTiming* const timing_;
   Session* const session_;
   TrainerMetrics* const series_;
+  // Null without local steps. With them, the parameters hold the round's steps until its
+  // reply, and weights_ the server's model, which every round starts from.
+  LocalRound* const local_;
   std::vector<float> weights_;
   std::vector<float> grad_;  // the push buffer, reused from step to step
   SampleSource samples_;
