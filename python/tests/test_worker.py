@@ -69,6 +69,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.global_at = {}        # push number -> global_samples of its reply (default 4 per push)
         self.dataset = 0           # a data set's size: the samples' epochs follow global_samples
         self.local_steps = 0       # JoinResponse.local_steps (the server's --local_steps)
+        self.not_applied = set()   # push numbers (1-based) answered "not applied", the model unchanged
 
     def _check(self, name, context, worker_id=None, secret=None):
         self.calls.append(name)
@@ -147,7 +148,8 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         self.arrivals.append(arrived)
         self.pushes.append(header)
         action = self.push_actions.get(len(self.pushes), pb2.ACTION_CONTINUE)
-        if action == pb2.ACTION_CONTINUE and not (header.out_of_memory or header.report_only or header.idle):
+        applied = action == pb2.ACTION_CONTINUE and not header.idle and len(self.pushes) not in self.not_applied
+        if applied and not (header.out_of_memory or header.report_only):
             grad = a.finish()
             self.gradients.append(grad)
             self.flat.load(self.flat.values() - 0.5 * grad)
@@ -157,7 +159,7 @@ class FakeServer(pb2_grpc.ParameterServerServicer):
         idle = n in self.idle_replies
         done = self.global_at.get(n, 4 * n)
         return pb2.PushResponse(action=action, next_batch_size=batch, model_version=self.version,
-                                applied=action == pb2.ACTION_CONTINUE and not header.idle, global_samples=done,
+                                applied=applied, global_samples=done,
                                 samples=[] if idle else self._samples(batch, done), idle=idle), header
 
     def Push(self, request_iterator, context):
@@ -290,6 +292,16 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(len(self.fake.gradients), 0)
         self.assertFalse(np.array_equal(changed, self.fake.flat.values()))
         self.assert_same_model()  # the first step undone: the model the server gave
+
+    def test_a_local_round_not_applied_is_undone_the_next_starts_from_the_servers_model(self):
+        self.fake.local_steps = 2
+        self.fake.not_applied = {1}  # the first round's push: not applied, no new model
+        opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        with self.make_worker(max_iterations=1, optimizer=opt) as w:
+            self.train(w)
+        self.assertEqual(len(self.fake.pushes), 1)
+        self.assertEqual(len(self.fake.gradients), 0)
+        self.assert_same_model()  # its two steps undone: the model the server holds
 
     def test_local_steps_need_the_programs_optimizer(self):
         self.fake.local_steps = 4
