@@ -342,7 +342,7 @@ def ddp_main(args):
         opt.zero_grad(set_to_none=False)
         rows.append({"start": t0, "batch": b, "loss": float(flat[-1]), "real": real, "comm_s": comm})
     dist.destroy_process_group()
-    return rows, device.overruns
+    return rows, device.overruns, (model, batch_of)
 
 
 def ddp_layers(args):
@@ -373,7 +373,7 @@ def ddp_layers(args):
         opt.zero_grad(set_to_none=False)
         rows.append({"start": t0, "batch": b, "loss": loss.item()})
     dist.destroy_process_group()
-    return rows, 0
+    return rows, 0, (model, batch_of)
 
 
 def omnilearn_main(args):
@@ -406,15 +406,28 @@ def omnilearn_main(args):
             loss.backward()
             t1 = time.perf_counter()
             w.push(loss)
-            rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item(),
+            rows.append({"start": t0, "batch": step.batch_size, "loss": loss.item(), "round": w.iteration,
                          "push_s": time.perf_counter() - t1, "comm_s": w.communication_seconds})
         overruns = w.emulation.overruns if w.emulation is not None else 0
-    return rows, overruns
+    return rows, overruns, (model, batch_of)  # the job's final model: the server's last
+
+
+HELD_OUT = 1 << 24  # the validation samples' first id: no job trains on it (--dataset is far below)
+
+
+def validation_loss(model, batch_of, n=256):
+    """The final model's loss on n held-out samples (ids from HELD_OUT), in eval mode."""
+    import torch
+    model.eval()
+    with torch.no_grad():
+        losses = [loss_of(model, *batch_of(list(range(i, i + 32)))).item() for i in range(HELD_OUT, HELD_OUT + n, 32)]
+    return statistics.mean(losses)
 
 
 def worker_main(args):
-    rows, overruns = (ddp_main if args.system.startswith("ddp") else omnilearn_main)(args)
-    print(json.dumps({"rows": rows, "overruns": overruns}))
+    rows, overruns, (model, batch_of) = (ddp_main if args.system.startswith("ddp") else omnilearn_main)(args)
+    validation = validation_loss(model, batch_of) if args.rank == 0 else None
+    print(json.dumps({"rows": rows, "overruns": overruns, "validation": validation}))
 
 
 # ------------------------------------------------------------------ one run
@@ -430,7 +443,8 @@ def start_servers(args, cluster, system, log):
     job = ["--mode=sync", f"--num_workers={args.workers}", f"--global_batch={args.global_batch}", f"--lr={LR}",
            f"--momentum={MOMENTUM}", "--adjust_every=5", "--exit_when_done", *args.server_flags.split()]
     if system in LOCAL_SYSTEMS:  # a round is H global batches; the servers' optimizer is the outer one
-        job[2:5] = [f"--global_batch={args.local_steps * args.global_batch}", f"--local_steps={args.local_steps}",
+        steps = f"--local_batch={args.local_batch}" if args.local_batch else f"--local_steps={args.local_steps}"
+        job[2:5] = [f"--global_batch={args.local_steps * args.global_batch}", steps,
                     "--optimizer=sgd", f"--lr={args.outer_lr}", f"--momentum={args.outer_momentum}",
                     f"--wire_dtype={args.local_wire}"]
         if args.outer_momentum > 0:
@@ -577,10 +591,30 @@ def profiles(args, r, results, samplers):
                   + " ".join(f"{100 * s:.0f}" for s in shares) + " %", flush=True)
 
 
+def by_rounds(args, results):
+    """--local_batch: the workers take different numbers of steps a round. The job's H
+    inner-step-equivalents a round (its samples over the global batch): each takes the
+    round's time over H (rank 0's rounds) and carries the round's loss (every worker's steps,
+    by their samples). Returns (starts, losses) of those steps."""
+    rounds = sorted({row["round"] for row in results[0]["rows"]})
+    begin = {k: min(row["start"] for row in results[0]["rows"] if row["round"] == k) for k in rounds}
+    starts, losses = [], []
+    for k, end in zip(rounds, rounds[1:]):
+        rows = [row for r in results for row in r["rows"] if row["round"] == k]
+        loss = sum(row["loss"] * row["batch"] for row in rows) / sum(row["batch"] for row in rows)
+        step = (begin[end] - begin[k]) / args.local_steps
+        starts += [begin[k] + j * step for j in range(args.local_steps)]
+        losses += [loss] * args.local_steps
+    return starts, losses
+
+
 def summarize(args, model, level, system, results, mbytes):
     starts = [r["start"] for r in results[0]["rows"]]
-    iterations = [b - a for a, b in zip(starts, starts[1:])][args.skip:]
     local = system in LOCAL_SYSTEMS
+    losses = None
+    if local and args.local_batch:
+        starts, losses = by_rounds(args, results)
+    iterations = [b - a for a, b in zip(starts, starts[1:])][args.skip:]
     if local:  # the inner steps' mean: a round's push amortized over its H steps
         iterations = [statistics.mean(iterations)]
     # The job's loss per iteration: every rank's loss weighted by its batch (DDP's rows carry
@@ -588,7 +622,7 @@ def summarize(args, model, level, system, results, mbytes):
     n = min(len(r["rows"]) for r in results)
     if system.startswith("ddp") and args.timing == "step":
         losses = [results[0]["rows"][i]["loss"] for i in range(n)]  # all-reduced with the gradient
-    else:
+    elif losses is None:
         losses = [sum(r["rows"][i]["loss"] * r["rows"][i]["batch"] for r in results) /
                   sum(r["rows"][i]["batch"] for r in results) for i in range(n)]
     rate = rate_bytes(args.link)
@@ -620,7 +654,7 @@ def summarize(args, model, level, system, results, mbytes):
             "wire_s": wire[system], "bytes_per_sample": per_sample,
             "batches": [r["rows"][-1]["batch"] for r in results],
             "overruns": sum(r["overruns"] for r in results), "elapsed": [b - starts[0] for b in starts[1:]],
-            "losses": losses}
+            "losses": losses, "validation_loss": results[0].get("validation")}
 
 
 def smoothed(losses, window=5):
@@ -724,6 +758,9 @@ def parse():
     ap.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
     ap.add_argument("--fat_slices", type=int, default=8, help="omnilearn-fat-slices: the slices on the server host")
     ap.add_argument("--local_steps", type=int, default=8, help="omnilearn-local: inner steps a round")
+    ap.add_argument("--local_batch", type=int, help="omnilearn-local, local-blind: steps of this many samples "
+                    "(the servers' --local_batch) instead of --local_steps; a round stays --local_steps global "
+                    "batches, so a worker given more samples takes more steps")
     ap.add_argument("--outer_lr", type=float, default=0.7, help="omnilearn-local: the outer SGD's rate (DiLoCo's)")
     ap.add_argument("--outer_momentum", type=float, default=0.9,
                     help="omnilearn-local: the outer SGD's Nesterov momentum (DiLoCo's; 0: plain averaging)")

@@ -181,29 +181,66 @@ def scaling_predicted():
     return table(["workers"] + [str(n) for n in counts], rows), [SCALING]
 
 
-LOCAL_COMMAND = ("bench/peers.py --models=mlp4 --levels=HL1,HL8 --link={link} --systems=ddp,ddp-balanced,"
-                 "omnilearn-colocated,omnilearn-local,local-blind --local_steps=32 --local_wire=bf16 "
-                 "--iterations=128 --skip=16 --out=bench/results/local_steps_{link}")
-LOCAL_RUNS = [Source(f"local_steps_{link}/peers.json", LOCAL_COMMAND.format(link=link), "2026-12-07")
+LOCAL_COMMAND = ("bench/peers.py --models={model} --levels=HL1,HL8 --link={link} --systems=ddp,ddp-balanced,"
+                 "omnilearn-colocated,omnilearn-local,local-blind --local_steps={h} --local_wire=bf16 "
+                 "--iterations={n} --skip={skip} --out=bench/results/local_steps_{out}")
+LOCAL_RUNS = [Source(f"local_steps_{link}/peers.json",
+                     LOCAL_COMMAND.format(model="mlp4", link=link, h=32, n=256, skip=16, out=link), "2026-12-07")
               for link in ("100mbit", "1gbit")]
-FINAL_STEPS = 16  # the final loss: the job's mean over its last 16 steps (half a round of 32)
+LOCAL_RUNS += [
+    # Steps of 32 samples each (--local_batch): a worker given more samples takes more steps.
+    Source("local_steps_dlu_1gbit/peers.json",
+           LOCAL_COMMAND.format(model="mlp4", link="1gbit", h=32, n=256, skip=16, out="dlu_1gbit").replace(
+               "HL1,HL8", "HL8") + " --local_batch=32", "2026-12-07"),
+    Source("local_steps_resnet18_1gbit/peers.json",
+           LOCAL_COMMAND.format(model="resnet18", link="1gbit", h=8, n=64, skip=8, out="resnet18_1gbit") +
+           " --timing=layers", "2026-12-07")]
+BY_H = [(8, 0.9, "h8"), (8, 0.5, "h8_m5"), (16, 0.9, "h16"), (16, 0.5, "h16_m5"), (32, 0.9, "h32")]
+LOCAL_BY_H = [Source(f"local_steps_{out}/peers.json",
+                     f"bench/peers.py --models=mlp4 --levels=HL1 --link=1gbit --systems=ddp,omnilearn-colocated,"
+                     f"omnilearn-local --local_steps={h} --outer_momentum={m} --local_wire=bf16 --iterations=256 "
+                     f"--skip=16 --out=bench/results/local_steps_{out}", "2026-12-07") for h, m, out in BY_H]
+
+
+def vs(r, base):
+    """r's validation loss against base's, in percent."""
+    return f"{100 * (r['validation_loss'] / base['validation_loss'] - 1):+.1f}%"
 
 
 def local_peers():
     rows = []
     for source in LOCAL_RUNS:
         data = load(source.path)
+        steps, h = re.search(r"--local_batch=(\d+)", source.command), re.search(r"--local_steps=(\d+)", source.command)
+        round_of = f"steps of {steps[1]}" if steps else f"H = {h[1]}"
         for (model, level, _), by in groups(data["rows"]).items():
             ddp, sync = by["ddp"], by["omnilearn-colocated"]
-            final = lambda r: statistics.mean(r["losses"][-FINAL_STEPS:])  # noqa: E731
+            target = lambda r: r.get("time_to_target_s")  # noqa: E731  (mlp4's only, as its quality)
             for system, r in by.items():
-                rows.append([data["link"], level, system, ms(r["iteration_s"]), ratio(r["iteration_s"], ddp["iteration_s"]),
-                             f"{r['time_to_target_s']:.1f} s", ratio(r["time_to_target_s"], ddp["time_to_target_s"]),
+                rows.append([model, data["link"], level, system + (f" ({round_of})" if "local" in system else ""),
+                             ms(r["iteration_s"]),
+                             ratio(r["iteration_s"], ddp["iteration_s"]),
+                             f"{target(r):.1f} s" if target(r) else "", ratio(target(r), target(ddp)),
                              f"{r['bytes_per_sample'] / 1e3:.1f} kB", ratio(ddp["bytes_per_sample"], r["bytes_per_sample"]),
-                             f"{final(r):.3f}", f"{100 * (final(r) / final(sync) - 1):+.1f}%"])
-    header = ["link", "devices", "system", "iteration (local: an inner step)", "x DDP", "time to target", "x DDP",
-              "sent per sample", "DDP's bytes over these", "final loss", "x sync (OmniLearn)"]
+                             *([f"{r['validation_loss']:.3f}", vs(r, sync)] if model == "mlp4" else ["", ""]),
+                             ",".join(str(b) for b in r["batches"])])
+    header = ["model", "link", "devices", "system", "iteration (local: an inner step)", "x DDP",
+              "time to target (training loss)", "x DDP", "sent per sample", "DDP's bytes over these",
+              "validation loss, final model", "x sync (OmniLearn)", "a step's batches at the end"]
     return table(header, rows), LOCAL_RUNS
+
+
+def local_by_h():
+    rows = []
+    for (h, momentum, _), source in zip(BY_H, LOCAL_BY_H):
+        by = groups(load(source.path)["rows"])[("mlp4", "HL1", 4)]
+        ddp, sync, local = by["ddp"], by["omnilearn-colocated"], by["omnilearn-local"]
+        rows.append([h, momentum, ms(local["iteration_s"]), ratio(local["iteration_s"], ddp["iteration_s"]),
+                     ratio(ddp["bytes_per_sample"], local["bytes_per_sample"]), f"{local['validation_loss']:.3f}",
+                     f"{sync['validation_loss']:.3f}", vs(local, sync), f"{ddp['validation_loss']:.3f}", vs(local, ddp)])
+    header = ["H", "outer momentum", "inner step", "x DDP", "DDP's bytes over these", "validation loss, final model",
+              "sync's (same run)", "x sync", "DDP's (same run)", "x DDP"]
+    return table(header, rows), LOCAL_BY_H
 
 
 def local_predicted():
@@ -521,7 +558,7 @@ TABLES = {
     "ablation": ablation, "async_adam": async_adam, "gpu_mixed": gpu_mixed,
     "keras_workers": keras_workers, "keras_async_rate": keras_async_rate, "keras_step": keras_step,
     "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror, "local_peers": local_peers,
-    "local_predicted": local_predicted,
+    "local_predicted": local_predicted, "local_by_h": local_by_h,
 }
 FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 
