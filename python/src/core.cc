@@ -585,46 +585,35 @@ worker::WorkerInfo WorkerInfoOf(const std::string& name, const std::string& host
                             /*takes_local_steps=*/true};  // omnilearn.session splits a batch into local steps
 }
 
-}  // namespace
-}  // namespace omnilearn
+// The Python worker's Core, from omnilearn.session's keyword arguments.
+std::unique_ptr<Core> MakeCore(
+    const std::string& target,
+    const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,
+    const std::string& name, const std::string& host, const std::string& device, int64_t max_batch_size,
+    uint64_t dataset_size, double rpc_timeout, double reconnect_timeout, double connect_timeout,
+    const std::string& server_hint, const std::string& auth_token, const std::string& tls_ca,
+    const std::string& tls_cert, const std::string& tls_key, const std::string& tls_server_name, py::function now,
+    py::function sleep, py::function log, double epochs, const py::object& optimizer) {
+  worker::ClientOptions o;
+  o.rpc_timeout = absl::Seconds(rpc_timeout);
+  o.auth_token = auth_token;
+  o.tls_ca = tls_ca;
+  o.tls_cert = tls_cert;
+  o.tls_key = tls_key;
+  o.tls_server_name = tls_server_name;
+  return std::make_unique<Core>(
+      target, tensors, WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs, optimizer), o,
+      reconnect_timeout, connect_timeout, server_hint, std::move(now), std::move(sleep), std::move(log));
+}
 
-PYBIND11_MODULE(_core, m) {
-  using omnilearn::Core;
-  m.doc() = "The C++ worker core of OmniLearn's Python workers (see omnilearn.worker).";
-  omnilearn::g_error = PyErr_NewException("omnilearn._core.Error", PyExc_RuntimeError, nullptr);
-  m.attr("Error") = py::handle(omnilearn::g_error);
-  omnilearn::BindTypes(m);
-  omnilearn::BindEmulatedDevice(m);
-  omnilearn::BindWorkerMetrics(m);
-  omnilearn::BindTensorFiles(m);
-  m.def("training_done", &omnilearn::worker::TrainingDone, py::arg("global_samples"), py::arg("epochs"),
-        py::arg("dataset_size"), py::arg("iterations"), py::arg("max_iterations"));
+// The class omnilearn.session drives: its constructor, calls and properties.
+void BindCore(py::module_& m) {
   py::class_<Core>(m, "Core")
-      .def(py::init([](const std::string& target,
-                       const std::vector<std::tuple<std::string, std::vector<int64_t>, bool, std::string>>& tensors,
-                       const std::string& name, const std::string& host, const std::string& device,
-                       int64_t max_batch_size, uint64_t dataset_size, double rpc_timeout, double reconnect_timeout,
-                       double connect_timeout, const std::string& server_hint, const std::string& auth_token,
-                       const std::string& tls_ca, const std::string& tls_cert, const std::string& tls_key,
-                       const std::string& tls_server_name, py::function now, py::function sleep, py::function log,
-                       double epochs, const py::object& optimizer) {
-             omnilearn::worker::ClientOptions o;
-             o.rpc_timeout = absl::Seconds(rpc_timeout);
-             o.auth_token = auth_token;
-             o.tls_ca = tls_ca;
-             o.tls_cert = tls_cert;
-             o.tls_key = tls_key;
-             o.tls_server_name = tls_server_name;
-             return std::make_unique<Core>(
-                 target, tensors,
-                 omnilearn::WorkerInfoOf(name, host, device, max_batch_size, dataset_size, epochs, optimizer), o,
-                 reconnect_timeout, connect_timeout, server_hint, std::move(now), std::move(sleep), std::move(log));
-           }),
-           py::kw_only(), py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"), py::arg("device"),
-           py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"), py::arg("reconnect_timeout"),
-           py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"), py::arg("tls_ca"),
-           py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"), py::arg("sleep"),
-           py::arg("log"), py::arg("epochs") = 0.0, py::arg("optimizer") = py::none())
+      .def(py::init(&MakeCore), py::kw_only(), py::arg("target"), py::arg("tensors"), py::arg("name"), py::arg("host"),
+           py::arg("device"), py::arg("max_batch_size"), py::arg("dataset_size"), py::arg("rpc_timeout"),
+           py::arg("reconnect_timeout"), py::arg("connect_timeout"), py::arg("server_hint"), py::arg("auth_token"),
+           py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_server_name"), py::arg("now"),
+           py::arg("sleep"), py::arg("log"), py::arg("epochs") = 0.0, py::arg("optimizer") = py::none())
       .def("join", &Core::Join, py::arg("weights"))
       .def("idle", &Core::Idle, py::arg("weights"))
       .def("pull", &Core::Pull, py::arg("weights"))
@@ -644,9 +633,25 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("batch", [](Core& c) { return c.session()->batch(); })
       .def_property_readonly("model_version", [](Core& c) { return c.session()->model_version(); })
       .def_property_readonly("global_samples", [](Core& c) { return c.session()->global_samples(); })
-      .def_property_readonly("mode", [](Core& c) { return omnilearn::worker::ModeName(c.session()->mode()); })
+      .def_property_readonly("mode", [](Core& c) { return worker::ModeName(c.session()->mode()); })
       .def_property_readonly("local_steps", [](Core& c) { return c.session()->local_steps(); })
       .def_property_readonly("local_batch", [](Core& c) { return c.session()->local_batch(); })
       .def_property_readonly("stop_requested", [](Core& c) { return c.session()->stop_requested(); })
       .def_property_readonly("rejoins", [](Core& c) { return c.session()->rejoins(); });
+}
+
+}  // namespace
+}  // namespace omnilearn
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The C++ worker core of OmniLearn's Python workers (see omnilearn.worker).";
+  omnilearn::g_error = PyErr_NewException("omnilearn._core.Error", PyExc_RuntimeError, nullptr);
+  m.attr("Error") = py::handle(omnilearn::g_error);
+  omnilearn::BindTypes(m);
+  omnilearn::BindEmulatedDevice(m);
+  omnilearn::BindWorkerMetrics(m);
+  omnilearn::BindTensorFiles(m);
+  m.def("training_done", &omnilearn::worker::TrainingDone, py::arg("global_samples"), py::arg("epochs"),
+        py::arg("dataset_size"), py::arg("iterations"), py::arg("max_iterations"));
+  omnilearn::BindCore(m);
 }
