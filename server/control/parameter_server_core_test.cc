@@ -625,6 +625,22 @@ TEST_CASE("the first plan comes after two rounds, the later ones every adjust_ev
   REQUIRE(core->Snapshot().adjustments == 2);  // then every 10 rounds
 }
 
+// One sync round of workers a and b at their planned batches, a sample taking `a_seconds` on
+// a's device and `b_seconds` on b's; b's emulated device has overrun `b_overruns` steps so far.
+void TimedRound(ParameterServerCore& core, WorkerId a, WorkerId b, double a_seconds, double b_seconds,
+                uint64_t b_overruns) {
+  const ServerSnapshot s = core.Snapshot();
+  PushInfo pa = Grad(a, WorkerOf(s, a).batch, s.version);
+  pa.compute_seconds = a_seconds * static_cast<double>(pa.batch);
+  PushInfo pb = Grad(b, WorkerOf(s, b).batch, s.version);
+  pb.compute_seconds = b_seconds * static_cast<double>(pb.batch);
+  pb.emulation_overruns = b_overruns;
+  std::thread first([&] { REQUIRE(core.Push(pa, std::vector<float>(kParams, 0.0f), Soon()).ok()); });
+  AwaitState([&] { return AppliedPushes(core) % 2 == 1; });
+  REQUIRE(core.Push(pb, std::vector<float>(kParams, 0.0f), Soon()).ok());
+  first.join();
+}
+
 // Two identical devices; b's host is loaded (a server beside it takes the cores), so its
 // real compute overruns its emulated time 3x. The overrun steps do not move the plan;
 // the same times without the overrun flag do (the contrast).
@@ -636,20 +652,9 @@ TEST_CASE("steps whose emulated device overran do not move the plan", "[core][co
     std::tie(a, b) = JoinTwo(*core);
     uint64_t overruns = 0;
     for (int r = 0; r < 12; ++r) {
-      const uint64_t version = core->Snapshot().version;
-      const int64_t batch_a = WorkerOf(core->Snapshot(), a.id).batch;
-      const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
-      PushInfo pa = Grad(a.id, batch_a, version);
-      pa.compute_seconds = 0.01 * static_cast<double>(batch_a);
-      PushInfo pb = Grad(b.id, batch_b, version);
       const bool loaded = r >= 4;  // the load comes once the plan has settled
-      pb.compute_seconds = 0.01 * static_cast<double>(batch_b) * (loaded ? 3 : 1);
       if (loaded && flagged) ++overruns;
-      pb.emulation_overruns = overruns;
-      std::thread first([&] { REQUIRE(core->Push(pa, std::vector<float>(kParams, 0.0f), Soon()).ok()); });
-      AwaitState([&] { return AppliedPushes(*core) % 2 == 1; });
-      REQUIRE(core->Push(pb, std::vector<float>(kParams, 0.0f), Soon()).ok());
-      first.join();
+      TimedRound(*core, a.id, b.id, 0.01, loaded ? 0.03 : 0.01, overruns);
     }
     const ServerSnapshot s = core->Snapshot();
     if (flagged) {
@@ -677,18 +682,7 @@ TEST_CASE("local steps: a plan every round, the first after one; a round is the 
     JoinResult a, b;
     std::tie(a, b) = JoinTwo(*core, /*local=*/true);
     for (uint64_t r = 0; r < 3; ++r) {
-      const uint64_t version = core->Snapshot().version;
-      const int64_t batch_a = WorkerOf(core->Snapshot(), a.id).batch;
-      const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
-      PushInfo pa = Grad(a.id, batch_a, version);
-      pa.compute_seconds = 0.01 * static_cast<double>(batch_a);
-      PushInfo pb = Grad(b.id, batch_b, version);
-      pb.compute_seconds = 0.03 * static_cast<double>(batch_b);
-      pb.emulation_overruns = overran_steps * (r + 1);
-      std::thread first([&] { REQUIRE(core->Push(pa, std::vector<float>(kParams, 0.0f), Soon()).ok()); });
-      AwaitState([&] { return AppliedPushes(*core) % 2 == 1; });
-      REQUIRE(core->Push(pb, std::vector<float>(kParams, 0.0f), Soon()).ok());
-      first.join();
+      TimedRound(*core, a.id, b.id, 0.01, 0.03, overran_steps * (r + 1));
       REQUIRE(core->Snapshot().adjustments == r + 1);
     }
     const int64_t batch_b = WorkerOf(core->Snapshot(), b.id).batch;
