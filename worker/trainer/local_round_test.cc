@@ -7,24 +7,15 @@
 
 #include "absl/strings/match.h"
 #include "catch2/catch.hpp"
+#include "worker/trainer/step_runner_testing.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
 
-struct Rig {
-  Rig() : timing(*StepTiming::Create(StepTimingOptions{}, Clock::Real())), series(nullptr, "t0") {
-    setup.train = MakeSynthetic(100, 7);
-    setup.test = MakeSynthetic(10, 8);
-    setup.model = *MakeModel("mlp", 3);
-    params = std::make_unique<FlatModel>(setup.model.get());
-    runner = std::make_unique<StepRunner>(false, &setup, params.get(), &timing, &series, &progress);
-  }
-  TrainingSetup setup;
-  std::unique_ptr<FlatModel> params;
-  StepTiming timing;
-  TrainerMetrics series;
-  ProgressReporter progress{"t0", 0, [](const std::string&) {}};
+// A step's rig and a runner on it.
+struct Rig : StepRig {
+  Rig() : runner(std::make_unique<StepRunner>(false, &setup, params.get(), &timing, &series, &progress)) {}
   std::unique_ptr<StepRunner> runner;
 };
 

@@ -7,27 +7,13 @@
 #include <vector>
 
 #include "catch2/catch.hpp"
+#include "worker/trainer/step_runner_testing.h"
 
 namespace omnilearn {
 namespace worker {
 namespace {
 
-struct Rig {
-  Rig() : timing(*StepTiming::Create(StepTimingOptions{}, Clock::Real())), series(nullptr, "t0") {
-    setup.train = MakeSynthetic(100, 7);
-    setup.test = MakeSynthetic(10, 8);
-    setup.model = *MakeModel("mlp", 3);
-    params = std::make_unique<FlatModel>(setup.model.get());
-    layout = *params->Layout();
-  }
-  TrainingSetup setup;
-  std::unique_ptr<FlatModel> params;
-  ModelLayout layout;
-  StepTiming timing;
-  TrainerMetrics series;
-  std::vector<std::string> notes;
-  ProgressReporter progress{"t0", 0, [this](const std::string& line) { notes.push_back(line); }};
-};
+using Rig = StepRig;
 
 // The gradient autograd gives the same model (same seed) on the same samples, flat.
 std::vector<float> ReferenceGradient(const Dataset& data, const torch::Tensor& idx, double* loss) {
