@@ -175,7 +175,6 @@ class WorkerSession:
         self._step = None  # the step yielded and not yet pushed
         self._t0 = None
         self._last_comm_seconds = 0.0  # the last iteration's, from push() to the reply
-        self._model_came = False  # the last push's reply brought a model (or a rejoin pulled one)
         self.last_reply = None
 
     # ------------------------------------------------------------------ session
@@ -485,10 +484,10 @@ class WorkerSession:
         end = _core.StepEnd(compute_seconds=r.compute, train_loss=r.loss / r.samples, test_accuracy=test_accuracy,
                             emulation_overruns=self._overruns() if self.emulation is not None else None)
         whole = replace(step, batch_size=r.samples)  # the round, as the server counts it
-        self._model_came = False
+        version = self._core.model_version
         reply = self._send(_core.StepReport(batch_size=r.samples, end=end), self.storage.prepare_difference(r.start),
                            whole)
-        if not self._model_came and not self.stopped.is_set():
+        if self._core.model_version == version and not self.stopped.is_set():
             self._restore(r.start)  # no new model (the push not applied): the next round starts from the server's
         step.epoch_end = whole.epoch_end
         return reply
@@ -576,7 +575,6 @@ class WorkerSession:
             outcome, reply, changed = self._call(self._core.push_pull, report, update, self.storage.weights_host)
         if outcome == "rejoined":  # the step's gradient was of an old session: train it again
             self.pull()
-            self._model_came = True
             self._last_comm_seconds = 0.0
             return None
         self._last_comm_seconds = time.perf_counter() - comm_start
@@ -588,7 +586,6 @@ class WorkerSession:
             return reply
         if changed:
             self._received()
-            self._model_came = True
         self._note_pulled()
         self.last_reply = reply
         out_of_memory = report is not None and report.out_of_memory
