@@ -386,14 +386,14 @@ void ParameterServerCore::Account(const PushInfo& info) {
   w.sum_compute += info.compute_seconds;
   // The device emulation overran in this step: its time is the host's (the count is the
   // worker's own, from its start; a worker that joined again starts over). A round of local
-  // steps is the host's when more than a quarter of its steps overran: a few add little to
+  // steps is the host's when a quarter of its steps or more overran: a few add little to
   // the device's time of the rest, and one in many would hide a worker from the plan.
   const uint64_t overruns =
       info.emulation_overruns > w.emulation_overruns ? info.emulation_overruns - w.emulation_overruns : 0;
   const bool overran =
       overruns > 0 &&
       (!options_.local() ||
-       4 * overruns > static_cast<uint64_t>(LocalRoundSteps(info.batch, options_.local_steps, options_.local_batch)));
+       4 * overruns >= static_cast<uint64_t>(LocalRoundSteps(info.batch, options_.local_steps, options_.local_batch)));
   w.emulation_overruns = info.emulation_overruns;
   metrics_.worker_emulation_overruns.Add({w.name}).Set(static_cast<double>(info.emulation_overruns));
   stats_.Trained(info.batch, info.train_loss);

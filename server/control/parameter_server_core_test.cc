@@ -672,7 +672,7 @@ TEST_CASE("steps whose emulated device overran do not move the plan", "[core][co
 // steps: the first plan comes after one round, and one every round after it. A round with
 // one step of 8 overrun is still the device's and moves the plan (b's batch falls); three
 // of 8 make it the host's, and b, never measured, stays at an equal share.
-TEST_CASE("local steps: a plan every round, the first after one; a round is the host's past a quarter overrun",
+TEST_CASE("local steps: a plan every round, the first after one; a round is the host's from a quarter overrun",
           "[core][controller]") {
   for (const uint64_t overran_steps : {uint64_t{1}, uint64_t{3}}) {
     CAPTURE(overran_steps);
