@@ -395,9 +395,12 @@ std::optional<double> BatchController::WindowThroughput(const std::map<WorkerId,
 bool BatchController::TimesAsBefore(const std::map<WorkerId, std::vector<Observation>>& before) const {
   for (const auto& [id, w] : workers_) {
     auto it = before.find(id);
-    if (it == before.end() || it->second.empty() || !w.estimator.window_fresh()) return false;
-    const double predicted = FitTimeModel(it->second).Seconds(w.estimator.last_window_batch());
-    if (std::abs(w.estimator.last_window_seconds() - predicted) > options_.change_threshold * predicted) return false;
+    const bool one_batch = w.estimator.window_fresh() && w.estimator.last_window_batch() > 0;
+    if (it == before.end() || it->second.empty() || !one_batch) return false;
+    if (!HistoryPredicts(it->second, w.estimator.last_window_batch(), w.estimator.last_window_seconds(),
+                         options_.change_threshold)) {
+      return false;
+    }
   }
   return true;
 }

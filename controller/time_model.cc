@@ -14,8 +14,10 @@ constexpr double kMinRelativeSpan = 0.25;
 constexpr double kMaxFixedFraction = 0.9;
 // Relative standard error assumed for a mean of fewer than two samples.
 constexpr double kSingleSampleError = 0.1;
-// Weight of a window's mean link time against what was learnt before it.
-constexpr double kLinkSmoothing = 0.5;
+// The link time learnt is the median of this many recent ones: a link's rate drifts slowly,
+// and one slow exchange (a pause on the host, a burst of other traffic) should not swing a
+// plan, made after every round with local steps.
+constexpr size_t kLinkSamples = 15;
 
 // Chan et al.'s merge of two pooled means, the memory then capped at `max_samples`.
 Observation Pooled(Observation o, const Observation& fresh, double max_samples) {
@@ -31,20 +33,19 @@ Observation Pooled(Observation o, const Observation& fresh, double max_samples) 
   return o;
 }
 
-}  // namespace
+// A history's sums, weighted by samples: what its fits are computed from.
+struct Sums {
+  double sw = 0, sb = 0, st = 0, sbb = 0, stb = 0, rel_var = 0, dof = 0, min_t = 0;
+  int64_t lo = 0, hi = 0;
+  explicit Sums(const std::vector<Observation>& history);
+  // Whether the batches span too little to tell a fixed part from the per-sample time.
+  bool TooClose() const { return hi - lo < kMinRelativeSpan * hi; }
+  // The least-squares per-sample time given the fixed part a.
+  double PerSample(double a) const { return (stb - a * sb) / sbb; }
+};
 
-double Observation::RelativeError() const {
-  if (samples < 2) return kSingleSampleError;
-  return std::sqrt(m2 / (samples - 1) / samples) / mean_seconds;
-}
-
-TimeModel FitTimeModel(const std::vector<Observation>& history) {
-  TimeModel m;
-  if (history.empty()) return m;
-  m.measured = true;
-  double sw = 0, sb = 0, st = 0, sbb = 0, stb = 0, rel_var = 0, dof = 0;
-  int64_t lo = history.front().batch, hi = lo;
-  double min_t = history.front().mean_seconds;
+Sums::Sums(const std::vector<Observation>& history)
+    : min_t(history.front().mean_seconds), lo(history.front().batch), hi(lo) {
   for (const Observation& o : history) {
     sw += o.samples;
     sb += o.samples * o.batch;
@@ -57,23 +58,51 @@ TimeModel FitTimeModel(const std::vector<Observation>& history) {
     hi = std::max(hi, o.batch);
     min_t = std::min(min_t, o.mean_seconds);
   }
-  m.relative_error = dof >= 1 ? std::sqrt(rel_var / dof / sw) : kSingleSampleError;
-  m.c = st / sb;
-  if (hi - lo < kMinRelativeSpan * hi) return m;
-  const double mb = sb / sw, mt = st / sw;
-  const double slope = (stb - sw * mb * mt) / (sbb - sw * mb * mb);
+}
+
+}  // namespace
+
+double Observation::RelativeError() const {
+  if (samples < 2) return kSingleSampleError;
+  return std::sqrt(m2 / (samples - 1) / samples) / mean_seconds;
+}
+
+TimeModel FitTimeModel(const std::vector<Observation>& history) {
+  TimeModel m;
+  if (history.empty()) return m;
+  m.measured = true;
+  const Sums s(history);
+  m.relative_error = s.dof >= 1 ? std::sqrt(s.rel_var / s.dof / s.sw) : kSingleSampleError;
+  m.c = s.st / s.sb;
+  if (s.TooClose()) return m;
+  const double mb = s.sb / s.sw, mt = s.st / s.sw;
+  const double slope = (s.stb - s.sw * mb * mt) / (s.sbb - s.sw * mb * mb);
   if (!(slope > 0)) return m;
   const double a = mt - slope * mb;
   if (a < 0) {
-    m.c = stb / sbb;  // through the origin
-  } else if (a > kMaxFixedFraction * min_t) {
-    m.a = kMaxFixedFraction * min_t;
-    m.c = (stb - m.a * sb) / sbb;
+    m.c = s.PerSample(0);  // through the origin
+  } else if (a > kMaxFixedFraction * s.min_t) {
+    m.a = kMaxFixedFraction * s.min_t;
+    m.c = s.PerSample(m.a);
   } else {
     m.a = a;
     m.c = slope;
   }
   return m;
+}
+
+std::pair<double, double> PredictedSeconds(const std::vector<Observation>& history, int64_t batch) {
+  const double t = FitTimeModel(history).Seconds(batch);
+  const Sums s(history);
+  if (!s.TooClose()) return {t, t};
+  const double a = kMaxFixedFraction * s.min_t;
+  const double with_fixed = a + s.PerSample(a) * batch;
+  return {std::min(t, with_fixed), std::max(t, with_fixed)};
+}
+
+bool HistoryPredicts(const std::vector<Observation>& history, int64_t batch, double seconds, double tolerance) {
+  const auto [low, high] = PredictedSeconds(history, batch);
+  return seconds >= (1 - tolerance) * low && seconds <= (1 + tolerance) * high;
 }
 
 void WorkerEstimator::AddStep(int64_t batch, double seconds) {
@@ -83,10 +112,7 @@ void WorkerEstimator::AddStep(int64_t batch, double seconds) {
   w.count += 1;
 }
 
-void WorkerEstimator::AddLink(double seconds) {
-  link_sum_ += seconds;
-  link_count_ += 1;
-}
+void WorkerEstimator::AddLink(double seconds) { link_window_.push_back(seconds); }
 
 std::vector<WorkerEstimator::Surprise> WorkerEstimator::Fold() {
   std::vector<Surprise> surprises;
@@ -125,8 +151,7 @@ void WorkerEstimator::Merge(Observation fresh, std::vector<Surprise>* surprises)
   }
   // A new batch size: the history stays only if it roughly predicts the new time.
   if (!history_.empty()) {
-    const double predicted = Fit().Seconds(fresh.batch);
-    if (std::abs(fresh.mean_seconds - predicted) > 2 * options_.change_threshold * predicted) {
+    if (!HistoryPredicts(history_, fresh.batch, fresh.mean_seconds, 2 * options_.change_threshold)) {
       surprises->push_back({history_.back(), fresh});
       history_.clear();
     }
@@ -135,15 +160,16 @@ void WorkerEstimator::Merge(Observation fresh, std::vector<Surprise>* surprises)
   if (history_.size() > kMaxObservations) history_.erase(history_.begin());
 }
 
-// The window's mean link time, smoothed across windows (a link's rate drifts slowly; one
-// congested window should not swing the plan).
+// The window's link times join the recent ones; the link time is their median.
 void WorkerEstimator::FoldLink() {
-  if (link_count_ == 0) return;
-  const double mean = link_sum_ / link_count_;
-  link_seconds_ = link_count_total_ > 0 ? kLinkSmoothing * mean + (1 - kLinkSmoothing) * link_seconds_ : mean;
-  link_count_total_ += link_count_;
-  link_sum_ = 0;
-  link_count_ = 0;
+  if (link_window_.empty()) return;
+  links_.insert(links_.end(), link_window_.begin(), link_window_.end());
+  link_window_.clear();
+  while (links_.size() > kLinkSamples) links_.pop_front();
+  std::vector<double> sorted(links_.begin(), links_.end());
+  std::sort(sorted.begin(), sorted.end());
+  const size_t mid = sorted.size() / 2;
+  link_seconds_ = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
 void WorkerEstimator::DropAbove(int64_t batch) {

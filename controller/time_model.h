@@ -1,6 +1,7 @@
 // The controller's estimator: what one worker's measured steps say about its speed. Its
 // step times are pooled by batch size (Observation), folded a window at a time into a short
-// history, and fitted as t(b) = a + c*b (TimeModel); its link time is smoothed apart.
+// history, and fitted as t(b) = a + c*b (TimeModel); its link time is learnt apart (the median
+// of recent ones).
 //
 // Pure library: no clock, no threads. The policy (batch_controller.h) decides what to do
 // with the models; the solver (equal_time_solver.h) turns them into batches.
@@ -9,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -43,6 +45,15 @@ struct TimeModel {
 // else weighted least squares, the fixed part kept within [0, 0.9 x the fastest time].
 // Not measured for an empty history.
 TimeModel FitTimeModel(const std::vector<Observation>& history);
+// The times a (non-empty) history predicts at `batch`, lowest and highest: its model's, or,
+// when its batches were too close together to tell a fixed part (the model proportional),
+// every time from no fixed part to the largest (0.9 x the fastest time). A round of local
+// steps has a fixed part per step: at a batch far below the history's it takes more than a
+// proportional model says, and that is no change of speed.
+std::pair<double, double> PredictedSeconds(const std::vector<Observation>& history, int64_t batch);
+// Whether `seconds` at `batch` is within `tolerance` (a fraction) of what a non-empty history
+// predicts (PredictedSeconds).
+bool HistoryPredicts(const std::vector<Observation>& history, int64_t batch, double seconds, double tolerance);
 
 struct EstimatorOptions {
   // A mean time at an unchanged batch that moved by more than this fraction means the
@@ -85,8 +96,8 @@ class WorkerEstimator {
   double last_window_seconds() const { return last_window_seconds_; }
   int64_t last_window_batch() const { return last_window_batch_; }
 
-  bool link_known() const { return link_count_total_ > 0; }
-  double link_seconds() const { return link_seconds_; }  // smoothed; valid when link_known()
+  bool link_known() const { return !links_.empty(); }
+  double link_seconds() const { return link_seconds_; }  // the recent ones' median; valid when link_known()
 
  private:
   struct Window {
@@ -104,10 +115,9 @@ class WorkerEstimator {
   bool window_fresh_ = false;
   double last_window_seconds_ = 0;
   int64_t last_window_batch_ = 0;
-  double link_sum_ = 0;  // link times since the last fold
-  int link_count_ = 0;
+  std::vector<double> link_window_;  // link times since the last fold
+  std::deque<double> links_;         // the recent ones folded, newest last
   double link_seconds_ = 0;
-  int64_t link_count_total_ = 0;
 };
 
 }  // namespace controller

@@ -65,6 +65,28 @@ TEST_CASE("a new batch far from the prediction is a surprise and the history goe
   REQUIRE(e.history()[0].batch == 32);
 }
 
+TEST_CASE("a proportional history predicts a range: a fixed part it could not tell is no surprise", "[time_model]") {
+  // A round of 4 local steps of 2 ms each plus 0.5 ms a sample, learnt at batches 41..44:
+  // too close together for a fixed part, so proportional (0.69 ms a sample).
+  const std::vector<Observation> history = {At(43, 0.0295), At(42, 0.029), At(44, 0.030)};
+  const auto [low, high] = PredictedSeconds(history, 5);
+  REQUIRE(low == Approx(5 * FitTimeModel(history).c));
+  REQUIRE(high == Approx(0.9 * 0.029 + 5 * (0.0295 * 43 + 0.029 * 42 + 0.030 * 44 - 0.9 * 0.029 * 129) /
+                                           (43 * 43 + 42 * 42 + 44 * 44)));
+  // The job's last round, cut to 5 samples: 10.5 ms, three times the proportional time.
+  WorkerEstimator e;
+  e.set_history(history);
+  e.AddStep(5, 0.0105);
+  REQUIRE(e.Fold().empty());
+  REQUIRE(e.history().size() == 4);
+  const TimeModel m = e.Fit();  // now far apart: the fixed part learnt
+  REQUIRE(m.a == Approx(0.008).epsilon(0.05));
+  REQUIRE(m.c == Approx(0.0005).epsilon(0.05));
+  // A history far apart predicts its model's time alone.
+  const auto [l2, h2] = PredictedSeconds({At(10, 0.3), At(40, 0.6)}, 20);
+  REQUIRE((l2 == Approx(0.4) && h2 == Approx(0.4)));
+}
+
 TEST_CASE("the history keeps the newest observations, and the memory of a mean is capped", "[time_model]") {
   WorkerEstimator e(EstimatorOptions{0.25, 8});
   for (int64_t b : {10, 11, 12, 13, 14}) {
@@ -81,19 +103,33 @@ TEST_CASE("the history keeps the newest observations, and the memory of a mean i
   REQUIRE(e.history().back().batch == 12);
 }
 
-TEST_CASE("link times are a window's mean, then smoothed across windows", "[time_model]") {
+TEST_CASE("the link time is the median of the recent ones, learnt at a fold", "[time_model]") {
   WorkerEstimator e;
   REQUIRE_FALSE(e.link_known());
   e.AddLink(0.2);
   e.AddLink(0.4);
+  REQUIRE_FALSE(e.link_known());  // until the window is folded
   e.Fold();
   REQUIRE(e.link_known());
   REQUIRE(e.link_seconds() == Approx(0.3));
-  e.AddLink(0.5);
+  e.AddLink(0.3);
   e.Fold();
-  REQUIRE(e.link_seconds() == Approx(0.4));  // half the new window's, half what was learnt
+  REQUIRE(e.link_seconds() == Approx(0.3));
+  e.AddLink(5.0);  // one slow exchange: the plan is not swung by it
   e.Fold();
-  REQUIRE(e.link_seconds() == Approx(0.4));  // a window without link times changes nothing
+  REQUIRE(e.link_seconds() == Approx(0.35));
+  e.Fold();
+  REQUIRE(e.link_seconds() == Approx(0.35));  // a window without link times changes nothing
+  // A link that slowed for good is learnt once it is most of the recent ones.
+  for (int i = 0; i < 8; ++i) {
+    e.AddLink(1.0);
+    e.Fold();
+  }
+  REQUIRE(e.link_seconds() == Approx(1.0));
+  // Only the recent ones count.
+  for (int i = 0; i < 20; ++i) e.AddLink(0.1);
+  e.Fold();
+  REQUIRE(e.link_seconds() == Approx(0.1));
 }
 
 TEST_CASE("an observation's relative error is its mean's standard error", "[time_model]") {

@@ -139,11 +139,12 @@ v1::PushHeader PushHeaderOf(const PushedStep& p) {
   h.set_model_version(p.model_version);
   h.set_batch_size(p.step.batch_size);
   h.set_communication_seconds(p.step.communication_seconds);
+  // The count before the step ran; a whole push's end (sent after the step) has its own.
+  h.set_emulation_overruns(p.step.emulation_overruns);
   SetStepEnd(p.step.end, &h);
   h.set_out_of_memory(p.step.out_of_memory);
   h.set_report_only(p.step.report_only);
   h.set_idle(p.step.idle);
-  h.set_emulation_overruns(p.step.emulation_overruns);
   h.set_shard_held_seconds(p.step.shard_held_seconds);
   h.set_resend(p.resend);
   return h;

@@ -96,6 +96,13 @@ TEST_CASE("a push's accuracy is sent only when measured; its reply comes back wh
   REQUIRE_FALSE(TrailerOf(overran).has_emulation_overruns());
   overran.emulation_overruns = 3;
   REQUIRE(TrailerOf(overran).emulation_overruns() == 3);
+  // A whole push's header goes after its step: the end's count, with the step's own overrun
+  // (the count from before the step would put it on the next step).
+  p.step.emulation_overruns = 2;
+  p.step.end = StepEnd{};
+  REQUIRE(PushHeaderOf(p).emulation_overruns() == 2);
+  p.step.end = overran;
+  REQUIRE(PushHeaderOf(p).emulation_overruns() == 3);
 
   v1::PushResponse resp;
   resp.set_action(v1::ACTION_REJOIN);
