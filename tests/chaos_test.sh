@@ -18,9 +18,15 @@
 # evaluating worker after its last evaluation). Each wait has a deadline that fails the
 # test. Needs root (network namespaces). `chaos_test.sh local`: the same with local steps,
 # each worker taking 4 steps of its own SGD a round, the servers' Nesterov SGD the outer
-# optimizer (DiLoCo's).
+# optimizer (DiLoCo's). `chaos_test.sh local-python`: local steps with w1 and w2 Python
+# workers (python/examples/train.py, the program's own torch.optim.SGD) beside the C++ w0.
+# `chaos_test.sh local-keras`: local steps with three Keras workers (tests/keras_job.py: a
+# CNN, w0 through omnilearn.keras.fit, w1 and w2 a tf.GradientTape loop, each stepping the
+# compiled keras.optimizers.SGD) on 18,000 samples, on the TensorFlow venv (OMNILEARN_TF_PYTHON).
 source "$(dirname "$0")/e2e_lib.sh"
 MODE=${1:-steps}
+[[ " steps local local-python local-keras " == *" $MODE "* ]] ||
+  fail "no mode '$MODE' (steps, local, local-python, local-keras)"
 use_cluster och
 HOSTS=(c s1 s2 w0 w1 w2)
 "$CLUSTER" up "$P" c=1gbit s1=1gbit s2=1gbit w0=1gbit w1=1gbit w2=1gbit > /dev/null
@@ -31,6 +37,8 @@ FAULTS=${CHAOS_FAULTS:-10}
 RANDOM=$SEED
 echo "chaos ($MODE): seed $SEED, $FAULTS faults"
 JOB=120000  # two epochs of Fashion-MNIST's 60,000
+KERAS_SAMPLES=18000
+[ "$MODE" = local-keras ] && JOB=$((2 * KERAS_SAMPLES))
 BATCH=96
 CKPT=(--checkpoint_every_s=1 --checkpoint_keep=4)
 SERVER_FLAGS=("${SGD_FLAGS[@]}" --num_workers=3 --global_batch=$BATCH --lr=0.05 --exit_when_done --round_timeout_s=2 --lease_s=10
@@ -41,15 +49,42 @@ WORKER_FLAGS=(--device=cpu --dataset=fashion-mnist --model=mlp --epochs=2 --log_
               --reconnect_timeout=150 --connect_timeout=60)
 # Local steps: rounds of 4 steps of ~8 samples (about 130 ms of emulated compute). Plain
 # inner SGD: with the outer Nesterov momentum on 4 steps, inner momentum diverged (10%).
-if [ "$MODE" = local ]; then
+if [ "$MODE" != steps ]; then
   SERVER_FLAGS+=(--local_steps=4 --lr=0.7 --optimizer_options=nesterov=1)
   WORKER_FLAGS+=(--optimizer=sgd --lr=0.05)
+fi
+# The Python workers take the C++ worker's flags that they share (train.py names them alike).
+PY_WORKER=(/usr/bin/python3 "$RUNFILES/python/examples/train.py" --model=mlp --dataset=fashion-mnist --epochs=2
+           --log_every=5 --emulate_device=30:0.3 --reconnect_timeout=150 --connect_timeout=60 --optimizer=sgd --lr=0.05)
+python_worker() { [ "$MODE" = local-python ] && [ "$1" != w0 ]; }
+if [ "$MODE" = local-keras ]; then
+  TF_PY=${OMNILEARN_TF_PYTHON:?local-keras runs on the TensorFlow venv: run tests/run.sh --all, or set \
+OMNILEARN_TF_PYTHON to the python of deploy/install-venv.sh tensorflow}
+  KERAS_JOB=$RUNFILES/tests/keras_job.py
+  # Plain inner SGD (the compiled optimizer, stepped by each worker), as the C++ workers'.
+  KERAS_WORKER=(env PYTHONPATH="$RUNFILES/python" TF_CPP_MIN_LOG_LEVEL=2 OMP_NUM_THREADS=1 "$TF_PY" "$KERAS_JOB"
+                worker --epochs=2 --limit=$KERAS_SAMPLES --device=30:0.3 --lr=0.05 --momentum=0 --log_every=20
+                --reconnect_timeout=150 --connect_timeout=60)
 fi
 SUMMARY=$WORK/chaos.json
 EXPORT=$WORK/chaos.safetensors
 declare -A PID  # role -> the live incarnation's `timeout` wrapper (the process is its child)
 declare -A FROM # role -> the line of its log where its live incarnation's output begins
 KILLED=()       # wrappers of killed incarnations: reaped, their status not asserted
+
+# launch_worker ROLE: the worker of ROLE (w0 evaluates, but with Keras: fit's validation).
+launch_worker() {
+  local role=$1
+  if [ "$MODE" = local-keras ]; then
+    exec timeout 600 "$CLUSTER" exec "$P" "$role" "${KERAS_WORKER[@]}" --server="$C:50051" --name="$role" \
+      --loop="$([ "$role" = w0 ] && echo fit || echo tape)" --ids="$WORK/$role.$(date +%s%N).ids"
+  elif python_worker "$role"; then
+    exec timeout 600 "$CLUSTER" exec "$P" "$role" env PYTHONPATH="$RUNFILES/python" OMP_NUM_THREADS=1 \
+      "${PY_WORKER[@]}" --server="$C:50051" --name="$role"
+  fi
+  exec timeout 600 "$CLUSTER" exec "$P" "$role" "$WORKER" --server="$C:50051" --name="$role" "${WORKER_FLAGS[@]}" \
+    --evaluate="$([ "$role" = w0 ] && echo true || echo false)"
+}
 
 launch() {  # launch ROLE: starts the role's process, its output appended to ROLE.log
   local role=$1
@@ -64,10 +99,7 @@ launch() {  # launch ROLE: starts the role's process, its output appended to ROL
       timeout 600 "$CLUSTER" exec "$P" "s$i" "$SERVER" --bind="$("$CLUSTER" addr "$P" "s$i")" --port=50051 \
         --coordinator="$C:50051" --shards=3 --partition_mb=0.25 --shard_index="$i" --metrics_port=0 "${CKPT[@]}" \
         --peer_token_file="$WORK/peer.token" --checkpoint_dir="$WORK/$role.ckpt" >> "$WORK/$role.log" 2>&1 & ;;
-    w0) timeout 600 "$CLUSTER" exec "$P" w0 "$WORKER" --server="$C:50051" --name=w0 "${WORKER_FLAGS[@]}" --evaluate \
-          >> "$WORK/$role.log" 2>&1 & ;;
-    w*) timeout 600 "$CLUSTER" exec "$P" "$role" "$WORKER" --server="$C:50051" --name="$role" "${WORKER_FLAGS[@]}" \
-          --evaluate=false >> "$WORK/$role.log" 2>&1 & ;;
+    w*) launch_worker "$role" >> "$WORK/$role.log" 2>&1 & ;;
   esac
   PID[$role]=$!
   STARTED+=($!)
@@ -174,7 +206,6 @@ samples=$(sed -n 's/.*training finished: model version [0-9]*, \([0-9]*\) sample
 [ "$samples" = "$JOB" ] || fail "the job trained ${samples:-no} samples, not its $JOB (seed $SEED): $line"
 # One model across slices: no shard took a sync step without a member the others took.
 ! grep -h "taken without it" "$WORK"/shard*.log || fail "a slice stepped without a member (seed $SEED)"
-accuracy=$(json "round(100 * s['test_accuracy'], 2)")
 final=$(json "s['model_version']")
 exported=$(PYTHONPATH=$RUNFILES/tools /usr/bin/python3 -c \
   "from load_safetensors import load; print(load('$EXPORT')[1]['omnilearn.version'])")
@@ -187,15 +218,26 @@ grep -q "every slice's step history at version $final is slice 0's" "$WORK/coord
 ! grep -h "step history at version" "$WORK"/shard*.log || fail "a slice's history left slice 0's (seed $SEED)"
 # A late fault can kill the evaluating worker after its last evaluation: the job's accuracy
 # is then of an earlier version, and the export (the final one) is evaluated, not compared.
-measured=$(json "s['test_accuracy_version']")
-[ "$measured" = "$final" ] || echo "chaos: the job's accuracy is of version $measured, not the final $final"
-evaluated=$(check_export chaos "$EXPORT" "$([ "$measured" = "$final" ] && echo "$accuracy" || echo -)" \
-  --dataset=fashion-mnist)
-# The job learnt: 2 epochs of this MLP reach over 80% undisturbed; chance is 10%.
+if [ "$MODE" = local-keras ]; then
+  # The export loads into the Keras model (fit's validation is of an earlier version).
+  accuracy=-
+  env PYTHONPATH="$RUNFILES/python" TF_CPP_MIN_LOG_LEVEL=2 timeout 300 "$TF_PY" "$KERAS_JOB" evaluate \
+    --export="$EXPORT" --out="$WORK/evaluate.json" > "$WORK/evaluate.log" 2>&1 ||
+    { tail -n 20 "$WORK/evaluate.log" >&2; fail "the export does not load into the Keras model (seed $SEED)"; }
+  evaluated=$(/usr/bin/python3 -c "import json; print(round(100 * json.load(open('$WORK/evaluate.json'))['accuracy'], 2))")
+else
+  accuracy=$(json "round(100 * s['test_accuracy'], 2)")
+  measured=$(json "s['test_accuracy_version']")
+  [ "$measured" = "$final" ] || echo "chaos: the job's accuracy is of version $measured, not the final $final"
+  evaluated=$(check_export chaos "$EXPORT" "$([ "$measured" = "$final" ] && echo "$accuracy" || echo -)" \
+    --dataset=fashion-mnist)
+fi
+# The job learnt: 2 epochs of this MLP reach over 80% undisturbed (the Keras CNN's of 18,000
+# samples too); chance is 10%.
 python3 -c "import sys; sys.exit(0 if $evaluated > 60 else 1)" ||
   fail "the job's export evaluates to ${evaluated}%: it did not learn (seed $SEED)"
 rejoins=$(cat "$WORK"/w*.log | grep -c "rejoined as worker" || true)
 rollbacks=$(grep -c "went back to its checkpoint" "$WORK/coordinator.log" || true)
 echo "chaos: seed $SEED, $done_faults faults, $rejoins rejoins, $rollbacks rollbacks; $samples samples of $JOB;" \
-  "accuracy ${accuracy}%, the export evaluates to ${evaluated}%; $(( $(date +%s) - start )) s"
+  "$([ "$accuracy" = - ] || echo "accuracy ${accuracy}%, ")the export evaluates to ${evaluated}%; $(( $(date +%s) - start )) s"
 echo PASS

@@ -80,11 +80,14 @@ def tape_loop(model, x, y, args, ids_out):
         return loss, tape.gradient(loss, model.trainable_variables)
 
     with omnilearn.keras.Worker(args.server, model, optimizer=model.optimizer, name=args.name, dataset_size=len(x),
-                                epochs=args.epochs, emulate_device=args.device or None) as w:
+                                epochs=args.epochs, emulate_device=args.device or None,
+                                connect_timeout=args.connect_timeout, reconnect_timeout=args.reconnect_timeout) as w:
         for step in w:
             step.samples.tofile(ids_out)
             loss, gradients = step_fn(x[step.samples], y[step.samples])
             w.push(loss, gradients)
+            if args.log_every and step.iteration % args.log_every == 0:
+                print(f"[{w.name}] it={step.iteration} batch={step.batch_size} version={w.model_version}", flush=True)
         print(f"{args.name}: {w.iteration} steps, {w.samples_seen} samples, batch now {w.batch_size}, "
               f"{w.emulation.overruns if w.emulation else 0} emulation overruns", flush=True)
 
@@ -96,7 +99,8 @@ def worker(args):
         if args.loop == "fit":
             history = omnilearn.keras.fit(model, Recorded(x, y, ids_out), server=args.server, epochs=args.epochs,
                                           validation_data=data(False), name=args.name,
-                                          emulate_device=args.device or None)
+                                          emulate_device=args.device or None, connect_timeout=args.connect_timeout,
+                                          reconnect_timeout=args.reconnect_timeout)
             print(f"{args.name}: history {json.dumps(history.history)}", flush=True)
         else:
             tape_loop(model, x, y, args, ids_out)
@@ -140,6 +144,9 @@ def main():
     parser.add_argument("--momentum", type=float, default=MOMENTUM, help="the compiled SGD's momentum")
     parser.add_argument("--limit", type=int, default=0, help="train on this many samples (0: all)")
     parser.add_argument("--ids", help="write the trained sample ids here (int64)")
+    parser.add_argument("--log_every", type=int, default=0, help="tape: a line every this many steps (0: none)")
+    parser.add_argument("--connect_timeout", type=float, default=10.0, help="seconds to wait for a server never reached")
+    parser.add_argument("--reconnect_timeout", type=float, default=300.0, help="seconds to wait for a server lost")
     parser.add_argument("--export")
     parser.add_argument("--out")
     args = parser.parse_args()

@@ -106,10 +106,10 @@ if [ "$tier" != subset ]; then
   step pytest_in_checkout env -C python PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider
   phase_done "torch from pip"
   # Keras workers (tagged manual: they need this venv) on TensorFlow and Keras from pip: a sync
-  # job in the gate, every mode in the full tier.
-  keras=//tests:keras_quick_test
-  [ "$tier" = full ] && keras=//tests:keras_workers_test
-  bazel_tests --test_env=OMNILEARN_TF_PYTHON="$tf_venv/bin/python" -- "$keras"
+  # job in the gate, every mode and the chaos schedule on local steps in the full tier.
+  keras=(//tests:keras_quick_test)
+  [ "$tier" = full ] && keras=(//tests:keras_workers_test //tests:chaos_local_keras_test)
+  bazel_tests --test_env=OMNILEARN_TF_PYTHON="$tf_venv/bin/python" -- "${keras[@]}"
   echo "tensorflow from pip ($tf_venv): $run_passed passed, $run_failed failed"
   phase_done "tensorflow from pip"
   # The C++ worker built and linked against the CUDA LibTorch inside pip's wheel (no GPU needed).

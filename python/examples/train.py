@@ -47,6 +47,12 @@ def main():
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--max_iterations", type=int, default=0)
     p.add_argument("--slowdown", type=float, default=1.0, help="heterogeneity emulation, as the C++ worker's")
+    p.add_argument("--emulate_device", default=None, help="FIXED_MS:MS_PER_SAMPLE, as the C++ worker's")
+    p.add_argument("--optimizer", default="", choices=["", "sgd", "adamw"],
+                   help="this program's own torch.optim (the server's flags when left out; a job of local "
+                        "steps needs one: the worker steps it)")
+    p.add_argument("--lr", type=float, default=0.05, help="--optimizer's learning rate")
+    p.add_argument("--momentum", type=float, default=0.0, help="--optimizer=sgd's momentum")
     p.add_argument("--evaluate", action="store_true", help="measure test accuracy at epoch ends, report it")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1)
@@ -56,16 +62,25 @@ def main():
     p.add_argument("--tls_cert", default=None)
     p.add_argument("--tls_key", default=None)
     p.add_argument("--tls_server_name", default=None)
+    p.add_argument("--connect_timeout", type=float, default=10.0, help="seconds to wait for a server never reached")
+    p.add_argument("--reconnect_timeout", type=float, default=300.0, help="seconds to wait for a server lost")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     train_x, train_y, test_x, test_y = load_data(a.dataset)
     model = omnilearn.load_torchscript(a.model_file) if a.model_file else models.make(a.model, a.seed)
     model.train()
+    optimizer = None
+    if a.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    elif a.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=a.lr)
 
-    with omnilearn.Worker(a.server, model, name=a.name, dataset_size=len(train_y), epochs=a.epochs,
-                          max_iterations=a.max_iterations, slowdown=a.slowdown,
-                          auth_token_file=a.auth_token_file, tls_ca=a.tls_ca, tls_cert=a.tls_cert,
-                          tls_key=a.tls_key, tls_server_name=a.tls_server_name) as w:
+    with omnilearn.Worker(a.server, model, optimizer=optimizer, name=a.name, dataset_size=len(train_y),
+                          epochs=a.epochs, max_iterations=a.max_iterations, slowdown=a.slowdown,
+                          emulate_device=a.emulate_device, connect_timeout=a.connect_timeout,
+                          reconnect_timeout=a.reconnect_timeout, auth_token_file=a.auth_token_file,
+                          tls_ca=a.tls_ca, tls_cert=a.tls_cert, tls_key=a.tls_key,
+                          tls_server_name=a.tls_server_name) as w:
         accuracy, evaluated_epoch, last_loss = None, w.epoch, 0.0
         for step in w:
             x, y = train_x[step.samples], train_y[step.samples]
