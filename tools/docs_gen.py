@@ -194,6 +194,9 @@ LOCAL_RUNS += [
                "HL1,HL8", "HL8") + " --local_batch=32", "2026-12-07"),
     Source("local_steps_resnet18_1gbit/peers.json",
            LOCAL_COMMAND.format(model="resnet18", link="1gbit", h=8, n=64, skip=8, out="resnet18_1gbit") +
+           " --timing=layers", "2026-12-07"),
+    Source("local_steps_gpt2_1gbit/peers.json",
+           LOCAL_COMMAND.format(model="gpt2", link="1gbit", h=8, n=32, skip=8, out="gpt2_1gbit") +
            " --timing=layers", "2026-12-07")]
 BY_H = [(8, 0.9, "h8"), (8, 0.5, "h8_m5"), (16, 0.9, "h16"), (16, 0.5, "h16_m5"), (32, 0.9, "h32")]
 LOCAL_BY_H = [Source(f"local_steps_{out}/peers.json",
