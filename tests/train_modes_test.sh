@@ -6,7 +6,7 @@
 # of mostly scheduling noise, which once planned batches of 94:1:1 for workers of speeds 1:1:4.
 # Every mode trains exactly the job's samples (async and ssp once ran a few batches past).
 # Local steps too: the C++ workers take 4 steps of their own SGD a round and push the
-# round's pseudo-gradient; the server's SGD at rate 1 averages them (Local SGD).
+# round's pseudo-gradient; the server's SGD at rate 1 averages them (Local SGD); in sync and ssp.
 source "$(dirname "$0")/e2e_lib.sh"
 WORKER_PIDS=()
 
@@ -76,6 +76,16 @@ read -r b0 b1 b2 < <(batches)
 [ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
   fail "local steps: batches $b0 $b1 $b2 did not move toward 4:4:1"
 grep -q "local steps x4 a round" "$WORK/sync-local.server.log" || fail "local steps: the server did not say it runs them"
+# Local steps in ssp: a round is an iteration, so no worker is more than 2 rounds ahead of the
+# slowest, and the controller still balances the rounds.
+EXTRA=(--local_steps=4 --lr=1 --staleness_bound=2)
+WEXTRA=(--optimizer=sgd --lr=0.05)
+run_job ssp-local ssp omnilearn 1 1 4
+read -r b0 b1 b2 < <(mean_batches)
+[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
+  fail "ssp local steps: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
+read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
+[ $((i0 - i2)) -le 2 ] || fail "ssp local steps: w0 ran $i0 rounds, the slow w2 $i2: more than the bound 2 apart"
 
 run_job sync-off sync off 1 1 4
 read -r b0 b1 b2 < <(batches)
