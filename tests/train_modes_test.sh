@@ -45,47 +45,48 @@ mean_batches() {
   json "' '.join(str(round(w['samples'] / w['iterations'])) for w in sorted(s['workers'], key=lambda w: w['name']))"
 }
 
+# toward_4_4_1 WHAT B0 B1 B2: the 4x slower w2 ends under a quarter of the batch; each fast
+# one with over twice its batch.
+toward_4_4_1() {
+  [ "$4" -lt 24 ] && [ "$2" -gt $(($4 * 2)) ] && [ "$3" -gt $(($4 * 2)) ] ||
+    fail "$1: batches $2 $3 $4 did not move toward 4:4:1"
+}
+# within_bound WHAT: w0 ran no more than 2 iterations (--staleness_bound) ahead of the slow w2.
+within_bound() {
+  local i0 i2
+  read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
+  [ $((i0 - i2)) -le 2 ] || fail "$1: w0 ran $i0 iterations, the slow w2 $i2: more than the bound 2 apart"
+}
+
 run_job sync-balanced sync omnilearn 1 1 4
 read -r b0 b1 b2 < <(batches)
 [ $((b0 + b1 + b2)) -eq 96 ] || fail "sync: batches $b0 $b1 $b2 do not sum to 96"
-# The 4x slower worker ends under a quarter of the batch; each fast one with over twice its batch.
-[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
-  fail "sync: batches $b0 $b1 $b2 did not move toward 4:4:1"
+toward_4_4_1 sync $b0 $b1 $b2
 
 run_job async-balanced async omnilearn 1 1 4
-read -r b0 b1 b2 < <(mean_batches)
-[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
-  fail "async: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
+toward_4_4_1 "async (mean)" $(mean_batches)
 
 # Bounded staleness: no worker more than 2 iterations ahead of the slowest, so the
 # fast ones cannot run away; the controller still balances the batches.
 EXTRA=(--staleness_bound=2)
 run_job ssp-balanced ssp omnilearn 1 1 4
-read -r b0 b1 b2 < <(mean_batches)
-[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
-  fail "ssp: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
-read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
-[ $((i0 - i2)) -le 2 ] || fail "ssp: w0 ran $i0 iterations, the slow w2 $i2: more than the bound 2 apart"
+toward_4_4_1 "ssp (mean)" $(mean_batches)
+within_bound ssp
 
 # Local steps: a round is 4 steps of each worker's own SGD; the controller plans a round's
 # batch from the first round on, so the slow worker's round ends with the others'.
 EXTRA=(--local_steps=4 --lr=1)
 WEXTRA=(--optimizer=sgd --lr=0.05)
 run_job sync-local sync omnilearn 1 1 4
-read -r b0 b1 b2 < <(batches)
-[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
-  fail "local steps: batches $b0 $b1 $b2 did not move toward 4:4:1"
+toward_4_4_1 "local steps" $(batches)
 grep -q "local steps x4 a round" "$WORK/sync-local.server.log" || fail "local steps: the server did not say it runs them"
 # Local steps in ssp: a round is an iteration, so no worker is more than 2 rounds ahead of the
 # slowest, and the controller still balances the rounds.
 EXTRA=(--local_steps=4 --lr=1 --staleness_bound=2)
 WEXTRA=(--optimizer=sgd --lr=0.05)
 run_job ssp-local ssp omnilearn 1 1 4
-read -r b0 b1 b2 < <(mean_batches)
-[ "$b2" -lt 24 ] && [ "$b0" -gt $((2 * b2)) ] && [ "$b1" -gt $((2 * b2)) ] ||
-  fail "ssp local steps: mean batches $b0 $b1 $b2 did not move toward 4:4:1"
-read -r i0 i2 < <(json "' '.join(str(w['iterations']) for w in sorted(s['workers'], key=lambda w: w['name']) if w['name'] != 'w1')")
-[ $((i0 - i2)) -le 2 ] || fail "ssp local steps: w0 ran $i0 rounds, the slow w2 $i2: more than the bound 2 apart"
+toward_4_4_1 "ssp local steps (mean)" $(mean_batches)
+within_bound "ssp local steps (an iteration a round)"
 
 run_job sync-off sync off 1 1 4
 read -r b0 b1 b2 < <(batches)
