@@ -317,7 +317,7 @@ class Worker(WorkerSession):
         if spec:  # each param group's rate as a multiple of the optimizer's (Muon's AdamW: adam_lr_ratio)
             base = _rate(optimizer)
             self._rate_factors = [lr / base if base else 1.0 for lr in [g["lr"] for g in spec["groups"]] or [spec["lr"]]]
-        self._sent_rate = (self._rates(), 0) if spec else None
+        self._sent_rates = (self._rates(), 0) if spec else None  # the rates the server has, at this many rejoins
         storage = VariableStorage(entries)
         super().__init__(server, storage, storage.tensors(), device=_device_kind(entries), optimizer_spec=spec,
                          **options)
@@ -340,16 +340,8 @@ class Worker(WorkerSession):
     def _local_step(self):
         self.optimizer.apply_gradients(self.storage.trainable_pairs())
 
-    def _changed_rates(self) -> list:
-        """The optimizer's learning rate when it changed since the server last had it (or
-        the session was established again since); else [] (unchanged)."""
-        if self.optimizer is None:
-            return []
-        now = (self._rates(), self.rejoins)
-        if now == self._sent_rate:
-            return []
-        self._sent_rate = now
-        return now[0]
+    def _optimizer_rates(self) -> Optional[list]:
+        return None if self.optimizer is None else self._rates()
 
     def _rates(self) -> list:
         """Each param group's rate now: the optimizer's, times the group's factor."""

@@ -497,9 +497,22 @@ class WorkerSession:
         self.storage.weights_host[:] = start.cpu().numpy() if hasattr(start, "cpu") else start
         self._received()
 
+    def _optimizer_rates(self) -> Optional[list]:
+        """The program's optimizer's param-group rates now (None: the job runs the server's)."""
+        return None
+
     def _changed_rates(self) -> list:
-        """The optimizer's param-group rates for the server when they changed ([]: unchanged)."""
-        return []
+        """The optimizer's param-group rates when a scheduler changed them since they last went
+        to the server, or the session was established again since (a restarted server lost
+        them); else [] (unchanged). The framework's worker sets _sent_rates at construction."""
+        rates = self._optimizer_rates()
+        if rates is None:
+            return []
+        now = (rates, self.rejoins)
+        if now == self._sent_rates:
+            return []
+        self._sent_rates = now
+        return rates
 
     def _before_send(self):
         """The framework's checks of a step about to be pushed."""

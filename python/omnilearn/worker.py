@@ -216,17 +216,8 @@ class Worker(WorkerSession):
         if not self._warned_changed:
             self._pulled_versions = self.storage.versions()
 
-    def _changed_rates(self) -> list:
-        """The optimizer's param-group rates when a scheduler changed them since they last
-        went to the server, or the session was established again since (a restarted server
-        lost them); else [] (unchanged)."""
-        if self.optimizer is None:
-            return []
-        now = (optim.rates(self.optimizer), self.rejoins)
-        if now == self._sent_rates:
-            return []
-        self._sent_rates = now
-        return now[0]
+    def _optimizer_rates(self) -> Optional[list]:
+        return None if self.optimizer is None else optim.rates(self.optimizer)
 
     def _note_server_step(self):
         """The server steps the optimizer's parameters: a scheduler that checks that
