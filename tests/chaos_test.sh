@@ -45,7 +45,7 @@ SERVER_FLAGS=("${SGD_FLAGS[@]}" --num_workers=3 --global_batch=$BATCH --lr=0.05 
               --shards=3 --partition_mb=0.25 --metrics_port=0 --quiet "${CKPT[@]}" --peer_token_file="$WORK/peer.token")
 # Devices emulated at 30 ms + 0.3 ms per sample: steps of a known time whatever the load,
 # about a minute of training undisturbed.
-WORKER_FLAGS=(--device=cpu --dataset=fashion-mnist --model=mlp --epochs=2 --log_every=5 --emulate_device=30:0.3
+WORKER_FLAGS=(--dataset=fashion-mnist --model=mlp --epochs=2 --log_every=5 --emulate_device=30:0.3
               --reconnect_timeout=150 --connect_timeout=60)
 # Local steps: rounds of 4 steps of ~8 samples (about 130 ms of emulated compute). Plain
 # inner SGD: with the outer Nesterov momentum on 4 steps, inner momentum diverged (10%).
@@ -53,9 +53,8 @@ if [ "$MODE" != steps ]; then
   SERVER_FLAGS+=(--local_steps=4 --lr=0.7 --optimizer_options=nesterov=1)
   WORKER_FLAGS+=(--optimizer=sgd --lr=0.05)
 fi
-# The Python workers take the C++ worker's flags that they share (train.py names them alike).
-PY_WORKER=(/usr/bin/python3 "$RUNFILES/python/examples/train.py" --model=mlp --dataset=fashion-mnist --epochs=2
-           --log_every=5 --emulate_device=30:0.3 --reconnect_timeout=150 --connect_timeout=60 --optimizer=sgd --lr=0.05)
+# The Python workers take the C++ workers' flags (train.py names them alike).
+PY_WORKER=(/usr/bin/python3 "$RUNFILES/python/examples/train.py" "${WORKER_FLAGS[@]}")
 python_worker() { [ "$MODE" = local-python ] && [ "$1" != w0 ]; }
 if [ "$MODE" = local-keras ]; then
   TF_PY=${OMNILEARN_TF_PYTHON:?local-keras runs on the TensorFlow venv: run tests/run.sh --all, or set \
@@ -82,8 +81,8 @@ launch_worker() {
     exec timeout 600 "$CLUSTER" exec "$P" "$role" env PYTHONPATH="$RUNFILES/python" OMP_NUM_THREADS=1 \
       "${PY_WORKER[@]}" --server="$C:50051" --name="$role"
   fi
-  exec timeout 600 "$CLUSTER" exec "$P" "$role" "$WORKER" --server="$C:50051" --name="$role" "${WORKER_FLAGS[@]}" \
-    --evaluate="$([ "$role" = w0 ] && echo true || echo false)"
+  exec timeout 600 "$CLUSTER" exec "$P" "$role" "$WORKER" --server="$C:50051" --name="$role" --device=cpu \
+    "${WORKER_FLAGS[@]}" --evaluate="$([ "$role" = w0 ] && echo true || echo false)"
 }
 
 launch() {  # launch ROLE: starts the role's process, its output appended to ROLE.log
