@@ -244,10 +244,13 @@ absl::StatusOr<ModelLayout> SafetensorsFile::Layout(const std::vector<std::strin
   return ModelLayout::Create(std::move(specs));
 }
 
-absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
-  // F32 is written from the caller's floats; any other type from its bytes, made once.
-  std::vector<std::string> encoded(tensors.size());
+namespace {
+
+// The tensors as bytes: F32 from the caller's floats, any other type encoded once into
+// `encoded` (which must outlive the views).
+absl::StatusOr<std::vector<RawTensorView>> AsRaw(const std::vector<TensorView>& tensors,
+                                                 std::vector<std::string>* encoded) {
+  encoded->assign(tensors.size(), "");
   std::vector<RawTensorView> raw;
   raw.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -255,14 +258,16 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorV
     absl::StatusOr<int64_t> n = CheckedElements(t.name, t.shape, t.dtype);
     if (!n.ok()) return n.status();
     absl::string_view bytes(reinterpret_cast<const char*>(t.values), static_cast<size_t>(*n) * sizeof(float));
-    if (t.dtype != "F32") bytes = encoded[i] = EncodeTensorValues(t.dtype, t.values, *n);
+    if (t.dtype != "F32") bytes = (*encoded)[i] = EncodeTensorValues(t.dtype, t.values, *n);
     raw.push_back({t.name, t.shape, t.dtype, bytes});
   }
-  return WriteRawSafetensors(path, raw, metadata);
+  return raw;
 }
 
-absl::Status WriteRawSafetensors(const std::string& path, const std::vector<RawTensorView>& tensors,
-                                 const std::map<std::string, std::string>& metadata) {
+// The file's first bytes: the header's length and the header (names, shapes, offsets, the
+// metadata and the data's checksum), padded so that the data starts 8-aligned.
+absl::StatusOr<std::string> RawHeader(const std::vector<RawTensorView>& tensors,
+                                      const std::map<std::string, std::string>& metadata) {
   if (metadata.count(kChecksumKey)) return absl::InvalidArgumentError("metadata key omnilearn.crc32 is reserved");
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::set<std::string> names;
@@ -289,10 +294,41 @@ absl::Status WriteRawSafetensors(const std::string& path, const std::vector<RawT
   header[kMetadataKey] = meta;
   std::string text = header.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-aligned, as safetensors writes it
-  unsigned char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  return out + text;
+}
+
+}  // namespace
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> encoded;
+  absl::StatusOr<std::vector<RawTensorView>> raw = AsRaw(tensors, &encoded);
+  if (!raw.ok()) return raw.status();
+  return WriteRawSafetensors(path, *raw, metadata);
+}
+
+absl::StatusOr<std::string> EncodeSafetensors(const std::vector<TensorView>& tensors,
+                                              const std::map<std::string, std::string>& metadata) {
+  std::vector<std::string> encoded;
+  absl::StatusOr<std::vector<RawTensorView>> raw = AsRaw(tensors, &encoded);
+  if (!raw.ok()) return raw.status();
+  absl::StatusOr<std::string> out = RawHeader(*raw, metadata);
+  if (!out.ok()) return out.status();
+  size_t size = out->size();
+  for (const RawTensorView& t : *raw) size += t.bytes.size();
+  out->reserve(size);
+  for (const RawTensorView& t : *raw) out->append(t.bytes.data(), t.bytes.size());
+  return out;
+}
+
+absl::Status WriteRawSafetensors(const std::string& path, const std::vector<RawTensorView>& tensors,
+                                 const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<std::string> header = RawHeader(tensors, metadata);
+  if (!header.ok()) return header.status();
   return WriteFileAtomically(path, [&](const ByteSink& write) {
-    if (!write(length, 8) || !write(text.data(), text.size())) return absl::OkStatus();  // reported by the caller
+    if (!write(header->data(), header->size())) return absl::OkStatus();  // reported by the caller
     for (const RawTensorView& t : tensors) {
       if (!write(t.bytes.data(), t.bytes.size())) break;
     }

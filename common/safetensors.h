@@ -41,6 +41,10 @@ struct TensorView {
 absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata);
 
+// The same file's bytes, in memory (a replica sent to another server). Same errors but I/O's.
+absl::StatusOr<std::string> EncodeSafetensors(const std::vector<TensorView>& tensors,
+                                              const std::map<std::string, std::string>& metadata);
+
 // One tensor to write as it is: `bytes` are product(shape) little-endian values of `dtype`
 // (data sets and arrays written from Python), valid during the call.
 struct RawTensorView {

@@ -273,9 +273,9 @@ std::vector<TensorView> Views(const ModelLayout& layout, const float* flat, cons
   return views;
 }
 
-}  // namespace
-
-absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+// A checkpoint's tensors (viewing the state's buffers) and metadata, as its file holds them.
+absl::Status CheckpointContents(const CheckpointState& s, std::vector<TensorView>* out,
+                                std::map<std::string, std::string>* meta_out) {
   if (s.weights == nullptr || static_cast<int64_t>(s.weights->size()) != s.layout.total_elements()) {
     return absl::InvalidArgumentError("checkpoint: weights do not match the layout");
   }
@@ -314,15 +314,35 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) 
   if (!s.group_rates.empty()) meta["omnilearn.group_rates"] = RatesJson(s.group_rates);
   if (s.optimizer_options.has_value()) meta["omnilearn.optimizer_options"] = OptimizerJson(*s.optimizer_options);
   if (!s.optimizer_from.empty()) meta["omnilearn.optimizer_from"] = s.optimizer_from;
+  *out = std::move(tensors);
+  *meta_out = std::move(meta);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& s) {
+  std::vector<TensorView> tensors;
+  std::map<std::string, std::string> meta;
+  if (absl::Status st = CheckpointContents(s, &tensors, &meta); !st.ok()) return st;
   return WriteSafetensors(path, tensors, meta);
 }
 
-absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
-  absl::StatusOr<SafetensorsFile> f = ReadSafetensors(path);
+absl::StatusOr<std::string> EncodeCheckpoint(const CheckpointState& s) {
+  std::vector<TensorView> tensors;
+  std::map<std::string, std::string> meta;
+  if (absl::Status st = CheckpointContents(s, &tensors, &meta); !st.ok()) return st;
+  return EncodeSafetensors(tensors, meta);
+}
+
+namespace {
+
+// A checkpoint from its file's contents; `where` names it in errors.
+absl::StatusOr<CheckpointState> FromFile(absl::StatusOr<SafetensorsFile> f, const std::string& where) {
   if (!f.ok()) return f.status();
   auto format = f->metadata.find("format");
   if (format == f->metadata.end() || format->second != kCheckpointFormat) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not an OmniLearn checkpoint (format ",
+    return absl::InvalidArgumentError(absl::StrCat(where, " is not an OmniLearn checkpoint (format ",
                                                    format == f->metadata.end() ? "missing" : format->second, ")"));
   }
   CheckpointState s;
@@ -366,6 +386,16 @@ absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
   if (!sharded.ok()) return sharded.status();
   s.sharded = std::move(*sharded);
   return s;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
+  return FromFile(ReadSafetensors(path), path);
+}
+
+absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes) {
+  return FromFile(ParseSafetensors(bytes), "a replica");
 }
 
 absl::Status ExportModel(const std::string& path, const ModelLayout& layout, const std::vector<float>& weights,

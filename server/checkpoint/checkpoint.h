@@ -90,6 +90,10 @@ absl::Status WriteCheckpoint(const std::string& path, const CheckpointState& sta
 // NotFound, DataLoss (truncated, corrupt, checksum), InvalidArgument (not a checkpoint
 // of this format, or inconsistent contents).
 absl::StatusOr<CheckpointState> ReadCheckpoint(const std::string& path);
+// The same file's bytes in memory, and back (a slice's replica on another server).
+// ReadCheckpoint's errors, but NotFound.
+absl::StatusOr<std::string> EncodeCheckpoint(const CheckpointState& state);
+absl::StatusOr<CheckpointState> DecodeCheckpoint(const std::string& bytes);
 
 // The weights alone, under the layout's names (the trained model, for Python or
 // --init_from). Atomic like a checkpoint.

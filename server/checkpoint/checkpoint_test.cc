@@ -118,6 +118,24 @@ TEST_CASE("a checkpoint round trip keeps every field", "[checkpoint]") {
   REQUIRE(f.metadata.at("omnilearn.history") == "0123456789abcdef");
 }
 
+TEST_CASE("a checkpoint's bytes in memory are its file's, and read back alike", "[checkpoint]") {
+  const std::string dir = FreshDir("encoded");
+  CheckpointState s = Sample(501);
+  s.slice = 3;
+  REQUIRE(WriteCheckpoint(dir + "/c.safetensors", s).ok());
+  absl::StatusOr<std::string> bytes = EncodeCheckpoint(s);
+  REQUIRE(bytes.ok());
+  REQUIRE(*bytes == Slurp(dir + "/c.safetensors"));
+  absl::StatusOr<CheckpointState> back = DecodeCheckpoint(*bytes);
+  REQUIRE(back.ok());
+  RequireSame(s, *back);
+  REQUIRE(back->slice == 3);
+  std::string torn = *bytes;
+  torn[torn.size() - 1] ^= 1;
+  REQUIRE(absl::IsDataLoss(DecodeCheckpoint(torn).status()));
+  REQUIRE(!DecodeCheckpoint(bytes->substr(0, bytes->size() / 2)).ok());
+}
+
 TEST_CASE("a sharded job's coordinator keeps the whole model's layout and its cut", "[checkpoint]") {
   const std::string dir = FreshDir("sharded");
   CheckpointState s = Sample(8);

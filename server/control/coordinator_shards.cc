@@ -1,8 +1,10 @@
 #include "server/control/coordinator_shards.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -70,6 +72,17 @@ absl::Status CheckShardRegistration(const ShardRegistration& hello, int shards, 
     return absl::InvalidArgumentError(absl::StrFormat("a shard lists %d checkpoints; a server keeps at most %d",
                                                       hello.checkpoint_versions.size(), kMaxShardCheckpoints));
   }
+  if (hello.replicas.size() > static_cast<size_t>(kMaxShardReplicaSlices)) {
+    return absl::InvalidArgumentError(absl::StrFormat("a shard lists replicas of %d slices; at most %d",
+                                                      hello.replicas.size(), kMaxShardReplicaSlices));
+  }
+  for (const auto& [slice, versions] : hello.replicas) {
+    if (slice >= static_cast<uint64_t>(shards) || versions.size() > static_cast<size_t>(kMaxShardCheckpoints)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("a shard lists %d replicas of slice %d; a job of %d slices keeps at most %d of one",
+                          versions.size(), slice, shards, kMaxShardCheckpoints));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -85,9 +98,9 @@ absl::Status CoordinatorShards::MayTakeSlice(const ShardRegistration& hello) con
         "the job has trained already, and this coordinator keeps no checkpoints (--checkpoint_dir) to take every "
         "slice back to: restart the job");
   }
-  // A slice that has trained goes only to a shard that brings checkpoints to go back to:
-  // one that claims none would leave the job nowhere to go.
-  if (hello.checkpoint_versions.empty()) {
+  // A slice that has trained goes only to a shard that brings checkpoints to go back to, or
+  // whose slice another server keeps a replica of: else the job would have nowhere to go.
+  if (hello.checkpoint_versions.empty() && !options_.replicate) {
     return absl::FailedPreconditionError(
         "the job has trained already, and this shard holds no checkpoint of its slice: start it on the slice's "
         "--checkpoint_dir");
@@ -137,6 +150,7 @@ absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, 
     if (generation != nullptr) *generation = slot.generation;
     slot.queue.clear();
     slot.checkpoints = hello.checkpoint_versions;
+    slot.replicas = hello.replicas;
     if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
     if (!stepped_) {
       if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
@@ -166,8 +180,8 @@ absl::Status CoordinatorShards::Return(int index) {
     held.resize(slots_.size());
     for (size_t i = 1; i < slots_.size(); ++i) {
       if (!slots_[i].connected || slots_[i].recovery != recovery_) return absl::OkStatus();  // more to come
-      held[i] = slots_[i].checkpoints;
     }
+    for (size_t i = 1; i < slots_.size(); ++i) held[i] = HeldOf(static_cast<int>(i));
     if (restoring_) return absl::OkStatus();  // two last registrations at once: the other one restores
     restoring_ = true;
     recover = recover_;
@@ -190,7 +204,12 @@ absl::Status CoordinatorShards::Return(int index) {
   told_checkpoint_ = *version;  // every server holds it
   for (size_t i = 1; i < slots_.size(); ++i) {
     slots_[i].queue.clear();
-    QueueInit(static_cast<int>(i), /*restore=*/true, *version);
+    const bool own = absl::c_linear_search(slots_[i].checkpoints, *version);
+    const std::string from = own ? "" : ReplicaOf(static_cast<int>(i), *version);
+    if (!own && options_.log) {
+      options_.log(absl::StrFormat("slice %d comes back from its replica of version %d at %s", i, *version, from));
+    }
+    QueueInit(static_cast<int>(i), /*restore=*/true, *version, from);
   }
   recovering_ = false;
   if (options_.log) options_.log(absl::StrCat("every slice is back at version ", *version, ": the job goes on"));
@@ -454,13 +473,51 @@ std::optional<ShardMap> CoordinatorShards::map() const {
 }
 
 void CoordinatorShards::Enqueue(const ShardCommand& command) {
+  Enqueue([&command](int) { return command; });
+}
+
+void CoordinatorShards::Enqueue(const std::function<ShardCommand(int index)>& command_for) {
   if (recovering_) return;  // every slice is about to be restored: nothing before it counts
   for (size_t i = 1; i < slots_.size(); ++i) {
-    if (slots_[i].connected) slots_[i].queue.push_back(Outgoing{command, nullptr});
+    if (slots_[i].connected) slots_[i].queue.push_back(Outgoing{command_for(static_cast<int>(i)), nullptr});
   }
 }
 
-void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
+std::string CoordinatorShards::ReplicaHolder(int index) const {
+  return static_cast<size_t>(index) + 1 < slots_.size() ? slots_[index + 1].address : options_.address;
+}
+
+std::vector<uint64_t> CoordinatorShards::HeldOf(int index) const {
+  std::vector<uint64_t> held = slots_[index].checkpoints;
+  for (const Slot& slot : slots_) {
+    if (auto it = slot.replicas.find(static_cast<uint64_t>(index)); slot.connected && it != slot.replicas.end()) {
+      held.insert(held.end(), it->second.begin(), it->second.end());
+    }
+  }
+  if (options_.own_replicas) {
+    const std::map<int, std::vector<uint64_t>> own = options_.own_replicas();
+    if (auto it = own.find(index); it != own.end()) held.insert(held.end(), it->second.begin(), it->second.end());
+  }
+  std::sort(held.rbegin(), held.rend());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  return held;
+}
+
+std::string CoordinatorShards::ReplicaOf(int index, uint64_t version) const {
+  for (const Slot& slot : slots_) {
+    auto it = slot.replicas.find(static_cast<uint64_t>(index));
+    if (slot.connected && it != slot.replicas.end() && absl::c_linear_search(it->second, version)) return slot.address;
+  }
+  if (options_.own_replicas) {
+    const std::map<int, std::vector<uint64_t>> own = options_.own_replicas();
+    if (auto it = own.find(index); it != own.end() && absl::c_linear_search(it->second, version)) {
+      return options_.address;
+    }
+  }
+  return "";
+}
+
+void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version, const std::string& replica_from) {
   Outgoing o;
   ShardInitCommand init;
   init.index = index;
@@ -473,6 +530,7 @@ void CoordinatorShards::QueueInit(int index, bool restore, uint64_t version) {
   init.restore = restore;
   init.job = job_;
   init.whole_tensors = map_->whole_tensors();
+  init.replica_from = replica_from;
   o.command = std::move(init);
   if (!restore) {
     auto values = std::make_shared<std::vector<float>>(map_->slice_elements(index));
@@ -611,7 +669,10 @@ Replication CoordinatorShards::Hooks() {
     if (version == told_checkpoint_) return;  // a checkpoint interval without a step
     told_checkpoint_ = version;
     // Async slices may differ by design (a step left a member out): their history is not checked.
-    Enqueue(ShardCheckpointCommand{version, options_.sync ? history : 0});
+    Enqueue([&](int index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ShardCheckpointCommand{version, options_.sync ? history : 0,
+                                    options_.replicate ? ReplicaHolder(index) : ""};
+    });
   };
   return r;
 }

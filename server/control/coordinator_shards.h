@@ -50,11 +50,19 @@ struct CoordinatorShardsOptions {
   // before closes (Replication::round_ahead), and a shard steps as soon as their slices are
   // in; shards of a release that cannot (ShardRegistration::steps_ahead) are refused.
   bool steps_ahead = false;
+  // --replicate_slices: each slice's checkpoint also goes to the next server's memory (slice
+  // i's to the server of slice i + 1, the last slice's to the coordinator), and a shard lost
+  // for good, disk and all, is replaced by one that takes its slice from there. Without it, a
+  // shard that registers after the first step must bring its own checkpoints.
+  bool replicate = false;
+  // The replicas the coordinator itself keeps, by slice (ReplicaStore::Held). Null: none.
+  std::function<std::map<int, std::vector<uint64_t>>()> own_replicas;
 };
 
 // A registration's fields, range-checked before anything is taken from them:
 // FailedPrecondition for another shard count or partition size than the job's,
-// InvalidArgument for an empty, overlong or unprintable address or too many checkpoints.
+// InvalidArgument for an empty, overlong or unprintable address, too many checkpoints or
+// replicas, or replicas of a slice the job does not have.
 absl::Status CheckShardRegistration(const ShardRegistration& hello, int shards, int64_t partition_bytes);
 
 // Thread-safe.
@@ -184,15 +192,27 @@ class CoordinatorShards {
     uint64_t generation = 0;  // a new registration replaces the stream of the old one
     uint64_t steps_sent = 0;
     std::deque<Outgoing> queue;
-    std::vector<uint64_t> checkpoints;             // the versions it said it holds
-    uint64_t recovery = 0;                         // the recovery it registered in
-    bool must_register = false;                    // a recovery ended its stream
-    absl::Time missing_since;                      // while not connected: since when
-    std::optional<CheckpointHealthView> reported;  // its checkpoints' health, as last reported
-    absl::Time reported_at;                        // when
+    std::vector<uint64_t> checkpoints;                   // the versions it said it holds
+    std::map<uint64_t, std::vector<uint64_t>> replicas;  // the other slices' replicas it keeps
+    uint64_t recovery = 0;                               // the recovery it registered in
+    bool must_register = false;                          // a recovery ended its stream
+    absl::Time missing_since;                            // while not connected: since when
+    std::optional<CheckpointHealthView> reported;        // its checkpoints' health, as last reported
+    absl::Time reported_at;                              // when
   };
   void Enqueue(const ShardCommand& command) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void QueueInit(int index, bool restore, uint64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each connected shard's own command.
+  void Enqueue(const std::function<ShardCommand(int index)>& command_for) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `replica_from`: with `restore`, the server whose replica of the slice the shard restores ("": its own checkpoint).
+  void QueueInit(int index, bool restore, uint64_t version, const std::string& replica_from = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where slice `index`'s replica goes: the next slice's server, the coordinator for the last.
+  std::string ReplicaHolder(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The versions of slice `index` every server together holds: its shard's checkpoints and
+  // the replicas kept of it, newest first.
+  std::vector<uint64_t> HeldOf(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The server that keeps slice `index`'s replica of `version` ("" when none does).
+  std::string ReplicaOf(int index, uint64_t version) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ModelAdopted(const std::string& joiner);
   // Job number `job` begins (--reset_when_done): the last job's model, map, sessions and
   // norms are forgotten; the next model adopted goes to every shard in place of its slice.

@@ -301,6 +301,62 @@ TEST_CASE("a shard's checkpoints as it reported them, aged on the coordinator's 
   REQUIRE_FALSE(absl::StrContains(text, "omnilearn_coordinator_shard_checkpoint_failing{shard=\"2\"}"));
 }
 
+TEST_CASE("replicas: each slice's checkpoint goes to the next server; a shard lost for good comes back from it",
+          "[coordinator_shards]") {
+  CoordinatorShardsOptions options = Options(4);
+  options.replicate = true;
+  std::map<int, std::vector<uint64_t>> own = {{3, {6, 4}}};  // the coordinator keeps the last slice's
+  options.own_replicas = [&own] { return own; };
+  CoordinatorShards c(options);
+  std::vector<std::vector<uint64_t>> asked;
+  c.SetRecover([&asked](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> {
+    asked = held;
+    return uint64_t{4};
+  });
+  for (int i = 1; i <= 3; ++i) REQUIRE(*c.Register(HelloHolding(absl::StrCat("s:", i), i, {}, 4)) == i);
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Hooks().checkpoint(4, 0xabc);
+  for (int i = 1; i <= 3; ++i) {
+    const std::vector<CoordinatorShards::Outgoing> out = Drain(c, i);
+    const ShardCheckpointCommand& checkpoint = As<ShardCheckpointCommand>(out.back());
+    REQUIRE(checkpoint.replica_to == (i < 3 ? absl::StrCat("s:", i + 1) : "coordinator:1"));
+  }
+
+  // Shard 2 is lost, disk and all: one started anew for its slice brings nothing, and is let in.
+  c.Disconnect(2);
+  REQUIRE(*c.Register(HelloHolding("fresh:2", 2, {}, 4)) == 2);
+  c.Disconnect(1);
+  c.Disconnect(3);
+  ShardRegistration one = HelloHolding("s:1", 1, {6, 4}, 4);
+  one.replicas = {{0, {6}}};
+  REQUIRE(*c.Register(one) == 1);
+  ShardRegistration three = HelloHolding("s:3", 3, {6, 4}, 4);
+  three.replicas = {{2, {6, 4, 2}}};  // slice 2's, sent by the shard that was lost
+  REQUIRE(*c.Register(three) == 3);
+  REQUIRE(asked[2] == std::vector<uint64_t>{6, 4, 2});  // its replicas stand for the slice
+  REQUIRE(asked[3] == std::vector<uint64_t>{6, 4});     // its own and the coordinator's, once each
+  const std::vector<CoordinatorShards::Outgoing> restored = Drain(c, 2);
+  REQUIRE(InitOf(restored[0]).restore);
+  REQUIRE(InitOf(restored[0]).version == 4);
+  REQUIRE(InitOf(restored[0]).replica_from == "s:3");
+  REQUIRE(InitOf(Drain(c, 1)[0]).replica_from.empty());   // its own checkpoint
+  REQUIRE(c.Answer(*c.map()).addresses[2] == "fresh:2");  // the workers follow the new server
+}
+
+TEST_CASE("without replicas a shard that brings no checkpoint after the first step is refused",
+          "[coordinator_shards]") {
+  CoordinatorShards c = Make(2);
+  c.SetRecover([](const std::vector<std::vector<uint64_t>>&) -> absl::StatusOr<uint64_t> { return uint64_t{1}; });
+  REQUIRE(*c.Register(HelloHolding("s:1", 1, {}, 2)) == 1);
+  Adopt(c);
+  c.Hooks().step(ReplicatedStep{});
+  c.Hooks().checkpoint(1, 0);
+  REQUIRE(As<ShardCheckpointCommand>(Drain(c, 1).back()).replica_to.empty());
+  c.Disconnect(1);
+  REQUIRE(absl::StrContains(c.Register(HelloHolding("fresh:1", 1, {}, 2)).status().message(), "holds no checkpoint"));
+}
+
 TEST_CASE("no shard's claim ends the job: a shard without a common checkpoint is refused and the job waits",
           "[coordinator_shards]") {
   CoordinatorShards c = Make(2);
@@ -348,6 +404,15 @@ TEST_CASE("every field of a shard's registration is range-checked", "[coordinato
   ShardRegistration versions = Hello("s:1");
   for (int i = 0; i <= kMaxShardCheckpoints; ++i) versions.checkpoint_versions.push_back(i);
   REQUIRE(absl::IsInvalidArgument(c.Register(versions).status()));
+  ShardRegistration replicas = Hello("s:1");
+  replicas.replicas[3] = {1};  // a slice the job does not have
+  REQUIRE(absl::IsInvalidArgument(c.Register(replicas).status()));
+  replicas.replicas.clear();
+  for (int i = 0; i <= kMaxShardCheckpoints; ++i) replicas.replicas[1].push_back(i);
+  REQUIRE(absl::IsInvalidArgument(c.Register(replicas).status()));
+  replicas.replicas.clear();
+  for (int i = 0; i <= kMaxShardReplicaSlices; ++i) replicas.replicas[i] = {};
+  REQUIRE(absl::IsInvalidArgument(c.Register(replicas).status()));
   REQUIRE(c.registered() == 0);  // none of them took a slice
   Adopt(c);
   ShardRegistration other = Hello("s:1");

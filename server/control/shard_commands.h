@@ -6,6 +6,7 @@
 #define OMNILEARN_SERVER_CONTROL_SHARD_COMMANDS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -22,6 +23,8 @@ namespace server {
 // The longest address a shard may give, and the most checkpoint versions it may list.
 inline constexpr int kMaxShardAddressBytes = 255;
 inline constexpr int kMaxShardCheckpoints = 1000;
+// The most slices whose replicas a shard may say it keeps.
+inline constexpr int kMaxShardReplicaSlices = 64;
 
 // A shard server's registration: the job it was started for, the slice it asks for, what it
 // holds and what its release can do. Fields as the shard sent them, unchecked
@@ -37,6 +40,9 @@ struct ShardRegistration {
   bool reduces_norm = false;                  // it takes part in a clipped job's norm
   bool resets_jobs = false;                   // it takes a later job's slice (--reset_when_done)
   bool steps_ahead = false;                   // it steps a round decided ahead (--shard_steps_ahead)
+  // The versions of other slices' replicas it keeps (ServerPeers.KeepReplica), by slice;
+  // as many as the checkpoint bound allows per slice, for at most kMaxShardReplicaSlices.
+  std::map<uint64_t, std::vector<uint64_t>> replicas;
 };
 
 // The slice's layout, first values (which follow it) or checkpoint to go back to, and the
@@ -52,6 +58,9 @@ struct ShardInitCommand {
   bool restore = false;        // no values follow: the slice comes from its checkpoint of `version`
   uint64_t job = 1;            // the coordinator's job (--reset_when_done counts them)
   bool whole_tensors = false;  // the map cuts no tensor (ShardMap::whole_tensors)
+  // With `restore`: the checkpoint is the replica the server at this address keeps ("": the
+  // shard's own).
+  std::string replica_from;
 };
 
 // A worker's session on the shard: opened with its secret, or closed.
@@ -66,6 +75,7 @@ struct ShardSessionCommand {
 struct ShardCheckpointCommand {
   uint64_t version = 0;
   uint64_t history = 0;
+  std::string replica_to;  // where the slice's replica goes once written ("": nowhere)
 };
 
 // What a worker's Join answers of a sharded job: the map and where each slice is served

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "server/checkpoint/checkpointer.h"
+#include "server/checkpoint/replica_store.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/parameter_server_core.h"
 #include "server/daemon/exit.h"
@@ -22,7 +23,9 @@ namespace server {
 namespace {
 
 // A sharded job's coordinator side (--shards > 1): what every shard must share with it.
-std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, const ServerOptions& o) {
+// `replicas`: the last slice's replicas, which the coordinator keeps.
+std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, const ServerOptions& o,
+                                                         const ReplicaStore* replicas) {
   CoordinatorShardsOptions so;
   so.shards = f.shards;
   so.partition_bytes = PartitionBytes(f);
@@ -36,6 +39,8 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   so.reset_when_done = o.reset_when_done;
   so.push_in_order = f.push_slices_in_order;
   so.steps_ahead = f.shard_steps_ahead;
+  so.replicate = f.replicate_slices;
+  so.own_replicas = [replicas] { return replicas->Held(); };
   return std::make_unique<CoordinatorShards>(so);
 }
 
@@ -47,8 +52,9 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (!o.ok()) return Fail(o.status(), 2);
   if (absl::Status s = CheckShardable(f, *o); !s.ok()) return Fail(s, 2);
   std::unique_ptr<CoordinatorShards> shards;
+  ReplicaStore replicas(f.checkpoint_keep);
   if (f.shards > 1) {
-    shards = MakeCoordinatorShards(f, *o);
+    shards = MakeCoordinatorShards(f, *o, &replicas);
     o->replication = shards->Hooks();
   }
   auto core = ParameterServerCore::Create(*o);
@@ -63,7 +69,7 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (!exposer.ok()) return Fail(exposer.status(), 1);
 
   ParameterServerService service(core->get(), absl::Minutes(10), *token, LimitsFromFlags(f), wire_dtype);
-  if (shards != nullptr) service.EnableShards(shards.get(), peers->peer_token);
+  if (shards != nullptr) service.EnableShards(shards.get(), peers->peer_token, &replicas);
   // Listening comes first: a second server on this port fails before it reads (or locks)
   // the checkpoints; calls wait (UNAVAILABLE, retried) until the resume is done.
   service.Hold();

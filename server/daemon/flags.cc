@@ -23,6 +23,11 @@ ABSL_FLAG(bool, shard_steps_ahead, false,
           "before closes, and a shard steps its slice as soon as their slices are in, without waiting for "
           "the coordinator's step; a member whose push reaches a shard and not the coordinator then sends "
           "the job back to its common checkpoint (docs/SHARDING.md)");
+ABSL_FLAG(bool, replicate_slices, true,
+          "sharded jobs' coordinator: each slice's checkpoint (--checkpoint_every_s, or in memory every "
+          "--memory_checkpoint_every_s) also goes to the next server's memory, so that a shard lost for good, "
+          "disk and all, is replaced by any shard started for its slice, which takes it from there "
+          "(docs/SHARDING.md); false: a replacement must bring the slice's checkpoints");
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
 ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");
@@ -156,6 +161,7 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.partition_mb = absl::GetFlag(FLAGS_partition_mb);
   f.push_slices_in_order = absl::GetFlag(FLAGS_push_slices_in_order);
   f.shard_steps_ahead = absl::GetFlag(FLAGS_shard_steps_ahead);
+  f.replicate_slices = absl::GetFlag(FLAGS_replicate_slices);
   f.coordinator = absl::GetFlag(FLAGS_coordinator);
   f.shard_index = absl::GetFlag(FLAGS_shard_index);
   f.advertise = absl::GetFlag(FLAGS_advertise);

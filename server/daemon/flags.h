@@ -18,6 +18,7 @@ struct DaemonFlags {
   double partition_mb = 0;  // 0: chosen from the model and the shards (common/shard_map.h)
   bool push_slices_in_order = false;
   bool shard_steps_ahead = false;
+  bool replicate_slices = true;
   std::string coordinator = "";
   int shard_index = 0;
   std::string advertise = "";

@@ -74,7 +74,9 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   // A session's dtype is the coordinator's choice at Join: a shard reads and writes either.
   ShardServerService service(&shard, absl::Minutes(10), *token, LimitsFromFlags(f), v1::WIRE_DTYPE_BF16);
   // The peer plane answers a caller with the secret that this is no coordinator; others, UNAUTHENTICATED.
-  service.peers().Enable(/*shards=*/nullptr, *peer_token);
+  // It keeps the replica of the slice before its own (ShardLink names them when it registers).
+  ReplicaStore replicas(f.checkpoint_keep);
+  service.peers().Enable(/*shards=*/nullptr, *peer_token, &replicas);
   int bound_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &service.peers(), &bound_port);
   if (!server.ok()) return FailToListen(server.status());
@@ -85,6 +87,7 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   if (!exposer.ok()) return Fail(exposer.status(), 1);
   ShardLinkOptions lo = LinkOptionsFromFlags(f, bound_port, *peer_token, *peer_credentials, log);
   lo.health = &checkpoint_health;
+  lo.replicas = &replicas;
   std::printf("omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n", f.bind.c_str(), f.port,
               lo.address.c_str(), lo.coordinator.c_str(),
               *exposer ? absl::StrCat(f.metrics_bind, ":", (*exposer)->port(), "/metrics").c_str() : "off");

@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
+#include "server/rpc/replica_calls.h"
 #include "server/rpc/shard_wire.h"
 #include "server/rpc/slice_service.h"
 
@@ -44,6 +45,15 @@ PeerService::PeerService(const SliceService* workers, DataPlane* data) : workers
                      raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
                        return s->Unary(ctx, stream, &Self::ReportCheckpoints);
                      }));
+  // Client- and server-streaming: the wire is a stream each way, as a bidirectional call's.
+  MarkMethodStreamed(d->FindMethodByName("KeepReplica")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
+                       return s->KeepReplica(ctx, stream);
+                     }));
+  MarkMethodStreamed(d->FindMethodByName("FetchReplica")->index(),
+                     raw::BidiHandler(this, [](Self* s, grpc::ServerContext* ctx, raw::ServerStream* stream) {
+                       return s->FetchReplica(ctx, stream);
+                     }));
 }
 
 grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
@@ -58,10 +68,15 @@ grpc::Status PeerService::AuthorizePeer(const grpc::ServerContext* ctx) const {
   return workers_->Held();
 }
 
-grpc::Status PeerService::AdmitPeer(const grpc::ServerContext* ctx) {
+grpc::Status PeerService::AdmitPeer(const grpc::ServerContext* ctx, Role role) {
   if (grpc::Status auth = AuthorizePeer(ctx); !auth.ok()) {  // before any field or role
     LogRefused(ctx, auth);
     return auth;
+  }
+  if (role == Role::kReplicas) {
+    if (replicas_ != nullptr) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this server keeps no replicas of other slices: it serves no sharded job");
   }
   if (shards_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -132,6 +147,37 @@ grpc::Status PeerService::ShardStream(grpc::ServerContext* ctx, raw::ServerStrea
   if (absl::IsAborted(next)) return ToGrpc(next);  // it registers again (a recovery)
   shards_->Disconnect(*index);
   return grpc::Status::OK;
+}
+
+grpc::Status PeerService::KeepReplica(grpc::ServerContext* ctx, raw::ServerStream* stream) {
+  if (grpc::Status admitted = AdmitPeer(ctx, Role::kReplicas); !admitted.ok()) return admitted;
+  ReplicaPieces pieces;
+  v1::ReplicaPiece piece;
+  do {
+    if (grpc::Status read = ReadRequest(stream, &piece); !read.ok()) return read;
+    if (absl::Status added = pieces.Add(piece); !added.ok()) return ToGrpc(added);
+  } while (!pieces.complete());
+  const v1::ReplicaPiece& first = pieces.first();
+  if (absl::Status kept =
+          replicas_->Keep(static_cast<int>(first.index()), first.version(), first.fingerprint(), pieces.Take());
+      !kept.ok()) {
+    return ToGrpc(kept);
+  }
+  return WriteMessage(stream, v1::ReplicaKept()) ? grpc::Status::OK
+                                                 : grpc::Status(grpc::StatusCode::CANCELLED, "the sender left");
+}
+
+grpc::Status PeerService::FetchReplica(grpc::ServerContext* ctx, raw::ServerStream* stream) {
+  if (grpc::Status admitted = AdmitPeer(ctx, Role::kReplicas); !admitted.ok()) return admitted;
+  v1::ReplicaRequest request;
+  if (grpc::Status read = ReadRequest(stream, &request); !read.ok()) return read;
+  const int index = static_cast<int>(std::min<uint64_t>(request.index(), kMaxSliceIndex));
+  absl::StatusOr<std::shared_ptr<const std::string>> kept =
+      replicas_->Get(index, request.version(), request.fingerprint());
+  if (!kept.ok()) return ToGrpc(kept.status());
+  const bool sent = WriteReplicaPieces(index, request.version(), request.fingerprint(), **kept,
+                                       [stream](const v1::ReplicaPiece& p) { return WriteMessage(stream, p); });
+  return sent ? grpc::Status::OK : grpc::Status(grpc::StatusCode::CANCELLED, "the caller left");
 }
 
 grpc::Status PeerService::StepNorm(grpc::ServerContext* ctx, const v1::ShardNorm& part, v1::ShardNormTotal* total) {

@@ -18,6 +18,7 @@
 
 #include "common/grpc_raw.h"
 #include "proto/omnilearn.grpc.pb.h"
+#include "server/checkpoint/replica_store.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/data_plane.h"
 #include "server/rpc/refusal_log.h"
@@ -36,14 +37,20 @@ class PeerService final : public v1::ServerPeers::Service {
 
   // Before serving: the job's peer secret ("" for servers on loopback alone) and, on a
   // sharded job's coordinator, its `shards` (which outlive this; nullptr elsewhere).
-  void Enable(CoordinatorShards* shards, std::string peer_token) {
+  // `replicas`: where this server keeps the other slices' replicas it is sent (nullptr: it
+  // keeps none, and says so). Each outlives this.
+  void Enable(CoordinatorShards* shards, std::string peer_token, ReplicaStore* replicas = nullptr) {
     shards_ = shards;
     peer_token_ = std::move(peer_token);
+    replicas_ = replicas;
   }
 
   // Shard (proto ServerPeers.Shard, and its alias ParameterServer.Shard of the previous
   // release): a shard's hello in, the coordinator's commands out, until either ends.
   grpc::Status ShardStream(grpc::ServerContext* ctx, raw::ServerStream* stream);
+  // KeepReplica: a slice's checkpoint in pieces, kept in `replicas`; FetchReplica: one kept, out.
+  grpc::Status KeepReplica(grpc::ServerContext* ctx, raw::ServerStream* stream);
+  grpc::Status FetchReplica(grpc::ServerContext* ctx, raw::ServerStream* stream);
 
  private:
   // A unary call served as a stream: admitted (AdmitPeer), its one request read, `answer`
@@ -59,9 +66,11 @@ class PeerService final : public v1::ServerPeers::Service {
 
   grpc::Status AuthorizePeer(const grpc::ServerContext* ctx) const;
   // Every call's start, before its message is read: the peer's credentials (a refusal
-  // logged), then that the server is not held, then that it coordinates a sharded job. OK
-  // when the call may go on.
-  grpc::Status AdmitPeer(const grpc::ServerContext* ctx);
+  // logged), then that the server is not held, then (for the coordinator's calls) that it
+  // coordinates a sharded job, or (for a replica's) that it keeps replicas. OK when the
+  // call may go on.
+  enum class Role { kCoordinator, kReplicas };
+  grpc::Status AdmitPeer(const grpc::ServerContext* ctx, Role role = Role::kCoordinator);
   // Reads and parses the call's one request; INVALID_ARGUMENT when there is none or it is
   // not a `Request`.
   template <typename Request>
@@ -71,6 +80,7 @@ class PeerService final : public v1::ServerPeers::Service {
   const SliceService* const workers_;
   DataPlane* const data_;
   CoordinatorShards* shards_ = nullptr;
+  ReplicaStore* replicas_ = nullptr;
   std::string peer_token_;
   RefusalLog refused_;
 };

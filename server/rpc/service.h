@@ -42,9 +42,9 @@ class ParameterServerService final : public SliceService {
   // With a `peer_token` (the job's peer secret) only a call that carries it may register a
   // shard, whatever workers' token it has; without one (a job whose servers all listen on
   // loopback) the Shard call passes the workers' gate as every call does.
-  void EnableShards(CoordinatorShards* shards, std::string peer_token = "") {
+  void EnableShards(CoordinatorShards* shards, std::string peer_token = "", ReplicaStore* replicas = nullptr) {
     shards_ = shards;
-    peers_.Enable(shards, std::move(peer_token));
+    peers_.Enable(shards, std::move(peer_token), replicas);
   }
   // The server's checkpoints, for GetStatus (unset: it keeps none). Before serving;
   // `health` outlives this.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,8 +22,11 @@
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
+#include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/replica_store.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/shard_commands.h"
+#include "server/rpc/replica_calls.h"
 #include "server/rpc/shard_server_service.h"
 #include "server/rpc/shard_wire.h"
 #include "worker/client/ps_client.h"
@@ -631,10 +635,27 @@ std::vector<PeerCall> PeerPlaneCalls() {
   calls.push_back({"ReportCheckpoints age past a year", reports, report(1, 366.0 * 86400, 0)});
   calls.push_back({"ReportCheckpoints negative age", reports, report(1, -1, 0)});
   calls.push_back({"ReportCheckpoints slice past any job", reports, report(~0u, 1, 0)});
+  const auto piece = [](uint64_t total, size_t bytes) {
+    v1::ReplicaPiece p;
+    p.set_index(1);
+    p.set_version(1);
+    p.set_total_bytes(total);
+    p.set_data(std::string(bytes, 'r'));
+    return p.SerializeAsString();
+  };
+  const std::string keep = "/omnilearn.v1.ServerPeers/KeepReplica";
+  calls.push_back({"KeepReplica", keep, piece(4, 4)});
+  calls.push_back({"KeepReplica past the bound", keep, piece(kMaxReplicaBytes + 1, 4)});
+  calls.push_back({"KeepReplica pieces past their size", keep, piece(2, 4)});
+  calls.push_back({"KeepReplica ended early", keep, piece(8, 4)});
+  v1::ReplicaRequest fetch;
+  fetch.set_index(~0u);
+  calls.push_back(
+      {"FetchReplica slice past any job", "/omnilearn.v1.ServerPeers/FetchReplica", fetch.SerializeAsString()});
   // Bytes that parse as no message: a field of tag 0, then a length past the end.
-  for (const std::string& method :
-       std::vector<std::string>{"/omnilearn.v1.ServerPeers/Shard", "/omnilearn.v1.ParameterServer/Shard",
-                                "/omnilearn.v1.ServerPeers/StepNorm", reports}) {
+  for (const std::string& method : std::vector<std::string>{
+           "/omnilearn.v1.ServerPeers/Shard", "/omnilearn.v1.ParameterServer/Shard",
+           "/omnilearn.v1.ServerPeers/StepNorm", reports, keep, "/omnilearn.v1.ServerPeers/FetchReplica"}) {
     calls.push_back({"no message at " + method, method, std::string("\x00\xff\xff\xff\xff\x0f", 6)});
   }
   return calls;
@@ -748,8 +769,91 @@ TEST_CASE("the peer plane's bounds stay for the holders of the peer secret", "[s
   REQUIRE(absl::StrContains(garbage.error_message(), "is not a omnilearn.v1.ShardNorm"));
   REQUIRE(answer("ReportCheckpoints error past it").error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   REQUIRE(answer("StepNorm slice 0").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  // A server that keeps no replicas says so to the secret's holders.
+  REQUIRE(answer("KeepReplica").error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   REQUIRE(shards.registered() == 0);
   REQUIRE(absl::StrContains(f.core->registry().Serialize(), Counted(0)));
+}
+
+TEST_CASE("a slice's replica: kept by a server with the peer secret, fetched back whole, bounds held",
+          "[service][shards][replica]") {
+  FakeClock clock;
+  ShardCore shard({&clock, nullptr});
+  ShardServerService service(&shard, absl::Seconds(10), "the-token", {}, v1::WIRE_DTYPE_BF16);
+  ReplicaStore store(2);
+  service.peers().Enable(nullptr, "the-peer", &store);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  builder.RegisterService(&service.peers());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  const std::shared_ptr<grpc::Channel> channel = server->InProcessChannel(grpc::ChannelArguments());
+  const PeerCalls calls{grpc::InsecureChannelCredentials(), "the-peer"};
+
+  CheckpointState state;  // a slice of 3 pieces of a MiB and a half: the file travels in 5 pieces
+  state.layout = *ModelLayout::Create({{"a@0", {400000}}, {"b@0", {400000}}, {"c@0", {400000}}});
+  auto weights = std::make_shared<std::vector<float>>(state.layout.total_elements());
+  std::iota(weights->begin(), weights->end(), 0.0f);
+  state.weights = weights;
+  state.mode = "sync";
+  state.version = 12;
+  state.slice = 2;
+  const std::string bytes = *EncodeCheckpoint(state);
+  REQUIRE(bytes.size() > 4 * kReplicaPieceBytes);
+  REQUIRE(SendReplica(channel.get(), calls, 2, 12, 0xf1, bytes).ok());
+  REQUIRE(store.Held().at(2) == std::vector<uint64_t>{12});
+  absl::StatusOr<CheckpointState> back = FetchReplica(channel.get(), calls, 2, 12, 0xf1);
+  REQUIRE(back.ok());
+  REQUIRE(*back->weights == *weights);
+  REQUIRE(back->slice == 2);
+  REQUIRE(absl::IsNotFound(FetchReplica(channel.get(), calls, 2, 11, 0xf1).status()));
+  REQUIRE(absl::IsNotFound(FetchReplica(channel.get(), calls, 2, 12, 0xf2).status()));  // another map's
+  // Another version than the file's, and bytes that are no checkpoint, are not kept.
+  REQUIRE(absl::IsInvalidArgument(SendReplica(channel.get(), calls, 2, 13, 0xf1, bytes)));
+  REQUIRE(!SendReplica(channel.get(), calls, 2, 14, 0xf1, std::string(100, 'x')).ok());
+  const PeerCalls outsider{grpc::InsecureChannelCredentials(), "not-the-peer"};
+  REQUIRE(absl::IsUnauthenticated(SendReplica(channel.get(), outsider, 2, 12, 0xf1, bytes)));
+  REQUIRE(absl::IsUnauthenticated(FetchReplica(channel.get(), outsider, 2, 12, 0xf1).status()));
+  REQUIRE(store.Held().at(2) == std::vector<uint64_t>{12});
+  shard.Shutdown();
+  server->Shutdown();
+}
+
+TEST_CASE("replicas are sent one at a time, and of those given meanwhile only the newest", "[replica]") {
+  absl::Mutex mu;
+  bool release = false;
+  std::vector<uint64_t> sent;
+  ReplicaSender sender(
+      [&](const std::string& to, int index, uint64_t version, uint64_t, const std::string& bytes) {
+        // Checked on the test's thread, after.
+        const bool right = to == "next:1" && index == 1 && DecodeCheckpoint(bytes)->version == version;
+        absl::MutexLock lock(&mu);
+        sent.push_back(right ? version : 0);
+        mu.Await(absl::Condition(&release));
+        return version == 3 ? absl::UnavailableError("refused") : absl::OkStatus();
+      },
+      nullptr);
+  CheckpointState state;
+  state.layout = *ModelLayout::Create({{"w@0", {2}}});
+  state.weights = std::make_shared<const std::vector<float>>(std::vector<float>{1, 2});
+  state.slice = 1;
+  for (uint64_t v = 1; v <= 4; ++v) {
+    state.version = v;
+    sender.Keep("next:1", state, 0xf);
+    if (v == 1) {  // the first is in flight before the others come
+      absl::MutexLock lock(&mu);
+      mu.Await(absl::Condition(
+          +[](std::vector<uint64_t>* s) { return !s->empty(); }, &sent));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu);
+    release = true;
+  }
+  sender.Drain();
+  REQUIRE(sent == std::vector<uint64_t>{1, 4});  // 2 and 3 were overtaken while 1 went
+  REQUIRE(sender.sent() == 2);
+  REQUIRE(sender.bytes_sent() > 0);
 }
 
 TEST_CASE("a held service answers every call UNAVAILABLE until it is opened", "[service]") {

@@ -144,9 +144,38 @@ absl::Status ShardApplier::FinishInit() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<CheckpointState> ShardApplier::RestoreFrom(const PendingInit& p) {
+  const v1::ShardInit& init = p.init;
+  const std::string& from = init.replica_from();
+  if (from.empty()) return checkpoints_->Load(init.version());
+  if (!options_.fetch_replica) {
+    return absl::FailedPreconditionError(
+        "the coordinator restores this slice from a replica, and this shard cannot "
+        "reach other servers");
+  }
+  absl::StatusOr<CheckpointState> replica =
+      options_.fetch_replica(from, static_cast<int>(init.index()), init.version(), p.fingerprint);
+  if (!replica.ok()) {
+    // The job goes back again, to a version this shard can reach.
+    return absl::AbortedError(absl::StrCat("slice ", init.index(), "'s replica of version ", init.version(), " at ",
+                                           from, " could not be read: ", replica.status().message()));
+  }
+  if (replica->slice != static_cast<int>(init.index()) || replica->version != init.version()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the replica at %s holds slice %d at version %d, not slice %u at version %d", from,
+                        replica->slice, replica->version, init.index(), init.version()));
+  }
+  if (absl::StatusOr<std::string> kept = checkpoints_->Write(*replica); !kept.ok()) {
+    Log(absl::StrCat("the replica restores the slice, and could not be kept as this shard's checkpoint: ",
+                     kept.status().message()));
+  }
+  Log(absl::StrCat("slice ", init.index(), " of version ", init.version(), " taken from its replica at ", from));
+  return replica;
+}
+
 absl::Status ShardApplier::ApplyRestore(const PendingInit& p) {
   const v1::ShardInit& init = p.init;
-  absl::StatusOr<CheckpointState> checkpoint = checkpoints_->Load(init.version());
+  absl::StatusOr<CheckpointState> checkpoint = RestoreFrom(p);
   if (!checkpoint.ok()) return checkpoint.status();
   if (absl::Status s = PrepareNorm(p); !s.ok()) return s;
   if (absl::Status s = shard_->Restore(p.slice, *checkpoint, p.optimizer,
@@ -207,7 +236,11 @@ absl::Status ShardApplier::ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint
         "here; not checkpointed, the job goes back to its common checkpoint",
         held_index_, state->version, state->history, checkpoint.history()));
   }
-  Report(checkpoints_->Write(*state), state->version);
+  const absl::StatusOr<std::string> written = checkpoints_->Write(*state);
+  Report(written, state->version);
+  if (written.ok() && !checkpoint.replica_to().empty() && options_.keep_replica) {
+    options_.keep_replica(checkpoint.replica_to(), *state, fingerprint_);
+  }
   return absl::OkStatus();
 }
 

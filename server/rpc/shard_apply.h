@@ -31,6 +31,13 @@ namespace server {
 using StepNormCall = std::function<absl::StatusOr<double>(const v1::ShardNorm& part)>;
 // A shard's checkpoints to its coordinator (ServerPeers.ReportCheckpoints).
 using ReportCheckpointsCall = std::function<absl::Status(const v1::ShardCheckpoints& report)>;
+// A slice's checkpoint (its `slice` set) to the server at `to`, kept there as its replica
+// (ServerPeers.KeepReplica): sent off the caller's thread, so it returns at once.
+using KeepReplicaCall = std::function<void(const std::string& to, const CheckpointState& state, uint64_t fingerprint)>;
+// Slice `index`'s replica of `version` of map `fingerprint` that the server at `from`
+// keeps (ServerPeers.FetchReplica), read back.
+using FetchReplicaCall = std::function<absl::StatusOr<CheckpointState>(const std::string& from, int index,
+                                                                       uint64_t version, uint64_t fingerprint)>;
 
 struct ShardApplierOptions {
   int shards = 2;               // the job's, as this shard was started
@@ -47,6 +54,9 @@ struct ShardApplierOptions {
   // (null: it is not).
   CheckpointHealth* health = nullptr;
   ReportCheckpointsCall report_checkpoints;
+  // Null: a checkpoint's replica is not sent, and a restore from a replica is refused.
+  KeepReplicaCall keep_replica;
+  FetchReplicaCall fetch_replica;
 };
 
 // Not thread-safe: one control stream's thread uses it (OpenAhead excepted).
@@ -106,6 +116,9 @@ class ShardApplier {
   absl::Status ApplyChunk(const v1::TensorChunk& chunk);
   absl::Status FinishInit();  // the pending init's values are complete
   absl::Status ApplyRestore(const PendingInit& p);
+  // The restore's checkpoint: this shard's own, or the replica another server keeps (then
+  // kept as this shard's own too).
+  absl::StatusOr<CheckpointState> RestoreFrom(const PendingInit& p);
   absl::Status ApplyCheckpoint(const v1::ShardCheckpoint& checkpoint);
   // What the checkpoint's write did, to the log, the health and the coordinator.
   void Report(const absl::StatusOr<std::string>& written, uint64_t version);

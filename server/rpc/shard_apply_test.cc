@@ -243,6 +243,64 @@ TEST_CASE("without a directory the slice's checkpoints are kept in memory, and a
   REQUIRE(a.CheckpointVersions() == std::vector<uint64_t>{0});  // 1's history was undone
 }
 
+TEST_CASE("replicas: a checkpoint goes where the coordinator says; a new shard restores from another's replica",
+          "[shard_apply]") {
+  // The shard that is later lost: its checkpoint of version 1 goes to "next:1" as the replica.
+  ShardCore lost({});
+  std::vector<std::pair<std::string, CheckpointState>> sent;
+  ShardApplierOptions options{/*shards=*/2, kPartition, /*index=*/0, "", 3, nullptr};
+  options.keep_replica = [&sent](const std::string& to, const CheckpointState& state, uint64_t fingerprint) {
+    REQUIRE(fingerprint == Map().fingerprint());
+    sent.emplace_back(to, state);
+  };
+  ShardApplier a(options, &lost);
+  HoldSlice(a);
+  REQUIRE(a.Apply(Session(7, "secret")).ok());
+  REQUIRE(a.Apply(Step(0)).ok());
+  v1::ShardCommand checkpoint;
+  checkpoint.mutable_checkpoint()->set_version(1);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(sent.empty());  // no replica asked for
+  checkpoint.mutable_checkpoint()->set_replica_to("next:1");
+  REQUIRE(a.Apply(Step(1)).ok());
+  checkpoint.mutable_checkpoint()->set_version(2);
+  REQUIRE(a.Apply(checkpoint).ok());
+  REQUIRE(sent.size() == 1);
+  REQUIRE(sent[0].first == "next:1");
+  REQUIRE(sent[0].second.slice == 1);
+  REQUIRE(sent[0].second.version == 2);
+  const std::vector<float> at2 = *lost.Capture()->weights;
+
+  // Its replacement holds nothing; the coordinator names the replica to restore from.
+  ShardCore fresh({});
+  options.keep_replica = nullptr;
+  std::vector<std::string> asked;
+  bool reachable = false;
+  options.fetch_replica = [&](const std::string& from, int index, uint64_t version,
+                              uint64_t fingerprint) -> absl::StatusOr<CheckpointState> {
+    asked.push_back(absl::StrCat(from, " ", index, " ", version, " ", fingerprint == Map().fingerprint()));
+    if (!reachable) return absl::UnavailableError("connection refused");
+    return sent[0].second;
+  };
+  ShardApplier b(options, &fresh);
+  REQUIRE(b.Prepare().ok());
+  v1::ShardCommand restore = Init();
+  restore.mutable_init()->set_restore(true);
+  restore.mutable_init()->set_version(2);
+  REQUIRE(absl::IsNotFound(b.Apply(restore)));  // not from its own: it has none
+  restore.mutable_init()->set_replica_from("next:1");
+  REQUIRE(absl::IsAborted(b.Apply(restore)));  // unreachable: it registers again
+  reachable = true;
+  REQUIRE(b.Apply(restore).ok());
+  REQUIRE(asked == std::vector<std::string>{"next:1 1 2 1", "next:1 1 2 1"});
+  REQUIRE(fresh.version() == 2);
+  REQUIRE(*fresh.Capture()->weights == at2);
+  REQUIRE(b.CheckpointVersions() == std::vector<uint64_t>{2});  // kept as its own for the next recovery
+  REQUIRE(b.slice_asked() == 1);
+  restore.mutable_init()->set_version(1);  // a replica of another version than named
+  REQUIRE(absl::IsFailedPrecondition(b.Apply(restore)));
+}
+
 TEST_CASE("sync: a slice whose step history differs from the coordinator's keeps no checkpoint of it",
           "[shard_apply]") {
   ShardCore shard({});

@@ -19,7 +19,9 @@
 #include "common/clock.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
+#include "server/checkpoint/replica_store.h"
 #include "server/data/shard_core.h"
+#include "server/rpc/replica_calls.h"
 #include "server/rpc/shard_apply.h"
 
 namespace omnilearn {
@@ -61,6 +63,13 @@ struct ShardLinkOptions {
   // a channel to `coordinator` with the peer secret, with `open` set: not reported).
   CheckpointHealth* health = nullptr;
   ReportCheckpointsCall report_checkpoints;
+  // The other slices' replicas this server keeps (its registration names them; null: none).
+  const ReplicaStore* replicas = nullptr;
+  // Its own slice's replica, sent where each checkpoint command says, and a replica fetched
+  // when a restore names one. Unset: over the network with the peer secret (with `open` set:
+  // none sent, and a restore from a replica refused).
+  KeepReplicaCall keep_replica;
+  FetchReplicaCall fetch_replica;
 };
 
 // Thread-safe: Run on one thread, Stop from any.
@@ -87,7 +96,8 @@ class ShardLink {
   v1::ShardHello Hello() const;
 
   const ShardLinkOptions options_;
-  ShardApplier applier_;  // Run's thread only
+  std::unique_ptr<ReplicaSender> replica_sender_;  // over the network (null: options_.keep_replica, or none)
+  ShardApplier applier_;                           // Run's thread only
   // The coordinator serves the Shard call only under ParameterServer (the previous
   // release): found at the first registration, kept. Run's thread only.
   bool legacy_coordinator_ = false;

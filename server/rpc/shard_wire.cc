@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/tensor_codec.h"
+#include "server/control/join_check.h"
 
 // ShardOptimizer.kind is deprecated; this file writes and reads it for shards and coordinators of the previous release.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -97,6 +98,13 @@ ShardRegistration RegistrationFromProto(const v1::ShardHello& hello) {
   r.reduces_norm = hello.reduces_norm();
   r.resets_jobs = hello.resets_jobs();
   r.steps_ahead = hello.steps_ahead();
+  // As the checkpoints: one slice and one version past the bounds is enough to refuse them.
+  const int slices = std::min(hello.replicas_size(), kMaxShardReplicaSlices + 1);
+  for (int i = 0; i < slices; ++i) {
+    const v1::SliceReplicas& held = hello.replicas(i);
+    const int versions = std::min(held.versions_size(), kMaxShardCheckpoints + 1);
+    r.replicas[held.index()].assign(held.versions().begin(), held.versions().begin() + versions);
+  }
   return r;
 }
 
@@ -117,6 +125,7 @@ struct CommandEncoder {
     init->set_restore(c.restore);
     init->set_job(c.job);
     init->set_whole_tensors(c.whole_tensors);
+    init->set_replica_from(c.replica_from);
   }
   void operator()(const ShardSessionCommand& c) const {
     v1::ShardSession* session = out->mutable_session();
@@ -138,6 +147,7 @@ struct CommandEncoder {
   void operator()(const ShardCheckpointCommand& c) const {
     out->mutable_checkpoint()->set_version(c.version);
     out->mutable_checkpoint()->set_history(c.history);
+    out->mutable_checkpoint()->set_replica_to(c.replica_to);
   }
 };
 
@@ -250,10 +260,22 @@ absl::Status CheckStep(const v1::ShardStep& step) {
 
 }  // namespace
 
+namespace {
+
+// A server's address in a command: empty, or a host:port as a registration's.
+absl::Status CheckReplicaAddress(const char* field, const std::string& address) {
+  if (address.empty() || IsPrintableWord(address, kMaxShardAddressBytes)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the coordinator's %s is not a host:port of at most %d printable characters", field, kMaxShardAddressBytes));
+}
+
+}  // namespace
+
 absl::Status CheckShardCommand(const v1::ShardCommand& command) {
   switch (command.kind_case()) {
     case v1::ShardCommand::kInit:
       if (command.init().index() == 0) return absl::InvalidArgumentError("the coordinator's init names slice 0");
+      if (absl::Status s = CheckReplicaAddress("init.replica_from", command.init().replica_from()); !s.ok()) return s;
       return CheckOptimizer(command.init().optimizer());
     case v1::ShardCommand::kSession: {
       const v1::ShardSession& session = command.session();
@@ -272,8 +294,9 @@ absl::Status CheckShardCommand(const v1::ShardCommand& command) {
                                                           command.round_ahead().worker_ids_size(), kMaxStepMembers));
       }
       return InRange("round_ahead.learning_rate", command.round_ahead().learning_rate(), 0, 1e6);
-    case v1::ShardCommand::kChunk:
     case v1::ShardCommand::kCheckpoint:
+      return CheckReplicaAddress("checkpoint.replica_to", command.checkpoint().replica_to());
+    case v1::ShardCommand::kChunk:
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError("an unknown command from the coordinator (a newer release?)");

@@ -36,10 +36,13 @@ absl::Status ForEachSlice(int n, const std::function<absl::Status(int)>& fn) {
 
 // `call` (on `client`) again while it fails Unavailable (a connection being made again) or ResourceExhausted
 // (a shard still holding the first sending of a push), with a backoff of 0.1 s to 1 s, for up
-// to ShardedPsClient::kResendFor after `first`, its first failure.
+// to ShardedPsClient::kResendFor after `first`, its first failure, and while `session_ended`
+// is false: once the coordinator ended the session (the job went back to a common
+// checkpoint, a lost shard's slice on a new server), NotFound: the worker joins again.
 template <typename T>
 absl::StatusOr<T> CallAgain(const Clock& clock, PsClient& client, const absl::Status& first, const char* what,
-                            const std::function<absl::StatusOr<T>()>& call) {
+                            const std::function<absl::StatusOr<T>()>& call,
+                            const std::function<bool()>& session_ended) {
   const absl::Time until = clock.Now() + ShardedPsClient::kResendFor;
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Status last = first;
@@ -49,6 +52,10 @@ absl::StatusOr<T> CallAgain(const Clock& clock, PsClient& client, const absl::St
     absl::StatusOr<T> r = call();
     if (r.ok() || !(absl::IsUnavailable(r.status()) || absl::IsResourceExhausted(r.status()))) return r;
     last = r.status();
+    if (session_ended()) {
+      return absl::NotFoundError(absl::StrCat("the coordinator ended this session while the slice was ", what,
+                                              " again (", last.message(), "): join again"));
+    }
     PauseBeforeRetry(clock, client, backoff);
     backoff = std::min(2 * backoff, absl::Seconds(1));
   }
@@ -121,7 +128,7 @@ absl::Status ShardedPsClient::PullShards(uint64_t worker_id, uint64_t version, a
     absl::StatusOr<uint64_t> v = pull();
     if (!v.ok() && absl::IsUnavailable(v.status())) {
       have = kNoVersion;  // the slice as it came, if partly: pulled whole (a pull changes nothing)
-      v = CallAgain(*clock_, *client(s), v.status(), "pulled", pull);
+      v = CallAgain(*clock_, *client(s), v.status(), "pulled", pull, [&] { return SessionEnded(worker_id); });
     }
     if (!v.ok()) return v.status();
     if (*v != have) map_->Scatter(s, weights_[s], weights);
@@ -196,8 +203,14 @@ absl::StatusOr<PushReply> ShardedPsClient::ReplyOfEverySlice(const PushedStep& p
 
 absl::StatusOr<PushReply> ShardedPsClient::Resend(int s, PushedStep push, const absl::Status& first) {
   push.resend = true;
-  return CallAgain<PushReply>(*clock_, *client(s), first, "sent",
-                              [&] { return client(s)->Push(push, map_->slice_layout(s), gradient_[s]); });
+  return CallAgain<PushReply>(
+      *clock_, *client(s), first, "sent", [&] { return client(s)->Push(push, map_->slice_layout(s), gradient_[s]); },
+      [&] { return SessionEnded(push.worker_id); });
+}
+
+bool ShardedPsClient::SessionEnded(uint64_t worker_id) {
+  absl::StatusOr<Action> action = coordinator_->Heartbeat(worker_id);
+  return action.ok() && *action == Action::kRejoin;
 }
 
 absl::StatusOr<PushReply> ShardedPsClient::PushPull(const PushedStep& step, const ModelLayout& layout,

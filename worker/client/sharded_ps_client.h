@@ -88,6 +88,9 @@ class ShardedPsClient : public PsClient {
   PushedStep WithShardHold(const PushedStep& push) const;
   // The client of slice s (0: the coordinator).
   PsClient* client(int s) { return s == 0 ? coordinator_.get() : shard_clients_[s - 1].get(); }
+  // The coordinator ended the worker's session (its heartbeat says join again): a slice sent
+  // or pulled again cannot be taken any more.
+  bool SessionEnded(uint64_t worker_id);
   // Pulls every slice at least at `version` (shard s from have_[s]) into the model.
   absl::Status PullShards(uint64_t worker_id, uint64_t version, absl::Span<float> weights, bool whole);
 

@@ -104,7 +104,10 @@ class FakeSlice : public PsClient {
     return std::unique_ptr<PushStream>(std::move(s));
   }
   void SetSessionSecret(const std::string&) override {}
-  absl::StatusOr<Action> Heartbeat(uint64_t) override { return Action::kContinue; }
+  absl::StatusOr<Action> Heartbeat(uint64_t) override {
+    ++heartbeats;
+    return heartbeat;
+  }
   absl::Status Leave(uint64_t, bool) override { return absl::OkStatus(); }
   bool AwaitConnection(absl::Duration timeout) override {
     connection_waits.push_back(timeout);
@@ -156,6 +159,8 @@ class FakeSlice : public PsClient {
   std::vector<std::vector<int>> streamed;
   std::vector<uint64_t> pulled_at_least, pulled_having;
   std::vector<absl::Duration> connection_waits;  // the timeouts AwaitConnection was given
+  Action heartbeat = Action::kContinue;          // what Heartbeat answers
+  int heartbeats = 0;
 };
 
 struct Job {
@@ -408,6 +413,25 @@ TEST_CASE("a resend waits out a first sending the shard still holds, and gives u
   REQUIRE(absl::StrContains(r.status().message(), "sent again"));
   REQUIRE(job.clock.Now() - start >= ShardedPsClient::kResendFor);
   REQUIRE(job.clock.Now() - start < ShardedPsClient::kResendFor + absl::Seconds(2));
+  REQUIRE(job.coordinator->heartbeats > 3);  // asked after each sending whether the session still holds
+}
+
+TEST_CASE("a slice is not sent again once the coordinator ended the session: the worker joins again",
+          "[sharded_client]") {
+  Job job;
+  std::vector<float> weights;
+  // The shard's host is gone for good; the coordinator took its slice elsewhere and ended
+  // every session: the next sending is the last.
+  job.shard->failures.assign(1000, absl::UnavailableError("Connection refused"));
+  job.coordinator->heartbeat = Action::kRejoin;
+  const absl::Time start = job.clock.Now();
+  absl::StatusOr<PushReply> r = PushOnce(job, false, &weights);
+  REQUIRE(absl::IsNotFound(r.status()));
+  REQUIRE(absl::StrContains(r.status().message(), "join again"));
+  REQUIRE(job.shard->pushed.size() == 2);  // the push, and one sending again
+  REQUIRE(job.clock.Now() - start < absl::Seconds(1));
+  job.shard->pull_failures.assign(1000, absl::UnavailableError("Connection refused"));
+  REQUIRE(absl::IsNotFound(job.client->Pull(1, 1, Layout(), absl::MakeSpan(weights)).status()));
 }
 
 TEST_CASE("a shard's pull that fails on the way is made again, whole, without failing the pull", "[sharded_client]") {
