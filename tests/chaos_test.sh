@@ -4,7 +4,9 @@
 # its own (c, s1, s2, w0, w1, w2), under faults on a schedule of its own, drawn from a seed
 # it prints (CHAOS_SEED=N replays one), over the whole job: every few seconds of training
 # one process, a worker, a shard or the coordinator, is SIGKILLed and restarted with its own
-# flags (same address, same checkpoint directory, same name), or SIGSTOPped for 2-7 s
+# flags (same address, same checkpoint directory, same name), a server's host is lost for
+# good (SIGKILLed, its checkpoint directory deleted, a new server started for its slice on an
+# empty disk: the slice comes back from its replica on the next server), or SIGSTOPped for 2-7 s
 # (longer than the round timeout: it is dropped and comes back); or a link is cut silently
 # for 2-12 s (past the lease, at times) and healed: a worker's to one shard, a shard's to
 # the coordinator, or a whole host's to every other. Asserted: the job finishes; it
@@ -167,10 +169,18 @@ for n in $(seq "$FAULTS"); do
   # Late in the job a worker may have finished its training and exited (0, asserted below).
   proc=$(child "$role") || { echo "fault $n: $role already ended"; continue; }
   if ((RANDOM % 2)); then
-    echo "fault $n: SIGKILL $role at $(progress_pct)% of the job, restarted"
+    lost=""
+    if [[ $role != w* ]] && ((RANDOM % 2)); then lost=1; fi
+    if [ -n "$lost" ]; then
+      echo "fault $n: $role's host lost for good at $(progress_pct)% of the job (SIGKILL, its checkpoints" \
+        "deleted), a new $role started on an empty disk"
+    else
+      echo "fault $n: SIGKILL $role at $(progress_pct)% of the job, restarted"
+    fi
     kill -KILL "$proc"
     wait "${PID[$role]}" 2>/dev/null || true
     KILLED+=("${PID[$role]}")
+    [ -z "$lost" ] || rm -rf "$WORK/$role.ckpt"
     sleep "0.$((RANDOM % 10))"
     launch "$role"
   else
@@ -237,6 +247,8 @@ python3 -c "import sys; sys.exit(0 if $evaluated > 60 else 1)" ||
   fail "the job's export evaluates to ${evaluated}%: it did not learn (seed $SEED)"
 rejoins=$(cat "$WORK"/w*.log | grep -c "rejoined as worker" || true)
 rollbacks=$(grep -c "went back to its checkpoint" "$WORK/coordinator.log" || true)
-echo "chaos: seed $SEED, $done_faults faults, $rejoins rejoins, $rollbacks rollbacks; $samples samples of $JOB;" \
+replicas=$(grep -c "comes back from its replica\|resumed from slice 0's replica" "$WORK/coordinator.log" || true)
+echo "chaos: seed $SEED, $done_faults faults, $rejoins rejoins, $rollbacks rollbacks ($replicas from a replica);" \
+  "$samples samples of $JOB;" \
   "$([ "$accuracy" = - ] || echo "accuracy ${accuracy}%, ")the export evaluates to ${evaluated}%; $(( $(date +%s) - start )) s"
 echo PASS

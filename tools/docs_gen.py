@@ -465,6 +465,23 @@ def test_tiers():
     return table(["phase", "what it checks", "gate", "full tier"], rows), [source]
 
 
+def host_loss():
+    data = load("host_loss.json")
+    source = Source("host_loss.json", data["command"], "2026-12-07", data["machine"] + ", fastbuild")
+    rows = []
+    for r in data["runs"]:
+        back = [x["training_s"] for x in r["losses"]]
+        rows.append([
+            "none" if r["every_s"] == 0 else f"every {r['every_s']:g} s", len(r["losses"]), f"{r['wall_s']} s",
+            f"{100 * r['goodput']:.1f}%",
+            f"{sum(back) / len(back):.2f} s / {max(back):.2f} s" if back else "",
+            r["versions_redone_max"] if back else "", f"{r['versions']} / {r['samples']}",
+            f"{100 * r['replica_share']:.2f}%", f"{100 * r['per_step_share']:.1f}%"])
+    header = ["a shard host lost", "losses", "job", "goodput", "back to training (mean / max)",
+              "versions redone (max)", "versions / samples", "replicas' bytes", "the same at every step"]
+    return table(header, rows), [source]
+
+
 def optimizer_mirror():
     data = load("optimizer_mirror.json")
     rows = [[r["framework"], r["case"].replace("_", " "), f"{r['worst']:.1e}", f"{r['tolerance']:.0e}"]
@@ -562,6 +579,7 @@ TABLES = {
     "keras_workers": keras_workers, "keras_async_rate": keras_async_rate, "keras_step": keras_step,
     "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror, "local_peers": local_peers,
     "local_predicted": local_predicted, "local_by_h": local_by_h,
+    "host_loss": host_loss,
 }
 FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 

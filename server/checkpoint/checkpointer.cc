@@ -50,7 +50,15 @@ absl::StatusOr<std::string> Checkpointer::Write() {
   if (complete_) complete_(&*state);
   absl::StatusOr<std::string> path = store_->Write(*state);
   if (path.ok() && health_ != nullptr) health_->Written(state->version);
+  if (path.ok() && written_) written_(*state);
   return path;
+}
+
+absl::Status Checkpointer::Keep(const CheckpointState& state) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::string> path = store_->Write(state);
+  if (path.ok() && health_ != nullptr) health_->Written(state.version);
+  return path.status();
 }
 
 absl::StatusOr<uint64_t> Checkpointer::GoBack(const std::vector<std::vector<uint64_t>>& held) {

@@ -51,12 +51,19 @@ class Checkpointer {
   // FailedPrecondition, naming what every server holds, when there is none.
   absl::StatusOr<uint64_t> GoBack(const std::vector<std::vector<uint64_t>>& held) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Told of each checkpoint written, after the write (before the first checkpoint; null: nobody).
+  void OnWritten(std::function<void(const CheckpointState&)> written) { written_ = std::move(written); }
+  // Keeps `state`, a checkpoint of this server's that another server held (a replica), as
+  // if this server had written it. The store's errors.
+  absl::Status Keep(const CheckpointState& state) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   ParameterServerCore* const core_;
   const std::unique_ptr<const CheckpointStore> store_;
   const absl::Duration every_;
   const std::function<void(CheckpointState*)> complete_;
   CheckpointHealth* const health_;  // may be null
+  std::function<void(const CheckpointState&)> written_;
   // The checkpoint itself (CheckpointNow under mu_).
   absl::StatusOr<std::string> Write() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -17,9 +17,9 @@ absl::Status ReplicaStore::Keep(int index, uint64_t version, uint64_t fingerprin
   absl::StatusOr<CheckpointState> state = DecodeCheckpoint(bytes);
   if (!state.ok()) return state.status();
   if (state->slice != index || state->version != version) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "a replica said to be slice %d at version %d holds slice %d at version %d", index, version, state->slice,
-        state->version));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a replica said to be slice %d at version %d holds slice %d at version %d", index, version,
+                        state->slice, state->version));
   }
   auto kept = std::make_shared<const std::string>(std::move(bytes));
   absl::MutexLock lock(&mu_);
@@ -40,9 +40,8 @@ absl::StatusOr<std::shared_ptr<const std::string>> ReplicaStore::Get(int index, 
   if (fingerprint == fingerprint_ && slice != held_.end()) {
     if (auto it = slice->second.find(version); it != slice->second.end()) return it->second;
   }
-  return absl::NotFoundError(
-      absl::StrFormat("this server keeps no replica of slice %d at version %d of map %016x", index, version,
-                      fingerprint));
+  return absl::NotFoundError(absl::StrFormat("this server keeps no replica of slice %d at version %d of map %016x",
+                                             index, version, fingerprint));
 }
 
 std::map<int, std::vector<uint64_t>> ReplicaStore::Held() const {
@@ -52,6 +51,12 @@ std::map<int, std::vector<uint64_t>> ReplicaStore::Held() const {
     for (auto it = versions.rbegin(); it != versions.rend(); ++it) out[index].push_back(it->first);
   }
   return out;
+}
+
+void ReplicaStore::ExportMetrics(metrics::Registry& registry) {
+  metrics::Gauge& kept =
+      registry.AddGauge("omnilearn_replicas_kept_bytes", "bytes of other slices' replicas this server keeps").Add({});
+  registry.AddCollectHook([this, &kept] { kept.Set(static_cast<double>(bytes())); });
 }
 
 uint64_t ReplicaStore::bytes() const {

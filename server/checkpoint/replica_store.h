@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/metrics.h"
 
 namespace omnilearn {
 namespace server {
@@ -40,6 +41,8 @@ class ReplicaStore {
   std::map<int, std::vector<uint64_t>> Held() const ABSL_LOCKS_EXCLUDED(mu_);
   // The bytes every replica kept takes.
   uint64_t bytes() const ABSL_LOCKS_EXCLUDED(mu_);
+  // A gauge of bytes() in `registry`, read at each scrape (this outlives the registry's use).
+  void ExportMetrics(metrics::Registry& registry);
 
  private:
   const int keep_;

@@ -34,7 +34,7 @@ TEST_CASE("replicas: the newest K of each slice, by version", "[replica]") {
   REQUIRE(got.ok());
   REQUIRE(**got == SliceFile(2, 12));
   REQUIRE(DecodeCheckpoint(**got)->version == 12);
-  REQUIRE(absl::IsNotFound(store.Get(2, 4, 0xabc).status()));  // dropped for the newer two
+  REQUIRE(absl::IsNotFound(store.Get(2, 4, 0xabc).status()));   // dropped for the newer two
   REQUIRE(absl::IsNotFound(store.Get(2, 12, 0xdef).status()));  // another map's
   REQUIRE(store.bytes() == 3 * SliceFile(2, 8).size());
 }

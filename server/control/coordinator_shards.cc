@@ -31,6 +31,11 @@ void CoordinatorShards::SetRecover(Recover recover) {
   recover_ = std::move(recover);
 }
 
+void CoordinatorShards::SetAdopt(Adopt adopt) {
+  absl::MutexLock lock(&mu_);
+  adopt_ = std::move(adopt);
+}
+
 absl::StatusOr<int> CoordinatorShards::FreeSlice(const ShardRegistration& hello) const {
   // Range-checked before any cast.
   const uint64_t asked = hello.index;
@@ -136,9 +141,11 @@ absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, 
   if (absl::Status s = CheckShardRegistration(hello, options_.shards, options_.partition_bytes); !s.ok()) return s;
   if (absl::Status s = CheckReleaseCan(hello); !s.ok()) return s;
   int index = 0;
+  bool adopt = false;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = MayTakeSlice(hello); !s.ok()) return s;
+    if (absl::Status s = MayStartOver(hello); !s.ok()) return s;
     absl::StatusOr<int> free = FreeSlice(hello);
     if (!free.ok()) return free.status();
     index = *free;
@@ -152,14 +159,68 @@ absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, 
     slot.checkpoints = hello.checkpoint_versions;
     slot.replicas = hello.replicas;
     if (options_.log) options_.log(absl::StrFormat("shard %d registered from %s", index, slot.address));
-    if (!stepped_) {
+    adopt = WithoutJob() && adopting_.empty() && KeepsSlice0(hello);
+    if (adopt) adopting_ = hello.address;
+    if (!stepped_ && !adopt) {
       if (map_.has_value()) QueueInit(index, /*restore=*/false, 0);
       for (const auto& [id, secret] : sessions_) slot.queue.push_back(Outgoing{SessionOpened(id, secret), nullptr});
       return index;
     }
   }
-  if (absl::Status s = Return(index); !s.ok()) return s;
+  // A coordinator without a job takes it from slice 0's replicas; else a shard's return.
+  if (absl::Status s = adopt ? AdoptFrom(hello) : Return(index); !s.ok()) return s;
   return index;
+}
+
+bool CoordinatorShards::WithoutJob() const {
+  // Only the process's first job: a later one (--reset_when_done) is no lost coordinator's.
+  return adopt_ && !stepped_ && !map_.has_value() && job_ == 1;
+}
+
+bool CoordinatorShards::KeepsSlice0(const ShardRegistration& hello) {
+  auto it = hello.replicas.find(0);
+  return it != hello.replicas.end() && !it->second.empty();
+}
+
+absl::Status CoordinatorShards::MayStartOver(const ShardRegistration& hello) const {
+  // A live shard of a job that trained (its map, its checkpoints) at a coordinator without
+  // one: that job's coordinator was lost. A first join here would start a new job over its
+  // slices; the job is taken from slice 0's replicas instead, which another shard may bring.
+  if (!WithoutJob() || hello.fingerprint == 0 || hello.checkpoint_versions.empty() || KeepsSlice0(hello)) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "this shard holds a slice of a job that trained (map %016x, checkpoints up to version %d), and this "
+      "coordinator has no job: it waits for the shard that keeps slice 0's replicas (or start the coordinator on "
+      "the job's --checkpoint_dir)",
+      hello.fingerprint, *std::max_element(hello.checkpoint_versions.begin(), hello.checkpoint_versions.end())));
+}
+
+absl::Status CoordinatorShards::AdoptFrom(const ShardRegistration& hello) {
+  if (options_.log) {
+    options_.log(absl::StrFormat("the shard at %s keeps slice 0's replicas [%s]: the job goes on from them",
+                                 hello.address, absl::StrJoin(hello.replicas.at(0), ", ")));
+  }
+  Adopt adopt;
+  {
+    absl::MutexLock lock(&mu_);
+    adopt = adopt_;
+  }
+  const absl::Status adopted = adopt(hello.address, hello.replicas.at(0), hello.fingerprint);
+  absl::MutexLock lock(&mu_);
+  adopting_.clear();
+  if (adopted.ok()) return absl::OkStatus();  // Resume began a recovery: every shard registers again
+  const absl::Status refused =
+      absl::UnavailableError(absl::StrCat("slice 0's replicas at ", hello.address, " could not be taken (",
+                                          adopted.message(), "): the shard registers again"));
+  if (options_.log) options_.log(std::string(refused.message()));
+  for (Slot& slot : slots_) {
+    if (slot.address == hello.address && slot.connected) {
+      slot.connected = false;
+      ++slot.generation;
+    }
+  }
+  return refused;
 }
 
 // A registration after the job's first step. The first begins a recovery; the last
@@ -294,6 +355,12 @@ uint64_t CoordinatorShards::generation(int index) const {
   return slots_[index].generation;
 }
 
+std::optional<std::pair<std::string, uint64_t>> CoordinatorShards::ReplicaTarget() const {
+  absl::MutexLock lock(&mu_);
+  if (!options_.replicate || !map_.has_value() || slots_.size() < 2 || !slots_[1].connected) return std::nullopt;
+  return std::make_pair(slots_[1].address, map_->fingerprint());
+}
+
 void CoordinatorShards::Disconnect(int index) {
   absl::MutexLock lock(&mu_);
   if (slots_[index].must_register) return;  // a recovery ended it: not lost
@@ -401,6 +468,10 @@ absl::Status CoordinatorShards::Missing() const {
                                                " are not registered with the coordinator: retry"));
   }
   if (recovering_) return absl::UnavailableError("the job is going back to the shards' common checkpoint: retry");
+  if (!adopting_.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("the job is being taken from slice 0's replicas at ", adopting_, ": retry"));
+  }
   return absl::OkStatus();
 }
 

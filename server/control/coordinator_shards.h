@@ -84,6 +84,16 @@ class CoordinatorShards {
   // With checkpoints (set before the first registration): a shard that returns after the
   // job's first step makes the job go back to the shards' common checkpoint.
   void SetRecover(Recover recover);
+  // Given a shard's address, the versions of slice 0's replicas it keeps and the map it holds
+  // a slice of, takes the job from them and resumes it (Resume), as a restarted coordinator
+  // would from its own checkpoints. Called without this class's lock.
+  using Adopt = std::function<absl::Status(const std::string& address, const std::vector<uint64_t>& versions,
+                                           uint64_t fingerprint)>;
+  // With replicas (set before the first registration): a coordinator without a job (started
+  // on an empty disk, its host's checkpoints lost) that a shard keeping slice 0's replicas
+  // registers with takes its job from them; joins wait meanwhile. Unset: those replicas are
+  // not looked at, and the first join starts a new job.
+  void SetAdopt(Adopt adopt);
   // A restarted coordinator goes on with the job its checkpoint recorded (after
   // SetRecover, before the first registration): the job's map is planned again from it,
   // and the job starts in a recovery that every shard's registration joins, as after a
@@ -118,6 +128,10 @@ class CoordinatorShards {
   uint64_t generation(int index) const;
   // The shard's stream ended.
   void Disconnect(int index);
+  // Where the coordinator's own checkpoint goes as slice 0's replica: the server of slice 1
+  // and the job's map's fingerprint, while it is connected and replicas are kept (nullopt
+  // otherwise).
+  std::optional<std::pair<std::string, uint64_t>> ReplicaTarget() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until every shard registered and no recovery is under way; Unavailable naming
   // the missing ones after `deadline`.
   absl::Status AwaitShards(absl::Time deadline);
@@ -220,6 +234,15 @@ class CoordinatorShards {
   // Register's parts: the slice a hello may take, and a registration after the first step.
   absl::StatusOr<int> FreeSlice(const ShardRegistration& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
+  // A registration at a coordinator without a job that names replicas of slice 0: the job is
+  // taken from them (options_.adopt).
+  absl::Status AdoptFrom(const ShardRegistration& hello) ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator holds no job yet and may take one from slice 0's replicas (SetAdopt).
+  bool WithoutJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool KeepsSlice0(const ShardRegistration& hello);
+  // Unavailable for a live shard of a job that trained, at a coordinator without a job,
+  // that keeps no replica of slice 0: the job must not start over its slice.
+  absl::Status MayStartOver(const ShardRegistration& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts a recovery: the streams of the shards other than `returned` (0: all) end; they
   // register again, saying which checkpoints they hold.
   void BeginRecovery(int returned) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,9 +257,11 @@ class CoordinatorShards {
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool stepped_ ABSL_GUARDED_BY(mu_) = false;  // the job took a step: a slice cannot be re-sent
   Recover recover_ ABSL_GUARDED_BY(mu_);
+  Adopt adopt_ ABSL_GUARDED_BY(mu_);
   uint64_t recovery_ ABSL_GUARDED_BY(mu_) = 0;  // recoveries begun
   bool recovering_ ABSL_GUARDED_BY(mu_) = false;
   bool restoring_ ABSL_GUARDED_BY(mu_) = false;                   // a registration runs the Recover hook
+  std::string adopting_ ABSL_GUARDED_BY(mu_);                     // the shard the job is being taken from ("": none)
   std::optional<uint64_t> told_checkpoint_ ABSL_GUARDED_BY(mu_);  // the last checkpoint version queued
   struct Stashed {
     ModelLayout layout;

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
 #include "catch2/catch.hpp"
 #include "common/await_state.h"
 
@@ -422,6 +423,53 @@ TEST_CASE("every field of a shard's registration is range-checked", "[coordinato
   REQUIRE(absl::StrContains(refused.status().message(), "fingerprint"));
   other.fingerprint = c.map()->fingerprint();
   REQUIRE(c.Register(other).ok());
+}
+
+TEST_CASE("a coordinator on an empty disk takes its job from slice 0's replicas on a shard; joins wait meanwhile",
+          "[coordinator_shards]") {
+  const ShardMap map = *ShardMap::Plan(Model(), 3, kPartition);
+  const ShardedJob job{Model(), 3, kPartition};
+  CoordinatorShards c = Make(3);
+  c.SetRecover([](const std::vector<std::vector<uint64_t>>& held) -> absl::StatusOr<uint64_t> { return held[1][0]; });
+  std::vector<std::string> asked;
+  bool fails = true;
+  c.SetAdopt([&](const std::string& address, const std::vector<uint64_t>& versions, uint64_t fingerprint) {
+    asked.push_back(absl::StrCat(address, " ", absl::StrJoin(versions, ","), " ", fingerprint == map.fingerprint()));
+    REQUIRE(absl::StrContains(c.Serving().message(), "taken from slice 0's replicas at s:1"));  // joins wait
+    if (fails) return absl::UnavailableError("connection refused");
+    return c.Resume(job, map.slice_layout(0));  // as the daemon's hook does, once it kept the replicas
+  });
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {7, 5})) == 2);  // keeps no replica of slice 0: nothing to take
+  REQUIRE(asked.empty());
+  c.Disconnect(2);
+  ShardRegistration live = HelloHolding("s:2", 2, {7, 5});
+  live.fingerprint = map.fingerprint();  // a live shard of the job that trained: it waits for the replicas
+  const absl::Status waits = c.Register(live).status();
+  REQUIRE(absl::IsUnavailable(waits));
+  REQUIRE(absl::StrContains(waits.message(), "waits for the shard that keeps slice 0's replicas"));
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {7, 5})) == 2);
+  ShardRegistration one = HelloHolding("s:1", 1, {7, 5});
+  one.fingerprint = map.fingerprint();
+  one.replicas = {{0, {7, 5}}};
+  absl::StatusOr<int> refused = c.Register(one);  // the replicas cannot be read: it registers again
+  REQUIRE(absl::IsUnavailable(refused.status()));
+  REQUIRE(c.Shards()[0].connected == false);
+  fails = false;
+  uint64_t generation = 0;
+  REQUIRE(*c.Register(one, &generation) == 1);
+  REQUIRE(asked == std::vector<std::string>{"s:1 7,5 1", "s:1 7,5 1"});
+  REQUIRE(c.map()->fingerprint() == map.fingerprint());  // the job is the replicas'
+  CoordinatorShards::Outgoing o;
+  REQUIRE(absl::IsAborted(c.Next(1, generation, &o, absl::InfinitePast())));  // every shard says what it holds
+  REQUIRE(*c.Register(one) == 1);
+  REQUIRE(*c.Register(HelloHolding("s:2", 2, {7, 5})) == 2);
+  REQUIRE(c.Serving().ok());
+  for (int shard : {1, 2}) {
+    const std::vector<CoordinatorShards::Outgoing> out = Drain(c, shard);
+    REQUIRE(InitOf(out[0]).restore);
+    REQUIRE(InitOf(out[0]).version == 7);
+  }
+  REQUIRE(asked.size() == 2);  // a job once taken is not taken again
 }
 
 TEST_CASE("a restarted coordinator resumes its job: every shard registers, all go back to the common checkpoint",

@@ -63,7 +63,10 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (!token.ok()) return Fail(token.status(), 2);
   absl::StatusOr<PeerAccess> peers = PeerAccessFromFlags(f, shards != nullptr, *token);
   if (!peers.ok()) return Fail(peers.status(), 2);
-  if (shards != nullptr) shards->ExportMetrics((*core)->registry());
+  if (shards != nullptr) {
+    shards->ExportMetrics((*core)->registry());
+    replicas.ExportMetrics((*core)->registry());
+  }
   std::unique_ptr<CheckpointHealth> checkpoint_health;  // before the exposer, which reads it
   auto exposer = ExposeMetrics(f, (*core)->registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
@@ -80,6 +83,10 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer, &checkpoint_health); !s.ok()) {
     return Fail(s, 2);
   }
+  ReplicaSender replica_sender(PeerCalls{peers->credentials, peers->peer_token}, o->log);
+  replica_sender.ExportMetrics((*core)->registry());
+  ReplicateCoordinator(f, PeerCalls{peers->credentials, peers->peer_token}, &replica_sender, core->get(), shards.get(),
+                       checkpointer.get(), checkpoint_health.get());
   service.ShowCheckpoints(checkpoint_health.get());
   service.Open();
   const absl::Time start = absl::Now();

@@ -25,9 +25,10 @@ ABSL_FLAG(bool, shard_steps_ahead, false,
           "the job back to its common checkpoint (docs/SHARDING.md)");
 ABSL_FLAG(bool, replicate_slices, true,
           "sharded jobs' coordinator: each slice's checkpoint (--checkpoint_every_s, or in memory every "
-          "--memory_checkpoint_every_s) also goes to the next server's memory, so that a shard lost for good, "
-          "disk and all, is replaced by any shard started for its slice, which takes it from there "
-          "(docs/SHARDING.md); false: a replacement must bring the slice's checkpoints");
+          "--memory_checkpoint_every_s) also goes to the next server's memory, the coordinator's own to shard 1's, "
+          "so that a server lost for good, disk and all, is replaced by any server started for its slice (a "
+          "coordinator at the same address), which takes it from there (docs/reliability.md); false: a "
+          "replacement must bring the slice's checkpoints");
 ABSL_FLAG(std::string, coordinator, "",
           "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
 ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");

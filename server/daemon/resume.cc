@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <functional>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -29,6 +32,22 @@ absl::Status CheckSameKind(const DaemonFlags& f, const CheckpointState& state) {
   return absl::OkStatus();
 }
 
+// Resumes from `state`, read from `where`: the core restored and, for a sharded coordinator,
+// its shards asked to go back with it.
+absl::Status ResumeFromState(const DaemonFlags& f, const std::string& where, const CheckpointState& state,
+                             ParameterServerCore* core, CoordinatorShards* shards, CheckpointHealth* health) {
+  absl::Status s = CheckSameKind(f, state);
+  if (s.ok()) s = core->Restore(state);
+  if (s.ok() && shards != nullptr) s = shards->Resume(*state.sharded, state.layout);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("cannot resume from ", where, ": ", s.message()));
+  health->Resumed(state.version, state.created);
+  std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
+              where.c_str(), state.version, state.global_samples, state.controller.size(),
+              absl::ToDoubleSeconds(absl::Now() - state.created));
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
 // Resumes from the newest valid checkpoint in `dir`, if there is one. A sharded
 // coordinator (`shards`) then waits for its shards to go back with it to the newest
 // checkpoint every server holds (docs/SHARDING.md).
@@ -45,15 +64,7 @@ absl::Status ResumeFrom(const DaemonFlags& f, const CheckpointDir& dir, Paramete
         absl::StrCat("no checkpoint in ", dir.dir(), " could be read: fix or move them, or start over with --fresh"));
   }
   const auto& [file, state] = **loaded;
-  absl::Status s = CheckSameKind(f, state);
-  if (s.ok()) s = core->Restore(state);
-  if (s.ok() && shards != nullptr) s = shards->Resume(*state.sharded, state.layout);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("cannot resume from ", file, ": ", s.message()));
-  health->Resumed(state.version, state.created);
-  std::printf("omnilearn_server: resumed from %s: version %lu, %lu samples, %zu workers remembered, %.0f s old\n",
-              file.c_str(), state.version, state.global_samples, state.controller.size(),
-              absl::ToDoubleSeconds(absl::Now() - state.created));
-  return absl::OkStatus();
+  return ResumeFromState(f, file, state, core, shards, health);
 }
 
 // A sharded job's coordinator goes back to its checkpoints when a shard returns.
@@ -63,7 +74,38 @@ void RecoverThrough(Checkpointer* checkpointer, CoordinatorShards* shards) {
       [checkpointer](const std::vector<std::vector<uint64_t>>& held) { return checkpointer->GoBack(held); });
 }
 
+// Every replica of slice 0 at `address` (`versions`, of map `fingerprint`) kept as the
+// coordinator's own checkpoints; the job resumed from the newest.
+absl::Status TakeJobFromReplicas(const DaemonFlags& f, const PeerCalls& calls, const std::string& address,
+                                 const std::vector<uint64_t>& versions, uint64_t fingerprint, ParameterServerCore* core,
+                                 CoordinatorShards* shards, Checkpointer* checkpointer, CheckpointHealth* health) {
+  const std::shared_ptr<grpc::Channel> channel = PeerChannel(address, calls);
+  std::optional<CheckpointState> newest;
+  for (uint64_t v : versions) {
+    absl::StatusOr<CheckpointState> state = FetchReplica(channel.get(), calls, 0, v, fingerprint);
+    if (!state.ok()) return state.status();
+    if (absl::Status s = checkpointer->Keep(*state); !s.ok()) return s;
+    if (!newest.has_value() || state->version > newest->version) newest = *std::move(state);
+  }
+  return ResumeFromState(f, absl::StrCat("slice 0's replica of version ", newest->version, " at ", address), *newest,
+                         core, shards, health);
+}
+
 }  // namespace
+
+void ReplicateCoordinator(const DaemonFlags& f, const PeerCalls& calls, ReplicaSender* sender,
+                          ParameterServerCore* core, CoordinatorShards* shards, Checkpointer* checkpointer,
+                          CheckpointHealth* health) {
+  if (!f.replicate_slices || shards == nullptr || checkpointer == nullptr) return;
+  checkpointer->OnWritten([sender, shards](const CheckpointState& state) {
+    if (std::optional<std::pair<std::string, uint64_t>> to = shards->ReplicaTarget()) {
+      sender->Keep(to->first, state, to->second);
+    }
+  });
+  shards->SetAdopt([=, &f](const std::string& address, const std::vector<uint64_t>& versions, uint64_t fingerprint) {
+    return TakeJobFromReplicas(f, calls, address, versions, fingerprint, core, shards, checkpointer, health);
+  });
+}
 
 bool ReportCheckpoint(const absl::StatusOr<std::string>& written) {
   if (!written.ok()) {

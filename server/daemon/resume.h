@@ -12,6 +12,7 @@
 #include "server/control/coordinator_shards.h"
 #include "server/control/parameter_server_core.h"
 #include "server/daemon/flags.h"
+#include "server/rpc/replica_calls.h"
 
 namespace omnilearn {
 namespace server {
@@ -27,6 +28,15 @@ bool ReportCheckpoint(const absl::StatusOr<std::string>& written);
 // `*health` sees them (and the core's /metrics shows it).
 absl::Status SetUpCheckpoints(const DaemonFlags& f, ParameterServerCore* core, CoordinatorShards* shards,
                               std::unique_ptr<Checkpointer>* checkpointer, std::unique_ptr<CheckpointHealth>* health);
+
+// A sharded coordinator's own slice kept twice (--replicate_slices, after SetUpCheckpoints):
+// each checkpoint it writes also goes to the server of slice 1 (through `sender`), and a
+// coordinator without a job (started on an empty disk, its host lost) takes it from the
+// replicas of slice 0 that a registering shard keeps (fetched over `calls`, kept as its own
+// checkpoints, resumed as at a restart). Every pointer outlives the serving.
+void ReplicateCoordinator(const DaemonFlags& f, const PeerCalls& calls, ReplicaSender* sender,
+                          ParameterServerCore* core, CoordinatorShards* shards, Checkpointer* checkpointer,
+                          CheckpointHealth* health);
 
 }  // namespace server
 }  // namespace omnilearn

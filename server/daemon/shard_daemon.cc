@@ -12,6 +12,7 @@
 #include "server/daemon/network.h"
 #include "server/daemon/options.h"
 #include "server/data/shard_core.h"
+#include "server/rpc/replica_calls.h"
 #include "server/rpc/service.h"
 #include "server/rpc/shard_link.h"
 #include "server/rpc/shard_server_service.h"
@@ -76,6 +77,7 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   // The peer plane answers a caller with the secret that this is no coordinator; others, UNAUTHENTICATED.
   // It keeps the replica of the slice before its own (ShardLink names them when it registers).
   ReplicaStore replicas(f.checkpoint_keep);
+  replicas.ExportMetrics(shard.registry());
   service.peers().Enable(/*shards=*/nullptr, *peer_token, &replicas);
   int bound_port = 0;
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = ListenOnFlags(f, &service, &service.peers(), &bound_port);
@@ -88,6 +90,11 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   ShardLinkOptions lo = LinkOptionsFromFlags(f, bound_port, *peer_token, *peer_credentials, log);
   lo.health = &checkpoint_health;
   lo.replicas = &replicas;
+  ReplicaSender replica_sender(PeerCalls{*peer_credentials, *peer_token}, log);
+  replica_sender.ExportMetrics(shard.registry());
+  lo.keep_replica = [&replica_sender](const std::string& to, const CheckpointState& state, uint64_t fingerprint) {
+    replica_sender.Keep(to, state, fingerprint);
+  };
   std::printf("omnilearn_server (shard) listening on %s:%d as %s, coordinator %s, metrics %s\n", f.bind.c_str(), f.port,
               lo.address.c_str(), lo.coordinator.c_str(),
               *exposer ? absl::StrCat(f.metrics_bind, ":", (*exposer)->port(), "/metrics").c_str() : "off");

@@ -155,6 +155,22 @@ uint64_t ReplicaSender::bytes_sent() const {
   return bytes_sent_;
 }
 
+void ReplicaSender::ExportMetrics(metrics::Registry& registry) {
+  absl::MutexLock lock(&mu_);
+  sent_counter_ = &registry
+                       .AddCounter("omnilearn_replicas_sent_total",
+                                   "this slice's replicas sent to the server "
+                                   "that keeps them")
+                       .Add({});
+  bytes_counter_ =
+      &registry.AddCounter("omnilearn_replica_sent_bytes_total", "bytes of this slice's replicas sent").Add({});
+  failed_counter_ = &registry
+                         .AddCounter("omnilearn_replicas_failed_total",
+                                     "replicas that did not reach the "
+                                     "server that keeps them (the next checkpoint's is sent)")
+                         .Add({});
+}
+
 void ReplicaSender::Run() {
   while (true) {
     Pending p;
@@ -176,9 +192,14 @@ void ReplicaSender::Run() {
     if (s.ok()) {
       ++sent_;
       bytes_sent_ += bytes->size();
+      if (sent_counter_ != nullptr) {
+        sent_counter_->Increment();
+        bytes_counter_->Increment(static_cast<double>(bytes->size()));
+      }
       last_error_.clear();
       continue;
     }
+    if (failed_counter_ != nullptr) failed_counter_->Increment();
     const std::string line = absl::StrCat("slice ", p.state.slice, "'s replica of version ", p.state.version,
                                           " did not reach ", p.to, " (the next checkpoint's is sent): ", s.message());
     if (s.message() != last_error_) Log(line);

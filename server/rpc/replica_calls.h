@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "proto/omnilearn.pb.h"
 #include "server/checkpoint/checkpoint.h"
 
@@ -52,7 +53,7 @@ class ReplicaPieces {
 // How one server reaches another's peer calls.
 struct PeerCalls {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string peer_token;               // the job's peer secret ("": servers on loopback alone)
+  std::string peer_token;                     // the job's peer secret ("": servers on loopback alone)
   absl::Duration timeout = absl::Minutes(2);  // one call's bound
 };
 
@@ -86,6 +87,9 @@ class ReplicaSender {
   // Replicas sent, and their bytes.
   uint64_t sent() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t bytes_sent() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The same in `registry` (before the first Keep; it outlives this): replicas sent and their
+  // bytes, and the replicas that did not reach their server.
+  void ExportMetrics(metrics::Registry& registry) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Pending {
@@ -106,7 +110,10 @@ class ReplicaSender {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t sent_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_error_ ABSL_GUARDED_BY(mu_);  // logged once until a send succeeds
+  std::string last_error_ ABSL_GUARDED_BY(mu_);                    // logged once until a send succeeds
+  metrics::Counter* sent_counter_ ABSL_GUARDED_BY(mu_) = nullptr;  // null: not exported
+  metrics::Counter* bytes_counter_ ABSL_GUARDED_BY(mu_) = nullptr;
+  metrics::Counter* failed_counter_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

@@ -98,14 +98,6 @@ ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& optio
 // How this shard reaches the other servers' peer calls.
 PeerCalls PeerCallsOf(const ShardLinkOptions& options) { return PeerCalls{options.credentials, options.peer_token}; }
 
-// Replicas handed to `sender` (null: none sent).
-KeepReplicaCall KeepOver(ReplicaSender* sender) {
-  if (sender == nullptr) return nullptr;
-  return [sender](const std::string& to, const CheckpointState& state, uint64_t fingerprint) {
-    sender->Keep(to, state, fingerprint);
-  };
-}
-
 FetchReplicaCall FetchReplicaOverNetwork(PeerCalls calls) {
   return [calls](const std::string& from, int index, uint64_t version, uint64_t fingerprint) {
     return FetchReplica(PeerChannel(from, calls).get(), calls, index, version, fingerprint);
@@ -116,9 +108,6 @@ FetchReplicaCall FetchReplicaOverNetwork(PeerCalls calls) {
 
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
     : options_(std::move(options)),
-      replica_sender_(options_.keep_replica || options_.open
-                          ? nullptr
-                          : std::make_unique<ReplicaSender>(PeerCallsOf(options_), options_.log)),
       applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
                 options_.checkpoint_keep, options_.log,
                 options_.step_norm ? options_.step_norm
@@ -128,7 +117,7 @@ ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
                 options_.report_checkpoints ? options_.report_checkpoints
                 : options_.open             ? nullptr
                                             : ReportCheckpointsOverNetwork(options_),
-                options_.keep_replica ? options_.keep_replica : KeepOver(replica_sender_.get()),
+                options_.keep_replica,
                 options_.fetch_replica ? options_.fetch_replica
                 : options_.open        ? nullptr
                                        : FetchReplicaOverNetwork(PeerCallsOf(options_))},

@@ -65,9 +65,9 @@ struct ShardLinkOptions {
   ReportCheckpointsCall report_checkpoints;
   // The other slices' replicas this server keeps (its registration names them; null: none).
   const ReplicaStore* replicas = nullptr;
-  // Its own slice's replica, sent where each checkpoint command says, and a replica fetched
-  // when a restore names one. Unset: over the network with the peer secret (with `open` set:
-  // none sent, and a restore from a replica refused).
+  // Its own slice's replica, sent where each checkpoint command says (unset: none sent; the
+  // daemon gives its ReplicaSender's), and a replica fetched when a restore names one (unset:
+  // over the network with the peer secret; with `open` set: a restore from a replica is refused).
   KeepReplicaCall keep_replica;
   FetchReplicaCall fetch_replica;
 };
@@ -96,8 +96,7 @@ class ShardLink {
   v1::ShardHello Hello() const;
 
   const ShardLinkOptions options_;
-  std::unique_ptr<ReplicaSender> replica_sender_;  // over the network (null: options_.keep_replica, or none)
-  ShardApplier applier_;                           // Run's thread only
+  ShardApplier applier_;  // Run's thread only
   // The coordinator serves the Shard call only under ParameterServer (the previous
   // release): found at the first registration, kept. Run's thread only.
   bool legacy_coordinator_ = false;
