@@ -235,9 +235,15 @@ if [ "$MODE" = local-keras ]; then
     { tail -n 20 "$WORK/evaluate.log" >&2; fail "the export does not load into the Keras model (seed $SEED)"; }
   evaluated=$(/usr/bin/python3 -c "import json; print(round(100 * json.load(open('$WORK/evaluate.json'))['accuracy'], 2))")
 else
-  accuracy=$(json "round(100 * s['test_accuracy'], 2)")
-  measured=$(json "s['test_accuracy_version']")
-  [ "$measured" = "$final" ] || echo "chaos: the job's accuracy is of version $measured, not the final $final"
+  # None when no evaluation reached the coordinator's last incarnation (it restarted before the
+  # first epoch's end, and w0 was killed before each of its evaluations).
+  accuracy=$(json "'-' if s.get('test_accuracy') is None else round(100 * s['test_accuracy'], 2)")
+  measured=$(json "s.get('test_accuracy_version')")
+  if [ "$accuracy" = - ]; then
+    echo "chaos: no worker's evaluation reached the coordinator's last incarnation"
+  elif [ "$measured" != "$final" ]; then
+    echo "chaos: the job's accuracy is of version $measured, not the final $final"
+  fi
   evaluated=$(check_export chaos "$EXPORT" "$([ "$measured" = "$final" ] && echo "$accuracy" || echo -)" \
     --dataset=fashion-mnist)
 fi
