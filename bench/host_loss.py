@@ -41,12 +41,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def metric(port, name):
-    """The sum of `name`'s samples on the server's /metrics (0 when it is not there)."""
+def scraped(port):
+    """The server's /metrics ("" when it does not answer)."""
     try:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     except OSError:
-        return 0.0
+        return ""
+
+
+def metric(text, name):
+    """The sum of `name`'s samples in a /metrics text (0 when it is not there)."""
     return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
 
 
@@ -65,12 +69,13 @@ class Job:
         """Every live server's bytes, kept per server: a server's last scrape stands for it once it is gone."""
         ports = [self.metrics] + [port for _, port in self.shards.values()]
         for port in ports:
-            moved = sum(metric(port, n) for n in ("omnilearn_push_bytes_total", "omnilearn_pull_bytes_total",
+            text = scraped(port)  # once per server: every counter from one scrape
+            moved = sum(metric(text, n) for n in ("omnilearn_push_bytes_total", "omnilearn_pull_bytes_total",
                                                   "omnilearn_shard_push_bytes_total",
                                                   "omnilearn_shard_pull_bytes_total"))
             if moved > 0:
-                self.counters[port] = (moved, metric(port, "omnilearn_replica_sent_bytes_total"),
-                                       metric(port, "omnilearn_replicas_sent_total"))
+                self.counters[port] = (moved, metric(text, "omnilearn_replica_sent_bytes_total"),
+                                       metric(text, "omnilearn_replicas_sent_total"))
 
     def spawn(self, log, args):
         p = subprocess.Popen(args, stdout=open(os.path.join(self.work, log), "ab"), stderr=subprocess.STDOUT)
@@ -100,7 +105,7 @@ class Job:
         self.shards[index] = (p, port)
 
     def version(self):
-        return metric(self.metrics, "omnilearn_model_version")
+        return metric(scraped(self.metrics), "omnilearn_model_version")
 
     def log(self):
         return open(os.path.join(self.work, "coordinator.log"), errors="replace").read()

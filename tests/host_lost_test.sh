@@ -31,15 +31,31 @@ iterations() { grep -c " it=" "$WORK/w0.log" || true; }
 checkpoints() { grep -c "omnilearn_server: checkpoint" "$WORK/job.server.log" || true; }
 back_lines() { grep -c "every slice is back at version" "$WORK/job.server.log" || true; }
 
+# two_checkpoints WHAT: waits until the coordinator wrote two more checkpoints (each slice's
+# replica then holds one of them).
+two_checkpoints() {
+  local c0
+  c0=$(checkpoints)
+  two_more() { [ "$(checkpoints)" -ge $((c0 + 2)) ]; }
+  wait_until 900 "two checkpoints before $1" two_more
+}
+
+# trained_again WHAT AT: waits until w0 logs another iteration; prints the seconds since AT.
+trained_again() {
+  local it0
+  it0=$(iterations)
+  trains() { [ "$(iterations)" -gt "$it0" ]; }
+  wait_until 600 "w0 to train after $1" trains
+  python3 -c "import time; print(round(time.time() - $2, 1))"
+}
+
 # lose NAME INDEX: the shard NAME is killed and its disk deleted once the coordinator wrote
 # two more checkpoints (each slice's replica then holds one of them); a new shard for slice
 # INDEX starts; waits until the job trains again. LOST_FOR: seconds from the kill to w0's next
 # logged iteration; SHARD_PID: the new shard's.
 lose() {
-  local name=$1 i=$2 pid=$3 at it0 backs c0
-  c0=$(checkpoints)
-  two_more() { [ "$(checkpoints)" -ge $((c0 + 2)) ]; }
-  wait_until 900 "two checkpoints before $name's loss" two_more
+  local name=$1 i=$2 pid=$3 at backs
+  two_checkpoints "$name's loss"
   backs=$(back_lines)
   at=$(date +%s.%N)
   pkill -KILL -P "$pid" || fail "$name was not running at the kill (the job ended first?)"
@@ -50,10 +66,7 @@ lose() {
   wait_until 600 "every slice back after $name's loss" came_back
   grep -q "slice $i comes back from its replica of version" "$WORK/job.server.log" ||
     { tail -n 20 "$WORK/job.server.log" >&2; fail "slice $i did not come back from its replica"; }
-  it0=$(iterations)
-  trains() { [ "$(iterations)" -gt "$it0" ]; }
-  wait_until 600 "w0 to train after $name's loss" trains
-  LOST_FOR=$(python3 -c "import time; print(round(time.time() - $at, 1))")
+  LOST_FOR=$(trained_again "$name's loss" "$at")
 }
 
 start_server job "${FLAGS[@]}" "${SHARD_FLAGS[@]}" --checkpoint_dir="$WORK/job.ckpt" --export="$WORK/job.safetensors"
@@ -77,9 +90,7 @@ pid1=$SHARD_PID
 second=$LOST_FOR
 
 # The coordinator, once shard 1's replacement keeps slice 0's replicas of two checkpoints.
-c0=$(checkpoints)
-two_more() { [ "$(checkpoints)" -ge $((c0 + 2)) ]; }
-wait_until 900 "two checkpoints before the coordinator's loss" two_more
+two_checkpoints "the coordinator's loss"
 coordinator=$(pgrep -P "$SERVER_PID") || fail "the coordinator was not running (the job ended first?)"
 at=$(date +%s.%N)
 kill -KILL "$coordinator"
@@ -91,10 +102,7 @@ wait_for_line "$WORK/job-new.server.log" "resumed from slice 0's replica of vers
   { tail -n 20 "$WORK"/job-new.server.log >&2; fail "the new coordinator did not take the job from slice 0's replica"; }
 wait_for_line "$WORK/job-new.server.log" "every slice is back at version" 600 ||
   { tail -n 20 "$WORK"/job-new.server.log >&2; fail "the shards did not come back to the new coordinator"; }
-it0=$(iterations)
-trains() { [ "$(iterations)" -gt "$it0" ]; }
-wait_until 600 "w0 to train after the coordinator's loss" trains
-third=$(python3 -c "import time; print(round(time.time() - $at, 1))")
+third=$(trained_again "the coordinator's loss" "$at")
 
 wait_workers || { tail -n 5 "$WORK"/w*.log >&2; fail "a worker failed"; }
 wait "$SERVER_PID" || { tail -n 20 "$WORK/job-new.server.log" >&2; fail "the coordinator failed"; }

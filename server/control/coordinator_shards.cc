@@ -168,7 +168,7 @@ absl::StatusOr<int> CoordinatorShards::Register(const ShardRegistration& hello, 
     }
   }
   // A coordinator without a job takes it from slice 0's replicas; else a shard's return.
-  if (absl::Status s = adopt ? AdoptFrom(hello) : Return(index); !s.ok()) return s;
+  if (absl::Status s = adopt ? AdoptFrom(hello, index) : Return(index); !s.ok()) return s;
   return index;
 }
 
@@ -196,7 +196,7 @@ absl::Status CoordinatorShards::MayStartOver(const ShardRegistration& hello) con
       hello.fingerprint, *std::max_element(hello.checkpoint_versions.begin(), hello.checkpoint_versions.end())));
 }
 
-absl::Status CoordinatorShards::AdoptFrom(const ShardRegistration& hello) {
+absl::Status CoordinatorShards::AdoptFrom(const ShardRegistration& hello, int index) {
   if (options_.log) {
     options_.log(absl::StrFormat("the shard at %s keeps slice 0's replicas [%s]: the job goes on from them",
                                  hello.address, absl::StrJoin(hello.replicas.at(0), ", ")));
@@ -214,12 +214,8 @@ absl::Status CoordinatorShards::AdoptFrom(const ShardRegistration& hello) {
       absl::UnavailableError(absl::StrCat("slice 0's replicas at ", hello.address, " could not be taken (",
                                           adopted.message(), "): the shard registers again"));
   if (options_.log) options_.log(std::string(refused.message()));
-  for (Slot& slot : slots_) {
-    if (slot.address == hello.address && slot.connected) {
-      slot.connected = false;
-      ++slot.generation;
-    }
-  }
+  slots_[index].connected = false;  // its registration is refused: the slice is free again
+  ++slots_[index].generation;
   return refused;
 }
 
@@ -558,32 +554,31 @@ std::string CoordinatorShards::ReplicaHolder(int index) const {
   return static_cast<size_t>(index) + 1 < slots_.size() ? slots_[index + 1].address : options_.address;
 }
 
-std::vector<uint64_t> CoordinatorShards::HeldOf(int index) const {
-  std::vector<uint64_t> held = slots_[index].checkpoints;
+std::vector<std::pair<std::string, std::vector<uint64_t>>> CoordinatorShards::ReplicasOf(int index) const {
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> out;
   for (const Slot& slot : slots_) {
     if (auto it = slot.replicas.find(static_cast<uint64_t>(index)); slot.connected && it != slot.replicas.end()) {
-      held.insert(held.end(), it->second.begin(), it->second.end());
+      out.emplace_back(slot.address, it->second);
     }
   }
   if (options_.own_replicas) {
     const std::map<int, std::vector<uint64_t>> own = options_.own_replicas();
-    if (auto it = own.find(index); it != own.end()) held.insert(held.end(), it->second.begin(), it->second.end());
+    if (auto it = own.find(index); it != own.end()) out.emplace_back(options_.address, it->second);
   }
+  return out;
+}
+
+std::vector<uint64_t> CoordinatorShards::HeldOf(int index) const {
+  std::vector<uint64_t> held = slots_[index].checkpoints;
+  for (const auto& [address, versions] : ReplicasOf(index)) held.insert(held.end(), versions.begin(), versions.end());
   std::sort(held.rbegin(), held.rend());
   held.erase(std::unique(held.begin(), held.end()), held.end());
   return held;
 }
 
 std::string CoordinatorShards::ReplicaOf(int index, uint64_t version) const {
-  for (const Slot& slot : slots_) {
-    auto it = slot.replicas.find(static_cast<uint64_t>(index));
-    if (slot.connected && it != slot.replicas.end() && absl::c_linear_search(it->second, version)) return slot.address;
-  }
-  if (options_.own_replicas) {
-    const std::map<int, std::vector<uint64_t>> own = options_.own_replicas();
-    if (auto it = own.find(index); it != own.end() && absl::c_linear_search(it->second, version)) {
-      return options_.address;
-    }
+  for (const auto& [address, versions] : ReplicasOf(index)) {
+    if (absl::c_linear_search(versions, version)) return address;
   }
   return "";
 }

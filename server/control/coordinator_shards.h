@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -222,6 +223,10 @@ class CoordinatorShards {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Where slice `index`'s replica goes: the next slice's server, the coordinator for the last.
   std::string ReplicaHolder(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The servers that keep replicas of slice `index` (connected shards, then the coordinator),
+  // each with the versions it keeps.
+  std::vector<std::pair<std::string, std::vector<uint64_t>>> ReplicasOf(int index) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The versions of slice `index` every server together holds: its shard's checkpoints and
   // the replicas kept of it, newest first.
   std::vector<uint64_t> HeldOf(int index) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,9 +239,9 @@ class CoordinatorShards {
   // Register's parts: the slice a hello may take, and a registration after the first step.
   absl::StatusOr<int> FreeSlice(const ShardRegistration& hello) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Return(int index) ABSL_LOCKS_EXCLUDED(mu_);
-  // A registration at a coordinator without a job that names replicas of slice 0: the job is
-  // taken from them (options_.adopt).
-  absl::Status AdoptFrom(const ShardRegistration& hello) ABSL_LOCKS_EXCLUDED(mu_);
+  // Slot `index`'s registration at a coordinator without a job names replicas of slice 0:
+  // the job is taken from them (SetAdopt's hook); when it cannot be, the registration is refused.
+  absl::Status AdoptFrom(const ShardRegistration& hello, int index) ABSL_LOCKS_EXCLUDED(mu_);
   // The coordinator holds no job yet and may take one from slice 0's replicas (SetAdopt).
   bool WithoutJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static bool KeepsSlice0(const ShardRegistration& hello);

@@ -83,10 +83,11 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (absl::Status s = SetUpCheckpoints(f, core->get(), shards.get(), &checkpointer, &checkpoint_health); !s.ok()) {
     return Fail(s, 2);
   }
-  ReplicaSender replica_sender(PeerCalls{peers->credentials, peers->peer_token}, o->log);
+  const PeerCalls peer_calls{peers->credentials, peers->peer_token};
+  ReplicaSender replica_sender(peer_calls, o->log);
   replica_sender.ExportMetrics((*core)->registry());
-  ReplicateCoordinator(f, PeerCalls{peers->credentials, peers->peer_token}, &replica_sender, core->get(), shards.get(),
-                       checkpointer.get(), checkpoint_health.get());
+  ReplicateCoordinator(f, peer_calls, &replica_sender, core->get(), shards.get(), checkpointer.get(),
+                       checkpoint_health.get());
   service.ShowCheckpoints(checkpoint_health.get());
   service.Open();
   const absl::Time start = absl::Now();
