@@ -25,6 +25,7 @@ PACKAGES=(
   dataset-fashion-mnist      # the real data set (IDX .gz files)
   prometheus                 # promtool and a real Prometheus for the metrics tests
   iproute2                   # network namespaces for the separate-hosts test
+  etcd-server                # the coordinator election (its tests start their own etcd)
   slurm-wlm munge            # the Slurm test: a three-node cluster on this machine
   systemd                    # systemd-analyze verify of the units
   python3-yaml               # the offline check of the Kubernetes manifests

@@ -9,6 +9,7 @@
 #include "server/checkpoint/replica_store.h"
 #include "server/control/coordinator_shards.h"
 #include "server/control/parameter_server_core.h"
+#include "server/daemon/election.h"
 #include "server/daemon/exit.h"
 #include "server/daemon/lifecycle.h"
 #include "server/daemon/network.h"
@@ -51,6 +52,13 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   absl::StatusOr<ServerOptions> o = OptionsFromFlags(f, &wire_dtype);
   if (!o.ok()) return Fail(o.status(), 2);
   if (absl::Status s = CheckShardable(f, *o); !s.ok()) return Fail(s, 2);
+  // A candidate (--election) stands by until it holds the job's key; it keeps the lease to the end.
+  absl::StatusOr<std::unique_ptr<Leadership>> elected = WinElection(f, signals);
+  if (absl::IsFailedPrecondition(elected.status())) {
+    std::printf("omnilearn_server: %s: nothing to coordinate\n", std::string(elected.status().message()).c_str());
+    return 0;
+  }
+  if (!elected.ok()) return absl::IsCancelled(elected.status()) ? 0 : Fail(elected.status(), 1);
   std::unique_ptr<CoordinatorShards> shards;
   ReplicaStore replicas(f.checkpoint_keep);
   if (f.shards > 1) {
@@ -100,6 +108,11 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   stopping.store(true);
   monitor.join();
   const int rc = WriteResults(f, core->get(), checkpointer.get(), shards.get(), *peers, start);
+  if (*elected != nullptr && (*core)->Snapshot().job_finished) {
+    const absl::Status marked = (*elected)->MarkJobFinished();
+    std::printf("omnilearn_server: etcd %s\n", marked.ok() ? "says the job is finished"
+                                                           : std::string(marked.message()).c_str());
+  }
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return rc;

@@ -30,7 +30,17 @@ ABSL_FLAG(bool, replicate_slices, true,
           "coordinator at the same address), which takes it from there (docs/reliability.md); false: a "
           "replacement must bring the slice's checkpoints");
 ABSL_FLAG(std::string, coordinator, "",
-          "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model)");
+          "HOST:PORT: run as a shard server of that coordinator's job (holding one slice of the model); "
+          "etcd://HOST:PORT[,...][/KEY]: of the coordinator elected there (--election), looked up before each "
+          "registration");
+ABSL_FLAG(std::string, election, "",
+          "etcd://HOST:PORT[,HOST:PORT...][/KEY]: this server is a candidate coordinator of a sharded job; it "
+          "stands by until it holds KEY (default /omnilearn/coordinator) under an etcd lease, then coordinates, "
+          "taking the job from slice 0's replicas when another held it; it exits 3 as soon as it cannot be sure "
+          "it still holds the lease (docs/reliability.md)");
+ABSL_FLAG(double, election_ttl_s, 6,
+          "with --election: the lease's TTL; the coordinator renews it every TTL/4 and stops TTL/2 after the last "
+          "renewal etcd answered, so a candidate takes over within about TTL of a loss");
 ABSL_FLAG(int, shard_index, 0, "with --coordinator: the slice to hold (1..shards-1; 0 = any free one)");
 ABSL_FLAG(std::string, advertise, "",
           "HOST:PORT workers reach this server at (sharded jobs; default: --bind:--port, or the host name when "
@@ -164,6 +174,8 @@ void ReadFirstHalf(DaemonFlags* out) {
   f.shard_steps_ahead = absl::GetFlag(FLAGS_shard_steps_ahead);
   f.replicate_slices = absl::GetFlag(FLAGS_replicate_slices);
   f.coordinator = absl::GetFlag(FLAGS_coordinator);
+  f.election = absl::GetFlag(FLAGS_election);
+  f.election_ttl_s = absl::GetFlag(FLAGS_election_ttl_s);
   f.shard_index = absl::GetFlag(FLAGS_shard_index);
   f.advertise = absl::GetFlag(FLAGS_advertise);
   f.mode = absl::GetFlag(FLAGS_mode);

@@ -19,7 +19,9 @@ struct DaemonFlags {
   bool push_slices_in_order = false;
   bool shard_steps_ahead = false;
   bool replicate_slices = true;
-  std::string coordinator = "";
+  std::string coordinator = "";  // HOST:PORT, or etcd://... (the elected one)
+  std::string election = "";     // etcd://...: a candidate coordinator
+  double election_ttl_s = 6;
   int shard_index = 0;
   std::string advertise = "";
   std::string mode = "sync";

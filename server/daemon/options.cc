@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/enum_names.h"
+#include "common/etcd_client.h"
 #include "common/flag_checks.h"
 #include "common/shard_map.h"
 #include "controller/controller_flags.h"
@@ -139,6 +140,7 @@ absl::Status CheckFlags(const DaemonFlags& f) {
       {"progress_every_s", f.progress_every_s, 0, 86400},
       {"shutdown_grace_s", f.shutdown_grace_s, 0, 3600},
       {"max_model_bytes", d(f.max_model_bytes), 4, 1e15},
+      {"election_ttl_s", f.election_ttl_s, 2, 600},
   });
 }
 
@@ -195,6 +197,7 @@ ServiceLimits LimitsFromFlags(const DaemonFlags& f) {
 }
 
 absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
+  if (absl::Status s = CheckElection(f); !s.ok()) return s;
   if (f.shards == 1) {
     if (f.push_slices_in_order) {
       return absl::InvalidArgumentError(
@@ -216,6 +219,23 @@ absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o) {
   if (f.checkpoint_keep < 2) {
     return absl::InvalidArgumentError(
         "--shards > 1 needs --checkpoint_keep >= 2: the newest checkpoint may not be every shard's yet");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckElection(const DaemonFlags& f) {
+  if (f.election.empty()) return absl::OkStatus();
+  if (absl::StatusOr<EtcdTarget> t = ParseEtcdTarget(f.election); !t.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--election: ", t.status().message()));
+  }
+  if (f.shards < 2 || !f.replicate_slices) {
+    return absl::InvalidArgumentError(
+        "--election needs --shards > 1 and --replicate_slices: an elected coordinator takes the job from shard 1's "
+        "replica of slice 0");
+  }
+  if (f.port == 0 && f.advertise.empty()) {
+    return absl::InvalidArgumentError("--election needs a fixed --port (or --advertise): the address is published "
+                                      "before the server listens");
   }
   return absl::OkStatus();
 }

@@ -29,6 +29,8 @@ absl::Status CheckShardable(const DaemonFlags& f, const ServerOptions& o);
 
 int64_t PartitionBytes(const DaemonFlags& f);
 
+// --election's needs (InvalidArgument saying which is missing); OK without --election.
+absl::Status CheckElection(const DaemonFlags& f);
 std::string AdvertisedAddress(const DaemonFlags& f, int port);
 
 }  // namespace server

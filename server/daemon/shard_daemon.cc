@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/etcd_client.h"
 #include "server/daemon/exit.h"
 #include "server/daemon/network.h"
 #include "server/daemon/options.h"
@@ -38,6 +39,16 @@ ShardLinkOptions LinkOptionsFromFlags(const DaemonFlags& f, int bound_port, cons
   lo.checkpoint_keep = f.checkpoint_keep;
   lo.log = std::move(log);
   return lo;
+}
+
+// With --coordinator=etcd://...: the elected coordinator's address, read before each registration.
+absl::Status FollowElection(const DaemonFlags& f, ShardLinkOptions* lo) {
+  if (!IsEtcdAddress(f.coordinator)) return absl::OkStatus();
+  absl::StatusOr<EtcdTarget> target = ParseEtcdTarget(f.coordinator);
+  if (!target.ok()) return absl::InvalidArgumentError(absl::StrCat("--coordinator: ", target.status().message()));
+  auto etcd = std::make_shared<EtcdClient>(*target);
+  lo->resolve_coordinator = [etcd] { return etcd->Coordinator(); };
+  return absl::OkStatus();
 }
 
 // Runs the link until it ends or a signal comes; what it ended with (OK after a signal).
@@ -88,6 +99,7 @@ int RunShard(const DaemonFlags& f, const sigset_t& signals) {
   auto exposer = ExposeMetrics(f, shard.registry());
   if (!exposer.ok()) return Fail(exposer.status(), 1);
   ShardLinkOptions lo = LinkOptionsFromFlags(f, bound_port, *peer_token, *peer_credentials, log);
+  if (absl::Status s = FollowElection(f, &lo); !s.ok()) return Fail(s, 2);
   lo.health = &checkpoint_health;
   lo.replicas = &replicas;
   ReplicaSender replica_sender(PeerCalls{*peer_credentials, *peer_token}, log);

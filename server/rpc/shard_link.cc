@@ -41,16 +41,22 @@ class NetworkRegistration : public CommandReader {
   const std::unique_ptr<grpc::ClientReader<v1::ShardCommand>> reader_;
 };
 
-// A channel to `options.coordinator`, for each of the shard's calls to it: its registrations,
-// its norm reductions, its checkpoint reports. Their arguments are equal, so gRPC gives the
-// three channels one connection, pinged every keepalive, and reconnects it quickly. A
-// connection the coordinator closed while this host was cut off is noticed and replaced: a
-// norm reduction on a channel of its own, never pinged, had written into such a connection
-// after the partition healed, failed "Connection reset by peer", and sent a clipped job back
-// to its checkpoint a second time (bench/rejoin_after_heal.sh).
-std::shared_ptr<grpc::Channel> CoordinatorChannel(const ShardLinkOptions& options) {
+}  // namespace
+
+// One channel to the coordinator for each of the shard's calls to it: its registrations,
+// its norm reductions, its checkpoint reports. It is pinged every keepalive and reconnects
+// quickly. A connection the coordinator closed while this host was cut off is noticed and
+// replaced: a norm reduction on a channel of its own, never pinged, had written into such a
+// connection after the partition healed, failed "Connection reset by peer", and sent a
+// clipped job back to its checkpoint a second time (bench/rejoin_after_heal.sh).
+CoordinatorChannels::CoordinatorChannels(const ShardLinkOptions& options)
+    : keepalive_(options.keepalive), credentials_(options.credentials), address_(options.coordinator) {}
+
+std::shared_ptr<grpc::Channel> CoordinatorChannels::Get() {
+  absl::MutexLock lock(&mu_);
+  if (channel_ != nullptr) return channel_;
   grpc::ChannelArguments args;
-  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(options.keepalive));
+  const int keepalive_ms = static_cast<int>(absl::ToInt64Milliseconds(keepalive_));
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -58,19 +64,35 @@ std::shared_ptr<grpc::Channel> CoordinatorChannel(const ShardLinkOptions& option
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
-  return grpc::CreateCustomChannel(options.coordinator, options.credentials, args);
+  channel_ = grpc::CreateCustomChannel(address_, credentials_, args);
+  return channel_;
 }
 
-std::unique_ptr<CommandReader> OpenOverNetwork(const ShardLinkOptions& options, grpc::ClientContext* ctx,
+std::string CoordinatorChannels::address() {
+  absl::MutexLock lock(&mu_);
+  return address_;
+}
+
+bool CoordinatorChannels::Set(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  if (address == address_) return false;
+  address_ = address;
+  channel_ = nullptr;
+  return true;
+}
+
+namespace {
+
+std::unique_ptr<CommandReader> OpenOverNetwork(CoordinatorChannels& coordinator, grpc::ClientContext* ctx,
                                                const v1::ShardHello& hello, bool legacy) {
-  return std::make_unique<NetworkRegistration>(CoordinatorChannel(options), ctx, hello, legacy);
+  return std::make_unique<NetworkRegistration>(coordinator.Get(), ctx, hello, legacy);
 }
 
 // A clipped job's norm reductions over one channel to `options.coordinator`. A call waits
 // while the other slices' members arrive: it is bounded by the slowest member's wait.
-StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
-  std::shared_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(CoordinatorChannel(options));
-  return [stub, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {
+StepNormCall StepNormOverNetwork(const ShardLinkOptions& options, std::shared_ptr<CoordinatorChannels> coordinator) {
+  return [coordinator, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {
+    std::unique_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(coordinator->Get());
     grpc::ClientContext ctx;
     AddPeerToken(ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
@@ -83,9 +105,10 @@ StepNormCall StepNormOverNetwork(const ShardLinkOptions& options) {
 
 // Checkpoint reports over one channel to `options.coordinator`, each bounded by 5 s (a
 // report lost is sent again with the next checkpoint's).
-ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& options) {
-  std::shared_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(CoordinatorChannel(options));
-  return [stub, token = options.peer_token](const v1::ShardCheckpoints& report) {
+ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& options,
+                                                   std::shared_ptr<CoordinatorChannels> coordinator) {
+  return [coordinator, token = options.peer_token](const v1::ShardCheckpoints& report) {
+    std::unique_ptr<v1::ServerPeers::Stub> stub = v1::ServerPeers::NewStub(coordinator->Get());
     grpc::ClientContext ctx;
     AddPeerToken(ctx, token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -108,15 +131,16 @@ FetchReplicaCall FetchReplicaOverNetwork(PeerCalls calls) {
 
 ShardLink::ShardLink(ShardLinkOptions options, ShardCore* shard)
     : options_(std::move(options)),
+      coordinator_(std::make_shared<CoordinatorChannels>(options_)),
       applier_({options_.shards, options_.partition_bytes, options_.index, options_.checkpoint_dir,
                 options_.checkpoint_keep, options_.log,
                 options_.step_norm ? options_.step_norm
                 : options_.open    ? nullptr  // a test's fake coordinator: it gives step_norm when it clips
-                                   : StepNormOverNetwork(options_),
+                                   : StepNormOverNetwork(options_, coordinator_),
                 options_.health,
                 options_.report_checkpoints ? options_.report_checkpoints
                 : options_.open             ? nullptr
-                                            : ReportCheckpointsOverNetwork(options_),
+                                            : ReportCheckpointsOverNetwork(options_, coordinator_),
                 options_.keep_replica,
                 options_.fetch_replica ? options_.fetch_replica
                 : options_.open        ? nullptr
@@ -136,7 +160,8 @@ absl::Status ShardLink::Run() {
   absl::Time give_up = clock->Now() + options_.start_timeout;
   while (true) {
     bool registered = false;
-    absl::Status s = RunOnce(&registered);
+    absl::Status s = FindCoordinator();
+    if (s.ok()) s = RunOnce(&registered);
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) return absl::OkStatus();
@@ -156,11 +181,20 @@ absl::Status ShardLink::Run() {
     }
     if (registered || !absl::IsUnavailable(s)) return s;
     if (clock->Now() >= give_up) {
-      return absl::UnavailableError(absl::StrCat("the coordinator ", options_.coordinator, " did not answer in ",
+      return absl::UnavailableError(absl::StrCat("the coordinator ", coordinator_->address(), " did not answer in ",
                                                  absl::FormatDuration(options_.start_timeout), ": ", s.message()));
     }
     clock->SleepFor(absl::Seconds(1));
   }
+}
+
+absl::Status ShardLink::FindCoordinator() {
+  if (!options_.resolve_coordinator) return absl::OkStatus();
+  absl::StatusOr<std::string> address = options_.resolve_coordinator();
+  if (absl::IsFailedPrecondition(address.status())) return address.status();  // the job finished: the link ends
+  if (!address.ok()) return absl::UnavailableError(address.status().message());
+  if (coordinator_->Set(*address) && options_.log) options_.log(absl::StrCat("the coordinator is ", *address));
+  return absl::OkStatus();
 }
 
 absl::Status ShardLink::RunOnce(bool* registered) {
@@ -175,7 +209,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   // The server-to-server service; a coordinator of the previous release serves the call in
   // its worker-facing service only (and answers the other UNIMPLEMENTED).
   std::unique_ptr<CommandReader> reader = options_.open ? options_.open(&ctx, Hello(), legacy_coordinator_)
-                                                        : OpenOverNetwork(options_, &ctx, Hello(), legacy_coordinator_);
+                                                        : OpenOverNetwork(*coordinator_, &ctx, Hello(), legacy_coordinator_);
   absl::Status applied;
   {
     // Applied in order on a thread of their own: read on while a step waits for a member.
@@ -211,7 +245,7 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   }
   if (*registered) {
     return absl::UnavailableError(
-        absl::StrCat("lost the link to the coordinator ", options_.coordinator, ": ", finished.error_message()));
+        absl::StrCat("lost the link to the coordinator ", coordinator_->address(), ": ", finished.error_message()));
   }
   return absl::Status(static_cast<absl::StatusCode>(finished.error_code()), finished.error_message());
 }

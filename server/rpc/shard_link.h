@@ -28,7 +28,11 @@ namespace omnilearn {
 namespace server {
 
 struct ShardLinkOptions {
-  std::string coordinator;  // host:port
+  std::string coordinator;  // host:port (at first, with resolve_coordinator)
+  // Where the coordinator is now (an elected one's address, read from etcd), asked before
+  // each registration; an error is retried as an unreachable coordinator, but
+  // FailedPrecondition (the job finished) ends the link. Unset: `coordinator`.
+  std::function<absl::StatusOr<std::string>()> resolve_coordinator;
   std::string address;      // where workers reach this shard
   int shards = 2;
   int64_t partition_bytes = 0;
@@ -72,6 +76,25 @@ struct ShardLinkOptions {
   FetchReplicaCall fetch_replica;
 };
 
+// The channel to the coordinator, shared by the shard's calls to it (its registrations,
+// norm reductions and checkpoint reports), made again when the coordinator's address
+// changes. Thread-safe.
+class CoordinatorChannels {
+ public:
+  explicit CoordinatorChannels(const ShardLinkOptions& options);
+  std::shared_ptr<grpc::Channel> Get();
+  std::string address();
+  // True when `address` is another than the one before.
+  bool Set(const std::string& address);
+
+ private:
+  const absl::Duration keepalive_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  absl::Mutex mu_;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);  // to address_, made at first use
+};
+
 // Thread-safe: Run on one thread, Stop from any.
 class ShardLink {
  public:
@@ -94,8 +117,11 @@ class ShardLink {
   // One registration's stream; `*registered` once the coordinator accepted it.
   absl::Status RunOnce(bool* registered);
   v1::ShardHello Hello() const;
+  // Asks resolve_coordinator where the coordinator is (OK without one); Unavailable when it cannot say.
+  absl::Status FindCoordinator();
 
   const ShardLinkOptions options_;
+  const std::shared_ptr<CoordinatorChannels> coordinator_;
   ShardApplier applier_;  // Run's thread only
   // The coordinator serves the Shard call only under ParameterServer (the previous
   // release): found at the first registration, kept. Run's thread only.

@@ -8,11 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/etcd_client.h"
 #include "common/grpc_chunks.h"
 #include "common/grpc_raw.h"
 #include "common/grpc_security.h"
 #include "common/tensor_codec.h"
 #include "proto/omnilearn.grpc.pb.h"
+#include "worker/client/following_ps_client.h"
 #include "worker/client/grpc_push_stream.h"
 #include "worker/client/model_receiver.h"
 #include "worker/client/ps_client.h"
@@ -305,11 +307,20 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakePlainClient(const std::string& tar
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options) {
-  absl::StatusOr<std::unique_ptr<PsClient>> coordinator = MakePlainClient(target, options);
+  const auto make = [options](const std::string& address) { return MakePlainClient(address, options); };
+  absl::StatusOr<std::unique_ptr<PsClient>> coordinator;
+  if (IsEtcdAddress(target)) {  // the coordinator elected there, looked up at each Join
+    absl::StatusOr<EtcdTarget> etcd_target = ParseEtcdTarget(target);
+    if (!etcd_target.ok()) return etcd_target.status();
+    auto etcd = std::make_shared<EtcdClient>(*etcd_target);
+    coordinator = std::make_unique<FollowingPsClient>([etcd] { return etcd->Coordinator(); }, make);
+  } else {
+    coordinator = MakePlainClient(target, options);
+  }
   if (!coordinator.ok()) return coordinator.status();
   // A sharded job's Join names its shards: their clients are made then, alike.
   return std::unique_ptr<PsClient>(new ShardedPsClient(
-      *std::move(coordinator), [options](const std::string& address) { return MakePlainClient(address, options); }));
+      *std::move(coordinator), make));
 }
 
 }  // namespace worker

@@ -1,0 +1,121 @@
+#include "server/daemon/election.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "server/daemon/options.h"
+
+namespace omnilearn {
+namespace server {
+
+absl::StatusOr<HeldKey> Campaign(const EtcdClient& etcd, const std::string& address, absl::Duration ttl,
+                                 const Clock* clock, const std::function<bool(absl::Duration)>& wait,
+                                 const std::function<void(const std::string&)>& log) {
+  std::string said;  // the last line logged: each state is said once
+  const auto say = [&](const std::string& line) {
+    if (line != said) log(line);
+    said = line;
+  };
+  const absl::Duration pause = std::min(absl::Seconds(1), ttl / 4);
+  while (true) {
+    const absl::Time sent = clock->Now();
+    absl::Duration granted;
+    absl::StatusOr<int64_t> lease = etcd.Grant(ttl, &granted);
+    std::string holder;
+    absl::StatusOr<bool> took = lease.ok() ? etcd.TakeKey(address, *lease, &holder) : lease.status();
+    if (absl::IsFailedPrecondition(took.status())) {  // the job finished
+      (void)etcd.Revoke(*lease);
+      return took.status();
+    }
+    if (took.ok() && *took) {
+      log(absl::StrCat("elected: this server is the coordinator at ", address, " (etcd key ", etcd.target().key,
+                       ", lease ", *lease, " of ", absl::FormatDuration(granted), ")"));
+      return HeldKey{*lease, LeaseTerm(granted, sent)};
+    }
+    if (lease.ok()) (void)etcd.Revoke(*lease);  // not ours to keep: no key under it
+    say(took.ok() ? absl::StrCat("standing by: the coordinator is ", holder, " (etcd key ", etcd.target().key, ")")
+                  : absl::StrCat("standing by: etcd cannot be reached: ", took.status().message()));
+    if (!wait(pause)) return absl::CancelledError("stopped while standing by");
+  }
+}
+
+LeaseKeeper::LeaseKeeper(std::function<absl::Status()> renew, LeaseTerm term, const Clock* clock,
+                         std::function<void(const std::string&)> lost)
+    : renew_(std::move(renew)), term_(term), clock_(clock), lost_(std::move(lost)), thread_([this] { Run(); }) {}
+
+LeaseKeeper::~LeaseKeeper() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void LeaseKeeper::Run() {
+  absl::Time next = clock_->Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      clock_->AwaitWithDeadline(mu_, absl::Condition(&stop_), std::min(next, term_.held_until()));
+      if (stop_) return;
+    }
+    const absl::Time sent = clock_->Now();
+    if (sent >= term_.held_until()) {
+      lost_(absl::StrCat("no renewal of the etcd lease answered for ", absl::FormatDuration(term_.ttl() / 2)));
+      return;
+    }
+    if (sent < next) continue;
+    const absl::Status s = renew_();
+    if (absl::IsNotFound(s)) {
+      lost_(std::string(s.message()));
+      return;
+    }
+    if (s.ok()) term_.Renewed(sent);
+    next = sent + term_.renew_every();
+  }
+}
+
+Leadership::Leadership(std::shared_ptr<const EtcdClient> etcd, std::string address, const HeldKey& held,
+                       std::function<void(const std::string&)> lost)
+    : etcd_(std::move(etcd)),
+      address_(std::move(address)),
+      lease_(held.lease),
+      keeper_(std::make_unique<LeaseKeeper>([etcd = etcd_, lease = lease_] { return etcd->KeepAlive(lease); },
+                                            held.term, Clock::Real(), std::move(lost))) {}
+
+absl::Status Leadership::MarkJobFinished() {
+  keeper_.reset();  // a renewal after the revocation below would find the lease gone
+  if (absl::Status s = etcd_->FinishJob(address_); !s.ok()) return s;
+  return etcd_->Revoke(lease_);
+}
+
+absl::StatusOr<std::unique_ptr<Leadership>> WinElection(const DaemonFlags& f, const sigset_t& signals) {
+  if (f.election.empty()) return nullptr;
+  absl::StatusOr<EtcdTarget> target = ParseEtcdTarget(f.election);
+  if (!target.ok()) return target.status();
+  const absl::Duration ttl = absl::Seconds(f.election_ttl_s);
+  // Every call fits in a renewal's period, so a hung etcd is noticed before the term ends.
+  auto etcd = std::make_shared<const EtcdClient>(*target, ttl / 4);
+  const auto log = [](const std::string& line) {
+    std::printf("omnilearn_server: %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  const auto wait = [&signals](absl::Duration d) {
+    const timespec pause = {static_cast<time_t>(absl::ToInt64Seconds(d)),
+                            static_cast<long>(absl::ToInt64Nanoseconds(d % absl::Seconds(1)))};
+    return sigtimedwait(&signals, nullptr, &pause) <= 0;
+  };
+  const std::string address = AdvertisedAddress(f, f.port);
+  absl::StatusOr<HeldKey> held = Campaign(*etcd, address, ttl, Clock::Real(), wait, log);
+  if (!held.ok()) return held.status();
+  return std::make_unique<Leadership>(etcd, address, *held, [](const std::string& why) {
+    std::fprintf(stderr, "omnilearn_server: the coordinator stops at once: %s; another candidate may hold the job\n",
+                 why.c_str());
+    std::fflush(stderr);
+    std::_Exit(kLostElection);
+  });
+}
+
+}  // namespace server
+}  // namespace omnilearn
