@@ -81,8 +81,7 @@ absl::Status EtcdClient::OnSomeEndpoint(const Call& call) const {
   for (size_t i = 0; i < stubs_.size(); ++i) {
     const size_t e = (first + i) % stubs_.size();
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
     last = FromGrpc(call(*stubs_[e], &ctx));
     if (!absl::IsUnavailable(last) && !absl::IsDeadlineExceeded(last)) {
       absl::MutexLock lock(&mu_);
@@ -90,16 +89,16 @@ absl::Status EtcdClient::OnSomeEndpoint(const Call& call) const {
       return last;
     }
   }
-  return absl::Status(last.code(), absl::StrCat("etcd (", absl::StrJoin(target_.endpoints, ","), "): ", last.message()));
+  return absl::Status(last.code(),
+                      absl::StrCat("etcd (", absl::StrJoin(target_.endpoints, ","), "): ", last.message()));
 }
 
 absl::StatusOr<std::string> EtcdClient::Coordinator() const {
   etcdserverpb::RangeRequest request;
   request.set_key(target_.key);
   etcdserverpb::RangeResponse response;
-  absl::Status s = OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) {
-    return stubs.kv->Range(ctx, request, &response);
-  });
+  absl::Status s =
+      OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) { return stubs.kv->Range(ctx, request, &response); });
   if (!s.ok()) return s;
   if (response.kvs_size() == 0) return absl::NotFoundError(absl::StrCat("no coordinator holds ", target_.key));
   if (response.kvs(0).value() == kJobFinished) return Finished();
@@ -110,9 +109,8 @@ absl::StatusOr<int64_t> EtcdClient::Grant(absl::Duration ttl, absl::Duration* gr
   etcdserverpb::LeaseGrantRequest request;
   request.set_ttl(absl::ToInt64Seconds(absl::Ceil(ttl, absl::Seconds(1))));
   etcdserverpb::LeaseGrantResponse response;
-  absl::Status s = OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) {
-    return stubs.lease->LeaseGrant(ctx, request, &response);
-  });
+  absl::Status s = OnSomeEndpoint(
+      [&](Stubs& stubs, grpc::ClientContext* ctx) { return stubs.lease->LeaseGrant(ctx, request, &response); });
   if (!s.ok()) return s;
   if (!response.error().empty()) return absl::UnavailableError(absl::StrCat("etcd lease: ", response.error()));
   *granted = absl::Seconds(response.ttl());
@@ -132,9 +130,8 @@ absl::StatusOr<bool> EtcdClient::TakeKey(const std::string& value, int64_t lease
   put->set_lease(lease);
   request.add_failure()->mutable_request_range()->set_key(target_.key);
   etcdserverpb::TxnResponse response;
-  absl::Status s = OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) {
-    return stubs.kv->Txn(ctx, request, &response);
-  });
+  absl::Status s =
+      OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) { return stubs.kv->Txn(ctx, request, &response); });
   if (!s.ok()) return s;
   if (response.succeeded()) return true;
   holder->clear();
@@ -156,9 +153,8 @@ absl::Status EtcdClient::FinishJob(const std::string& value) const {
   put->set_key(target_.key);
   put->set_value(kJobFinished);
   etcdserverpb::TxnResponse response;
-  absl::Status s = OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) {
-    return stubs.kv->Txn(ctx, request, &response);
-  });
+  absl::Status s =
+      OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) { return stubs.kv->Txn(ctx, request, &response); });
   if (!s.ok()) return s;
   if (!response.succeeded()) {
     return absl::FailedPreconditionError(absl::StrCat("the etcd key ", target_.key, " no longer holds ", value));
@@ -194,9 +190,8 @@ absl::Status EtcdClient::Revoke(int64_t lease) const {
   etcdserverpb::LeaseRevokeRequest request;
   request.set_id(lease);
   etcdserverpb::LeaseRevokeResponse response;
-  return OnSomeEndpoint([&](Stubs& stubs, grpc::ClientContext* ctx) {
-    return stubs.lease->LeaseRevoke(ctx, request, &response);
-  });
+  return OnSomeEndpoint(
+      [&](Stubs& stubs, grpc::ClientContext* ctx) { return stubs.lease->LeaseRevoke(ctx, request, &response); });
 }
 
 }  // namespace omnilearn

@@ -24,7 +24,7 @@ assert pb2.__name__ == "omnilearn._generated.omnilearn_pb2", pb2.__name__  # the
 # pip install ./python from a copy of the checkout (runfiles are read-only): the stubs and
 # the C++ core are built by setup.py from the proto and the core's sources.
 mkdir -p src/proto src/python
-cp "$OMNILEARN_PROTO" src/proto/
+cp "$OMNILEARN_PROTO" "$(dirname "$OMNILEARN_PROTO")/etcd.proto" src/proto/
 cp -rL "$RUNFILES/python/setup.py" "$RUNFILES/python/pyproject.toml" "$RUNFILES/python/README.md" \
   "$RUNFILES/python/core_sources.txt" "$RUNFILES/python/omnilearn" src/python/
 for f in $(grep -v '^#' "$RUNFILES/python/core_sources.txt"); do  # the core's one list of sources

@@ -89,9 +89,11 @@ class BuildCore(build_ext):
         gen = pathlib.Path(self.build_temp).resolve() / "gen"
         (gen / "proto").mkdir(parents=True, exist_ok=True)
         proto = _proto()
-        subprocess.run(["protoc", f"--proto_path={proto.parent.parent}", "--plugin=protoc-gen-grpc=" +
-                        "/usr/bin/grpc_cpp_plugin", f"--cpp_out={gen}", f"--grpc_out={gen}",
-                        str(proto.parent.name + "/" + proto.name)], cwd=proto.parent.parent, check=True)
+        # omnilearn.proto and, beside it, etcd.proto (the coordinator's lookup in etcd: --server=etcd://...).
+        for name in (proto.name, "etcd.proto"):
+            subprocess.run(["protoc", f"--proto_path={proto.parent.parent}", "--plugin=protoc-gen-grpc=" +
+                            "/usr/bin/grpc_cpp_plugin", f"--cpp_out={gen}", f"--grpc_out={gen}",
+                            str(proto.parent.name + "/" + name)], cwd=proto.parent.parent, check=True)
         try:
             flags = subprocess.run(["pkg-config", "--cflags", "--libs", *PKG_CONFIG], check=True,
                                    capture_output=True, text=True).stdout
@@ -99,8 +101,8 @@ class BuildCore(build_ext):
             raise SystemExit(f"pkg-config could not find gRPC, protobuf and Abseil ({e}): "
                              "apt install libgrpc++-dev libprotobuf-dev libabsl-dev pkg-config") from e
         import pybind11
-        ext.sources = [str(ROOT / s) for s in CORE_SOURCES] + [str(gen / "proto" / "omnilearn.pb.cc"),
-                                                               str(gen / "proto" / "omnilearn.grpc.pb.cc")]
+        ext.sources = [str(ROOT / s) for s in CORE_SOURCES] + [
+            str(gen / "proto" / f"{name}{kind}.pb.cc") for name in ("omnilearn", "etcd") for kind in ("", ".grpc")]
         ext.include_dirs += [str(ROOT), str(gen), pybind11.get_include()]
         args = shlex.split(flags)
         ext.extra_compile_args += ["-std=c++17", "-O2", "-fvisibility=hidden"] + [a for a in args if a.startswith("-I")]

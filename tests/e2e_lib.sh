@@ -62,6 +62,15 @@ sweep_stale_hosts() {
     "$CLUSTER" down "$prefix"
   done
 }
+# on HOST CMD...: (after use_cluster) runs CMD inside HOST, bounded (300 s), in the background;
+# its pid in PID, appended to PIDS and STARTED.
+on() {
+  local host=$1; shift
+  timeout 300 "$CLUSTER" exec "$P" "$host" "$@" &
+  PID=$!
+  PIDS+=($!)
+  STARTED+=($!)
+}
 cluster_cleanup() {
   stop_all
   local prefix

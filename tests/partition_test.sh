@@ -29,14 +29,6 @@ SHARD_FLAGS=(--peer_token_file="$WORK/peer.token" --shards=3 --partition_mb=0.25
 JOB_FLAGS=(--mode=sync --num_workers=3 --global_batch=96 --lr=0.05 --round_timeout_s=5 --lease_s=10 --exit_when_done
            --memory_checkpoint_every_s=2 --checkpoint_every_s=2)
 
-# on HOST CMD...: runs CMD inside HOST, bounded, in the background; appends its pid to PIDS.
-on() {
-  local host=$1; shift
-  timeout 300 "$CLUSTER" exec "$P" "$host" "$@" &
-  PIDS+=($!)
-  STARTED+=($!)
-}
-
 # run CASE DISK [COORDINATOR FLAGS...]: starts the job; returns once w0 trained 100
 # iterations (checkpoints were taken after the first step).
 run() {

@@ -24,7 +24,7 @@ PB=$(python3 -c 'import pybind11; print(pybind11.get_include())')
 EXT=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 [ -f $PYINC/Python.h ] || { echo "no Python.h in $PYINC: the core cannot be built here"; exit 1; }
 O=/tmp/core-o; mkdir -p $O
-for s in $(cat $G/core_sources.txt) $G/gen/proto/omnilearn.pb.cc $G/gen/proto/omnilearn.grpc.pb.cc; do
+for s in $(cat $G/core_sources.txt) $G/gen/proto/{omnilearn,etcd}.pb.cc $G/gen/proto/{omnilearn,etcd}.grpc.pb.cc; do
   g++ -std=c++17 -O2 -fPIC -fvisibility=hidden -w -include cstdint -I. -I$G/gen -isystem $G/include -I$PB -I$PYINC -c $s \
     -o $O/$(echo $s | tr / _).o &
 done; wait

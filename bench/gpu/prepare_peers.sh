@@ -25,7 +25,7 @@ for l in $(pkg-config --libs $PKGS | tr ' ' '\n' | sed -n 's/^-l//p' | sort -u);
   if [ -z "$f" ] || [[ $(basename $f) =~ $SKIP ]]; then echo "-l$l"; else cp -L $f $G/lib/; echo "@G@/lib/$(basename $f)"; fi
 done > $G/core_libs.txt  # the core's link arguments (@G@: .gpu's path there)
 for d in grpc grpc++ grpcpp absl google/protobuf nlohmann; do mkdir -p $G/include/$(dirname $d); cp -r /usr/include/$d $G/include/$d; done
-protoc --proto_path=. --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin --cpp_out=$G/gen --grpc_out=$G/gen proto/omnilearn.proto
+protoc --proto_path=. --plugin=protoc-gen-grpc=/usr/bin/grpc_cpp_plugin --cpp_out=$G/gen --grpc_out=$G/gen proto/omnilearn.proto proto/etcd.proto
 /usr/bin/python3 python/omnilearn/_stubs.py --proto proto/omnilearn.proto --out $G/stubs
 grep '\.cc$' python/core_sources.txt > $G/core_sources.txt  # the core's .cc files (one list)
 du -sh $G

@@ -110,8 +110,8 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   const int rc = WriteResults(f, core->get(), checkpointer.get(), shards.get(), *peers, start);
   if (*elected != nullptr && (*core)->Snapshot().job_finished) {
     const absl::Status marked = (*elected)->MarkJobFinished();
-    std::printf("omnilearn_server: etcd %s\n", marked.ok() ? "says the job is finished"
-                                                           : std::string(marked.message()).c_str());
+    std::printf("omnilearn_server: etcd %s\n",
+                marked.ok() ? "says the job is finished" : std::string(marked.message()).c_str());
   }
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

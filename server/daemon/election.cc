@@ -8,6 +8,12 @@
 
 namespace omnilearn {
 namespace server {
+namespace {
+
+// The real time, to the millisecond, for the lines that order two coordinators' terms.
+std::string WallTime() { return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()); }
+
+}  // namespace
 
 absl::StatusOr<HeldKey> Campaign(const EtcdClient& etcd, const std::string& address, absl::Duration ttl,
                                  const Clock* clock, const std::function<bool(absl::Duration)>& wait,
@@ -29,8 +35,8 @@ absl::StatusOr<HeldKey> Campaign(const EtcdClient& etcd, const std::string& addr
       return took.status();
     }
     if (took.ok() && *took) {
-      log(absl::StrCat("elected: this server is the coordinator at ", address, " (etcd key ", etcd.target().key,
-                       ", lease ", *lease, " of ", absl::FormatDuration(granted), ")"));
+      log(absl::StrCat("elected at ", WallTime(), ": this server is the coordinator at ", address, " (etcd key ",
+                       etcd.target().key, ", lease ", *lease, " of ", absl::FormatDuration(granted), ")"));
       return HeldKey{*lease, LeaseTerm(granted, sent)};
     }
     if (lease.ok()) (void)etcd.Revoke(*lease);  // not ours to keep: no key under it
@@ -110,8 +116,9 @@ absl::StatusOr<std::unique_ptr<Leadership>> WinElection(const DaemonFlags& f, co
   absl::StatusOr<HeldKey> held = Campaign(*etcd, address, ttl, Clock::Real(), wait, log);
   if (!held.ok()) return held.status();
   return std::make_unique<Leadership>(etcd, address, *held, [](const std::string& why) {
-    std::fprintf(stderr, "omnilearn_server: the coordinator stops at once: %s; another candidate may hold the job\n",
-                 why.c_str());
+    std::fprintf(stderr,
+                 "omnilearn_server: the coordinator stops at once at %s: %s; another candidate may hold the job\n",
+                 WallTime().c_str(), why.c_str());
     std::fflush(stderr);
     std::_Exit(kLostElection);
   });

@@ -93,12 +93,10 @@ TEST_CASE("a coordinator keeps its lease while etcd answers, and stops half a TT
   CHECK(k.Lost().empty());
   k.clock.Advance(absl::Seconds(2));
   absl::MutexLock lock(&k.mu);
-  REQUIRE(k.mu.AwaitWithTimeout(absl::Condition(
-                                    +[](Kept* kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kept->mu) {
-                                      return !kept->lost.empty();
-                                    },
-                                    &k),
-                                absl::Seconds(10)));
+  REQUIRE(k.mu.AwaitWithTimeout(
+      absl::Condition(
+          +[](Kept* kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kept->mu) { return !kept->lost.empty(); }, &k),
+      absl::Seconds(10)));
   CHECK(k.lost_at == last_answered + absl::Seconds(4));
   CHECK_THAT(k.lost, Catch::Contains("no renewal"));
 }
@@ -118,12 +116,10 @@ TEST_CASE("a coordinator whose lease etcd says expired stops at once", "[electio
   k.clock.Advance(absl::Seconds(2));
   REQUIRE(k.AwaitRenewals(2));
   absl::MutexLock lock(&k.mu);
-  REQUIRE(k.mu.AwaitWithTimeout(absl::Condition(
-                                    +[](Kept* kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kept->mu) {
-                                      return !kept->lost.empty();
-                                    },
-                                    &k),
-                                absl::Seconds(10)));
+  REQUIRE(k.mu.AwaitWithTimeout(
+      absl::Condition(
+          +[](Kept* kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kept->mu) { return !kept->lost.empty(); }, &k),
+      absl::Seconds(10)));
   CHECK(k.lost == "the etcd lease 7 expired");
   CHECK(k.lost_at == k.clock.Now());
 }

@@ -234,8 +234,9 @@ absl::Status CheckElection(const DaemonFlags& f) {
         "replica of slice 0");
   }
   if (f.port == 0 && f.advertise.empty()) {
-    return absl::InvalidArgumentError("--election needs a fixed --port (or --advertise): the address is published "
-                                      "before the server listens");
+    return absl::InvalidArgumentError(
+        "--election needs a fixed --port (or --advertise): the address is published "
+        "before the server listens");
   }
   return absl::OkStatus();
 }

@@ -208,8 +208,9 @@ absl::Status ShardLink::RunOnce(bool* registered) {
   applier_.Restart();
   // The server-to-server service; a coordinator of the previous release serves the call in
   // its worker-facing service only (and answers the other UNIMPLEMENTED).
-  std::unique_ptr<CommandReader> reader = options_.open ? options_.open(&ctx, Hello(), legacy_coordinator_)
-                                                        : OpenOverNetwork(*coordinator_, &ctx, Hello(), legacy_coordinator_);
+  std::unique_ptr<CommandReader> reader = options_.open
+                                              ? options_.open(&ctx, Hello(), legacy_coordinator_)
+                                              : OpenOverNetwork(*coordinator_, &ctx, Hello(), legacy_coordinator_);
   absl::Status applied;
   {
     // Applied in order on a thread of their own: read on while a step waits for a member.

@@ -33,7 +33,7 @@ struct ShardLinkOptions {
   // each registration; an error is retried as an unreachable coordinator, but
   // FailedPrecondition (the job finished) ends the link. Unset: `coordinator`.
   std::function<absl::StatusOr<std::string>()> resolve_coordinator;
-  std::string address;      // where workers reach this shard
+  std::string address;  // where workers reach this shard
   int shards = 2;
   int64_t partition_bytes = 0;
   int index = 0;  // 0 = any free slice

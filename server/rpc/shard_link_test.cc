@@ -84,9 +84,12 @@ class ScriptedCoordinator {
 };
 
 struct Rig {
-  explicit Rig(std::vector<Registration> script) : coordinator(std::move(script)) {
+  // `resolve`: the coordinator elected (ShardLinkOptions::resolve_coordinator), when set.
+  explicit Rig(std::vector<Registration> script, std::function<absl::StatusOr<std::string>()> resolve = nullptr)
+      : coordinator(std::move(script)) {
     ShardLinkOptions o;
     o.coordinator = "coordinator:7000";
+    o.resolve_coordinator = std::move(resolve);
     o.address = "shard-1:7001";
     o.shards = 2;
     o.partition_bytes = kPartition;
@@ -153,6 +156,27 @@ TEST_CASE("asked back to a checkpoint, or cut off, the link registers again nami
   // Lost after registering: start_timeout from the loss, attempts a second apart.
   REQUIRE(rig.clock.Now() - start == absl::Seconds(5));
   REQUIRE(rig.coordinator.calls.size() == 2 + 5);
+}
+
+TEST_CASE("a shard of an elected coordinator asks where it is before each registration", "[shard_link]") {
+  std::vector<absl::StatusOr<std::string>> answers = {
+      absl::NotFoundError("no coordinator holds /omnilearn/job"),  // none elected yet: asked again
+      std::string("coord-a:7000"), std::string("coord-b:7000"),
+      absl::FailedPreconditionError("the job of the etcd key /omnilearn/job is finished")};
+  size_t asked = 0;
+  Rig rig({{Accept(), grpc::Status(grpc::UNAVAILABLE, "connection reset")}, {{}, grpc::Status(grpc::UNAVAILABLE, "")}},
+          [&]() -> absl::StatusOr<std::string> { return answers[std::min(asked++, answers.size() - 1)]; });
+  const absl::Status s = rig.link->Run();
+  INFO(s.ToString());
+  // The finished job ends the link with its message; each registration went where etcd said.
+  REQUIRE(absl::IsFailedPrecondition(s));
+  REQUIRE(absl::StrContains(s.message(), "is finished"));
+  REQUIRE(rig.coordinator.calls.size() == 2);
+  REQUIRE(std::count(rig.lines.begin(), rig.lines.end(), "the coordinator is coord-a:7000") == 1);
+  REQUIRE(std::count(rig.lines.begin(), rig.lines.end(), "the coordinator is coord-b:7000") == 1);
+  REQUIRE(std::any_of(rig.lines.begin(), rig.lines.end(), [](const std::string& l) {
+    return absl::StartsWith(l, "lost the link to the coordinator coord-a:7000: connection reset");
+  }));
 }
 
 v1::ShardCommand Session(WorkerId id, const std::string& secret) {

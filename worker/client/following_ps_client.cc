@@ -9,7 +9,8 @@ absl::StatusOr<JoinReply> FollowingPsClient::Join(const JoinRequest& request, co
                                                   absl::Span<const float> initial) {
   absl::StatusOr<std::string> address = resolve_();
   if (absl::IsFailedPrecondition(address.status())) return address.status();  // the job finished
-  if (!address.ok()) return absl::UnavailableError(absl::StrCat("no coordinator to join: ", address.status().message()));
+  if (!address.ok())
+    return absl::UnavailableError(absl::StrCat("no coordinator to join: ", address.status().message()));
   std::shared_ptr<PsClient> client;
   {
     absl::MutexLock lock(&mu_);
@@ -42,9 +43,8 @@ absl::StatusOr<uint64_t> FollowingPsClient::Pull(uint64_t worker_id, uint64_t ha
   return (*c)->Pull(worker_id, have_version, layout, weights);
 }
 
-absl::StatusOr<uint64_t> FollowingPsClient::PullAtLeast(uint64_t worker_id, uint64_t have_version,
-                                                        uint64_t min_version, const ModelLayout& layout,
-                                                        absl::Span<float> weights) {
+absl::StatusOr<uint64_t> FollowingPsClient::PullAtLeast(uint64_t worker_id, uint64_t have_version, uint64_t min_version,
+                                                        const ModelLayout& layout, absl::Span<float> weights) {
   absl::StatusOr<std::shared_ptr<PsClient>> c = current();
   if (!c.ok()) return c.status();
   return (*c)->PullAtLeast(worker_id, have_version, min_version, layout, weights);
@@ -66,8 +66,8 @@ absl::StatusOr<PushReply> FollowingPsClient::PushPull(const PushedStep& push, co
 }
 
 absl::StatusOr<std::unique_ptr<PushStream>> FollowingPsClient::StartPushPull(const PushedStep& push,
-                                                                            const ModelLayout& layout,
-                                                                            absl::Span<const float> gradient) {
+                                                                             const ModelLayout& layout,
+                                                                             absl::Span<const float> gradient) {
   absl::StatusOr<std::shared_ptr<PsClient>> c = current();
   if (!c.ok()) return c.status();
   return (*c)->StartPushPull(push, layout, gradient);

@@ -319,8 +319,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& ta
   }
   if (!coordinator.ok()) return coordinator.status();
   // A sharded job's Join names its shards: their clients are made then, alike.
-  return std::unique_ptr<PsClient>(new ShardedPsClient(
-      *std::move(coordinator), make));
+  return std::unique_ptr<PsClient>(new ShardedPsClient(*std::move(coordinator), make));
 }
 
 }  // namespace worker
