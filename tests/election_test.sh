@@ -116,6 +116,12 @@ if wanted lost; then
   kill -KILL "$(pgrep -P "$A_PID")" || fail "lost: A was not running"
   wait "$A_PID" 2>/dev/null || true
   echo "lost: h0 lost for good at $(date -u +%T.%3N)"
+  # omnilearn_ctl finds the coordinator elected after it in etcd too.
+  wait_for_line "$WORK/lost.b.log" "all 2 workers joined: training starts" 1200 ||
+    { events lost >&2; fail "lost: training did not start again under B"; }
+  "$CLUSTER" exec "$P" h2 "$RUNFILES/tools/omnilearn_ctl" status --server="$ELECTION" > "$WORK/lost.ctl" 2>&1 ||
+    { cat "$WORK/lost.ctl" >&2; fail "lost: omnilearn_ctl status --server=$ELECTION failed"; }
+  grep -q "^job 1  sync" "$WORK/lost.ctl" || { cat "$WORK/lost.ctl" >&2; fail "lost: omnilearn_ctl showed no job"; }
   finish lost
 fi
 

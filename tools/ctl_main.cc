@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/enum_names.h"
+#include "common/etcd_client.h"
 #include "common/flag_checks.h"
 #include "common/grpc_security.h"
 #include "google/protobuf/util/json_util.h"
@@ -23,7 +24,8 @@
 #include "server/checkpoint/checkpoint_health.h"
 #include "server/rpc/shard_wire.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "parameter server host:port, or etcd://HOST:PORT[,...][/KEY]: the coordinator elected there (--election)");
 ABSL_FLAG(double, watch, 0, "refresh every this many seconds until interrupted (0 = once)");
 ABSL_FLAG(bool, json, false, "print the status as JSON (the GetStatus reply) for scripts");
 ABSL_FLAG(double, timeout, 10, "seconds a call may take");
@@ -100,6 +102,14 @@ std::string Json(const v1::GetStatusResponse& status) {
   return text + "\n";
 }
 
+// --server as given, or the coordinator elected in etcd (--server=etcd://...).
+absl::StatusOr<std::string> ServerAddress(const std::string& server) {
+  if (!IsEtcdAddress(server)) return server;
+  absl::StatusOr<EtcdTarget> target = ParseEtcdTarget(server);
+  if (!target.ok()) return target.status();
+  return EtcdClient(*target).Coordinator();
+}
+
 int Run(const std::vector<char*>& args) {
   if (args.size() != 2 || std::string(args[1]) != "status") {
     std::fprintf(stderr, "usage: omnilearn_ctl status [--server=HOST:PORT] [--watch=S] [--json] (see --help)\n");
@@ -126,11 +136,15 @@ int Run(const std::vector<char*>& args) {
     }
     token = *t;
   }
+  absl::StatusOr<std::string> address = ServerAddress(absl::GetFlag(FLAGS_server));
+  if (!address.ok()) {
+    std::fprintf(stderr, "omnilearn_ctl: %s\n", std::string(address.status().message()).c_str());
+    return absl::IsInvalidArgument(address.status()) ? 2 : 1;
+  }
   grpc::ChannelArguments channel_args;
   if (!absl::GetFlag(FLAGS_tls_server_name).empty())
     channel_args.SetSslTargetNameOverride(absl::GetFlag(FLAGS_tls_server_name));
-  auto stub =
-      v1::ParameterServer::NewStub(grpc::CreateCustomChannel(absl::GetFlag(FLAGS_server), *credentials, channel_args));
+  auto stub = v1::ParameterServer::NewStub(grpc::CreateCustomChannel(*address, *credentials, channel_args));
   const double watch = absl::GetFlag(FLAGS_watch);
   while (true) {
     grpc::ClientContext ctx;
@@ -140,8 +154,8 @@ int Run(const std::vector<char*>& args) {
     v1::GetStatusResponse status;
     grpc::Status s = stub->GetStatus(&ctx, v1::GetStatusRequest(), &status);
     if (!s.ok()) {
-      std::fprintf(stderr, "omnilearn_ctl: %s: %s (%d)\n", absl::GetFlag(FLAGS_server).c_str(),
-                   s.error_message().c_str(), static_cast<int>(s.error_code()));
+      std::fprintf(stderr, "omnilearn_ctl: %s: %s (%d)\n", address->c_str(), s.error_message().c_str(),
+                   static_cast<int>(s.error_code()));
       return 1;
     }
     const std::string text = absl::GetFlag(FLAGS_json) ? Json(status) : Table(status);

@@ -465,9 +465,11 @@ def test_tiers():
     return table(["phase", "what it checks", "gate", "full tier"], rows), [source]
 
 
-def host_loss():
-    data = load("host_loss.json")
-    source = Source("host_loss.json", data["command"], "2026-12-07", data["machine"] + ", fastbuild")
+def host_loss_table(name, date, lost):
+    """bench/host_loss.py's runs: `lost` names what each loss took (the first column's header)."""
+    data = load(name)
+    ttl = f", election TTL {data['election_ttl_s']:g} s" if "election_ttl_s" in data else ""
+    source = Source(name, data["command"], date, data["machine"] + ", fastbuild" + ttl)
     rows = []
     for r in data["runs"]:
         back = [x["training_s"] for x in r["losses"]]
@@ -477,9 +479,17 @@ def host_loss():
             f"{sum(back) / len(back):.2f} s / {max(back):.2f} s" if back else "",
             r["versions_redone_max"] if back else "", f"{r['versions']} / {r['samples']}",
             f"{100 * r['replica_share']:.2f}%", f"{100 * r['per_step_share']:.1f}%"])
-    header = ["a shard host lost", "losses", "job", "goodput", "back to training (mean / max)",
+    header = [lost, "losses", "job", "goodput", "back to training (mean / max)",
               "versions redone (max)", "versions / samples", "replicas' bytes", "the same at every step"]
     return table(header, rows), [source]
+
+
+def host_loss():
+    return host_loss_table("host_loss.json", "2026-12-07", "a shard host lost")
+
+
+def host_loss_coordinator():
+    return host_loss_table("host_loss_coordinator.json", "2026-12-08", "the coordinator's host lost")
 
 
 def optimizer_mirror():
@@ -580,6 +590,7 @@ TABLES = {
     "test_tiers": test_tiers, "optimizer_mirror": optimizer_mirror, "local_peers": local_peers,
     "local_predicted": local_predicted, "local_by_h": local_by_h,
     "host_loss": host_loss,
+    "host_loss_coordinator": host_loss_coordinator,
 }
 FLAG_TABLES = ("server_flags", "worker_flags", "ctl_flags")
 

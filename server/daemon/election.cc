@@ -25,23 +25,25 @@ absl::StatusOr<HeldKey> Campaign(const EtcdClient& etcd, const std::string& addr
   };
   const absl::Duration pause = std::min(absl::Seconds(1), ttl / 4);
   while (true) {
-    const absl::Time sent = clock->Now();
-    absl::Duration granted;
-    absl::StatusOr<int64_t> lease = etcd.Grant(ttl, &granted);
-    std::string holder;
-    absl::StatusOr<bool> took = lease.ok() ? etcd.TakeKey(address, *lease, &holder) : lease.status();
-    if (absl::IsFailedPrecondition(took.status())) {  // the job finished
-      (void)etcd.Revoke(*lease);
-      return took.status();
+    // A read while another holds the key; a lease only to try to take it.
+    absl::StatusOr<std::string> holder = etcd.Coordinator();
+    if (absl::IsNotFound(holder.status())) {
+      const absl::Time sent = clock->Now();
+      absl::Duration granted;
+      absl::StatusOr<int64_t> lease = etcd.Grant(ttl, &granted);
+      std::string other;
+      const absl::StatusOr<bool> took = lease.ok() ? etcd.TakeKey(address, *lease, &other) : lease.status();
+      if (took.ok() && *took) {
+        log(absl::StrCat("elected at ", WallTime(), ": this server is the coordinator at ", address, " (etcd key ",
+                         etcd.target().key, ", lease ", *lease, " of ", absl::FormatDuration(granted), ")"));
+        return HeldKey{*lease, LeaseTerm(granted, sent)};
+      }
+      if (lease.ok()) (void)etcd.Revoke(*lease);  // not ours to keep: no key under it
+      holder = took.ok() ? absl::StatusOr<std::string>(other) : took.status();
     }
-    if (took.ok() && *took) {
-      log(absl::StrCat("elected at ", WallTime(), ": this server is the coordinator at ", address, " (etcd key ",
-                       etcd.target().key, ", lease ", *lease, " of ", absl::FormatDuration(granted), ")"));
-      return HeldKey{*lease, LeaseTerm(granted, sent)};
-    }
-    if (lease.ok()) (void)etcd.Revoke(*lease);  // not ours to keep: no key under it
-    say(took.ok() ? absl::StrCat("standing by: the coordinator is ", holder, " (etcd key ", etcd.target().key, ")")
-                  : absl::StrCat("standing by: etcd cannot be reached: ", took.status().message()));
+    if (absl::IsFailedPrecondition(holder.status())) return holder.status();  // the job finished
+    say(holder.ok() ? absl::StrCat("standing by: the coordinator is ", *holder, " (etcd key ", etcd.target().key, ")")
+                    : absl::StrCat("standing by: etcd cannot be reached: ", holder.status().message()));
     if (!wait(pause)) return absl::CancelledError("stopped while standing by");
   }
 }

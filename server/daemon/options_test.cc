@@ -138,6 +138,27 @@ TEST_CASE("--shard_steps_ahead: a sharded sync job without clipping", "[daemon]"
   REQUIRE(absl::StrContains(CheckShardable(f, o).message(), "--shard_steps_ahead needs --mode=sync"));
 }
 
+TEST_CASE("--election: a sharded job's candidate with slice 0's replica and a fixed address", "[daemon]") {
+  DaemonFlags f;
+  f.election = "etcd://10.0.0.9:2379/jobs/a";
+  f.shards = 3;
+  REQUIRE(CheckElection(f).ok());
+  f.election = "10.0.0.9:2379";
+  REQUIRE_THAT(std::string(CheckElection(f).message()),
+               Catch::Contains("--election: \"10.0.0.9:2379\" is not etcd://"));
+  f.election = "etcd://10.0.0.9:2379";
+  f.shards = 1;
+  REQUIRE_THAT(std::string(CheckElection(f).message()), Catch::Contains("needs --shards > 1 and --replicate_slices"));
+  f.shards = 3;
+  f.replicate_slices = false;
+  REQUIRE_THAT(std::string(CheckElection(f).message()), Catch::Contains("needs --shards > 1 and --replicate_slices"));
+  f.replicate_slices = true;
+  f.port = 0;
+  REQUIRE_THAT(std::string(CheckElection(f).message()), Catch::Contains("needs a fixed --port"));
+  f.advertise = "coordinator-b:50051";
+  REQUIRE(CheckElection(f).ok());
+}
+
 TEST_CASE("the address a sharded server advertises, and its partitions' size", "[daemon]") {
   DaemonFlags f;
   f.bind = "127.0.0.1";
