@@ -71,6 +71,16 @@ on() {
   PIDS+=($!)
   STARTED+=($!)
 }
+# events CASE: each of CASE's logs ($WORK/CASE.*.log) without its per-iteration lines (the
+# cuts, the drops, the rejoins, the rollbacks), its last 40 lines each, with the time the log
+# was last written.
+events() {
+  local log
+  for log in "$WORK/$1".*.log; do
+    echo "==> $log (last written $(date -r "$log" +%T)) <=="
+    grep -v " it=[0-9]" "$log" | tail -n 40
+  done
+}
 cluster_cleanup() {
   stop_all
   local prefix

@@ -75,15 +75,6 @@ run() {
   wait_until 1200 "$case: 100 iterations of w1" trained
 }
 
-# events CASE: each log without its per-iteration lines, its last 30 lines each.
-events() {
-  local log
-  for log in "$WORK/$1".*.log; do
-    echo "==> $log <=="
-    grep -v " it=[0-9]" "$log" | tail -n 30
-  done
-}
-
 # finish CASE: B took the job from slice 0's replica and finished it; every process but A
 # and etcd exits 0; the count is exact; one model; the export is the job; etcd says finished.
 finish() {

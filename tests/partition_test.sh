@@ -55,16 +55,6 @@ run() {
   wait_until 1200 "$case: 100 iterations of w0" trained
 }
 
-# events CASE: each process's log without its per-iteration lines (the cut, the drops, the
-# rejoins, the rollbacks), its last 40 lines each, with the time the log was last written.
-events() {
-  local log
-  for log in "$WORK/$1".*.log; do
-    echo "==> $log (last written $(date -r "$log" +%T)) <=="
-    grep -v " it=[0-9]" "$log" | tail -n 40
-  done
-}
-
 # finish CASE: every process exits 0; the count is exact; the export is the job.
 finish() {
   local case=$1 p
