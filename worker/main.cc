@@ -23,7 +23,9 @@
 #include "worker/trainer/model.h"
 #include "worker/trainer/trainer.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "parameter server host:port");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "parameter server host:port, or etcd://HOST:PORT[,...][/KEY]: the coordinator elected there (the servers' "
+          "--election), looked up at each join");
 ABSL_FLAG(std::string, name, "", "this worker's unique name in the job (default: <hostname>-<pid>)");
 ABSL_FLAG(std::string, host, "", "host name reported to the server (default: hostname)");
 ABSL_FLAG(std::string, device, "auto",

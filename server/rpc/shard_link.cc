@@ -88,7 +88,7 @@ std::unique_ptr<CommandReader> OpenOverNetwork(CoordinatorChannels& coordinator,
   return std::make_unique<NetworkRegistration>(coordinator.Get(), ctx, hello, legacy);
 }
 
-// A clipped job's norm reductions over one channel to `options.coordinator`. A call waits
+// A clipped job's norm reductions over the channel to the coordinator. A call waits
 // while the other slices' members arrive: it is bounded by the slowest member's wait.
 StepNormCall StepNormOverNetwork(const ShardLinkOptions& options, std::shared_ptr<CoordinatorChannels> coordinator) {
   return [coordinator, token = options.peer_token](const v1::ShardNorm& part) -> absl::StatusOr<double> {
@@ -103,7 +103,7 @@ StepNormCall StepNormOverNetwork(const ShardLinkOptions& options, std::shared_pt
   };
 }
 
-// Checkpoint reports over one channel to `options.coordinator`, each bounded by 5 s (a
+// Checkpoint reports over the channel to the coordinator, each bounded by 5 s (a
 // report lost is sent again with the next checkpoint's).
 ReportCheckpointsCall ReportCheckpointsOverNetwork(const ShardLinkOptions& options,
                                                    std::shared_ptr<CoordinatorChannels> coordinator) {

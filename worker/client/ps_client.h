@@ -138,8 +138,9 @@ struct ClientOptions {
   bool offer_bfloat16 = true;
 };
 
-// A gRPC client for "host:port". InvalidArgument when the TLS files are incomplete or
-// unreadable.
+// A gRPC client for "host:port", or for the coordinator elected in etcd
+// ("etcd://HOST:PORT[,...][/KEY]": looked up at each Join, FollowingPsClient). InvalidArgument
+// when the TLS files are incomplete or unreadable, or the etcd address is malformed.
 absl::StatusOr<std::unique_ptr<PsClient>> MakeGrpcPsClient(const std::string& target, const ClientOptions& options);
 // The same over a given channel (e.g. grpc::Server::InProcessChannel in tests); uses
 // the options' timeout, token and bfloat16 offer only.
