@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
+import threading
 import unittest
 import urllib.request
 from concurrent import futures
@@ -43,17 +43,20 @@ class EtcdWorkerTest(unittest.TestCase):
              "--advertise-client-urls", f"http://{self.etcd_address}", "--listen-peer-urls",
              f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
              "--initial-cluster", f"t=http://127.0.0.1:{peer}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.addCleanup(etcd.wait, 30)
-        self.addCleanup(etcd.terminate)
-        deadline = time.monotonic() + 60
-        while True:  # until etcd answers
-            try:
-                self.put("/omnilearn/ready", "yes")
-                break
-            except OSError:
-                self.assertLess(time.monotonic(), deadline, "etcd did not start in 60 s")
-                time.sleep(0.1)
+        ready = threading.Event()
+
+        def read_log():  # the whole log, so etcd never blocks on a full pipe
+            for line in etcd.stderr:
+                if "ready to serve client requests" in line:
+                    ready.set()
+
+        reader = threading.Thread(target=read_log, daemon=True)
+        reader.start()
+        self.addCleanup(reader.join, 30)
+        self.addCleanup(etcd.terminate)  # first: the reader ends with etcd's log
+        self.assertTrue(ready.wait(60), "etcd did not say it serves clients within 60 s")
 
     def put(self, key, value):
         """KEY = VALUE in etcd, through its JSON gateway (/v3/kv/put, base64 bytes)."""

@@ -45,6 +45,19 @@ std::unique_ptr<CoordinatorShards> MakeCoordinatorShards(const DaemonFlags& f, c
   return std::make_unique<CoordinatorShards>(so);
 }
 
+// Serves (and checkpoints) until a signal or the job's end, tells the workers to stop and
+// writes the results; returns the exit status.
+int ServeUntilEnd(const DaemonFlags& f, const sigset_t& signals, ParameterServerCore* core, Checkpointer* checkpointer,
+                  CoordinatorShards* shards, const PeerAccess& peers, absl::Time start) {
+  std::atomic<bool> stopping{false};
+  std::thread monitor([&] { Monitor(f, core, checkpointer, shards, &stopping); });
+  AwaitSignalOrEnd(f, signals, core);
+  TellWorkersToStop(f, core);
+  stopping.store(true);
+  monitor.join();
+  return WriteResults(f, core, checkpointer, shards, peers, start);
+}
+
 }  // namespace
 
 int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
@@ -54,11 +67,7 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   if (absl::Status s = CheckShardable(f, *o); !s.ok()) return Fail(s, 2);
   // A candidate (--election) stands by until it holds the job's key; it keeps the lease to the end.
   absl::StatusOr<std::unique_ptr<Leadership>> elected = WinElection(f, signals);
-  if (absl::IsFailedPrecondition(elected.status())) {
-    std::printf("omnilearn_server: %s: nothing to coordinate\n", std::string(elected.status().message()).c_str());
-    return 0;
-  }
-  if (!elected.ok()) return absl::IsCancelled(elected.status()) ? 0 : Fail(elected.status(), 1);
+  if (!elected.ok()) return NotElected(elected.status());
   std::unique_ptr<CoordinatorShards> shards;
   ReplicaStore replicas(f.checkpoint_keep);
   if (f.shards > 1) {
@@ -101,18 +110,8 @@ int RunCoordinator(const DaemonFlags& f, const sigset_t& signals) {
   const absl::Time start = absl::Now();
   PrintListening(f, *o, bound_port, wire_dtype, !token->empty(), exposer->get());
 
-  std::atomic<bool> stopping{false};
-  std::thread monitor([&] { Monitor(f, core->get(), checkpointer.get(), shards.get(), &stopping); });
-  AwaitSignalOrEnd(f, signals, core->get());
-  TellWorkersToStop(f, core->get());
-  stopping.store(true);
-  monitor.join();
-  const int rc = WriteResults(f, core->get(), checkpointer.get(), shards.get(), *peers, start);
-  if (*elected != nullptr && (*core)->Snapshot().job_finished) {
-    const absl::Status marked = (*elected)->MarkJobFinished();
-    std::printf("omnilearn_server: etcd %s\n",
-                marked.ok() ? "says the job is finished" : std::string(marked.message()).c_str());
-  }
+  const int rc = ServeUntilEnd(f, signals, core->get(), checkpointer.get(), shards.get(), *peers, start);
+  if (*elected != nullptr && (*core)->Snapshot().job_finished) (*elected)->MarkJobFinished();
   if (shards != nullptr) shards->Shutdown();  // their streams end once the last commands went
   (*server)->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return rc;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "server/daemon/exit.h"
 #include "server/daemon/options.h"
 
 namespace omnilearn {
@@ -92,10 +93,20 @@ Leadership::Leadership(std::shared_ptr<const EtcdClient> etcd, std::string addre
       keeper_(std::make_unique<LeaseKeeper>([etcd = etcd_, lease = lease_] { return etcd->KeepAlive(lease); },
                                             held.term, Clock::Real(), std::move(lost))) {}
 
-absl::Status Leadership::MarkJobFinished() {
+void Leadership::MarkJobFinished() {
   keeper_.reset();  // a renewal after the revocation below would find the lease gone
-  if (absl::Status s = etcd_->FinishJob(address_); !s.ok()) return s;
-  return etcd_->Revoke(lease_);
+  absl::Status s = etcd_->FinishJob(address_);
+  if (s.ok()) s = etcd_->Revoke(lease_);
+  std::printf("omnilearn_server: etcd %s\n", s.ok() ? "says the job is finished" : std::string(s.message()).c_str());
+  std::fflush(stdout);
+}
+
+int NotElected(const absl::Status& s) {
+  if (absl::IsFailedPrecondition(s)) {  // the job finished
+    std::printf("omnilearn_server: %s: nothing to coordinate\n", std::string(s.message()).c_str());
+    return 0;
+  }
+  return absl::IsCancelled(s) ? 0 : Fail(s, 1);
 }
 
 absl::StatusOr<std::unique_ptr<Leadership>> WinElection(const DaemonFlags& f, const sigset_t& signals) {

@@ -92,8 +92,8 @@ class Leadership {
   Leadership(std::shared_ptr<const EtcdClient> etcd, std::string address, const HeldKey& held,
              std::function<void(const std::string&)> lost);
   // The job finished: the lease is no longer kept, and the key says so with no lease (no
-  // candidate takes the job again).
-  absl::Status MarkJobFinished();
+  // candidate takes the job again). Logs the outcome.
+  void MarkJobFinished();
 
  private:
   const std::shared_ptr<const EtcdClient> etcd_;
@@ -107,6 +107,9 @@ class Leadership {
 // FailedPrecondition) and keeps the lease once taken, ending the process with
 // kLostElection when it is lost. Null without --election.
 absl::StatusOr<std::unique_ptr<Leadership>> WinElection(const DaemonFlags& f, const sigset_t& signals);
+// The exit status of a candidate that was not elected (WinElection's error): 0 for a finished
+// job (said) or a signal while standing by, 1 otherwise (said).
+int NotElected(const absl::Status& s);
 
 }  // namespace server
 }  // namespace omnilearn
